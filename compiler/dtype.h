@@ -1,0 +1,29 @@
+#pragma once
+// Element types the compiler knows. The set mirrors the torch dtypes tiny supports.
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace tiny {
+
+enum class DType : uint8_t { Bool, Int8, Int16, Int32, Int64, UInt8, Float16, BFloat16, Float32, Float64, Void };
+
+struct DTypeInfo {
+  std::string_view name;   // e.g. "float32"
+  std::string_view c_name; // storage type in generated C
+  size_t itemsize;
+  bool is_float;
+  bool is_signed;
+};
+
+const DTypeInfo& info(DType dt);
+inline size_t itemsize(DType dt) { return info(dt).itemsize; }
+inline bool is_float(DType dt) { return info(dt).is_float; }
+inline bool is_int(DType dt) { return !is_float(dt) && dt != DType::Bool && dt != DType::Void; }
+inline std::string_view name(DType dt) { return info(dt).name; }
+
+// The type used for index arithmetic in kernels.
+constexpr DType kIndex = DType::Int64;
+
+} // namespace tiny

@@ -1,0 +1,34 @@
+#pragma once
+// Lowering: a tensor-level kernel (an output region and the value to store there) becomes a loop
+// nest over the output with explicit index math: RANGE loop variables, LOAD/STORE through PARAM
+// buffer arguments. The pipeline, in order:
+//   1. push_views      views move through elementwise ops onto the buffers they read
+//   2. coalesce        output dims that every access walks contiguously merge into one loop
+//   3. index           each view becomes an index expression over the loop variables
+//   4. symbolic        index math folds (constant folding, div/mod of aligned sums, digit merging)
+
+#include <string>
+#include <vector>
+
+#include "compiler/rewrite.h"
+#include "compiler/uop.h"
+
+namespace tiny {
+
+struct Kernel {
+  std::string name;
+  UOpPtr ast;                     // SINK(STORE(PARAM, index, value)...)
+  std::vector<BufferRef> buffers; // PARAM slot -> buffer; slot 0 is the output
+  Shape loops;                    // loop extents, outermost first (the outermost is split across threads)
+};
+
+// The kernel that writes `value` (a tensor-level graph over BUFFER and CONST leaves, shape
+// out_region.shape) into the elements `out_region` names of the flat buffer `out`.
+Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& value);
+
+// The flat index and validity of reading `st` at `idx` (one index per dim of st.shape()).
+std::pair<UOpPtr, UOpPtr> view_index(const ShapeTracker& st, const std::vector<UOpPtr>& idx);
+
+extern const PatternMatcher push_views;
+
+} // namespace tiny

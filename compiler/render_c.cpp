@@ -1,0 +1,263 @@
+#include "compiler/render_c.h"
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <stdexcept>
+#include <unordered_map>
+
+namespace tiny {
+
+namespace {
+
+// Helpers every kernel may use. float16/bfloat16 live in registers as float and are rounded back
+// after each op, as torch's CPU kernels do.
+constexpr const char* kPrelude = R"C(#include <math.h>
+#include <stdint.h>
+#include <string.h>
+static inline float tiny_h2f(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, x;
+  float f;
+  if (e == 0) { f = (float)m * 5.9604644775390625e-08f; return sign ? -f : f; }
+  x = e == 31 ? (sign | 0x7f800000u | (m << 13)) : (sign | ((e + 112) << 23) | (m << 13));
+  memcpy(&f, &x, 4);
+  return f;
+}
+static inline uint16_t tiny_f2h(float f) {
+  uint32_t x, sign, ax;
+  memcpy(&x, &f, 4);
+  sign = (x >> 16) & 0x8000; ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) return (uint16_t)(sign | (ax > 0x7f800000u ? 0x7e00 : 0x7c00));
+  if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);
+  if (ax < 0x38800000u) { float af; memcpy(&af, &ax, 4); return (uint16_t)(sign | (uint32_t)nearbyintf(af * 16777216.0f)); }
+  ax += 0xc8000fffu + ((ax >> 13) & 1);
+  return (uint16_t)(sign | (ax >> 13));
+}
+static inline float tiny_bf2f(uint16_t b) { uint32_t u = (uint32_t)b << 16; float f; memcpy(&f, &u, 4); return f; }
+static inline uint16_t tiny_f2bf(float f) {
+  uint32_t u; memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1);
+  return (uint16_t)(u >> 16);
+}
+static inline float tiny_rh(float f) { return tiny_h2f(tiny_f2h(f)); }
+static inline float tiny_rbf(float f) { return tiny_bf2f(tiny_f2bf(f)); }
+static inline int64_t tiny_ipow(int64_t a, int64_t b) {
+  if (b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;
+  int64_t r = 1;
+  while (b) { if (b & 1) r *= a; a *= a; b >>= 1; }
+  return r;
+}
+#define TINY_IDIV(a, b) ((b) == 0 ? 0 : (b) == -1 ? -(a) : (a) / (b))
+#define TINY_IMOD(a, b) ((b) == 0 || (b) == -1 ? 0 : (a) % (b))
+#define TINY_FMAX(a, b) ((a) != (a) || (b) != (b) ? (a) + (b) : (a) > (b) ? (a) : (b))
+#define TINY_FMIN(a, b) ((a) != (a) || (b) != (b) ? (a) + (b) : (a) < (b) ? (a) : (b))
+)C";
+
+const char* reg_type(DType dt) {
+  switch (dt) {
+  case DType::Float16:
+  case DType::BFloat16:
+  case DType::Float32: return "float";
+  case DType::Float64: return "double";
+  default: return info(dt).c_name.data();
+  }
+}
+
+bool is_half(DType dt) { return dt == DType::Float16 || dt == DType::BFloat16; }
+bool is_f64(DType dt) { return dt == DType::Float64; }
+int bits(DType dt) { return static_cast<int>(itemsize(dt) * 8); }
+
+std::string literal(const UOpPtr& c) {
+  DType dt = c->dtype;
+  char buf[64];
+  if (is_float(dt)) {
+    double v = c->const_f();
+    if (std::isnan(v)) return is_f64(dt) ? "(double)NAN" : "NAN";
+    if (std::isinf(v)) return std::string(v < 0 ? "-" : "") + (is_f64(dt) ? "(double)INFINITY" : "INFINITY");
+    if (is_f64(dt)) std::snprintf(buf, sizeof buf, "%.17e", v);
+    else std::snprintf(buf, sizeof buf, "%.9ef", v);
+    return buf;
+  }
+  int64_t v = c->const_i();
+  if (dt == DType::Bool) return v ? "1" : "0";
+  if (v == INT64_MIN) return "INT64_MIN";
+  std::snprintf(buf, sizeof buf, "((%s)%lldLL)", reg_type(dt), static_cast<long long>(v));
+  return buf;
+}
+
+const char* fsuffix(DType dt) { return is_f64(dt) ? "" : "f"; }
+
+// Rounds a float register value to the precision of a half dtype.
+std::string round_to(DType dt, const std::string& e) {
+  if (dt == DType::Float16) return "tiny_rh(" + e + ")";
+  if (dt == DType::BFloat16) return "tiny_rbf(" + e + ")";
+  return e;
+}
+
+std::string to_storage(DType dt, const std::string& e) {
+  if (dt == DType::Float16) return "tiny_f2h(" + e + ")";
+  if (dt == DType::BFloat16) return "tiny_f2bf(" + e + ")";
+  return e;
+}
+
+std::string from_storage(DType dt, const std::string& e) {
+  if (dt == DType::Float16) return "tiny_h2f(" + e + ")";
+  if (dt == DType::BFloat16) return "tiny_bf2f(" + e + ")";
+  return e;
+}
+
+std::string render_cast(DType from, DType to, const std::string& a) {
+  if (to == DType::Bool) return "(" + a + " != 0)";
+  if (is_float(to)) {
+    if (is_half(to)) return round_to(to, "(float)" + a);
+    return std::string("(") + reg_type(to) + ")" + a;
+  }
+  // float -> narrow int goes through int64 so out-of-range values wrap as on torch's CPU
+  if (is_float(from) && itemsize(to) < 8) return std::string("(") + reg_type(to) + ")(int64_t)" + a;
+  return std::string("(") + reg_type(to) + ")" + a;
+}
+
+std::string render_unary(Ops op, DType dt, const std::string& a) {
+  const char* f = fsuffix(dt);
+  auto math = [&](const char* fn) { return std::string(fn) + f + "(" + a + ")"; };
+  switch (op) {
+  case Ops::NEG: return dt == DType::Bool ? "!" + a : "-" + a;
+  case Ops::NOT: return "!" + a;
+  case Ops::BITNOT: return dt == DType::Bool ? "!" + a : "~" + a;
+  case Ops::ABS: return is_float(dt) ? math("fabs") : "(" + a + " < 0 ? -" + a + " : " + a + ")";
+  case Ops::SQRT: return math("sqrt");
+  case Ops::EXP: return math("exp");
+  case Ops::LOG: return math("log");
+  case Ops::SIN: return math("sin");
+  case Ops::COS: return math("cos");
+  case Ops::TAN: return math("tan");
+  case Ops::TANH: return math("tanh");
+  case Ops::ERF: return math("erf");
+  case Ops::FLOOR: return math("floor");
+  case Ops::CEIL: return math("ceil");
+  case Ops::RINT: return math("nearbyint");
+  case Ops::TRUNC: return math("trunc");
+  case Ops::LOG1P: return math("log1p");
+  case Ops::EXPM1: return math("expm1");
+  case Ops::RECIP: return std::string(is_f64(dt) ? "1.0" : "1.0f") + " / " + a;
+  default: throw std::logic_error(std::string("render_c: no unary ") + op_name(op));
+  }
+}
+
+std::string render_binary(Ops op, DType dt, DType in, const std::string& a, const std::string& b) {
+  bool fl = is_float(in);
+  switch (op) {
+  case Ops::ADD: return a + " + " + b;
+  case Ops::SUB: return a + " - " + b;
+  case Ops::MUL: return a + " * " + b;
+  case Ops::FDIV: return a + " / " + b;
+  case Ops::IDIV: return "TINY_IDIV(" + a + ", " + b + ")";
+  case Ops::MOD: return fl ? std::string("fmod") + fsuffix(in) + "(" + a + ", " + b + ")" : "TINY_IMOD(" + a + ", " + b + ")";
+  case Ops::POW: return fl ? std::string("pow") + fsuffix(in) + "(" + a + ", " + b + ")" : "tiny_ipow(" + a + ", " + b + ")";
+  case Ops::MAX: return fl ? "TINY_FMAX(" + a + ", " + b + ")" : "(" + a + " > " + b + " ? " + a + " : " + b + ")";
+  case Ops::MIN: return fl ? "TINY_FMIN(" + a + ", " + b + ")" : "(" + a + " < " + b + " ? " + a + " : " + b + ")";
+  case Ops::CMPLT: return a + " < " + b;
+  case Ops::CMPLE: return a + " <= " + b;
+  case Ops::CMPEQ: return a + " == " + b;
+  case Ops::CMPNE: return a + " != " + b;
+  case Ops::AND: return a + " & " + b;
+  case Ops::OR: return a + " | " + b;
+  case Ops::XOR: return a + " ^ " + b;
+  case Ops::SHL: {
+    // torch: shifting by a negative amount or by the width or more gives 0
+    std::string w = std::to_string(bits(dt));
+    return "(" + b + " < 0 || " + b + " >= " + w + " ? 0 : (" + reg_type(dt) + ")((uint64_t)" + a + " << " + b + "))";
+  }
+  case Ops::SHR: {
+    std::string w = std::to_string(bits(dt));
+    return "(" + b + " < 0 || " + b + " >= " + w + " ? (" + a + " < 0 ? -1 : 0) : " + a + " >> " + b + ")";
+  }
+  default: throw std::logic_error(std::string("render_c: no binary ") + op_name(op));
+  }
+}
+
+class CRenderer {
+public:
+  explicit CRenderer(const Kernel& k) : k_(k) {}
+
+  std::string render(const std::string& fn) {
+    std::ostringstream os;
+    os << kPrelude << "\nvoid " << fn
+       << "(void* const* bufs, const int64_t* ivars, const double* fvars, int64_t begin, int64_t end) {\n"
+       << "  (void)ivars; (void)fvars;\n";
+    for (size_t i = 0; i < k_.buffers.size(); i++) {
+      const char* t = info(k_.buffers[i]->dtype).c_name.data();
+      os << "  " << (i == 0 ? "" : "const ") << t << "* restrict b" << i << " = (" << (i == 0 ? "" : "const ") << t
+         << "*)bufs[" << i << "];\n";
+    }
+    std::string indent = "  ";
+    for (size_t d = 0; d < k_.loops.size(); d++) {
+      os << indent << "for (int64_t r" << d << " = " << (d == 0 ? "begin" : "0") << "; r" << d << " < "
+         << (d == 0 ? "end" : std::to_string(k_.loops[d])) << "; r" << d << "++) {\n";
+      indent += "  ";
+    }
+    for (const UOpPtr& n : toposort(k_.ast)) body(n, os, indent);
+    for (size_t d = k_.loops.size(); d-- > 0;) {
+      indent.resize(indent.size() - 2);
+      os << indent << "}\n";
+    }
+    os << "}\n";
+    return os.str();
+  }
+
+private:
+  const Kernel& k_;
+  std::unordered_map<const UOp*, std::string> names_;
+  int next_ = 0;
+
+  const std::string& ref(const UOpPtr& n) { return names_.at(n.get()); }
+
+  void body(const UOpPtr& n, std::ostringstream& os, const std::string& ind) {
+    switch (n->op) {
+    case Ops::SINK: return;
+    case Ops::CONST: names_[n.get()] = literal(n); return;
+    case Ops::RANGE: names_[n.get()] = "r" + std::to_string(std::get<int64_t>(n->arg)); return;
+    case Ops::PARAM: names_[n.get()] = "b" + std::to_string(std::get<int64_t>(n->arg)); return;
+    case Ops::STORE:
+      os << ind << ref(n->src[0]) << "[" << ref(n->src[1]) << "] = " << to_storage(n->src[2]->dtype, ref(n->src[2]))
+         << ";\n";
+      return;
+    default: break;
+    }
+    std::string v = "v" + std::to_string(next_++);
+    names_[n.get()] = v;
+    std::string e;
+    if (n->op == Ops::LOAD) {
+      e = from_storage(n->dtype, ref(n->src[0]) + "[" + ref(n->src[1]) + "]");
+      if (n->src.size() > 2) e = ref(n->src[2]) + " ? " + e + " : 0";
+    } else if (n->op == Ops::WHERE) {
+      e = ref(n->src[0]) + " ? " + ref(n->src[1]) + " : " + ref(n->src[2]);
+    } else if (n->op == Ops::CAST) {
+      e = render_cast(n->src[0]->dtype, n->dtype, ref(n->src[0]));
+    } else if (n->op == Ops::BITCAST) {
+      DType from = n->src[0]->dtype;
+      os << ind << reg_type(n->dtype) << " " << v << ";\n"
+         << ind << "{ " << info(from).c_name << " s = " << to_storage(from, ref(n->src[0])) << "; "
+         << info(n->dtype).c_name << " d; memcpy(&d, &s, sizeof d); " << v << " = " << from_storage(n->dtype, "d")
+         << "; }\n";
+      return;
+    } else if (is_unary(n->op)) {
+      e = render_unary(n->op, n->src[0]->dtype, ref(n->src[0]));
+      if (is_half(n->dtype)) e = round_to(n->dtype, e);
+    } else if (is_binary(n->op)) {
+      e = render_binary(n->op, n->dtype, n->src[0]->dtype, ref(n->src[0]), ref(n->src[1]));
+      if (is_half(n->dtype)) e = round_to(n->dtype, e);
+    } else {
+      throw std::logic_error(std::string("render_c: cannot render ") + op_name(n->op));
+    }
+    // Narrow ints are promoted by C; store them back in their own width so they wrap as torch's do.
+    os << ind << "const " << reg_type(n->dtype) << " " << v << " = (" << reg_type(n->dtype) << ")(" << e << ");\n";
+  }
+};
+
+} // namespace
+
+std::string render_c(const Kernel& k, const std::string& fn_name) { return CRenderer(k).render(fn_name); }
+
+} // namespace tiny

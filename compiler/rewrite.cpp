@@ -1,0 +1,328 @@
+#include "compiler/rewrite.h"
+
+#include <unordered_map>
+
+namespace tiny {
+
+PatternMatcher::PatternMatcher(std::string name, std::initializer_list<Entry> entries)
+    : name_(std::move(name)), entries_(entries) {
+  index();
+}
+
+PatternMatcher::PatternMatcher(std::string name, std::vector<Entry> entries)
+    : name_(std::move(name)), entries_(std::move(entries)) {
+  index();
+}
+
+void PatternMatcher::index() {
+  for (auto& list : by_op_) list.clear();
+  for (const Entry& e : entries_)
+    for (Ops op : e.ops) by_op_[static_cast<size_t>(op)].push_back(&e.rule);
+}
+
+UOpPtr PatternMatcher::rewrite(const UOpPtr& n) const {
+  for (const Rule* r : by_op_[static_cast<size_t>(n->op)])
+    if (UOpPtr out = (*r)(n); out && out != n) return out;
+  return nullptr;
+}
+
+PatternMatcher PatternMatcher::operator+(const PatternMatcher& other) const {
+  std::vector<Entry> all = entries_;
+  all.insert(all.end(), other.entries_.begin(), other.entries_.end());
+  return PatternMatcher(name_ + "+" + other.name_, std::move(all));
+}
+
+UOpPtr with_src(const UOpPtr& n, std::vector<UOpPtr> src) {
+  if (src == n->src) return n;
+  return UOp::make(n->op, n->dtype, std::move(src), n->arg);
+}
+
+namespace {
+
+// Iterative post-order rewrite; `step` maps a node whose sources are final to its replacement
+// (nullptr: keep). A replacement is itself rewritten fully.
+UOpPtr rewrite_graph(const UOpPtr& root, const std::function<UOpPtr(const UOpPtr&)>& step) {
+  struct Frame {
+    UOpPtr n;
+    int stage = 0;
+    UOpPtr replacement;
+  };
+  std::unordered_map<const UOp*, std::pair<UOpPtr, UOpPtr>> done; // node -> (node kept alive, result)
+  std::vector<Frame> stack{{root, 0, nullptr}};
+  while (!stack.empty()) {
+    Frame& f = stack.back();
+    if (done.count(f.n.get())) {
+      stack.pop_back();
+      continue;
+    }
+    if (f.stage == 0) {
+      f.stage = 1;
+      UOpPtr n = f.n;
+      for (const UOpPtr& s : n->src)
+        if (!done.count(s.get())) stack.push_back({s, 0, nullptr});
+      continue;
+    }
+    if (f.stage == 1) {
+      std::vector<UOpPtr> src;
+      src.reserve(f.n->src.size());
+      for (const UOpPtr& s : f.n->src) src.push_back(done.at(s.get()).second);
+      UOpPtr rebuilt = with_src(f.n, std::move(src));
+      UOpPtr r = step(rebuilt);
+      if (!r) {
+        done[f.n.get()] = {f.n, rebuilt};
+        if (rebuilt != f.n) done[rebuilt.get()] = {rebuilt, rebuilt};
+        stack.pop_back();
+        continue;
+      }
+      if (auto it = done.find(r.get()); it != done.end()) {
+        done[f.n.get()] = {f.n, it->second.second};
+        stack.pop_back();
+        continue;
+      }
+      f.stage = 2;
+      f.replacement = r;
+      stack.push_back({r, 0, nullptr});
+      continue;
+    }
+    UOpPtr result = done.at(f.replacement.get()).second;
+    done[f.n.get()] = {f.n, result};
+    stack.pop_back();
+  }
+  return done.at(root.get()).second;
+}
+
+} // namespace
+
+UOpPtr graph_rewrite(const UOpPtr& root, const PatternMatcher& pm) {
+  return rewrite_graph(root, [&](const UOpPtr& n) { return pm.rewrite(n); });
+}
+
+UOpPtr substitute(const UOpPtr& root, const std::function<UOpPtr(const UOpPtr&)>& lookup) {
+  // Replacements are final: a substituted node is not searched again.
+  std::unordered_map<const UOp*, std::pair<UOpPtr, UOpPtr>> done;
+  std::vector<std::pair<UOpPtr, bool>> stack{{root, false}};
+  while (!stack.empty()) {
+    auto [n, expanded] = stack.back();
+    if (done.count(n.get())) {
+      stack.pop_back();
+      continue;
+    }
+    if (UOpPtr r = lookup(n)) {
+      done[n.get()] = {n, r};
+      stack.pop_back();
+      continue;
+    }
+    if (!expanded) {
+      stack.back().second = true;
+      for (const UOpPtr& s : n->src)
+        if (!done.count(s.get())) stack.push_back({s, false});
+      continue;
+    }
+    std::vector<UOpPtr> src;
+    for (const UOpPtr& s : n->src) src.push_back(done.at(s.get()).second);
+    done[n.get()] = {n, with_src(n, std::move(src))};
+    stack.pop_back();
+  }
+  return done.at(root.get()).second;
+}
+
+// ---- symbolic ----
+
+namespace {
+
+bool is_c(const UOpPtr& n) { return n->op == Ops::CONST; }
+bool is_c(const UOpPtr& n, int64_t v) { return n->op == Ops::CONST && n->const_i() == v; }
+bool index_math(const UOpPtr& n) { return n->dtype == kIndex && n->shape.empty(); }
+
+UOpPtr fold_const(const UOpPtr& n) {
+  if (n->dtype != kIndex && n->dtype != DType::Bool) return nullptr;
+  for (const UOpPtr& s : n->src)
+    if (!is_c(s) || (s->dtype != kIndex && s->dtype != DType::Bool)) return nullptr;
+  if (n->op == Ops::WHERE) return n->src[0]->const_i() ? n->src[1] : n->src[2];
+  if (n->src.size() != 2) return nullptr;
+  int64_t a = n->src[0]->const_i(), b = n->src[1]->const_i(), r;
+  switch (n->op) {
+  case Ops::ADD: r = a + b; break;
+  case Ops::SUB: r = a - b; break;
+  case Ops::MUL: r = a * b; break;
+  case Ops::IDIV:
+    if (b == 0) return nullptr;
+    r = a / b;
+    break;
+  case Ops::MOD:
+    if (b == 0) return nullptr;
+    r = a % b;
+    break;
+  case Ops::MAX: r = std::max(a, b); break;
+  case Ops::MIN: r = std::min(a, b); break;
+  case Ops::CMPLT: r = a < b; break;
+  case Ops::CMPLE: r = a <= b; break;
+  case Ops::CMPEQ: r = a == b; break;
+  case Ops::CMPNE: r = a != b; break;
+  case Ops::AND: r = a & b; break;
+  case Ops::OR: r = a | b; break;
+  case Ops::XOR: r = a ^ b; break;
+  default: return nullptr;
+  }
+  return const_int(n->dtype, r);
+}
+
+// A sum as terms base*coef plus a constant.
+struct Sum {
+  std::vector<std::pair<UOpPtr, int64_t>> terms;
+  int64_t constant = 0;
+  void add(const UOpPtr& base, int64_t coef) {
+    for (auto& t : terms)
+      if (t.first == base) {
+        t.second += coef;
+        return;
+      }
+    terms.emplace_back(base, coef);
+  }
+};
+
+void flatten_sum(const UOpPtr& n, int64_t coef, Sum& out) {
+  if (n->op == Ops::ADD && index_math(n)) {
+    flatten_sum(n->src[0], coef, out);
+    flatten_sum(n->src[1], coef, out);
+  } else if (is_c(n)) {
+    out.constant += coef * n->const_i();
+  } else if (n->op == Ops::MUL && is_c(n->src[1])) {
+    flatten_sum(n->src[0], coef * n->src[1]->const_i(), out);
+  } else {
+    out.add(n, coef);
+  }
+}
+
+UOpPtr build_sum(const Sum& s) {
+  UOpPtr acc;
+  for (const auto& [base, coef] : s.terms) {
+    if (coef == 0) continue;
+    UOpPtr t = coef == 1 ? base : UOp::make(Ops::MUL, kIndex, {base, idx_const(coef)});
+    acc = acc ? UOp::make(Ops::ADD, kIndex, {acc, t}) : t;
+  }
+  if (!acc) return idx_const(s.constant);
+  if (s.constant != 0) acc = UOp::make(Ops::ADD, kIndex, {acc, idx_const(s.constant)});
+  return acc;
+}
+
+// (x / c) * c*k + (x % c) * k  ->  x * k, and ((x / c) % d) * c*k + (x % c) * k  ->  (x % (c*d)) * k:
+// an index split into digits and put back together.
+bool recombine_digits(Sum& s) {
+  for (size_t i = 0; i < s.terms.size(); i++) {
+    auto [mod, k] = s.terms[i];
+    if (mod->op != Ops::MOD || !is_c(mod->src[1]) || k == 0) continue;
+    const UOpPtr& x = mod->src[0];
+    int64_t c = mod->src[1]->const_i();
+    for (size_t j = 0; j < s.terms.size(); j++) {
+      auto [hi, k2] = s.terms[j];
+      if (j == i || k2 != c * k) continue;
+      UOpPtr merged;
+      if (hi->op == Ops::IDIV && hi->src[0] == x && is_c(hi->src[1], c)) merged = x;
+      else if (hi->op == Ops::MOD && is_c(hi->src[1]) && hi->src[0]->op == Ops::IDIV && hi->src[0]->src[0] == x &&
+               is_c(hi->src[0]->src[1], c))
+        merged = UOp::make(Ops::MOD, kIndex, {x, idx_const(c * hi->src[1]->const_i())});
+      if (!merged) continue;
+      s.terms[i].second = 0;
+      s.terms[j].second = 0;
+      s.add(merged, k);
+      return true;
+    }
+  }
+  return false;
+}
+
+UOpPtr simplify_add(const UOpPtr& n) {
+  if (!index_math(n)) return nullptr;
+  Sum s;
+  flatten_sum(n, 1, s);
+  while (recombine_digits(s)) {
+  }
+  UOpPtr out = build_sum(s);
+  return out == n ? nullptr : out;
+}
+
+UOpPtr simplify_mul(const UOpPtr& n) {
+  if (!index_math(n)) return nullptr;
+  const UOpPtr &a = n->src[0], &b = n->src[1];
+  if (is_c(a) && !is_c(b)) return UOp::make(Ops::MUL, kIndex, {b, a});
+  if (!is_c(b)) return nullptr;
+  int64_t c = b->const_i();
+  if (c == 1) return a;
+  if (c == 0) return idx_const(0);
+  if (a->op == Ops::MUL && is_c(a->src[1])) return UOp::make(Ops::MUL, kIndex, {a->src[0], idx_const(a->src[1]->const_i() * c)});
+  if (a->op == Ops::ADD) return simplify_add(UOp::make(Ops::ADD, kIndex, {a->src[0] * b, a->src[1] * b}));
+  return nullptr;
+}
+
+// x / c and x % c for x >= 0 and c > 0: terms that are multiples of c leave the division whole.
+UOpPtr simplify_divmod(const UOpPtr& n) {
+  if (!index_math(n)) return nullptr;
+  const UOpPtr &x = n->src[0], &d = n->src[1];
+  if (!is_c(d) || d->const_i() <= 0 || x->vmin < 0) return nullptr;
+  int64_t c = d->const_i();
+  bool div = n->op == Ops::IDIV;
+  if (c == 1) return div ? x : idx_const(0);
+  if (x->vmax < c) return div ? idx_const(0) : x;
+  if (div && x->op == Ops::IDIV && is_c(x->src[1]) && x->src[1]->const_i() > 0)
+    return UOp::make(Ops::IDIV, kIndex, {x->src[0], idx_const(x->src[1]->const_i() * c)});
+  if (!div && x->op == Ops::MOD && is_c(x->src[1]) && x->src[1]->const_i() % c == 0)
+    return UOp::make(Ops::MOD, kIndex, {x->src[0], d});
+  Sum s;
+  flatten_sum(x, 1, s);
+  Sum whole, rest;
+  for (auto& [base, coef] : s.terms) {
+    if (coef % c == 0) whole.add(base, coef / c);
+    else rest.add(base, coef);
+  }
+  whole.constant = s.constant / c * (s.constant >= 0 ? 1 : 0);
+  rest.constant = s.constant - whole.constant * c;
+  if (whole.terms.empty() && whole.constant == 0) return nullptr;
+  for (auto& [base, coef] : whole.terms)
+    if (base->vmin < 0) return nullptr;
+  UOpPtr r = build_sum(rest);
+  if (r->vmin < 0) return nullptr;
+  if (div) return build_sum(whole) + UOp::make(Ops::IDIV, kIndex, {r, d});
+  return UOp::make(Ops::MOD, kIndex, {r, d});
+}
+
+UOpPtr simplify_cmp(const UOpPtr& n) {
+  const UOpPtr &a = n->src[0], &b = n->src[1];
+  if (a->dtype != kIndex || !is_c(b)) return nullptr;
+  int64_t c = b->const_i();
+  if (n->op == Ops::CMPLT) {
+    if (a->vmax < c) return const_int(DType::Bool, 1);
+    if (a->vmin >= c) return const_int(DType::Bool, 0);
+  }
+  return nullptr;
+}
+
+UOpPtr simplify_logic(const UOpPtr& n) {
+  if (n->dtype != DType::Bool) return nullptr;
+  const UOpPtr &a = n->src[0], &b = n->src[1];
+  bool is_and = n->op == Ops::AND;
+  for (int i = 0; i < 2; i++) {
+    const UOpPtr& c = i ? a : b;
+    const UOpPtr& other = i ? b : a;
+    if (!is_c(c)) continue;
+    if (c->const_i() != 0) return is_and ? other : c;
+    return is_and ? c : other;
+  }
+  return nullptr;
+}
+
+} // namespace
+
+const PatternMatcher symbolic("symbolic", {
+                                              {{Ops::ADD, Ops::SUB, Ops::MUL, Ops::IDIV, Ops::MOD, Ops::MAX, Ops::MIN,
+                                                Ops::CMPLT, Ops::CMPLE, Ops::CMPEQ, Ops::CMPNE, Ops::AND, Ops::OR,
+                                                Ops::XOR, Ops::WHERE},
+                                               fold_const},
+                                              {{Ops::ADD}, simplify_add},
+                                              {{Ops::MUL}, simplify_mul},
+                                              {{Ops::IDIV, Ops::MOD}, simplify_divmod},
+                                              {{Ops::CMPLT}, simplify_cmp},
+                                              {{Ops::AND, Ops::OR}, simplify_logic},
+                                          });
+
+} // namespace tiny

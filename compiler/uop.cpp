@@ -1,0 +1,322 @@
+#include "compiler/uop.h"
+
+#include <atomic>
+#include <bit>
+#include <cstring>
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace tiny {
+
+namespace {
+
+constexpr const char* kOpNames[] = {
+    "BUFFER", "CONST", "DEFINE_VAR", "VIEW", "NEG", "NOT", "BITNOT", "ABS", "SQRT", "EXP", "LOG", "SIN", "COS",
+    "TAN", "TANH", "ERF", "FLOOR", "CEIL", "RINT", "TRUNC", "RECIP", "LOG1P", "EXPM1", "ADD", "SUB", "MUL",
+    "FDIV", "IDIV", "MOD", "POW", "MAX", "MIN", "CMPLT", "CMPLE", "CMPEQ", "CMPNE", "AND", "OR", "XOR", "SHL",
+    "SHR", "WHERE", "CAST", "BITCAST", "ASSIGN", "PARAM", "RANGE", "LOAD", "STORE", "SINK"};
+static_assert(sizeof(kOpNames) / sizeof(kOpNames[0]) == static_cast<size_t>(Ops::SINK) + 1);
+
+void mix(size_t& h, size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); }
+
+size_t arg_hash(const Arg& a) {
+  return std::visit(
+      [](const auto& v) -> size_t {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::monostate>) return 0;
+        else if constexpr (std::is_same_v<T, int64_t>) return std::hash<int64_t>{}(v);
+        else if constexpr (std::is_same_v<T, double>) return std::hash<uint64_t>{}(std::bit_cast<uint64_t>(v));
+        else if constexpr (std::is_same_v<T, BufferRef>) return std::hash<const void*>{}(v.get());
+        else return v.hash();
+      },
+      a);
+}
+
+bool arg_equal(const Arg& a, const Arg& b) {
+  if (a.index() != b.index()) return false;
+  if (auto* x = std::get_if<double>(&a)) return std::bit_cast<uint64_t>(*x) == std::bit_cast<uint64_t>(std::get<double>(b));
+  return a == b;
+}
+
+Shape infer_shape(Ops op, const std::vector<UOpPtr>& src, const Arg& arg) {
+  switch (op) {
+  case Ops::BUFFER: return {std::get<BufferRef>(arg)->numel};
+  case Ops::VIEW: return std::get<ShapeTracker>(arg).shape();
+  case Ops::ASSIGN: return src[0]->shape;
+  case Ops::CAST:
+  case Ops::BITCAST: return src[0]->shape;
+  default:
+    if (is_alu(op)) {
+      for (const UOpPtr& s : src)
+        if (s->shape != src[0]->shape) throw std::invalid_argument(std::string("shape mismatch in ") + op_name(op));
+      return src[0]->shape;
+    }
+    return {};
+  }
+}
+
+constexpr int64_t kMin = std::numeric_limits<int64_t>::min(), kMax = std::numeric_limits<int64_t>::max();
+
+bool mul_fits(int64_t a, int64_t b, int64_t& out) { return !__builtin_mul_overflow(a, b, &out); }
+
+// Interval arithmetic over the integer nodes that index math is made of.
+std::pair<int64_t, int64_t> infer_bounds(Ops op, DType dtype, const std::vector<UOpPtr>& src, const Arg& arg) {
+  if (dtype == DType::Bool) return {0, 1};
+  if (!is_int(dtype)) return {kMin, kMax};
+  auto full = std::pair<int64_t, int64_t>{kMin, kMax};
+  switch (op) {
+  case Ops::CONST: {
+    int64_t v = std::holds_alternative<int64_t>(arg) ? std::get<int64_t>(arg) : 0;
+    return {v, v};
+  }
+  case Ops::RANGE: return {0, src[0]->vmax - 1};
+  case Ops::ADD: {
+    int64_t lo, hi;
+    if (__builtin_add_overflow(src[0]->vmin, src[1]->vmin, &lo) || __builtin_add_overflow(src[0]->vmax, src[1]->vmax, &hi))
+      return full;
+    return {lo, hi};
+  }
+  case Ops::MUL: {
+    int64_t c[4];
+    const UOp &a = *src[0], &b = *src[1];
+    if (!mul_fits(a.vmin, b.vmin, c[0]) || !mul_fits(a.vmin, b.vmax, c[1]) || !mul_fits(a.vmax, b.vmin, c[2]) ||
+        !mul_fits(a.vmax, b.vmax, c[3]))
+      return full;
+    return {std::min({c[0], c[1], c[2], c[3]}), std::max({c[0], c[1], c[2], c[3]})};
+  }
+  case Ops::IDIV:
+    if (src[1]->op == Ops::CONST && src[1]->vmin > 0 && src[0]->vmin >= 0)
+      return {src[0]->vmin / src[1]->vmin, src[0]->vmax / src[1]->vmin};
+    return full;
+  case Ops::MOD:
+    if (src[1]->op == Ops::CONST && src[1]->vmin > 0 && src[0]->vmin >= 0)
+      return {0, std::min(src[0]->vmax, src[1]->vmin - 1)};
+    return full;
+  case Ops::MAX: return {std::max(src[0]->vmin, src[1]->vmin), std::max(src[0]->vmax, src[1]->vmax)};
+  case Ops::MIN: return {std::min(src[0]->vmin, src[1]->vmin), std::min(src[0]->vmax, src[1]->vmax)};
+  case Ops::WHERE: return {std::min(src[1]->vmin, src[2]->vmin), std::max(src[1]->vmax, src[2]->vmax)};
+  default: return full;
+  }
+}
+
+} // namespace
+
+const char* op_name(Ops op) { return kOpNames[static_cast<size_t>(op)]; }
+bool is_unary(Ops op) { return op >= Ops::NEG && op <= Ops::EXPM1; }
+bool is_binary(Ops op) { return op >= Ops::ADD && op <= Ops::SHR; }
+bool is_alu(Ops op) { return is_unary(op) || is_binary(op) || op == Ops::WHERE; }
+bool is_comparison(Ops op) { return op >= Ops::CMPLT && op <= Ops::CMPNE; }
+
+// The intern table: every live node, found by content. Holds raw pointers; a node removes itself
+// when it dies, and a lookup that finds a dying node (weak_from_this expired) builds a new one.
+struct InternTable {
+  std::mutex mu;
+  std::unordered_multimap<size_t, UOp*> nodes;
+  static InternTable& get() {
+    static InternTable* t = new InternTable(); // never destroyed: nodes may die during static teardown
+    return *t;
+  }
+};
+
+UOp::UOp(Ops op_, DType dtype_, std::vector<UOpPtr> src_, Arg arg_, Shape shape_, size_t hash,
+         std::pair<int64_t, int64_t> bounds)
+    : op(op_), dtype(dtype_), src(std::move(src_)), arg(std::move(arg_)), shape(std::move(shape_)),
+      vmin(bounds.first), vmax(bounds.second), hash_(hash) {}
+
+UOp::~UOp() {
+  if (!interned_) return;
+  InternTable& t = InternTable::get();
+  std::lock_guard lock(t.mu);
+  auto [b, e] = t.nodes.equal_range(hash_);
+  for (auto it = b; it != e; ++it)
+    if (it->second == this) {
+      t.nodes.erase(it);
+      break;
+    }
+}
+
+UOpPtr UOp::make(Ops op, DType dtype, std::vector<UOpPtr> src, Arg arg) {
+  size_t h = static_cast<size_t>(op) * 131 + static_cast<size_t>(dtype);
+  for (const UOpPtr& s : src) mix(h, std::hash<const void*>{}(s.get()));
+  mix(h, arg_hash(arg));
+  InternTable& t = InternTable::get();
+  {
+    std::lock_guard lock(t.mu);
+    auto [b, e] = t.nodes.equal_range(h);
+    for (auto it = b; it != e; ++it) {
+      UOp* n = it->second;
+      if (n->op != op || n->dtype != dtype || n->src.size() != src.size()) continue;
+      bool same = true;
+      for (size_t i = 0; i < src.size() && same; i++) same = n->src[i] == src[i];
+      if (!same || !arg_equal(n->arg, arg)) continue;
+      if (UOpPtr alive = n->weak_from_this().lock()) return alive;
+    }
+  }
+  Shape shape = infer_shape(op, src, arg);
+  auto bounds = infer_bounds(op, dtype, src, arg);
+  auto node = std::make_shared<UOp>(op, dtype, std::move(src), std::move(arg), std::move(shape), h, bounds);
+  std::lock_guard lock(t.mu);
+  // Another thread may have built the same node meanwhile; keep the first.
+  auto [b, e] = t.nodes.equal_range(h);
+  for (auto it = b; it != e; ++it) {
+    UOp* n = it->second;
+    if (n->op != op || n->dtype != dtype || n->src != node->src || !arg_equal(n->arg, node->arg)) continue;
+    if (UOpPtr alive = n->weak_from_this().lock()) return alive;
+  }
+  node->interned_ = true;
+  t.nodes.emplace(h, node.get());
+  return node;
+}
+
+size_t live_uops() {
+  InternTable& t = InternTable::get();
+  std::lock_guard lock(t.mu);
+  return t.nodes.size();
+}
+
+double UOp::const_f() const {
+  if (auto* d = std::get_if<double>(&arg)) return *d;
+  return static_cast<double>(std::get<int64_t>(arg));
+}
+
+int64_t UOp::const_i() const {
+  if (auto* i = std::get_if<int64_t>(&arg)) return *i;
+  return static_cast<int64_t>(std::get<double>(arg));
+}
+
+std::string UOp::str() const {
+  std::ostringstream os;
+  os << op_name(op) << ":" << name(dtype);
+  if (!shape.empty()) {
+    os << "[";
+    for (size_t i = 0; i < shape.size(); i++) os << (i ? "," : "") << shape[i];
+    os << "]";
+  }
+  std::visit(
+      [&](const auto& v) {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, double>) os << " " << v;
+        else if constexpr (std::is_same_v<T, BufferRef>) os << " buf@" << v.get();
+        else if constexpr (std::is_same_v<T, ShapeTracker> || std::is_same_v<T, View>) os << " " << v.str();
+      },
+      arg);
+  return os.str();
+}
+
+std::string UOp::tree_str() const {
+  std::ostringstream os;
+  std::unordered_map<const UOp*, int> ids;
+  for (const UOpPtr& n : toposort(shared_from_this())) {
+    int id = static_cast<int>(ids.size());
+    ids[n.get()] = id;
+    os << "%" << id << " = " << n->str();
+    for (const UOpPtr& s : n->src) os << " %" << ids[s.get()];
+    os << "\n";
+  }
+  return os.str();
+}
+
+std::vector<UOpPtr> toposort(const UOpPtr& root) {
+  std::vector<UOpPtr> order;
+  std::unordered_set<const UOp*> seen;
+  // Iterative DFS: graphs can be deep chains.
+  std::vector<std::pair<UOpPtr, size_t>> stack{{root, 0}};
+  seen.insert(root.get());
+  while (!stack.empty()) {
+    auto& [n, i] = stack.back();
+    if (i < n->src.size()) {
+      const UOpPtr& s = n->src[i++];
+      if (seen.insert(s.get()).second) stack.emplace_back(s, 0);
+    } else {
+      order.push_back(n);
+      stack.pop_back();
+    }
+  }
+  return order;
+}
+
+// ---- builders ----
+
+UOpPtr const_int(DType dt, int64_t v) { return UOp::make(Ops::CONST, dt, {}, v); }
+UOpPtr const_float(DType dt, double v) { return UOp::make(Ops::CONST, dt, {}, v); }
+UOpPtr const_like(const UOpPtr& x, double v) {
+  return is_float(x->dtype) ? const_float(x->dtype, v) : const_int(x->dtype, static_cast<int64_t>(v));
+}
+UOpPtr buffer(const BufferRef& buf) { return UOp::make(Ops::BUFFER, buf->dtype, {}, buf); }
+
+UOpPtr view(const UOpPtr& x, const ShapeTracker& st) {
+  if (st.views.size() == 1 && st.views[0].is_contiguous() && st.shape() == x->shape) return x;
+  // A view of a view composes into one tracker over the inner source.
+  if (x->op == Ops::VIEW) return view(x->src[0], st.on_top_of(x->st()));
+  return UOp::make(Ops::VIEW, x->dtype, {x}, st);
+}
+
+UOpPtr reshape(const UOpPtr& x, const Shape& shape) {
+  if (x->shape == shape) return x;
+  return view(x, ShapeTracker::from_shape(x->shape).reshape(shape));
+}
+
+UOpPtr expand(const UOpPtr& x, const Shape& shape) {
+  if (x->shape == shape) return x;
+  return view(x, ShapeTracker::from_shape(x->shape).expand(shape));
+}
+
+UOpPtr alu(Ops op, const UOpPtr& a) {
+  if (!is_unary(op)) throw std::invalid_argument(std::string(op_name(op)) + " is not unary");
+  return UOp::make(op, op == Ops::NOT ? DType::Bool : a->dtype, {a});
+}
+
+UOpPtr alu(Ops op, const UOpPtr& a, const UOpPtr& b) {
+  if (!is_binary(op)) throw std::invalid_argument(std::string(op_name(op)) + " is not binary");
+  if (a->dtype != b->dtype)
+    throw std::invalid_argument(std::string(op_name(op)) + ": dtypes differ (" + std::string(name(a->dtype)) + ", " +
+                                std::string(name(b->dtype)) + ")");
+  return UOp::make(op, is_comparison(op) ? DType::Bool : a->dtype, {a, b});
+}
+
+UOpPtr where(const UOpPtr& c, const UOpPtr& a, const UOpPtr& b) {
+  if (c->dtype != DType::Bool || a->dtype != b->dtype) throw std::invalid_argument("WHERE: bad dtypes");
+  return UOp::make(Ops::WHERE, a->dtype, {c, a, b});
+}
+
+UOpPtr cast(const UOpPtr& x, DType dt) {
+  if (x->dtype == dt) return x;
+  return UOp::make(Ops::CAST, dt, {x});
+}
+
+UOpPtr bitcast(const UOpPtr& x, DType dt) {
+  if (x->dtype == dt) return x;
+  if (itemsize(x->dtype) != itemsize(dt)) throw std::invalid_argument("BITCAST: item sizes differ");
+  return UOp::make(Ops::BITCAST, dt, {x});
+}
+
+UOpPtr assign(const UOpPtr& base, const UOpPtr& value, const View& region) {
+  if (base->shape.size() != 1 || value->shape != region.shape || base->dtype != value->dtype)
+    throw std::invalid_argument("ASSIGN: value does not match the region");
+  return UOp::make(Ops::ASSIGN, base->dtype, {base, value}, region);
+}
+
+UOpPtr idx_const(int64_t v) { return const_int(kIndex, v); }
+
+UOpPtr operator+(const UOpPtr& a, const UOpPtr& b) {
+  if (a->is_const() && b->is_const()) return idx_const(a->const_i() + b->const_i());
+  if (a->is_const() && a->const_i() == 0) return b;
+  if (b->is_const() && b->const_i() == 0) return a;
+  return alu(Ops::ADD, a, b);
+}
+
+UOpPtr operator*(const UOpPtr& a, const UOpPtr& b) {
+  if (a->is_const() && b->is_const()) return idx_const(a->const_i() * b->const_i());
+  if ((a->is_const() && a->const_i() == 0) || (b->is_const() && b->const_i() == 0)) return idx_const(0);
+  if (a->is_const() && a->const_i() == 1) return b;
+  if (b->is_const() && b->const_i() == 1) return a;
+  return alu(Ops::MUL, a, b);
+}
+
+} // namespace tiny

@@ -1,0 +1,123 @@
+#pragma once
+// The UOp graph: immutable, hash-consed nodes (op, dtype, src, arg).
+//
+// Building the same node twice returns the same object, so equality is pointer equality and common
+// subexpressions are shared. Nodes are reference counted and leave the intern table when they die.
+// Tensor-level nodes carry a shape (derived from op, src and arg; not part of the identity).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "compiler/dtype.h"
+#include "compiler/view.h"
+
+namespace tiny {
+
+enum class Ops : uint8_t {
+  // Tensor-level leaves
+  BUFFER,     // a device buffer, by identity; 1-D of its element count
+  CONST,      // a scalar constant (shape ()), broadcast by VIEW
+  DEFINE_VAR, // a runtime scalar argument; arg = slot
+  // Movement
+  VIEW, // arg = ShapeTracker over src[0]
+  // Unary ALU
+  NEG, NOT, BITNOT, ABS, SQRT, EXP, LOG, SIN, COS, TAN, TANH, ERF, FLOOR, CEIL, RINT, TRUNC, RECIP, LOG1P, EXPM1,
+  // Binary ALU
+  ADD, SUB, MUL, FDIV, IDIV, MOD, POW, MAX, MIN, CMPLT, CMPLE, CMPEQ, CMPNE, AND, OR, XOR, SHL, SHR,
+  // Ternary ALU
+  WHERE,
+  CAST,
+  BITCAST,
+  // Buffer content: src = (base, value); arg = the View of base that value overwrites
+  ASSIGN,
+  // Kernel-level, after lowering
+  PARAM, // a kernel buffer argument; arg = slot
+  RANGE, // a loop variable; src = (end); arg = axis
+  LOAD,  // src = (param, index[, valid])
+  STORE, // src = (param, index, value)
+  SINK,  // groups the stores of one kernel
+};
+
+const char* op_name(Ops op);
+bool is_unary(Ops op);
+bool is_binary(Ops op);
+bool is_alu(Ops op);
+bool is_comparison(Ops op);
+
+// A device buffer as the compiler sees it: an identity with an element type and count. The runtime
+// derives its real buffers from this.
+struct BufferBase {
+  DType dtype;
+  int64_t numel;
+  BufferBase(DType d, int64_t n) : dtype(d), numel(n) {}
+  virtual ~BufferBase() = default;
+};
+using BufferRef = std::shared_ptr<BufferBase>;
+
+using Arg = std::variant<std::monostate, int64_t, double, ShapeTracker, View, BufferRef>;
+
+class UOp;
+using UOpPtr = std::shared_ptr<const UOp>;
+
+class UOp : public std::enable_shared_from_this<UOp> {
+public:
+  const Ops op;
+  const DType dtype;
+  const std::vector<UOpPtr> src;
+  const Arg arg;
+  const Shape shape; // derived; () for scalars and kernel-level nodes
+  // Bounds of integer-valued nodes (index math), derived from the sources; full range when unknown.
+  const int64_t vmin, vmax;
+
+  static UOpPtr make(Ops op, DType dtype, std::vector<UOpPtr> src = {}, Arg arg = {});
+  ~UOp();
+
+  const ShapeTracker& st() const { return std::get<ShapeTracker>(arg); }
+  const BufferRef& buffer() const { return std::get<BufferRef>(arg); }
+  // CONST values: ints and bools are int64_t, floats are double.
+  bool is_const() const { return op == Ops::CONST; }
+  double const_f() const;
+  int64_t const_i() const;
+  std::string str() const;       // one node
+  std::string tree_str() const;  // the graph below, for debugging
+  size_t hash() const { return hash_; }
+
+  UOp(Ops op, DType dtype, std::vector<UOpPtr> src, Arg arg, Shape shape, size_t hash, std::pair<int64_t, int64_t> bounds);
+  UOp(const UOp&) = delete;
+  UOp& operator=(const UOp&) = delete;
+
+private:
+  size_t hash_;
+  bool interned_ = false;
+  friend struct InternTable;
+};
+
+size_t live_uops();
+
+// Builders. Each checks its inputs and derives dtype and shape.
+UOpPtr const_int(DType dt, int64_t v);
+UOpPtr const_float(DType dt, double v);
+UOpPtr const_like(const UOpPtr& x, double v); // a constant of x's dtype (int or float)
+UOpPtr buffer(const BufferRef& buf);
+UOpPtr view(const UOpPtr& x, const ShapeTracker& st);
+UOpPtr reshape(const UOpPtr& x, const Shape& shape);
+UOpPtr expand(const UOpPtr& x, const Shape& shape);
+UOpPtr alu(Ops op, const UOpPtr& a);
+UOpPtr alu(Ops op, const UOpPtr& a, const UOpPtr& b);
+UOpPtr where(const UOpPtr& c, const UOpPtr& a, const UOpPtr& b);
+UOpPtr cast(const UOpPtr& x, DType dt);
+UOpPtr bitcast(const UOpPtr& x, DType dt);
+UOpPtr assign(const UOpPtr& base, const UOpPtr& value, const View& region);
+
+// Index arithmetic helpers (int64), folding constants as they build.
+UOpPtr idx_const(int64_t v);
+UOpPtr operator+(const UOpPtr& a, const UOpPtr& b);
+UOpPtr operator*(const UOpPtr& a, const UOpPtr& b);
+
+// Nodes of the graph below `root` (inclusive), sources before users.
+std::vector<UOpPtr> toposort(const UOpPtr& root);
+
+} // namespace tiny

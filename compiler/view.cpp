@@ -1,0 +1,194 @@
+#include "compiler/view.h"
+
+#include <functional>
+#include <sstream>
+#include <stdexcept>
+
+namespace tiny {
+
+int64_t prod(const Shape& s) {
+  int64_t p = 1;
+  for (int64_t v : s) p *= v;
+  return p;
+}
+
+Shape contiguous_strides(const Shape& shape) {
+  Shape st(shape.size(), 1);
+  int64_t acc = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    st[i] = shape[i] == 1 ? 0 : acc;
+    acc *= shape[i];
+  }
+  return st;
+}
+
+View View::contiguous(const Shape& shape) { return View{shape, contiguous_strides(shape), 0, std::nullopt}; }
+
+bool View::is_contiguous() const {
+  if (offset != 0 || mask) return false;
+  Shape want = contiguous_strides(shape);
+  for (size_t i = 0; i < shape.size(); i++)
+    if (shape[i] != 1 && strides[i] != want[i]) return false;
+  return true;
+}
+
+static void hash_mix(size_t& h, size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); }
+
+size_t View::hash() const {
+  size_t h = shape.size();
+  for (int64_t v : shape) hash_mix(h, std::hash<int64_t>{}(v));
+  for (int64_t v : strides) hash_mix(h, std::hash<int64_t>{}(v));
+  hash_mix(h, std::hash<int64_t>{}(offset));
+  if (mask)
+    for (auto [b, e] : *mask) hash_mix(h, std::hash<int64_t>{}(b * 31 + e));
+  return h;
+}
+
+static std::string join(const Shape& s) {
+  std::ostringstream os;
+  for (size_t i = 0; i < s.size(); i++) os << (i ? "," : "") << s[i];
+  return os.str();
+}
+
+std::string View::str() const {
+  std::ostringstream os;
+  os << "View(shape=(" << join(shape) << "), strides=(" << join(strides) << "), offset=" << offset;
+  if (mask) {
+    os << ", mask=(";
+    for (auto [b, e] : *mask) os << "(" << b << "," << e << ")";
+    os << ")";
+  }
+  os << ")";
+  return os.str();
+}
+
+ShapeTracker ShapeTracker::from_shape(const Shape& shape) { return ShapeTracker{{View::contiguous(shape)}}; }
+
+// A view whose source is a contiguous, unmasked view folds into it: only the offset adds up.
+ShapeTracker ShapeTracker::push(View v) const {
+  ShapeTracker out = *this;
+  const View& top = out.views.back();
+  View plain = top;
+  plain.offset = 0;
+  if (plain.is_contiguous()) {
+    v.offset += top.offset;
+    out.views.back() = std::move(v);
+  } else {
+    out.views.push_back(std::move(v));
+  }
+  return out;
+}
+
+ShapeTracker ShapeTracker::as_strided(const Shape& shape, const Shape& strides, int64_t offset) const {
+  return push(View{shape, strides, offset, std::nullopt});
+}
+
+std::optional<Shape> reshape_strides(const Shape& old_shape, const Shape& old_strides, const Shape& new_shape) {
+  // Walk chunks of old dims that are contiguous among themselves, matching new dims to each chunk.
+  Shape new_strides(new_shape.size(), 0);
+  if (prod(old_shape) == 0 || old_shape.empty()) return contiguous_strides(new_shape);
+  int64_t view_d = static_cast<int64_t>(new_shape.size()) - 1;
+  int64_t chunk_base_stride = old_strides.back();
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int64_t tensor_d = static_cast<int64_t>(old_shape.size()) - 1; tensor_d >= 0; tensor_d--) {
+    tensor_numel *= old_shape[tensor_d];
+    if (tensor_d == 0 ||
+        (old_shape[tensor_d - 1] != 1 && old_strides[tensor_d - 1] != tensor_numel * chunk_base_stride)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d] == 1)) {
+        new_strides[view_d] = view_numel * chunk_base_stride;
+        view_numel *= new_shape[view_d];
+        view_d--;
+      }
+      if (view_numel != tensor_numel) return std::nullopt;
+      if (tensor_d > 0) {
+        chunk_base_stride = old_strides[tensor_d - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return new_strides;
+}
+
+ShapeTracker ShapeTracker::reshape(const Shape& shape) const {
+  const View& top = views.back();
+  if (top.shape == shape) return *this;
+  if (prod(shape) != prod(top.shape)) throw std::invalid_argument("reshape: element count differs");
+  if (!top.mask) {
+    if (auto st = reshape_strides(top.shape, top.strides, shape)) {
+      ShapeTracker out = *this;
+      out.views.back() = View{shape, *st, top.offset, std::nullopt};
+      return out;
+    }
+  }
+  ShapeTracker out = *this;
+  out.views.push_back(View::contiguous(shape));
+  return out;
+}
+
+ShapeTracker ShapeTracker::permute(const std::vector<int64_t>& order) const {
+  const View& top = views.back();
+  View v{Shape(order.size()), Shape(order.size()), top.offset, std::nullopt};
+  if (top.mask) v.mask.emplace(order.size());
+  for (size_t i = 0; i < order.size(); i++) {
+    v.shape[i] = top.shape[order[i]];
+    v.strides[i] = top.strides[order[i]];
+    if (top.mask) (*v.mask)[i] = (*top.mask)[order[i]];
+  }
+  ShapeTracker out = *this;
+  out.views.back() = std::move(v);
+  return out;
+}
+
+ShapeTracker ShapeTracker::expand(const Shape& shape) const {
+  View v = views.back();
+  // Leading new dims, then size-1 dims broadcast with stride 0.
+  size_t lead = shape.size() - v.shape.size();
+  View e{shape, Shape(shape.size(), 0), v.offset, std::nullopt};
+  if (v.mask) e.mask.emplace(shape.size(), std::pair<int64_t, int64_t>{0, 0});
+  for (size_t i = 0; i < shape.size(); i++) {
+    if (i < lead) {
+      if (e.mask) (*e.mask)[i] = {0, shape[i]};
+      continue;
+    }
+    size_t j = i - lead;
+    bool broadcast = v.shape[j] == 1 && shape[i] != 1;
+    e.strides[i] = broadcast ? 0 : v.strides[j];
+    if (e.mask) {
+      auto [b, en] = (*v.mask)[j];
+      (*e.mask)[i] = broadcast ? (b == 0 && en == 1 ? std::pair<int64_t, int64_t>{0, shape[i]}
+                                                    : std::pair<int64_t, int64_t>{0, 0})
+                               : std::pair<int64_t, int64_t>{b, en};
+    }
+  }
+  ShapeTracker out = *this;
+  out.views.back() = std::move(e);
+  return out;
+}
+
+ShapeTracker ShapeTracker::on_top_of(const ShapeTracker& inner) const {
+  ShapeTracker out = inner;
+  for (const View& v : views) {
+    if (v.mask) {
+      out.views.push_back(v);
+    } else {
+      out = out.push(v);
+    }
+  }
+  return out;
+}
+
+size_t ShapeTracker::hash() const {
+  size_t h = views.size();
+  for (const View& v : views) hash_mix(h, v.hash());
+  return h;
+}
+
+std::string ShapeTracker::str() const {
+  std::string s = "ShapeTracker(";
+  for (const View& v : views) s += v.str() + ";";
+  return s + ")";
+}
+
+} // namespace tiny

@@ -1,0 +1,215 @@
+// The CPU device: C kernels compiled by the system's clang (a subprocess), cached in memory and on
+// disk, loaded with dlopen and run on the thread pool.
+
+#include <dlfcn.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "runtime/debug.h"
+#include "runtime/device.h"
+#include "runtime/lazy_buffer.h"
+#include "runtime/thread_pool.h"
+
+namespace tiny::runtime {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// Freed blocks are kept by size and handed out again: a training step frees and allocates the
+// same sizes every iteration.
+class CpuAllocator : public Allocator {
+public:
+  void* alloc(size_t nbytes) override {
+    size_t size = bucket(nbytes);
+    {
+      std::lock_guard lock(mu_);
+      auto it = free_.find(size);
+      if (it != free_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        cached_bytes_ -= size;
+        return p;
+      }
+    }
+    void* p = std::aligned_alloc(64, size);
+    if (!p) {
+      trim();
+      p = std::aligned_alloc(64, size);
+    }
+    if (!p) throw std::runtime_error("tiny: out of memory allocating " + std::to_string(nbytes) + " bytes");
+    return p;
+  }
+  void free(void* ptr, size_t nbytes) override {
+    size_t size = bucket(nbytes);
+    std::lock_guard lock(mu_);
+    free_[size].push_back(ptr);
+    cached_bytes_ += size;
+    if (cached_bytes_ > kMaxCached) trim_locked();
+  }
+  void copy_in(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+  void copy_out(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+
+private:
+  static constexpr size_t kMaxCached = size_t{1} << 30;
+  static size_t bucket(size_t n) { return n <= 64 ? 64 : (n + 4095) / 4096 * 4096; }
+  void trim() {
+    std::lock_guard lock(mu_);
+    trim_locked();
+  }
+  void trim_locked() {
+    for (auto& [size, list] : free_)
+      for (void* p : list) std::free(p);
+    free_.clear();
+    cached_bytes_ = 0;
+  }
+  std::mutex mu_;
+  std::map<size_t, std::vector<void*>> free_;
+  size_t cached_bytes_ = 0;
+};
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+std::string hex(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+fs::path cache_dir() {
+  if (const char* d = std::getenv("TINY_CACHE_DIR")) return d;
+  const char* home = std::getenv("HOME");
+  return fs::path(home ? home : "/tmp") / ".cache" / "tiny";
+}
+
+std::string find_cc() {
+  if (const char* cc = std::getenv("TINY_CC")) return cc;
+  for (const char* c : {"clang", "clang-16", "clang-15", "clang-14", "cc", "gcc"}) {
+    std::string cmd = std::string("command -v ") + c + " >/dev/null 2>&1";
+    if (std::system(cmd.c_str()) == 0) return c;
+  }
+  throw std::runtime_error("tiny: no C compiler found (install clang, or set TINY_CC)");
+}
+
+class ClangCompiler : public Compiler {
+public:
+  ClangCompiler()
+      : cc_(find_cc()),
+        flags_("-O2 -march=native -fPIC -shared -fwrapv -fno-math-errno -ffp-contract=off -fno-strict-aliasing") {}
+  std::string key() const override { return cc_ + " " + flags_; }
+  std::string compile(const std::string& src, const std::string& name) override {
+    fs::path dir = cache_dir();
+    fs::create_directories(dir);
+    std::string base = hex(fnv1a(key() + "\n" + src));
+    fs::path so = dir / (base + ".so"), c = dir / (base + ".c"), log = dir / (base + ".log");
+    std::ofstream(c) << src;
+    fs::path tmp = dir / (base + ".so." + std::to_string(getpid()));
+    std::string cmd = cc_ + " " + flags_ + " -o '" + tmp.string() + "' '" + c.string() + "' -lm 2>'" + log.string() + "'";
+    if (std::system(cmd.c_str()) != 0) {
+      std::ifstream in(log);
+      std::stringstream msg;
+      msg << in.rdbuf();
+      throw std::runtime_error("tiny: compiling kernel " + name + " failed (source at " + c.string() + "):\n" +
+                               msg.str());
+    }
+    fs::rename(tmp, so);
+    fs::remove(log);
+    return so.string();
+  }
+  fs::path so_path(const std::string& src) const { return cache_dir() / (hex(fnv1a(key() + "\n" + src)) + ".so"); }
+
+private:
+  std::string cc_, flags_;
+};
+
+using KernelFn = void (*)(void* const*, const int64_t*, const double*, int64_t, int64_t);
+
+class CpuProgram : public Program {
+public:
+  CpuProgram(const std::string& so, const std::string& fn_name) {
+    handle_ = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle_) throw std::runtime_error(std::string("tiny: cannot load kernel: ") + dlerror());
+    fn_ = reinterpret_cast<KernelFn>(dlsym(handle_, fn_name.c_str()));
+    if (!fn_) throw std::runtime_error("tiny: kernel " + fn_name + " missing from " + so);
+  }
+  ~CpuProgram() override { dlclose(handle_); }
+  void launch(std::span<void* const> bufs, std::span<const int64_t> ivars, std::span<const double> fvars,
+              int64_t global) override {
+    KernelFn fn = fn_;
+    void* const* b = bufs.data();
+    const int64_t* iv = ivars.data();
+    const double* fv = fvars.data();
+    ThreadPool::get().parallel_for(global, [&](int64_t begin, int64_t end) { fn(b, iv, fv, begin, end); });
+  }
+  void launch_serial(std::span<void* const> bufs, std::span<const int64_t> ivars, std::span<const double> fvars,
+                     int64_t global) {
+    fn_(bufs.data(), ivars.data(), fvars.data(), 0, global);
+  }
+
+private:
+  void* handle_ = nullptr;
+  KernelFn fn_ = nullptr;
+};
+
+class CpuDevice : public Device {
+public:
+  std::string name() const override { return "CPU"; }
+  Allocator& allocator() override { return allocator_; }
+  Compiler& compiler() override { return compiler_; }
+  std::shared_ptr<Program> program(const std::string& src, const std::string& fn_name) override {
+    std::lock_guard lock(mu_);
+    std::string key = fn_name + "\n" + src;
+    if (auto it = programs_.find(key); it != programs_.end()) {
+      stats().cache_hits++;
+      return it->second;
+    }
+    fs::path so = compiler_.so_path(src);
+    if (fs::exists(so)) {
+      stats().cache_hits++;
+      stats().disk_hits++;
+    } else {
+      so = compiler_.compile(src, fn_name);
+      stats().compiles++;
+    }
+    auto p = std::make_shared<CpuProgram>(so.string(), fn_name);
+    programs_.emplace(key, p);
+    return p;
+  }
+  void synchronize() override {}
+
+private:
+  CpuAllocator allocator_;
+  ClangCompiler compiler_;
+  std::mutex mu_;
+  std::unordered_map<std::string, std::shared_ptr<Program>> programs_;
+};
+
+} // namespace
+
+Device& device(int index) {
+  if (index != 0) throw std::out_of_range("tiny: device index " + std::to_string(index) + " out of range (1 device)");
+  static CpuDevice* dev = new CpuDevice(); // never destroyed: buffers may be freed during static teardown
+  return *dev;
+}
+
+int device_count() { return 1; }
+
+} // namespace tiny::runtime

@@ -1,0 +1,76 @@
+#pragma once
+// A device: allocator, compiler, programs and an in-order queue.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "compiler/uop.h"
+
+namespace tiny::runtime {
+
+class Device;
+
+// Device memory with a size-bucketed cache of freed blocks.
+class Allocator {
+public:
+  virtual ~Allocator() = default;
+  virtual void* alloc(size_t nbytes) = 0;
+  virtual void free(void* ptr, size_t nbytes) = 0;
+  virtual void copy_in(void* dst, const void* src, size_t nbytes) = 0;
+  virtual void copy_out(void* dst, const void* src, size_t nbytes) = 0;
+};
+
+// A realized device buffer. Memory is allocated on first use and returned when the last holder
+// (a BUFFER UOp, a LazyBuffer's content, a schedule) lets go.
+class Buffer : public BufferBase {
+public:
+  Buffer(Device& device, DType dtype, int64_t numel);
+  ~Buffer() override;
+  Device& device() const { return device_; }
+  size_t nbytes() const { return static_cast<size_t>(numel) * itemsize(dtype); }
+  void* ptr(); // allocates (zero-filled) on first use
+  bool allocated() const { return ptr_ != nullptr; }
+
+private:
+  Device& device_;
+  void* ptr_ = nullptr;
+};
+
+// A compiled kernel ready to launch.
+class Program {
+public:
+  virtual ~Program() = default;
+  // Runs the kernel over [0, global) of its outermost loop.
+  virtual void launch(std::span<void* const> bufs, std::span<const int64_t> ivars, std::span<const double> fvars,
+                      int64_t global) = 0;
+};
+
+class Compiler {
+public:
+  virtual ~Compiler() = default;
+  // A stable description of compiler and flags, part of the cache key.
+  virtual std::string key() const = 0;
+  // Source to a loadable binary (a shared object path on CPU); throws with the source's path on failure.
+  virtual std::string compile(const std::string& src, const std::string& name) = 0;
+};
+
+class Device {
+public:
+  virtual ~Device() = default;
+  virtual std::string name() const = 0;
+  virtual Allocator& allocator() = 0;
+  virtual Compiler& compiler() = 0;
+  // A program from C source (cached in memory and on disk).
+  virtual std::shared_ptr<Program> program(const std::string& src, const std::string& fn_name) = 0;
+  virtual void synchronize() = 0;
+};
+
+// The device `tiny:index` (only CPU in this build; TINY_DEVICE selects the backend).
+Device& device(int index = 0);
+int device_count();
+
+} // namespace tiny::runtime

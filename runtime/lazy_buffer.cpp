@@ -1,0 +1,173 @@
+#include "runtime/lazy_buffer.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <stdexcept>
+#include <unordered_set>
+
+#include "runtime/debug.h"
+#include "runtime/device.h"
+#include "runtime/realize.h"
+
+namespace tiny::runtime {
+
+std::recursive_mutex& graph_mutex() {
+  static std::recursive_mutex* mu = new std::recursive_mutex();
+  return *mu;
+}
+
+Stats& stats() {
+  static Stats* s = new Stats();
+  return *s;
+}
+
+void reset_stats() {
+  Stats& s = stats();
+  for (auto* c : {&s.kernels, &s.compiles, &s.cache_hits, &s.disk_hits, &s.syncs, &s.fallbacks}) *c = 0;
+}
+
+int debug_level() {
+  static int level = [] {
+    const char* e = std::getenv("TINY_DEBUG");
+    return e ? std::atoi(e) : 0;
+  }();
+  return level;
+}
+
+namespace {
+
+std::unordered_set<LazyBuffer*>& pending_set() {
+  static auto* s = new std::unordered_set<LazyBuffer*>();
+  return *s;
+}
+
+// Does `v` name every element of a storage of n elements exactly once?
+bool covers_storage(const StridedView& v, int64_t n) {
+  if (v.offset != 0 || prod(v.sizes) != n) return false;
+  std::vector<size_t> dims;
+  for (size_t d = 0; d < v.sizes.size(); d++)
+    if (v.sizes[d] != 1) dims.push_back(d);
+  std::sort(dims.begin(), dims.end(), [&](size_t a, size_t b) { return v.strides[a] < v.strides[b]; });
+  int64_t expect = 1;
+  for (size_t d : dims) {
+    if (v.strides[d] != expect) return false;
+    expect *= v.sizes[d];
+  }
+  return true;
+}
+
+// The flat storage-order arrangement of a value written through a view that covers the storage.
+ShapeTracker storage_order(const StridedView& v) {
+  std::vector<int64_t> order(v.sizes.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    int64_t sa = v.sizes[a] == 1 ? 0 : v.strides[a], sb = v.sizes[b] == 1 ? 0 : v.strides[b];
+    return sa > sb;
+  });
+  return ShapeTracker::from_shape(v.sizes).permute(order).reshape({prod(v.sizes)});
+}
+
+bool is_contiguous_window(const StridedView& v) {
+  return View{v.sizes, v.strides, 0, std::nullopt}.is_contiguous();
+}
+
+} // namespace
+
+LazyBuffer::LazyBuffer(Device& device, size_t nbytes) : device_(device), nbytes_(nbytes) {}
+
+LazyBuffer::~LazyBuffer() {
+  std::lock_guard lock(graph_mutex());
+  pending_set().erase(this);
+  content_.reset();
+}
+
+bool LazyBuffer::pending() const {
+  std::lock_guard lock(graph_mutex());
+  return content_ && content_->op != Ops::BUFFER;
+}
+
+UOpPtr LazyBuffer::content_locked(DType dtype) {
+  if (!content_) {
+    int64_t n = static_cast<int64_t>(nbytes_ / itemsize(dtype));
+    content_ = buffer(std::make_shared<Buffer>(device_, dtype, n));
+  }
+  if (itemsize(content_->dtype) != itemsize(dtype))
+    throw std::runtime_error("tiny: reading a storage of " + std::string(name(content_->dtype)) + " as " +
+                             std::string(name(dtype)) + " (a different element size) is not supported yet");
+  return content_;
+}
+
+UOpPtr LazyBuffer::read(const StridedView& v) {
+  std::lock_guard lock(graph_mutex());
+  UOpPtr c = content_locked(v.dtype);
+  UOpPtr r = view(c, ShapeTracker::from_shape(c->shape).as_strided(v.sizes, v.strides, v.offset));
+  return bitcast(r, v.dtype);
+}
+
+void LazyBuffer::write(const StridedView& v, const UOpPtr& value) {
+  if (value->shape != v.sizes) throw std::logic_error("LazyBuffer::write: value shape differs from the view");
+  std::lock_guard lock(graph_mutex());
+  UOpPtr c = content_locked(v.dtype);
+  if (prod(v.sizes) == 0) return;
+  UOpPtr val = bitcast(value, c->dtype);
+  if (covers_storage(v, c->shape[0])) content_ = view(val, storage_order(v));
+  else content_ = assign(c, val, View{v.sizes, v.strides, v.offset, std::nullopt});
+  if (content_->op != Ops::BUFFER) pending_set().insert(this);
+}
+
+void LazyBuffer::write_host(const StridedView& v, const void* src) {
+  std::lock_guard lock(graph_mutex());
+  UOpPtr c = content_locked(v.dtype);
+  int64_t n = prod(v.sizes);
+  if (n == 0) return;
+  auto staging = std::make_shared<Buffer>(device_, c->dtype, n);
+  device_.allocator().copy_in(staging->ptr(), src, staging->nbytes());
+  UOpPtr b = buffer(staging);
+  if (v.offset == 0 && n == c->shape[0] && is_contiguous_window(v)) {
+    content_ = b;
+    pending_set().erase(this);
+    return;
+  }
+  write(v, bitcast(reshape(b, v.sizes), v.dtype));
+}
+
+void LazyBuffer::read_host(const StridedView& v, void* dst) {
+  std::lock_guard lock(graph_mutex());
+  if (prod(v.sizes) == 0) return;
+  synchronize();
+  UOpPtr r = read(v);
+  if (r->op == Ops::BITCAST) r = r->src[0];
+  size_t nbytes = static_cast<size_t>(prod(v.sizes)) * itemsize(v.dtype);
+  // A contiguous window of a realized buffer copies out directly.
+  if (r->op == Ops::BUFFER) {
+    auto buf = std::static_pointer_cast<Buffer>(r->buffer());
+    device_.allocator().copy_out(dst, buf->ptr(), nbytes);
+    return;
+  }
+  if (r->op == Ops::VIEW && r->src[0]->op == Ops::BUFFER && r->st().views.size() == 1) {
+    const View& w = r->st().views[0];
+    if (!w.mask && View{w.shape, w.strides, 0, std::nullopt}.is_contiguous()) {
+      auto buf = std::static_pointer_cast<Buffer>(r->src[0]->buffer());
+      device_.allocator().copy_out(dst, static_cast<char*>(buf->ptr()) + w.offset * itemsize(buf->dtype), nbytes);
+      return;
+    }
+  }
+  BufferRef out = realize_value(r);
+  device_.allocator().copy_out(dst, std::static_pointer_cast<Buffer>(out)->ptr(), nbytes);
+}
+
+void synchronize() {
+  std::lock_guard lock(graph_mutex());
+  auto& pending = pending_set();
+  if (pending.empty()) return;
+  std::vector<LazyBuffer*> list(pending.begin(), pending.end());
+  std::vector<UOpPtr> roots;
+  for (LazyBuffer* lb : list) roots.push_back(lb->content_);
+  std::vector<UOpPtr> results = realize_all(roots);
+  for (size_t i = 0; i < list.size(); i++) list[i]->content_ = results[i];
+  pending.clear();
+}
+
+} // namespace tiny::runtime

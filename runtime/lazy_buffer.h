@@ -1,0 +1,80 @@
+#pragma once
+// LazyBuffer: what a torch storage on tiny owns (the storage model of DESIGN.md).
+//
+// Its content is a UOp: a flat (1-D) array of `numel()` elements of `dtype()`. Reads take a strided
+// view of the content; a write covering the whole storage replaces the content, and a write into a
+// region makes the content "old content with that region replaced" (ASSIGN). Nothing runs until
+// realize(), which realizes every pending LazyBuffer together.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "compiler/uop.h"
+
+namespace tiny::runtime {
+
+class Device;
+
+// A strided window onto a storage, in elements of `dtype` (torch's sizes, strides, storage_offset).
+struct StridedView {
+  Shape sizes;
+  Shape strides;
+  int64_t offset = 0;
+  DType dtype = DType::Float32;
+};
+
+class LazyBuffer {
+public:
+  LazyBuffer(Device& device, size_t nbytes);
+  ~LazyBuffer();
+  LazyBuffer(const LazyBuffer&) = delete;
+  LazyBuffer& operator=(const LazyBuffer&) = delete;
+
+  Device& device() const { return device_; }
+  size_t nbytes() const { return nbytes_; }
+
+  // The tensor `v` of this storage as a UOp of shape v.sizes and dtype v.dtype.
+  UOpPtr read(const StridedView& v);
+  // Writes `value` (shape v.sizes, dtype v.dtype) into the elements `v` names.
+  void write(const StridedView& v, const UOpPtr& value);
+  // Copies host memory into the elements `v` names (v is non-overlapping and dense in host memory
+  // order: `src` holds prod(v.sizes) elements in row-major order).
+  void write_host(const StridedView& v, const void* src);
+  // Realizes (everything pending, then) `v` and copies it to `dst` in row-major order.
+  void read_host(const StridedView& v, void* dst);
+
+  // True while the content is an unrealized graph.
+  bool pending() const;
+
+private:
+  friend void synchronize();
+  UOpPtr content_locked(DType dtype); // content as `dtype`, created empty on first use
+  Device& device_;
+  size_t nbytes_;
+  UOpPtr content_; // null until first use; flat array
+};
+
+// Realizes every pending LazyBuffer (one schedule).
+void synchronize();
+
+// Counters reported by torch.tiny.stats().
+struct Stats {
+  std::atomic<int64_t> kernels{0};    // kernels launched
+  std::atomic<int64_t> compiles{0};   // programs compiled (not found in memory or on disk)
+  std::atomic<int64_t> cache_hits{0}; // programs found in the memory or disk cache
+  std::atomic<int64_t> disk_hits{0};  // programs loaded from the disk cache
+  std::atomic<int64_t> syncs{0};      // realizes that ran at least one kernel
+  std::atomic<int64_t> fallbacks{0};  // CPU-fallback calls (counted by csrc)
+  std::atomic<int64_t> live_buffers{0};
+  std::atomic<int64_t> live_bytes{0};
+};
+Stats& stats();
+void reset_stats(); // clears the event counters (not live_*)
+
+// The lock that guards every lazy graph and the realize engine.
+std::recursive_mutex& graph_mutex();
+
+} // namespace tiny::runtime

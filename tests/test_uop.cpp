@@ -1,0 +1,111 @@
+#include <gtest/gtest.h>
+
+#include "compiler/rewrite.h"
+#include "compiler/uop.h"
+
+using namespace tiny;
+
+TEST(UOp, BuildingTheSameNodeTwiceReturnsTheSameObject) {
+  auto a = const_float(DType::Float32, 1.5);
+  auto b = const_float(DType::Float32, 1.5);
+  EXPECT_EQ(a.get(), b.get());
+  auto x = view(a, ShapeTracker::from_shape({}).reshape({1}).expand({4}));
+  auto s1 = alu(Ops::ADD, x, x);
+  auto s2 = alu(Ops::ADD, x, x);
+  EXPECT_EQ(s1.get(), s2.get());
+  EXPECT_NE(alu(Ops::MUL, x, x).get(), s1.get());
+}
+
+TEST(UOp, NodesLeaveTheInternTableWhenTheyDie) {
+  size_t before = live_uops();
+  {
+    auto c = const_int(DType::Int32, 123456789);
+    auto n = alu(Ops::NEG, view(c, ShapeTracker::from_shape({}).reshape({1}).expand({7})));
+    EXPECT_GT(live_uops(), before);
+  }
+  EXPECT_EQ(live_uops(), before);
+}
+
+TEST(UOp, ShapesAndDtypesAreDerived) {
+  auto buf = std::make_shared<BufferBase>(DType::Float32, 12);
+  auto b = buffer(buf);
+  EXPECT_EQ(b->shape, Shape({12}));
+  auto m = reshape(b, {3, 4});
+  EXPECT_EQ(m->shape, Shape({3, 4}));
+  auto t = view(m, ShapeTracker::from_shape({3, 4}).permute({1, 0}));
+  EXPECT_EQ(t->shape, Shape({4, 3}));
+  EXPECT_EQ(alu(Ops::CMPLT, t, t)->dtype, DType::Bool);
+  EXPECT_THROW(alu(Ops::ADD, m, t), std::invalid_argument);
+}
+
+TEST(View, ViewsOfViewsComposeIntoOneTracker) {
+  auto buf = std::make_shared<BufferBase>(DType::Float32, 24);
+  auto b = buffer(buf);
+  auto v = reshape(b, {2, 3, 4});
+  auto p = view(v, ShapeTracker::from_shape({2, 3, 4}).permute({2, 0, 1}));
+  ASSERT_EQ(p->op, Ops::VIEW);
+  EXPECT_EQ(p->src[0], b);
+  ASSERT_EQ(p->st().views.size(), 1u);
+  EXPECT_EQ(p->st().views[0].strides, Shape({1, 12, 4}));
+}
+
+TEST(View, ReshapeStridesFollowTorchViewRules) {
+  EXPECT_EQ(*reshape_strides({4, 6}, {6, 1}, {2, 2, 6}), Shape({12, 6, 1}));
+  EXPECT_EQ(*reshape_strides({4, 6}, {1, 4}, {4, 2, 3}), Shape({1, 12, 4}));
+  EXPECT_FALSE(reshape_strides({4, 6}, {1, 4}, {24}).has_value());
+}
+
+TEST(Rewrite, APatternMatcherRewritesBottomUpToAFixedPoint) {
+  // x * 1 -> x and x + 0 -> x as a two-rule matcher over float nodes
+  PatternMatcher pm("identities", {
+                                      {{Ops::MUL},
+                                       [](const UOpPtr& n) -> UOpPtr {
+                                         auto& c = n->src[1];
+                                         return c->is_const() && c->const_f() == 1.0 ? n->src[0] : nullptr;
+                                       }},
+                                      {{Ops::ADD},
+                                       [](const UOpPtr& n) -> UOpPtr {
+                                         auto& c = n->src[1];
+                                         return c->is_const() && c->const_f() == 0.0 ? n->src[0] : nullptr;
+                                       }},
+                                  });
+  auto x = UOp::make(Ops::DEFINE_VAR, DType::Float32, {}, int64_t{0});
+  auto e = UOp::make(Ops::ADD, DType::Float32,
+                     {UOp::make(Ops::MUL, DType::Float32, {x, const_float(DType::Float32, 1)}),
+                      const_float(DType::Float32, 0)});
+  EXPECT_EQ(graph_rewrite(e, pm), x);
+}
+
+namespace {
+UOpPtr range(int64_t end, int64_t axis) { return UOp::make(Ops::RANGE, kIndex, {idx_const(end)}, axis); }
+UOpPtr idiv(const UOpPtr& a, int64_t c) { return UOp::make(Ops::IDIV, kIndex, {a, idx_const(c)}); }
+UOpPtr imod(const UOpPtr& a, int64_t c) { return UOp::make(Ops::MOD, kIndex, {a, idx_const(c)}); }
+UOpPtr add(const UOpPtr& a, const UOpPtr& b) { return UOp::make(Ops::ADD, kIndex, {a, b}); }
+UOpPtr mul(const UOpPtr& a, int64_t c) { return UOp::make(Ops::MUL, kIndex, {a, idx_const(c)}); }
+} // namespace
+
+TEST(Symbolic, ConstantsFold) {
+  auto e = add(mul(idx_const(3), 4), idx_const(5));
+  EXPECT_EQ(graph_rewrite(e, symbolic), idx_const(17));
+}
+
+TEST(Symbolic, DivAndModOfInRangeValuesFold) {
+  auto r = range(8, 0);
+  EXPECT_EQ(graph_rewrite(idiv(r, 8), symbolic), idx_const(0));
+  EXPECT_EQ(graph_rewrite(imod(r, 8), symbolic), r);
+}
+
+TEST(Symbolic, AlignedTermsLeaveTheDivision) {
+  auto r0 = range(5, 0), r1 = range(4, 1);
+  auto flat = add(mul(r0, 4), r1); // r0*4 + r1, r1 < 4
+  EXPECT_EQ(graph_rewrite(idiv(flat, 4), symbolic), r0);
+  EXPECT_EQ(graph_rewrite(imod(flat, 4), symbolic), r1);
+}
+
+TEST(Symbolic, SplitDigitsRecombine) {
+  // (g / 4) * 4 + g % 4 == g, and ((g / 4) % 3) * 4 + g % 4 == g % 12: a reshape round trip
+  auto g = range(1000, 0);
+  EXPECT_EQ(graph_rewrite(add(mul(idiv(g, 4), 4), imod(g, 4)), symbolic), g);
+  auto e = add(mul(imod(idiv(g, 4), 3), 4), imod(g, 4));
+  EXPECT_EQ(graph_rewrite(e, symbolic), imod(g, 12));
+}
