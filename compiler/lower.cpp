@@ -164,21 +164,22 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
   if (value_in->shape != out_region.shape) throw std::logic_error("lower_kernel: value shape differs from region");
   UOpPtr value = graph_rewrite(value_in, push_views);
 
-  // Coalesce loops over every access: the output region and each view that reads a leaf.
+  // Coalesce loops over every access: the output region and each read at the kernel's own shape
+  // (views reached without passing through another view, and bare buffers).
   std::vector<const View*> accesses{&out_region};
-  std::vector<UOpPtr> nodes = toposort(value);
   ShapeTracker whole = ShapeTracker::from_shape(value->shape);
-  for (const UOpPtr& n : nodes)
+  std::vector<UOpPtr> stack{value};
+  std::unordered_map<const UOp*, bool> seen;
+  while (!stack.empty()) {
+    UOpPtr n = stack.back();
+    stack.pop_back();
+    if (seen[n.get()]) continue;
+    seen[n.get()] = true;
     if (n->op == Ops::VIEW) accesses.push_back(&n->st().views.back());
-  bool bare_buffer = false;
-  for (const UOpPtr& n : nodes)
-    if (n->op == Ops::BUFFER) {
-      bool under_view = false;
-      for (const UOpPtr& m : nodes)
-        if (m->op == Ops::VIEW && m->src[0] == n) under_view = true;
-      if (!under_view) bare_buffer = true;
-    }
-  if (bare_buffer) accesses.push_back(&whole.views[0]);
+    else if (n->op == Ops::BUFFER) accesses.push_back(&whole.views[0]);
+    else
+      for (const UOpPtr& s : n->src) stack.push_back(s);
+  }
   Shape loops = coalesced_shape(value->shape, accesses);
   ShapeTracker out_st{{out_region}};
   if (loops != value->shape) {

@@ -128,7 +128,9 @@ std::string render_unary(Ops op, DType dt, const std::string& a) {
   case Ops::ABS: return is_float(dt) ? math("fabs") : "(" + a + " < 0 ? -" + a + " : " + a + ")";
   case Ops::SQRT: return math("sqrt");
   case Ops::EXP: return math("exp");
+  case Ops::EXP2: return math("exp2");
   case Ops::LOG: return math("log");
+  case Ops::LOG2: return math("log2");
   case Ops::SIN: return math("sin");
   case Ops::COS: return math("cos");
   case Ops::TAN: return math("tan");

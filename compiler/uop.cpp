@@ -17,7 +17,7 @@ namespace tiny {
 namespace {
 
 constexpr const char* kOpNames[] = {
-    "BUFFER", "CONST", "DEFINE_VAR", "VIEW", "NEG", "NOT", "BITNOT", "ABS", "SQRT", "EXP", "LOG", "SIN", "COS",
+    "BUFFER", "CONST", "DEFINE_VAR", "VIEW", "NEG", "NOT", "BITNOT", "ABS", "SQRT", "EXP", "EXP2", "LOG", "LOG2", "SIN", "COS",
     "TAN", "TANH", "ERF", "FLOOR", "CEIL", "RINT", "TRUNC", "RECIP", "LOG1P", "EXPM1", "ADD", "SUB", "MUL",
     "FDIV", "IDIV", "MOD", "POW", "MAX", "MIN", "CMPLT", "CMPLE", "CMPEQ", "CMPNE", "AND", "OR", "XOR", "SHL",
     "SHR", "WHERE", "CAST", "BITCAST", "ASSIGN", "PARAM", "RANGE", "LOAD", "STORE", "SINK"};

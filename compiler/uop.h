@@ -24,7 +24,7 @@ enum class Ops : uint8_t {
   // Movement
   VIEW, // arg = ShapeTracker over src[0]
   // Unary ALU
-  NEG, NOT, BITNOT, ABS, SQRT, EXP, LOG, SIN, COS, TAN, TANH, ERF, FLOOR, CEIL, RINT, TRUNC, RECIP, LOG1P, EXPM1,
+  NEG, NOT, BITNOT, ABS, SQRT, EXP, EXP2, LOG, LOG2, SIN, COS, TAN, TANH, ERF, FLOOR, CEIL, RINT, TRUNC, RECIP, LOG1P, EXPM1,
   // Binary ALU
   ADD, SUB, MUL, FDIV, IDIV, MOD, POW, MAX, MIN, CMPLT, CMPLE, CMPEQ, CMPNE, AND, OR, XOR, SHL, SHR,
   // Ternary ALU

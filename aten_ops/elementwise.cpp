@@ -1,0 +1,410 @@
+// Elementwise ATen ops: one boxed kernel serves the functional, in-place and out= forms of every
+// op in the table below. torch's own TensorIterator checks the call (broadcasting, type promotion,
+// devices, out= resizing with its warning, overlap) and allocates the result; the table says how
+// the value is built from UOps.
+
+#include <ATen/ATen.h>
+#include <ATen/TensorIterator.h>
+#include <ATen/ScalarOps.h>
+#include <ATen/native/BinaryOps.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <unordered_map>
+
+#include "csrc/tensor_bridge.h"
+
+namespace tiny {
+namespace {
+
+// How torch computes the result dtype and checks out=, per op.
+enum class Kind {
+  Unary,       // result dtype = input dtype; out= must match
+  UnaryFloat,  // ints promote to the default float
+  UnaryBool,   // result is bool (isnan); out= any dtype
+  Binary,      // common dtype of the inputs; result must cast safely to out=
+  BinaryFloat, // as Binary, ints promote to the default float (true division)
+  Comparison,  // compares in the common dtype; result bool unless out= says otherwise
+  Where,       // where(cond, a, b)
+};
+
+struct Call {
+  const c10::FunctionSchema& schema;
+  std::vector<at::Tensor> tensors; // operands, scalars wrapped as 0-dim CPU tensors
+  std::unordered_map<std::string, c10::IValue> params;
+  std::vector<UOpPtr> in; // operands read, cast to the compute dtype, broadcast to the result shape
+  DType compute = DType::Float32;
+  Shape shape;
+
+  const UOpPtr& a() const { return in.at(0); }
+  const UOpPtr& b() const { return in.at(1); }
+  UOpPtr constant(const at::Scalar& s) const { return scalar_constant(s, compute, shape); }
+  UOpPtr constant(double v) const { return constant(at::Scalar(v)); }
+  UOpPtr zero() const { return is_float(compute) ? constant(0.0) : constant(at::Scalar(int64_t{0})); }
+  bool has(const std::string& n) const { return params.count(n) && !params.at(n).isNone(); }
+  std::string str(const std::string& n) const { return has(n) ? params.at(n).toStringRef() : ""; }
+};
+
+using Build = std::function<UOpPtr(const Call&)>;
+
+struct Op {
+  Kind kind;
+  Build build;
+  std::function<void(const Call&)> check = nullptr; // torch's op-specific argument checks
+};
+
+// ---- value builders ----
+
+UOpPtr un(Ops op, const UOpPtr& a) { return alu(op, a); }
+UOpPtr bin(Ops op, const UOpPtr& a, const UOpPtr& b) { return alu(op, a, b); }
+UOpPtr to_bool(const UOpPtr& x, const Call& c) { return x->dtype == DType::Bool ? x : bin(Ops::CMPNE, x, c.zero()); }
+
+Build unary(Ops op) {
+  return [op](const Call& c) { return un(op, c.a()); };
+}
+Build binary(Ops op) {
+  return [op](const Call& c) { return bin(op, c.a(), c.b()); };
+}
+
+// a + alpha * b (add, sub, rsub)
+Build with_alpha(Ops op, bool swap = false) {
+  return [op, swap](const Call& c) {
+    UOpPtr x = swap ? c.b() : c.a(), y = swap ? c.a() : c.b();
+    if (c.has("alpha")) {
+      at::Scalar alpha = c.params.at("alpha").toScalar();
+      bool one = alpha.isBoolean() ? alpha.toBool() : alpha.isIntegral(false) ? alpha.toLong() == 1 : alpha.toDouble() == 1.0;
+      if (!one) y = bin(Ops::MUL, y, c.constant(alpha));
+    }
+    return bin(op, x, y);
+  };
+}
+
+// torch's remainder: the sign of the divisor, (a fmod b) + b when the signs differ.
+UOpPtr remainder(const Call& c) {
+  UOpPtr mod = bin(Ops::MOD, c.a(), c.b());
+  UOpPtr z = c.zero();
+  UOpPtr fix = bin(Ops::AND, bin(Ops::CMPNE, mod, z), bin(Ops::CMPNE, bin(Ops::CMPLT, c.b(), z), bin(Ops::CMPLT, mod, z)));
+  return where(fix, bin(Ops::ADD, mod, c.b()), mod);
+}
+
+// torch's floor division: for floats it derives the quotient from fmod so it agrees with remainder.
+UOpPtr floor_divide(const Call& c) {
+  const UOpPtr &a = c.a(), &b = c.b();
+  UOpPtr z = c.zero();
+  if (!is_float(c.compute)) {
+    UOpPtr q = bin(Ops::IDIV, a, b), r = bin(Ops::MOD, a, b);
+    UOpPtr fix = bin(Ops::AND, bin(Ops::CMPNE, r, z), bin(Ops::CMPNE, bin(Ops::CMPLT, r, z), bin(Ops::CMPLT, b, z)));
+    return where(fix, bin(Ops::SUB, q, c.constant(at::Scalar(int64_t{1}))), q);
+  }
+  UOpPtr mod = bin(Ops::MOD, a, b);
+  UOpPtr div = bin(Ops::FDIV, bin(Ops::SUB, a, mod), b);
+  UOpPtr fix = bin(Ops::AND, bin(Ops::CMPNE, mod, z), bin(Ops::CMPNE, bin(Ops::CMPLT, b, z), bin(Ops::CMPLT, mod, z)));
+  div = where(fix, bin(Ops::SUB, div, c.constant(1.0)), div);
+  UOpPtr fl = un(Ops::FLOOR, div);
+  fl = where(bin(Ops::CMPLT, c.constant(0.5), bin(Ops::SUB, div, fl)), bin(Ops::ADD, fl, c.constant(1.0)), fl);
+  return where(bin(Ops::CMPEQ, b, z), bin(Ops::FDIV, a, b), fl);
+}
+
+UOpPtr divide(const Call& c) {
+  std::string mode = c.str("rounding_mode");
+  if (mode == "trunc") return is_float(c.compute) ? un(Ops::TRUNC, bin(Ops::FDIV, c.a(), c.b())) : bin(Ops::IDIV, c.a(), c.b());
+  if (mode == "floor") return floor_divide(c);
+  return bin(Ops::FDIV, c.a(), c.b());
+}
+
+UOpPtr sign(const Call& c) {
+  if (c.compute == DType::Bool) return c.a();
+  UOpPtr z = c.zero();
+  return bin(Ops::SUB, cast(bin(Ops::CMPLT, z, c.a()), c.compute), cast(bin(Ops::CMPLT, c.a(), z), c.compute));
+}
+
+// floor, ceil, round, trunc leave integers as they are.
+Build rounding(Ops op) {
+  return [op](const Call& c) {
+    if (!is_float(c.compute)) return c.a();
+    if (op == Ops::RINT && c.has("decimals")) {
+      int64_t d = c.params.at("decimals").toInt();
+      UOpPtr scale = c.constant(std::pow(10.0, static_cast<double>(std::llabs(d))));
+      // torch: round(x * 10^d) / 10^d, and round(x / 10^-d) * 10^-d for negative d
+      if (d >= 0) return bin(Ops::FDIV, un(Ops::RINT, bin(Ops::MUL, c.a(), scale)), scale);
+      return bin(Ops::MUL, un(Ops::RINT, bin(Ops::FDIV, c.a(), scale)), scale);
+    }
+    return un(op, c.a());
+  };
+}
+
+UOpPtr clamp(const Call& c) {
+  // operands: self, then min and max when given (torch's NaN-propagating max/min)
+  UOpPtr x = c.a();
+  size_t i = 1;
+  if (c.has("min")) x = bin(Ops::MAX, x, c.in.at(i++));
+  if (c.has("max")) x = bin(Ops::MIN, x, c.in.at(i++));
+  return x;
+}
+
+UOpPtr logical(Ops op, const Call& c) { return bin(op, to_bool(c.a(), c), to_bool(c.b(), c)); }
+
+void check_not_float(const Call& c, const char* name) {
+  TORCH_CHECK(!is_float(c.compute), "\"", name, "_cpu\" not implemented for '", to_scalar_type(c.compute), "'");
+}
+
+void check_sub(const Call& c) {
+  at::native::sub_check(c.tensors.at(0), c.tensors.at(1));
+  if (c.has("alpha")) at::native::alpha_check(to_scalar_type(c.compute), c.params.at("alpha").toScalar());
+}
+
+void check_alpha(const Call& c) {
+  if (c.has("alpha")) at::native::alpha_check(to_scalar_type(c.compute), c.params.at("alpha").toScalar());
+}
+
+const std::unordered_map<std::string, Op>& table() {
+  using K = Kind;
+  static const std::unordered_map<std::string, Op> t = {
+      {"add", {K::Binary, with_alpha(Ops::ADD), check_alpha}},
+      {"sub", {K::Binary, with_alpha(Ops::SUB), check_sub}},
+      {"rsub", {K::Binary, with_alpha(Ops::SUB, true), [](const Call& c) {
+                  at::native::sub_check(c.tensors.at(1), c.tensors.at(0));
+                  check_alpha(c);
+                }}},
+      {"mul", {K::Binary, binary(Ops::MUL)}},
+      {"div", {K::BinaryFloat, divide}},
+      {"floor_divide", {K::Binary, floor_divide}},
+      {"remainder", {K::Binary, remainder}},
+      {"fmod", {K::Binary, binary(Ops::MOD)}},
+      {"pow", {K::Binary, binary(Ops::POW), [](const Call& c) {
+                 if (c.schema.overload_name().rfind("Tensor_Scalar", 0) == 0 && !is_float(c.compute)) {
+                   at::Scalar e = c.params.at("exponent").toScalar();
+                   TORCH_CHECK(!(e.isIntegral(false) && e.toLong() < 0),
+                               "Integers to negative integer powers are not allowed.");
+                 }
+               }}},
+      {"maximum", {K::Binary, binary(Ops::MAX)}},
+      {"minimum", {K::Binary, binary(Ops::MIN)}},
+      {"clamp", {K::Binary, clamp, [](const Call& c) {
+                   TORCH_CHECK(c.has("min") || c.has("max"), "torch.clamp: At least one of 'min' or 'max' must not be None");
+                 }}},
+      {"clamp_min", {K::Binary, binary(Ops::MAX)}},
+      {"clamp_max", {K::Binary, binary(Ops::MIN)}},
+      {"relu", {K::Unary, [](const Call& c) { return bin(Ops::MAX, c.a(), c.zero()); },
+                [](const Call& c) { TORCH_CHECK(c.compute != DType::Bool, "Boolean inputs not supported for relu"); }}},
+      {"neg", {K::Unary, unary(Ops::NEG), [](const Call& c) {
+                 TORCH_CHECK(c.compute != DType::Bool,
+                             "Negation, the `-` operator, on a bool tensor is not supported. If you are trying to invert "
+                             "a mask, use the `~` or `logical_not()` operator instead.");
+               }}},
+      {"abs", {K::Unary, [](const Call& c) { return c.compute == DType::Bool ? c.a() : un(Ops::ABS, c.a()); }}},
+      {"sign", {K::Unary, sign}},
+      {"floor", {K::Unary, rounding(Ops::FLOOR)}},
+      {"ceil", {K::Unary, rounding(Ops::CEIL)}},
+      {"round", {K::Unary, rounding(Ops::RINT)}},
+      {"trunc", {K::Unary, rounding(Ops::TRUNC)}},
+      {"exp", {K::UnaryFloat, unary(Ops::EXP)}},
+      {"exp2", {K::UnaryFloat, unary(Ops::EXP2)}},
+      {"log", {K::UnaryFloat, unary(Ops::LOG)}},
+      {"log2", {K::UnaryFloat, unary(Ops::LOG2)}},
+      {"log1p", {K::UnaryFloat, unary(Ops::LOG1P)}},
+      {"expm1", {K::UnaryFloat, unary(Ops::EXPM1)}},
+      {"sqrt", {K::UnaryFloat, unary(Ops::SQRT)}},
+      {"rsqrt", {K::UnaryFloat, [](const Call& c) { return un(Ops::RECIP, un(Ops::SQRT, c.a())); }}},
+      {"reciprocal", {K::UnaryFloat, unary(Ops::RECIP)}},
+      {"sin", {K::UnaryFloat, unary(Ops::SIN)}},
+      {"cos", {K::UnaryFloat, unary(Ops::COS)}},
+      {"tan", {K::UnaryFloat, unary(Ops::TAN)}},
+      {"tanh", {K::UnaryFloat, unary(Ops::TANH)}},
+      {"erf", {K::UnaryFloat, unary(Ops::ERF)}},
+      {"sigmoid", {K::UnaryFloat, [](const Call& c) {
+                     return un(Ops::RECIP, bin(Ops::ADD, c.constant(1.0), un(Ops::EXP, un(Ops::NEG, c.a()))));
+                   }}},
+      {"isnan", {K::UnaryBool, [](const Call& c) { return bin(Ops::CMPNE, c.a(), c.a()); }}},
+      {"eq", {K::Comparison, binary(Ops::CMPEQ)}},
+      {"ne", {K::Comparison, binary(Ops::CMPNE)}},
+      {"lt", {K::Comparison, binary(Ops::CMPLT)}},
+      {"le", {K::Comparison, binary(Ops::CMPLE)}},
+      {"gt", {K::Comparison, [](const Call& c) { return bin(Ops::CMPLT, c.b(), c.a()); }}},
+      {"ge", {K::Comparison, [](const Call& c) { return bin(Ops::CMPLE, c.b(), c.a()); }}},
+      {"logical_and", {K::Comparison, [](const Call& c) { return logical(Ops::AND, c); }}},
+      {"logical_or", {K::Comparison, [](const Call& c) { return logical(Ops::OR, c); }}},
+      {"logical_xor", {K::Comparison, [](const Call& c) { return logical(Ops::XOR, c); }}},
+      {"logical_not", {K::UnaryBool, [](const Call& c) { return un(Ops::NOT, to_bool(c.a(), c)); }}},
+      {"bitwise_and", {K::Binary, binary(Ops::AND), [](const Call& c) { check_not_float(c, "bitwise_and"); }}},
+      {"bitwise_or", {K::Binary, binary(Ops::OR), [](const Call& c) { check_not_float(c, "bitwise_or"); }}},
+      {"bitwise_xor", {K::Binary, binary(Ops::XOR), [](const Call& c) { check_not_float(c, "bitwise_xor"); }}},
+      {"bitwise_not", {K::Unary, [](const Call& c) { return un(Ops::BITNOT, c.a()); },
+                       [](const Call& c) { check_not_float(c, "bitwise_not"); }}},
+      {"bitwise_left_shift", {K::Binary, binary(Ops::SHL), [](const Call& c) { check_not_float(c, "lshift"); }}},
+      {"bitwise_right_shift", {K::Binary, binary(Ops::SHR), [](const Call& c) { check_not_float(c, "rshift"); }}},
+      {"__lshift__", {K::Binary, binary(Ops::SHL), [](const Call& c) { check_not_float(c, "lshift"); }}},
+      {"__rshift__", {K::Binary, binary(Ops::SHR), [](const Call& c) { check_not_float(c, "rshift"); }}},
+      {"where", {K::Where, [](const Call& c) { return where(c.in.at(0), c.in.at(1), c.in.at(2)); }}},
+  };
+  return t;
+}
+
+// The op family of a schema name: aten::add_ and aten::add.out are both "add"; __ilshift__ is __lshift__.
+std::string family(const c10::FunctionSchema& s) {
+  std::string n = s.name().substr(s.name().find("::") + 2);
+  if (n == "__ilshift__") return "__lshift__";
+  if (n == "__irshift__") return "__rshift__";
+  if (n.size() > 1 && n.back() == '_' && n[n.size() - 2] != '_') n.pop_back();
+  return n;
+}
+
+bool is_operand(const std::string& name) {
+  return name == "self" || name == "other" || name == "exponent" || name == "min" || name == "max" ||
+         name == "condition";
+}
+
+at::Tensor wrap_scalar(const at::Scalar& s) {
+  at::Tensor t = at::scalar_to_tensor(s);
+  t.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return t;
+}
+
+// TensorIterator with torch's configuration for the kind; it allocates the result when `out` is
+// undefined and resizes (with torch's warning) a given out=.
+at::TensorIterator make_iterator(Kind kind, const at::Tensor& out, const std::vector<at::Tensor>& ins) {
+  at::TensorIteratorConfig cfg;
+  cfg.set_check_mem_overlap(true).allow_cpu_scalars(true);
+  cfg.add_output(out);
+  for (const at::Tensor& t : ins) cfg.add_const_input(t);
+  switch (kind) {
+  case Kind::Unary: cfg.check_all_same_dtype(true); break;
+  case Kind::UnaryBool: cfg.check_all_same_dtype(false); break;
+  case Kind::UnaryFloat:
+  case Kind::BinaryFloat:
+  case Kind::Binary:
+    cfg.promote_inputs_to_common_dtype(true).cast_common_dtype_to_outputs(true).enforce_safe_casting_to_output(true);
+    if (kind != Kind::Binary) cfg.promote_integer_inputs_to_float(true);
+    break;
+  case Kind::Comparison:
+    cfg.promote_inputs_to_common_dtype(true);
+    if (!out.defined()) cfg.declare_static_dtype(at::kBool);
+    if (out.defined() && out.scalar_type() != at::kBool) cfg.cast_common_dtype_to_outputs(true);
+    break;
+  case Kind::Where: cfg.check_all_same_dtype(false); break;
+  }
+  return cfg.build();
+}
+
+// A tensor operand as a UOp of the result shape in the compute dtype.
+UOpPtr operand(const at::Tensor& t, DType compute, const Shape& shape) {
+  if (!t.is_privateuseone()) {
+    TORCH_CHECK(t.dim() == 0, "Expected all tensors to be on the same device, but found at least two devices, ",
+                t.device(), " and tiny:0!");
+    return scalar_constant(t.item(), compute, shape);
+  }
+  UOpPtr v = cast(read(t), compute);
+  Shape padded(shape.size() - v->shape.size(), 1);
+  padded.insert(padded.end(), v->shape.begin(), v->shape.end());
+  return expand(reshape(v, padded), shape);
+}
+
+// torch computes float16/bfloat16 ops in float32 and rounds once at the end.
+DType opmath(DType dt) { return dt == DType::Float16 || dt == DType::BFloat16 ? DType::Float32 : dt; }
+
+void elementwise_kernel(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
+  const c10::FunctionSchema& schema = handle.schema();
+  const Op& op = table().at(family(schema));
+  size_t nargs = schema.arguments().size();
+  auto args = torch::jit::last(*stack, nargs);
+
+  Call call{schema, {}, {}, {}, DType::Float32, {}};
+  at::Tensor out;
+  bool inplace = false;
+  for (size_t i = 0; i < nargs; i++) {
+    const c10::Argument& arg = schema.arguments()[i];
+    const c10::IValue& v = args[i];
+    bool writes = arg.alias_info() && arg.alias_info()->isWrite();
+    if (writes) {
+      out = v.toTensor();
+      inplace = arg.name() == "self";
+      if (!inplace) continue;
+    }
+    if (is_operand(arg.name())) {
+      call.params[arg.name()] = v;
+      if (v.isTensor()) call.tensors.push_back(v.toTensor());
+      else if (v.isScalar()) call.tensors.push_back(wrap_scalar(v.toScalar()));
+    } else {
+      call.params[arg.name()] = v;
+    }
+  }
+
+  at::Tensor result;
+  if (op.kind == Kind::Where) {
+    const at::Tensor &cond = call.tensors.at(0), &a = call.tensors.at(1), &b = call.tensors.at(2);
+    TORCH_CHECK(cond.scalar_type() == at::kBool,
+                "where expected condition to be a boolean tensor, but got a tensor with dtype ", cond.scalar_type());
+    at::ScalarType rt = at::result_type(a, b);
+    if (out.defined()) {
+      TORCH_CHECK(out.scalar_type() == rt, "Expected out type to be ", rt, " but got ", out.scalar_type());
+    } else {
+      out = empty_tiny({0}, rt, cond.is_privateuseone() ? cond.device() : a.is_privateuseone() ? a.device() : b.device());
+    }
+    auto iter = make_iterator(op.kind, out, call.tensors);
+    result = iter.output();
+    call.compute = opmath(to_tiny_dtype(rt));
+  } else {
+    if (op.kind == Kind::UnaryBool && !out.defined())
+      out = empty_tiny({0}, at::kBool, call.tensors.at(0).device());
+    auto iter = make_iterator(op.kind, out, call.tensors);
+    result = iter.output();
+    at::ScalarType common = op.kind == Kind::Unary || op.kind == Kind::UnaryBool ? call.tensors.at(0).scalar_type()
+                                                                                  : iter.common_dtype();
+    call.compute = opmath(to_tiny_dtype(common));
+  }
+  if (op.check) op.check(call);
+  call.shape = to_shape(result.sizes());
+  for (size_t i = 0; i < call.tensors.size(); i++) {
+    // where's condition stays bool; every other operand is read in the compute dtype
+    DType dt = op.kind == Kind::Where && i == 0 ? DType::Bool : call.compute;
+    call.in.push_back(operand(call.tensors[i], dt, call.shape));
+  }
+  if (result.numel() > 0) write(result, cast(op.build(call), to_tiny_dtype(result.scalar_type())));
+
+  torch::jit::drop(*stack, nargs);
+  torch::jit::push(*stack, inplace || out.defined() ? (inplace ? call.tensors.at(0) : out) : result);
+}
+
+// Every overload registered here reaches elementwise_kernel; ops torch implements as
+// CompositeExplicitAutograd on top of these (add.Scalar, abs, logical_and, ...) need no entry.
+constexpr const char* kOverloads[] = {
+    "add.Tensor", "add_.Tensor", "add.out", "sub.Tensor", "sub_.Tensor", "sub.out", "rsub.Tensor", "mul.Tensor",
+    "mul_.Tensor", "mul.out", "div.Tensor", "div_.Tensor", "div.out", "div.Tensor_mode", "div_.Tensor_mode",
+    "div.out_mode", "floor_divide", "floor_divide_.Tensor", "floor_divide.out", "remainder.Tensor",
+    "remainder_.Tensor", "remainder.Tensor_out", "remainder.Scalar_Tensor", "fmod.Tensor", "fmod_.Tensor",
+    "fmod.Tensor_out", "pow.Tensor_Tensor", "pow.Tensor_Scalar", "pow.Scalar", "pow.Tensor_Tensor_out",
+    "pow.Scalar_out", "pow.Tensor_Scalar_out", "pow_.Scalar", "pow_.Tensor", "maximum", "maximum.out", "minimum",
+    "minimum.out", "clamp", "clamp.Tensor", "clamp.out", "clamp.Tensor_out", "clamp_", "clamp_.Tensor",
+    "clamp_min", "clamp_min.Tensor", "clamp_min.out", "clamp_min.Tensor_out", "clamp_min_", "clamp_min_.Tensor",
+    "clamp_max", "clamp_max.Tensor", "clamp_max.out", "clamp_max.Tensor_out", "clamp_max_", "clamp_max_.Tensor",
+    "relu", "relu_", "neg", "neg.out", "neg_", "abs.out", "sign", "sign.out", "sign_", "floor", "floor.out",
+    "floor_", "ceil", "ceil.out", "ceil_", "round", "round.out", "round_", "round.decimals", "round.decimals_out",
+    "round_.decimals", "trunc", "trunc.out", "trunc_", "exp", "exp.out", "exp_", "exp2", "exp2.out", "exp2_", "log",
+    "log.out", "log_", "log2", "log2.out", "log2_", "log1p", "log1p.out", "log1p_", "expm1", "expm1.out", "expm1_",
+    "sqrt", "sqrt.out", "sqrt_", "rsqrt", "rsqrt.out", "rsqrt_", "reciprocal", "reciprocal.out", "reciprocal_",
+    "sin", "sin.out", "sin_", "cos", "cos.out", "cos_", "tan", "tan.out", "tan_", "tanh", "tanh.out", "tanh_",
+    "erf", "erf.out", "erf_", "sigmoid", "sigmoid.out", "sigmoid_", "isnan", "eq.Tensor", "eq.Scalar",
+    "eq.Tensor_out", "eq.Scalar_out", "eq_.Tensor", "eq_.Scalar", "ne.Tensor", "ne.Scalar", "ne.Tensor_out",
+    "ne.Scalar_out", "ne_.Tensor", "ne_.Scalar", "lt.Tensor", "lt.Scalar", "lt.Tensor_out", "lt.Scalar_out",
+    "lt_.Tensor", "lt_.Scalar", "le.Tensor", "le.Scalar", "le.Tensor_out", "le.Scalar_out", "le_.Tensor",
+    "le_.Scalar", "gt.Tensor", "gt.Scalar", "gt.Tensor_out", "gt.Scalar_out", "gt_.Tensor", "gt_.Scalar",
+    "ge.Tensor", "ge.Scalar", "ge.Tensor_out", "ge.Scalar_out", "ge_.Tensor", "ge_.Scalar", "logical_and.out",
+    "logical_or.out", "logical_xor.out", "logical_not.out", "bitwise_and.Tensor", "bitwise_and.Tensor_out",
+    "bitwise_and_.Tensor", "bitwise_or.Tensor", "bitwise_or.Tensor_out", "bitwise_or_.Tensor",
+    "bitwise_xor.Tensor", "bitwise_xor.Tensor_out", "bitwise_xor_.Tensor", "bitwise_not", "bitwise_not.out",
+    "bitwise_not_", "bitwise_left_shift.Tensor", "bitwise_left_shift.Tensor_out", "bitwise_left_shift_.Tensor",
+    "bitwise_right_shift.Tensor", "bitwise_right_shift.Tensor_out", "bitwise_right_shift_.Tensor",
+    "__lshift__.Tensor", "__lshift__.Scalar", "__rshift__.Tensor", "__rshift__.Scalar", "__ilshift__.Tensor",
+    "__ilshift__.Scalar", "__irshift__.Tensor", "__irshift__.Scalar", "where.self", "where.self_out",
+};
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  for (const char* name : kOverloads) m.impl(name, torch::CppFunction::makeFromBoxedFunction<&elementwise_kernel>());
+}
+
+} // namespace tiny
