@@ -332,8 +332,22 @@ void elementwise_kernel(const c10::OperatorHandle& handle, torch::jit::Stack* st
     }
   }
 
+  // TensorIterator takes one CPU scalar; further scalar operands (clamp(x, lo, hi)) ride along as
+  // wrapped numbers on tiny, holding a constant.
+  int cpu_scalars = 0;
+  for (at::Tensor& t : call.tensors) {
+    if (t.is_privateuseone() || t.dim() != 0 || cpu_scalars++ == 0) continue;
+    c10::Device dev = call.tensors.at(0).is_privateuseone() ? call.tensors.at(0).device() : out.device();
+    at::Tensor w = empty_tiny({}, t.scalar_type(), dev);
+    write(w, scalar_constant(t.item(), to_tiny_dtype(t.scalar_type())));
+    w.unsafeGetTensorImpl()->set_wrapped_number(t.unsafeGetTensorImpl()->is_wrapped_number());
+    t = w;
+  }
+  // torch's div promotes ints to float only without a rounding mode
+  Kind kind = op.kind == Kind::BinaryFloat && call.has("rounding_mode") ? Kind::Binary : op.kind;
+
   at::Tensor result;
-  if (op.kind == Kind::Where) {
+  if (kind == Kind::Where) {
     const at::Tensor &cond = call.tensors.at(0), &a = call.tensors.at(1), &b = call.tensors.at(2);
     TORCH_CHECK(cond.scalar_type() == at::kBool,
                 "where expected condition to be a boolean tensor, but got a tensor with dtype ", cond.scalar_type());
@@ -343,23 +357,22 @@ void elementwise_kernel(const c10::OperatorHandle& handle, torch::jit::Stack* st
     } else {
       out = empty_tiny({0}, rt, cond.is_privateuseone() ? cond.device() : a.is_privateuseone() ? a.device() : b.device());
     }
-    auto iter = make_iterator(op.kind, out, call.tensors);
+    auto iter = make_iterator(kind, out, call.tensors);
     result = iter.output();
     call.compute = opmath(to_tiny_dtype(rt));
   } else {
-    if (op.kind == Kind::UnaryBool && !out.defined())
-      out = empty_tiny({0}, at::kBool, call.tensors.at(0).device());
-    auto iter = make_iterator(op.kind, out, call.tensors);
+    if (kind == Kind::UnaryBool && !out.defined()) out = empty_tiny({0}, at::kBool, call.tensors.at(0).device());
+    auto iter = make_iterator(kind, out, call.tensors);
     result = iter.output();
-    at::ScalarType common = op.kind == Kind::Unary || op.kind == Kind::UnaryBool ? call.tensors.at(0).scalar_type()
-                                                                                  : iter.common_dtype();
+    at::ScalarType common =
+        kind == Kind::Unary || kind == Kind::UnaryBool ? call.tensors.at(0).scalar_type() : iter.common_dtype();
     call.compute = opmath(to_tiny_dtype(common));
   }
   if (op.check) op.check(call);
   call.shape = to_shape(result.sizes());
   for (size_t i = 0; i < call.tensors.size(); i++) {
     // where's condition stays bool; every other operand is read in the compute dtype
-    DType dt = op.kind == Kind::Where && i == 0 ? DType::Bool : call.compute;
+    DType dt = kind == Kind::Where && i == 0 ? DType::Bool : call.compute;
     call.in.push_back(operand(call.tensors[i], dt, call.shape));
   }
   if (result.numel() > 0) write(result, cast(op.build(call), to_tiny_dtype(result.scalar_type())));
