@@ -108,6 +108,12 @@ UOpPtr floor_divide(const Call& c) {
   return where(bin(Ops::CMPEQ, b, z), bin(Ops::FDIV, a, b), fl);
 }
 
+void check_rounding_mode(const Call& c) {
+  std::string mode = c.str("rounding_mode");
+  TORCH_CHECK(!c.has("rounding_mode") || mode == "trunc" || mode == "floor",
+              "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '", mode, "'");
+}
+
 UOpPtr divide(const Call& c) {
   std::string mode = c.str("rounding_mode");
   if (mode == "trunc") return is_float(c.compute) ? un(Ops::TRUNC, bin(Ops::FDIV, c.a(), c.b())) : bin(Ops::IDIV, c.a(), c.b());
@@ -148,7 +154,8 @@ UOpPtr clamp(const Call& c) {
 UOpPtr logical(Ops op, const Call& c) { return bin(op, to_bool(c.a(), c), to_bool(c.b(), c)); }
 
 void check_not_float(const Call& c, const char* name) {
-  TORCH_CHECK(!is_float(c.compute), "\"", name, "_cpu\" not implemented for '", to_scalar_type(c.compute), "'");
+  TORCH_CHECK_NOT_IMPLEMENTED(!is_float(c.compute), "\"", name, "_cpu\" not implemented for '",
+                              to_scalar_type(c.compute), "'");
 }
 
 void check_sub(const Call& c) {
@@ -170,7 +177,7 @@ const std::unordered_map<std::string, Op>& table() {
                   check_alpha(c);
                 }}},
       {"mul", {K::Binary, binary(Ops::MUL)}},
-      {"div", {K::BinaryFloat, divide}},
+      {"div", {K::BinaryFloat, divide, check_rounding_mode}},
       {"floor_divide", {K::Binary, floor_divide}},
       {"remainder", {K::Binary, remainder}},
       {"fmod", {K::Binary, binary(Ops::MOD)}},
@@ -191,7 +198,7 @@ const std::unordered_map<std::string, Op>& table() {
       {"relu", {K::Unary, [](const Call& c) { return bin(Ops::MAX, c.a(), c.zero()); },
                 [](const Call& c) { TORCH_CHECK(c.compute != DType::Bool, "Boolean inputs not supported for relu"); }}},
       {"neg", {K::Unary, unary(Ops::NEG), [](const Call& c) {
-                 TORCH_CHECK(c.compute != DType::Bool,
+                 TORCH_CHECK_NOT_IMPLEMENTED(c.compute != DType::Bool,
                              "Negation, the `-` operator, on a bool tensor is not supported. If you are trying to invert "
                              "a mask, use the `~` or `logical_not()` operator instead.");
                }}},

@@ -119,9 +119,10 @@ void LazyBuffer::write(const StridedView& v, const UOpPtr& value) {
 
 void LazyBuffer::write_host(const StridedView& v, const void* src) {
   std::lock_guard lock(graph_mutex());
-  UOpPtr c = content_locked(v.dtype);
   int64_t n = prod(v.sizes);
   if (n == 0) return;
+  if (content_ && itemsize(content_->dtype) != itemsize(v.dtype)) return write_host_bytes(v, src);
+  UOpPtr c = content_locked(v.dtype);
   auto staging = std::make_shared<Buffer>(device_, c->dtype, n);
   device_.allocator().copy_in(staging->ptr(), src, staging->nbytes());
   UOpPtr b = buffer(staging);
@@ -133,9 +134,43 @@ void LazyBuffer::write_host(const StridedView& v, const void* src) {
   write(v, bitcast(reshape(b, v.sizes), v.dtype));
 }
 
+// Storage-level copies (torch.save, UntypedStorage.copy_) see the storage as bytes: a contiguous
+// window of another element size is copied byte for byte into a new buffer of the content's type.
+void LazyBuffer::write_host_bytes(const StridedView& v, const void* src) {
+  if (!is_contiguous_window(v))
+    throw std::runtime_error("tiny: a strided write of " + std::string(name(v.dtype)) + " into a storage of " +
+                             std::string(name(content_->dtype)) + " is not supported yet");
+  size_t begin = static_cast<size_t>(v.offset) * itemsize(v.dtype), len = prod(v.sizes) * itemsize(v.dtype);
+  if (begin + len > nbytes_) throw std::out_of_range("tiny: write past the end of the storage");
+  std::vector<char> bytes(nbytes_);
+  if (begin > 0 || len < nbytes_) copy_out_bytes(bytes.data());
+  std::memcpy(bytes.data() + begin, src, len);
+  auto buf = std::make_shared<Buffer>(device_, content_->dtype, content_->shape[0]);
+  device_.allocator().copy_in(buf->ptr(), bytes.data(), buf->nbytes());
+  content_ = buffer(buf);
+  pending_set().erase(this);
+}
+
+void LazyBuffer::copy_out_bytes(void* dst) {
+  synchronize();
+  auto buf = std::static_pointer_cast<Buffer>(content_->buffer());
+  device_.allocator().copy_out(dst, buf->ptr(), buf->nbytes());
+}
+
 void LazyBuffer::read_host(const StridedView& v, void* dst) {
   std::lock_guard lock(graph_mutex());
   if (prod(v.sizes) == 0) return;
+  if (content_ && itemsize(content_->dtype) != itemsize(v.dtype)) {
+    if (!is_contiguous_window(v))
+      throw std::runtime_error("tiny: a strided read of " + std::string(name(v.dtype)) + " from a storage of " +
+                               std::string(name(content_->dtype)) + " is not supported yet");
+    size_t begin = static_cast<size_t>(v.offset) * itemsize(v.dtype), len = prod(v.sizes) * itemsize(v.dtype);
+    if (begin + len > nbytes_) throw std::out_of_range("tiny: read past the end of the storage");
+    std::vector<char> bytes(nbytes_);
+    copy_out_bytes(bytes.data());
+    std::memcpy(dst, bytes.data() + begin, len);
+    return;
+  }
   synchronize();
   UOpPtr r = read(v);
   if (r->op == Ops::BITCAST) r = r->src[0];

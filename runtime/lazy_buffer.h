@@ -41,7 +41,8 @@ public:
   // Writes `value` (shape v.sizes, dtype v.dtype) into the elements `v` names.
   void write(const StridedView& v, const UOpPtr& value);
   // Copies host memory into the elements `v` names (v is non-overlapping and dense in host memory
-  // order: `src` holds prod(v.sizes) elements in row-major order).
+  // order: `src` holds prod(v.sizes) elements in row-major order). A dtype of another element size
+  // than the content's (torch's byte-level storage copies) works for contiguous windows.
   void write_host(const StridedView& v, const void* src);
   // Realizes (everything pending, then) `v` and copies it to `dst` in row-major order.
   void read_host(const StridedView& v, void* dst);
@@ -52,6 +53,8 @@ public:
 private:
   friend void synchronize();
   UOpPtr content_locked(DType dtype); // content as `dtype`, created empty on first use
+  void write_host_bytes(const StridedView& v, const void* src);
+  void copy_out_bytes(void* dst); // the whole storage, realized
   Device& device_;
   size_t nbytes_;
   UOpPtr content_; // null until first use; flat array

@@ -1,0 +1,82 @@
+# tiny: the two commands are `make demo` and `make test`. Each installs what is missing (Debian packages,
+# the .venv), builds (the core with CMake, then the torch extension), and runs. Run again, they skip what
+# is already installed and built. Internal targets: setup, build, format, lint, clean.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := build
+
+PY := .venv/bin/python
+PIP := .venv/bin/pip
+JOBS ?= $(shell nproc)
+STAMPS := build/stamps
+
+APT_PACKAGES := g++ cmake ninja-build ccache libgtest-dev clang dataset-fashion-mnist
+PIP_PACKAGES := torch==2.14.1 torchvision==0.29.1 pytest ruff numpy ninja
+SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+CXX_SOURCES = $(wildcard compiler/*.h compiler/*.cpp runtime/*.h runtime/*.cpp csrc/*.h csrc/*.cpp \
+                         aten_ops/*.h aten_ops/*.cpp tests/*.h tests/*.cpp)
+
+.PHONY: demo test build setup core extension format lint clean
+
+demo: build
+	$(PY) examples/demo.py
+
+test: build
+	ctest --test-dir build/cmake --output-on-failure
+	$(PY) -m pytest -q torch_tests || [ $$? -eq 5 ]  # 5: no tests collected
+
+build: setup core extension
+
+setup: $(STAMPS)/apt $(STAMPS)/venv $(STAMPS)/editable
+
+# Debian packages, installed only when absent; python3-venv and python3-dev only when this python3
+# cannot make a venv or lacks its headers.
+$(STAMPS)/apt:
+	@missing=""; \
+	for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	python3 -c 'import ensurepip' >/dev/null 2>&1 || missing="$$missing python3-venv"; \
+	python3 -c 'import os, sysconfig; assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' \
+	  >/dev/null 2>&1 || missing="$$missing python3-dev"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  $(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; \
+	fi
+	@mkdir -p $(STAMPS) && touch $@
+
+$(STAMPS)/venv: $(STAMPS)/apt
+	@[ -x $(PY) ] || python3 -m venv .venv
+	@TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PY) -c 'import torch, torchvision, pytest, numpy, ninja; \
+	  assert torch.__version__.split("+")[0] == "2.14.1" and torchvision.__version__.split("+")[0] == "0.29.1"' \
+	  >/dev/null 2>&1 && [ -x .venv/bin/ruff ] || $(PIP) install $(PIP_PACKAGES)
+	@touch $@
+
+# Development mode, for the torch.backends entry point (autoload at `import torch`). The extension itself
+# is built in place by `extension`, incrementally.
+$(STAMPS)/editable: setup.py pyproject.toml $(STAMPS)/venv
+	TORCH_DEVICE_BACKEND_AUTOLOAD=0 TINY_SKIP_EXTENSION=1 $(PIP) install -q --no-build-isolation --no-deps -e .
+	@touch $@
+
+build/cmake/build.ninja: | $(STAMPS)/apt
+	cmake -S . -B build/cmake -G Ninja
+
+core: $(STAMPS)/apt build/cmake/build.ninja
+	cmake --build build/cmake -j $(JOBS)
+
+extension: core $(STAMPS)/editable
+	MAX_JOBS=$(JOBS) $(PY) setup.py -q build_ext --inplace
+
+format: $(STAMPS)/venv
+	@command -v clang-format >/dev/null || $(SUDO) apt-get install -y clang-format
+	clang-format -i $(CXX_SOURCES)
+	.venv/bin/ruff check --fix --quiet .
+	.venv/bin/ruff format --quiet .
+
+lint: $(STAMPS)/venv
+	@command -v clang-format >/dev/null || $(SUDO) apt-get install -y clang-format
+	clang-format --dry-run -Werror $(CXX_SOURCES)
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+
+clean:
+	rm -rf build torch_tiny/*.so

@@ -1,0 +1,122 @@
+// Copies: tiny <-> CPU, tiny <-> tiny (with dtype conversion and broadcasting), and item().
+//
+// Tensor.copy_ is CompositeExplicitAutograd, and for a PrivateUse1 tensor it calls _copy_from before any
+// of its checks (ATen's is_supported_device leaves PrivateUse1 out), so _copy_from makes CPU copy_'s
+// checks itself, in its order: memory overlap, then broadcasting.
+
+#include <ATen/ExpandUtils.h>
+#include <ATen/MemoryOverlap.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/_local_scalar_dense.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include "csrc/tensor_bridge.h"
+
+namespace tiny::aten_ops {
+
+namespace {
+
+UOpPtr broadcast_to(const UOpPtr& x, const Shape& shape) {
+  if (x->shape == shape) return x;
+  Shape padded(shape.size() - x->shape.size(), 1);
+  padded.insert(padded.end(), x->shape.begin(), x->shape.end());
+  return expand(reshape(x, padded), shape);
+}
+
+// `src` read as `dtype`, broadcast to `shape` (a lazy value; nothing runs).
+UOpPtr converted(const at::Tensor& src, DType dtype, const Shape& shape) {
+  UOpPtr v = read(src);
+  if (v->dtype != dtype) v = cast(v, dtype);
+  return broadcast_to(v, shape);
+}
+
+bool same_data(const at::Tensor& a, const at::Tensor& b) {
+  return a.is_alias_of(b) && a.storage_offset() == b.storage_offset() && a.strides().equals(b.strides()) &&
+         a.sizes().equals(b.sizes()) && a.scalar_type() == b.scalar_type() && a.is_neg() == b.is_neg();
+}
+
+// tiny -> CPU. A dtype change happens on tiny (as Tensor.to(dtype) on tiny does it), so that
+// x.to("cpu", dtype) and x.to(dtype).cpu() agree; broadcasting into a larger destination happens on the
+// CPU side, after the transfer of src's own elements.
+void copy_to_host(const at::Tensor& src, const at::Tensor& dst) {
+  at::Tensor staged = src;
+  if (src.scalar_type() != dst.scalar_type() || src.is_neg()) {
+    staged = empty_tiny(src.sizes(), dst.scalar_type(), src.device());
+    write(staged, converted(src, to_tiny_dtype(dst.scalar_type()), to_shape(src.sizes())));
+  }
+  if (dst.is_contiguous() && dst.sizes().equals(staged.sizes()) && !dst.is_neg()) {
+    lazy_buffer(staged).read_host(strided_view(staged), dst.mutable_data_ptr());
+    return;
+  }
+  at::Tensor host = at::empty(staged.sizes(), staged.options().device(at::kCPU));
+  lazy_buffer(staged).read_host(strided_view(staged), host.mutable_data_ptr());
+  dst.copy_(host);
+}
+
+// CPU -> tiny: the CPU source is made dense, in dst's dtype and shape, by torch's own conversion.
+void copy_from_host(const at::Tensor& src, const at::Tensor& dst) {
+  at::Tensor host = src.resolve_conj().resolve_neg().to(dst.scalar_type()).expand(dst.sizes());
+  if (dst.is_neg()) host = host.neg(); // the storage of a negative view holds -value
+  host = host.contiguous();
+  lazy_buffer(dst).write_host(strided_view(dst), host.const_data_ptr());
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
+  const at::Tensor& src = self;
+  TORCH_CHECK(src.defined() && dst.defined(), "copy_: undefined tensor");
+  if (same_data(src, dst)) return dst;
+  at::assert_no_internal_overlap(dst);
+  at::assert_no_partial_overlap(dst, src);
+  auto shape = at::infer_size(dst.sizes(), src.sizes());
+  TORCH_CHECK(dst.sizes().equals(shape), "output with shape ", dst.sizes(), " doesn't match the broadcast shape ",
+              c10::IntArrayRef(shape));
+  if (dst.numel() == 0) return dst;
+
+  bool src_tiny = src.device().is_privateuseone(), dst_tiny = dst.device().is_privateuseone();
+  if (src_tiny && dst_tiny && src.device() == dst.device()) {
+    write(dst, converted(src, to_tiny_dtype(dst.scalar_type()), to_shape(dst.sizes())));
+  } else if (src_tiny && dst_tiny) { // between two tiny devices: through the host for now
+    at::Tensor host = at::empty(src.sizes(), src.options().device(at::kCPU));
+    copy_to_host(src, host);
+    copy_from_host(host, dst);
+  } else if (dst_tiny) {
+    TORCH_CHECK(src.device().is_cpu(), "tiny copies to and from the CPU only, got a source on ", src.device());
+    copy_from_host(src, dst);
+  } else {
+    TORCH_CHECK(dst.device().is_cpu(), "tiny copies to and from the CPU only, got a destination on ", dst.device());
+    copy_to_host(src, dst);
+  }
+  return dst;
+}
+
+// The CPU fallback writes results back through this.
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  if (!dst.sizes().equals(self.sizes())) dst.resize_(self.sizes());
+  return copy_from(self, dst, false);
+}
+
+// item(), bool(), int(), float(): a sync, then torch's CPU kernel reads the element.
+at::Scalar local_scalar_dense(const at::Tensor& self) {
+  at::Tensor host = at::empty(self.sizes(), self.options().device(at::kCPU));
+  copy_to_host(self, host);
+  return at::_local_scalar_dense(host);
+}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_copy_from", copy_from);
+  m.impl("_copy_from_and_resize", copy_from_and_resize);
+  m.impl("_local_scalar_dense", local_scalar_dense);
+}
+
+// A negative view (Tensor._neg_view) reaches _copy_from as it is: read() and the host copies resolve the
+// bit. Without these, torch's negation fallback resolves it with clone(), which copies through
+// _copy_from again, without end.
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+} // namespace tiny::aten_ops

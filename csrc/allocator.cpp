@@ -1,0 +1,137 @@
+#include "csrc/allocator.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "csrc/backend.h"
+#include "runtime/device.h"
+
+namespace tiny {
+
+namespace {
+
+// Fake addresses start far from where torch could meet real host pointers in practice, and each
+// allocation is followed by a gap, so `base + nbytes` (the end of an empty view) stays inside its range.
+constexpr uintptr_t kFirstAddress = 0x7f0000000000;
+constexpr uintptr_t kPage = 4096;
+
+struct Allocation {
+  size_t nbytes;
+  c10::DeviceIndex device;
+  runtime::LazyBuffer* buffer;
+};
+
+// Live allocations by base address, to answer getDeviceFromPtr and copy_data.
+struct AddressTable {
+  std::mutex mu;
+  std::map<uintptr_t, Allocation> by_base;
+  std::unordered_map<const runtime::LazyBuffer*, uintptr_t> base_of;
+
+  static AddressTable& get() {
+    static auto* t = new AddressTable(); // never destroyed: storages may die during static teardown
+    return *t;
+  }
+  // The allocation whose [base, base + nbytes] holds `address`.
+  std::optional<std::pair<uintptr_t, Allocation>> find(uintptr_t address) {
+    std::lock_guard lock(mu);
+    auto it = by_base.upper_bound(address);
+    if (it == by_base.begin()) return std::nullopt;
+    --it;
+    if (address > it->first + it->second.nbytes) return std::nullopt;
+    return *it;
+  }
+};
+
+std::atomic<uintptr_t> next_address{kFirstAddress};
+
+void delete_lazy_buffer(void* ctx) {
+  auto* buffer = static_cast<runtime::LazyBuffer*>(ctx);
+  {
+    AddressTable& t = AddressTable::get();
+    std::lock_guard lock(t.mu);
+    if (auto it = t.base_of.find(buffer); it != t.base_of.end()) {
+      t.by_base.erase(it->second);
+      t.base_of.erase(it);
+    }
+  }
+  delete buffer;
+}
+
+class TinyAllocator final : public c10::Allocator {
+public:
+  c10::DataPtr allocate(size_t nbytes) override { return allocate_lazy_buffer(nbytes, current_device()); }
+
+  // Storage-level copies (Allocator::clone) between two live tiny allocations, as a lazy byte copy.
+  void copy_data(void* dest, const void* src, size_t count) const override {
+    if (count == 0) return;
+    AddressTable& t = AddressTable::get();
+    auto to = t.find(reinterpret_cast<uintptr_t>(dest));
+    auto from = t.find(reinterpret_cast<uintptr_t>(src));
+    TORCH_CHECK(to && from, "tiny: copy_data between addresses that are not tiny allocations");
+    auto n = static_cast<int64_t>(count);
+    runtime::StridedView src_view{
+        {n}, {1}, static_cast<int64_t>(reinterpret_cast<uintptr_t>(src) - from->first), DType::UInt8};
+    runtime::StridedView dst_view{
+        {n}, {1}, static_cast<int64_t>(reinterpret_cast<uintptr_t>(dest) - to->first), DType::UInt8};
+    to->second.buffer->write(dst_view, from->second.buffer->read(src_view));
+  }
+};
+
+TinyAllocator allocator;
+REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &allocator);
+
+} // namespace
+
+c10::Allocator& tiny_allocator() { return allocator; }
+
+c10::DataPtr allocate_lazy_buffer(size_t nbytes, c10::DeviceIndex index) {
+  check_device_index(index);
+  auto* buffer = new runtime::LazyBuffer(runtime::device(index), nbytes);
+  c10::Device device(c10::DeviceType::PrivateUse1, index);
+  // torch allows a null data pointer for zero bytes (as the CPU allocator gives); the context still
+  // holds a buffer so that resizing and reading an empty tensor work like any other.
+  if (nbytes == 0) return {nullptr, buffer, &delete_lazy_buffer, device};
+  uintptr_t span = (nbytes + kPage - 1) / kPage * kPage + kPage;
+  uintptr_t base = next_address.fetch_add(span);
+  {
+    AddressTable& t = AddressTable::get();
+    std::lock_guard lock(t.mu);
+    t.by_base.emplace(base, Allocation{nbytes, index, buffer});
+    t.base_of.emplace(buffer, base);
+  }
+  return {reinterpret_cast<void*>(base), buffer, &delete_lazy_buffer, device};
+}
+
+runtime::LazyBuffer* lazy_buffer_of(const c10::DataPtr& data_ptr) {
+  if (data_ptr.get_deleter() != &delete_lazy_buffer) return nullptr;
+  return static_cast<runtime::LazyBuffer*>(data_ptr.get_context());
+}
+
+std::optional<c10::DeviceIndex> device_of_address(const void* address) {
+  auto found = AddressTable::get().find(reinterpret_cast<uintptr_t>(address));
+  if (!found) return std::nullopt;
+  return found->second.device;
+}
+
+void resize_storage_bytes(c10::StorageImpl& storage, size_t nbytes, DType dtype) {
+  TORCH_CHECK(storage.resizable(), "Trying to resize storage that is not resizable");
+  runtime::LazyBuffer* old = lazy_buffer_of(storage.data_ptr());
+  TORCH_CHECK(old != nullptr, "tiny: the storage to resize does not hold a tiny lazy buffer");
+  c10::DataPtr fresh = allocate_lazy_buffer(nbytes, storage.device().index());
+  size_t keep = std::min(nbytes, storage.nbytes());
+  if (keep % itemsize(dtype) != 0) dtype = DType::UInt8;
+  if (keep > 0) {
+    runtime::StridedView kept{{static_cast<int64_t>(keep / itemsize(dtype))}, {1}, 0, dtype};
+    lazy_buffer_of(fresh)->write(kept, old->read(kept));
+  }
+  storage.set_data_ptr_noswap(std::move(fresh));
+  storage.set_nbytes(nbytes);
+}
+
+} // namespace tiny

@@ -1,0 +1,509 @@
+"""Every elementwise op of the walking skeleton, in every form torch has, for every dtype CPU
+torch supports, against CPU torch.
+
+Forms: functional Tensor-Tensor with broadcasting, out=, in-place `_`, Tensor-Python-scalar
+(functional and in-place), the Python operators. Inputs avoid undefined behaviour (no integer
+division by zero, no signed overflow) and include negatives; float inputs for the special-values
+tests include nan, +-inf and signed zeros.
+"""
+
+import pytest
+import torch
+from conftest import ALL_DTYPES, FLOAT_DTYPES, CpuUnsupported, check, dtype_name
+
+NAN, INF = float("nan"), float("inf")
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+
+
+def lhs(dtype, op=None):
+    """A (3, 4) operand."""
+    if dtype is torch.bool:
+        data = [
+            [True, False, True, False],
+            [False, False, True, True],
+            [True, True, False, False],
+        ]
+    elif dtype.is_floating_point:
+        data = [
+            [-2.5, -1.75, -1.0, -0.5],
+            [-0.25, 0.0, 0.5, 0.75],
+            [1.0, 1.5, 2.25, 2.5],
+        ]
+    elif op == "pow":  # small bases: no overflow for exponents up to 3
+        data = (
+            [[0, 1, 2, 3], [4, 5, 1, 2], [3, 0, 5, 4]]
+            if dtype is torch.uint8
+            else [[-3, -2, -1, 0], [1, 2, 3, -3], [2, -2, 1, 0]]
+        )
+    elif dtype is torch.uint8:
+        data = [[0, 1, 2, 3], [4, 5, 6, 7], [9, 10, 200, 250]]
+    else:
+        data = [[-5, -4, -3, -2], [-1, 0, 1, 2], [3, 4, 5, 7]]
+    return torch.tensor(data, dtype=dtype)
+
+
+def rhs(dtype, op=None):
+    """A (4,) operand that broadcasts against lhs; never zero for integer dtypes."""
+    if dtype is torch.bool:
+        data = [True, False, True, True]
+    elif op == "pow":
+        data = [2.0, -1.0, 0.5, 3.0] if dtype.is_floating_point else [0, 1, 2, 3]
+    elif op in SHIFTS:
+        data = [0, 1, 2, 3]
+    elif dtype.is_floating_point:
+        data = [1.5, -2.0, 0.75, -0.5]
+    elif dtype is torch.uint8:
+        data = [2, 3, 1, 7]
+    else:
+        data = [2, -3, 1, -1]
+    return torch.tensor(data, dtype=dtype)
+
+
+def scalar(dtype, op=None):
+    """A Python scalar of the dtype's own category (so it does not promote)."""
+    if dtype is torch.bool:
+        return True
+    if op == "pow" or op in SHIFTS:
+        return 2.0 if dtype.is_floating_point else 2
+    if dtype.is_floating_point:
+        return 1.5
+    return 3 if dtype is torch.uint8 else -3
+
+
+def special_lhs(dtype):
+    data = [[NAN, INF, -INF, 0.0], [-0.0, 1.0, -1.0, 100.0], [-100.0, 0.5, -2.5, 3.0]]
+    return torch.tensor(data, dtype=dtype)
+
+
+def special_rhs(dtype):
+    return torch.tensor([0.0, INF, -1.5, -0.0], dtype=dtype)
+
+
+def lhs_as_right_operand(dtype, op):
+    """lhs made safe as the right operand: no integer zero divisors, shift amounts in range and
+    non-negative integer exponents."""
+    t = lhs(dtype, op)
+    if dtype.is_floating_point or dtype is torch.bool:
+        return t
+    if op in SHIFTS or op == "pow":
+        return t.abs() % 4
+    if op in ("div", "div_trunc", "div_floor", "remainder", "fmod"):
+        return torch.where(t == 0, torch.ones_like(t), t)
+    return t
+
+
+# ---------------------------------------------------------------------------------------------
+# The ops
+
+
+def _alpha(dtype):
+    if dtype is torch.bool:
+        return True
+    return 0.5 if dtype.is_floating_point else 2
+
+
+SHIFTS = ("bitwise_left_shift", "bitwise_right_shift")
+
+# id -> (torch function name, keyword arguments for a dtype)
+BINARY = {
+    "add": ("add", lambda dt: {}),
+    "add_alpha": ("add", lambda dt: {"alpha": _alpha(dt)}),
+    "sub": ("sub", lambda dt: {}),
+    "sub_alpha": ("sub", lambda dt: {"alpha": _alpha(dt)}),
+    "mul": ("mul", lambda dt: {}),
+    "div": ("div", lambda dt: {}),
+    "div_trunc": ("div", lambda dt: {"rounding_mode": "trunc"}),
+    "div_floor": ("div", lambda dt: {"rounding_mode": "floor"}),
+    "remainder": ("remainder", lambda dt: {}),
+    "fmod": ("fmod", lambda dt: {}),
+    "pow": ("pow", lambda dt: {}),
+    "maximum": ("maximum", lambda dt: {}),
+    "minimum": ("minimum", lambda dt: {}),
+    "eq": ("eq", lambda dt: {}),
+    "ne": ("ne", lambda dt: {}),
+    "lt": ("lt", lambda dt: {}),
+    "le": ("le", lambda dt: {}),
+    "gt": ("gt", lambda dt: {}),
+    "ge": ("ge", lambda dt: {}),
+    "logical_and": ("logical_and", lambda dt: {}),
+    "logical_or": ("logical_or", lambda dt: {}),
+    "logical_xor": ("logical_xor", lambda dt: {}),
+    "bitwise_and": ("bitwise_and", lambda dt: {}),
+    "bitwise_or": ("bitwise_or", lambda dt: {}),
+    "bitwise_xor": ("bitwise_xor", lambda dt: {}),
+    "bitwise_left_shift": ("bitwise_left_shift", lambda dt: {}),
+    "bitwise_right_shift": ("bitwise_right_shift", lambda dt: {}),
+}
+
+UNARY = [
+    "neg", "abs", "sign", "exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt",
+    "reciprocal", "sin", "cos", "tan", "tanh", "sigmoid", "relu", "erf", "isnan", "isinf",
+    "isfinite", "logical_not", "bitwise_not", "floor", "ceil", "round", "trunc",
+]  # fmt: skip
+UNARY_WITHOUT_OUT = {"relu", "isnan", "isinf", "isfinite"}
+
+
+def has_inplace(name):
+    return hasattr(torch.Tensor, name + "_")
+
+
+def cpu_dtype_of(fn, *args):
+    """The dtype CPU torch gives fn(*args); used only to allocate out= tensors."""
+    try:
+        return fn(*args).dtype
+    except NotImplementedError as e:
+        raise CpuUnsupported(str(e)) from e
+    except Exception:
+        return None  # the CPU raises; the out= check then expects tiny to raise too
+
+
+def matches_cpu(fn, *args, **kw):
+    """check(), skipping when CPU torch has no kernel for the dtype."""
+    try:
+        check(fn, *args, allow_cpu_unsupported=True, **kw)
+    except CpuUnsupported as e:
+        pytest.skip(f"CPU torch: {e}")
+
+
+def matches_cpu_for_each(dtypes, make_case):
+    """check(*make_case(dtype)) for each dtype; failures name the dtype, skips only if CPU torch
+    supports none of them."""
+    supported = 0
+    for dtype in dtypes:
+        fn, *args = make_case(dtype)
+        try:
+            check(fn, *args, allow_cpu_unsupported=True)
+            supported += 1
+        except CpuUnsupported:
+            continue
+        except AssertionError as e:
+            raise AssertionError(f"{dtype_name(dtype)}: {e}") from e
+    if not supported:
+        pytest.skip("CPU torch supports none of " + ", ".join(map(dtype_name, dtypes)))
+
+
+def op_params(ops):
+    return pytest.mark.parametrize("op", list(ops), ids=str)
+
+
+by_dtype = pytest.mark.parametrize("dtype", ALL_DTYPES, ids=dtype_name)
+by_float_dtype = pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_name)
+
+
+def binary(op):
+    name, kwargs = BINARY[op]
+    return getattr(torch, name), name, kwargs
+
+
+# ---------------------------------------------------------------------------------------------
+# Binary ops
+
+
+@op_params(list(BINARY))
+@by_dtype
+def test_binary_op_with_broadcast_tensor_matches_cpu(op, dtype):
+    fn, _, kwargs = binary(op)
+    matches_cpu(lambda a, b: fn(a, b, **kwargs(dtype)), lhs(dtype, op), rhs(dtype, op))
+
+
+@op_params(list(BINARY))
+@by_dtype
+def test_binary_op_with_broadcast_on_the_left_matches_cpu(op, dtype):
+    fn, _, kwargs = binary(op)
+    matches_cpu(lambda b, a: fn(b, a, **kwargs(dtype)), rhs(dtype, op), lhs_as_right_operand(dtype, op))
+
+
+@op_params(list(BINARY))
+@by_dtype
+def test_binary_op_out_form_writes_into_out(op, dtype):
+    fn, _, kwargs = binary(op)
+    a, b = lhs(dtype, op), rhs(dtype, op)
+    try:
+        out_dtype = cpu_dtype_of(lambda: fn(a, b, **kwargs(dtype)))
+    except CpuUnsupported as e:
+        pytest.skip(f"CPU torch: {e}")
+    out = torch.full((3, 4), 1, dtype=out_dtype or dtype)
+    matches_cpu(lambda a, b, out: fn(a, b, **kwargs(dtype), out=out), a, b, out)
+    # out= a strided view of a larger tensor: only every other column is written
+    wide = torch.full((3, 8), 1, dtype=out_dtype or dtype)
+    matches_cpu(lambda a, b, w: fn(a, b, **kwargs(dtype), out=w[:, ::2]), a, b, wide)
+
+
+@op_params([op for op in BINARY if has_inplace(BINARY[op][0])])
+@by_dtype
+def test_binary_op_inplace_form_updates_self(op, dtype):
+    _, name, kwargs = binary(op)
+    matches_cpu(
+        lambda a, b: getattr(a, name + "_")(b, **kwargs(dtype)),
+        lhs(dtype, op),
+        rhs(dtype, op),
+    )
+
+
+@op_params([op for op in BINARY if has_inplace(BINARY[op][0])])
+def test_binary_op_inplace_through_a_view_updates_the_base(op):
+    _, name, kwargs = binary(op)
+
+    def case(dtype):
+        def fn(a, b):
+            view = a[:, 1:].t()  # (3, 3), strides (1, 4), offset 1
+            return getattr(view, name + "_")(b[:3], **kwargs(dtype))
+
+        return fn, lhs(dtype, op), rhs(dtype, op)
+
+    matches_cpu_for_each((torch.float32, torch.int32, torch.uint8), case)
+
+
+@op_params(list(BINARY))
+@by_dtype
+def test_binary_op_with_python_scalar_matches_cpu(op, dtype):
+    fn, _, kwargs = binary(op)
+    s = scalar(dtype, op)
+    matches_cpu(lambda a: fn(a, s, **kwargs(dtype)), lhs(dtype, op))
+
+
+@op_params([op for op in BINARY if has_inplace(BINARY[op][0])])
+@by_dtype
+def test_binary_op_inplace_with_python_scalar_matches_cpu(op, dtype):
+    _, name, kwargs = binary(op)
+    s = scalar(dtype, op)
+    matches_cpu(lambda a: getattr(a, name + "_")(s, **kwargs(dtype)), lhs(dtype, op))
+
+
+@op_params(SHIFTS)
+@by_dtype
+def test_shift_by_negative_or_too_large_amounts_matches_cpu(op, dtype):
+    # torch defines these: a left shift past the width gives 0, a right shift fills with the sign bit
+    if dtype.is_floating_point or dtype is torch.bool:
+        pytest.skip("shifts are for integer dtypes")
+    bits = torch.iinfo(dtype).bits
+    amounts = [bits, bits + 3, 1, 0] if dtype is torch.uint8 else [bits, bits + 3, -1, -bits]
+    fn = getattr(torch, op)
+    matches_cpu(fn, lhs(dtype), torch.tensor(amounts, dtype=dtype))
+
+
+@op_params(list(BINARY))
+@by_float_dtype
+def test_binary_op_on_nan_inf_and_zeros_matches_cpu(op, dtype):
+    fn, _, kwargs = binary(op)
+    matches_cpu(lambda a, b: fn(a, b, **kwargs(dtype)), special_lhs(dtype), special_rhs(dtype))
+
+
+OPERATORS = {
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "/": lambda a, b: a / b,
+    "//": lambda a, b: a // b,
+    "%": lambda a, b: a % b,
+    "**": lambda a, b: a**b,
+    "==": lambda a, b: a == b,
+    "<": lambda a, b: a < b,
+    "&": lambda a, b: a & b,
+    "|": lambda a, b: a | b,
+    "^": lambda a, b: a ^ b,
+    "<<": lambda a, b: a << b,
+    ">>": lambda a, b: a >> b,
+    "+=": lambda a, b: a.__iadd__(b),
+    "*=": lambda a, b: a.__imul__(b),
+    "//=": lambda a, b: a.__ifloordiv__(b),
+    "<<=": lambda a, b: a.__ilshift__(b),
+}
+OPERATOR_DOMAIN = {"**": "pow", "<<": SHIFTS[0], ">>": SHIFTS[1], "<<=": SHIFTS[0]}
+
+
+@pytest.mark.parametrize("symbol", OPERATORS, ids=str)
+@by_dtype
+def test_python_operator_matches_cpu(symbol, dtype):
+    domain = OPERATOR_DOMAIN.get(symbol)
+    fn = OPERATORS[symbol]
+    matches_cpu(fn, lhs(dtype, domain), rhs(dtype, domain))
+    matches_cpu(lambda a: fn(a, scalar(dtype, domain)), lhs(dtype, domain))
+
+
+@by_dtype
+def test_unary_minus_and_invert_operators_match_cpu(dtype):
+    matches_cpu(lambda a: -a, lhs(dtype))
+    matches_cpu(lambda a: ~a, lhs(dtype))
+
+
+@by_dtype
+def test_reflected_scalar_operators_match_cpu(dtype):
+    s = scalar(dtype)
+    matches_cpu(lambda a: s - a, lhs(dtype))
+    matches_cpu(lambda a: s * a + s, lhs(dtype))
+
+
+# ---------------------------------------------------------------------------------------------
+# Unary ops
+
+
+@op_params(UNARY)
+@by_dtype
+def test_unary_op_matches_cpu(op, dtype):
+    matches_cpu(getattr(torch, op), lhs(dtype))
+
+
+@op_params([op for op in UNARY if op not in UNARY_WITHOUT_OUT])
+@by_dtype
+def test_unary_op_out_form_writes_into_out(op, dtype):
+    fn = getattr(torch, op)
+    a = lhs(dtype)
+    try:
+        out_dtype = cpu_dtype_of(fn, a)
+    except CpuUnsupported as e:
+        pytest.skip(f"CPU torch: {e}")
+    out = torch.zeros(3, 4, dtype=out_dtype or dtype)
+    matches_cpu(lambda a, out: fn(a, out=out), a, out)
+
+
+@op_params([op for op in UNARY if has_inplace(op)])
+@by_dtype
+def test_unary_op_inplace_form_updates_self(op, dtype):
+    matches_cpu(lambda a: getattr(a, op + "_")(), lhs(dtype))
+
+
+@op_params([op for op in UNARY if has_inplace(op)])
+def test_unary_op_inplace_through_a_view_updates_the_base(op):
+    def case(dtype):
+        return (lambda a: getattr(a[:, 1:].t(), op + "_")()), lhs(dtype)
+
+    matches_cpu_for_each((torch.float32, torch.int32, torch.bool), case)
+
+
+@op_params(UNARY)
+@by_float_dtype
+def test_unary_op_on_nan_inf_and_zeros_matches_cpu(op, dtype):
+    matches_cpu(getattr(torch, op), special_lhs(dtype))
+
+
+def test_round_rounds_half_to_even_like_cpu():
+    for dtype in FLOAT_DTYPES:
+        halves = torch.tensor(
+            [-3.5, -2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.5, 4.5, 5.5, -4.5, 0.49],
+            dtype=dtype,
+        )
+        check(torch.round, halves.reshape(3, 4))
+
+
+# ---------------------------------------------------------------------------------------------
+# clamp and where
+
+
+def clamp_bounds(dtype):
+    if dtype.is_floating_point:
+        return -1.0, 2.0
+    if dtype is torch.uint8:
+        return 1, 6
+    return -1, 2
+
+
+def clamp_tensors(dtype):
+    """Tensor bounds that broadcast against lhs from both sides: min (4,), max (3, 1)."""
+    if dtype.is_floating_point:
+        lo, hi = [-1.0, 0.0, -2.0, 1.0], [[0.5], [2.0], [1.0]]
+    elif dtype is torch.uint8:
+        lo, hi = [0, 2, 5, 1], [[3], [6], [200]]
+    elif dtype is torch.bool:
+        lo, hi = [False, True, False, False], [[True], [True], [False]]
+    else:
+        lo, hi = [-1, 0, -4, 1], [[0], [2], [5]]
+    return torch.tensor(lo, dtype=dtype), torch.tensor(hi, dtype=dtype)
+
+
+@by_dtype
+def test_clamp_with_scalar_bounds_matches_cpu_in_every_form(dtype):
+    lo, hi = clamp_bounds(dtype)
+    matches_cpu(lambda a: torch.clamp(a, lo, hi), lhs(dtype))
+    matches_cpu(lambda a: torch.clamp(a, min=lo), lhs(dtype))
+    matches_cpu(lambda a: torch.clamp(a, max=hi), lhs(dtype))
+    matches_cpu(lambda a: a.clamp_(lo, hi), lhs(dtype))
+    matches_cpu(
+        lambda a, out: torch.clamp(a, lo, hi, out=out),
+        lhs(dtype),
+        torch.zeros(3, 4, dtype=dtype),
+    )
+
+
+@by_dtype
+def test_clamp_with_tensor_bounds_matches_cpu_in_every_form(dtype):
+    lo, hi = clamp_tensors(dtype)
+    matches_cpu(lambda a, lo, hi: torch.clamp(a, lo, hi), lhs(dtype), lo, hi)
+    matches_cpu(lambda a, lo: torch.clamp(a, min=lo), lhs(dtype), lo)
+    matches_cpu(lambda a, hi: torch.clamp(a, max=hi), lhs(dtype), hi)
+    matches_cpu(lambda a, lo, hi: a.clamp_(lo, hi.expand(3, 4)), lhs(dtype), lo, hi)
+    out = torch.zeros(3, 4, dtype=dtype)
+    matches_cpu(lambda a, lo, hi, out: torch.clamp(a, lo, hi, out=out), lhs(dtype), lo, hi, out)
+
+
+@by_float_dtype
+def test_clamp_propagates_nan_and_prefers_max_when_bounds_cross(dtype):
+    matches_cpu(lambda a: torch.clamp(a, -1.0, 2.0), special_lhs(dtype))
+    matches_cpu(lambda a: torch.clamp(a, 2.0, -1.0), special_lhs(dtype))
+    nan_bounds = torch.tensor([NAN, 0.0, 1.0, NAN], dtype=dtype)
+    matches_cpu(lambda a, lo: torch.clamp(a, min=lo), special_lhs(dtype), nan_bounds)
+
+
+def condition():
+    return torch.tensor(
+        [
+            [True, False, False, True],
+            [False, True, True, False],
+            [True, True, False, False],
+        ]
+    )
+
+
+@by_dtype
+def test_where_matches_cpu_in_every_form(dtype):
+    a, b = lhs(dtype), rhs(dtype)
+    matches_cpu(torch.where, condition(), a, b)
+    matches_cpu(lambda c, b, a: torch.where(c, b, a), condition()[:, :1], b, a)
+    matches_cpu(lambda c, a: torch.where(c, a, scalar(dtype)), condition(), a)
+    matches_cpu(lambda c, a: torch.where(c, scalar(dtype), a), condition(), a)
+    matches_cpu(lambda c, a, b: a.where(c, b), condition(), a, b)
+    out = torch.zeros(3, 4, dtype=dtype)
+    matches_cpu(lambda c, a, b, out: torch.where(c, a, b, out=out), condition(), a, b, out)
+
+
+def test_where_with_non_bool_condition_raises_like_cpu():
+    check(torch.where, torch.tensor([1, 0, 1]), torch.ones(3), torch.zeros(3))
+
+
+# ---------------------------------------------------------------------------------------------
+# Layouts: non-contiguous, expanded, offset, 0-dim and empty operands
+
+LAYOUTS = {
+    "transposed": lambda t: t.t(),
+    "strided": lambda t: t[:, ::2],
+    "offset": lambda t: t[1:, 1:],
+    "expanded": lambda t: t[:1].expand(3, 4),
+    "scalar_0dim": lambda t: t[1, 2],
+    "empty": lambda t: t[:0],
+}
+
+LAYOUT_OPS = {
+    "add": lambda a: torch.add(a, a * 2, alpha=3),
+    "exp": torch.exp,
+    "where": lambda a: torch.where(a > 0, a, -a),
+    "chain": lambda a: ((a + 1) * a).relu().sigmoid(),
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS.values(), ids=LAYOUTS.keys())
+@pytest.mark.parametrize("op", LAYOUT_OPS.values(), ids=LAYOUT_OPS.keys())
+def test_elementwise_result_layout_follows_torch_for_odd_inputs(layout, op):
+    check(lambda t: op(layout(t)), lhs(torch.float32).reshape(4, 3).t().contiguous())
+
+
+def test_zero_dim_tensors_combine_with_tensors_of_any_shape():
+    check(lambda s, t: s * t + s, torch.tensor(2.5), lhs(torch.float32))
+    check(lambda s, t: (s + t).abs(), torch.tensor(-3), torch.tensor(4))
+
+
+def test_cpu_zero_dim_tensor_is_accepted_as_a_scalar_operand():
+    cpu_scalar = torch.tensor(2.5)
+    check(lambda t: t * cpu_scalar + torch.tensor(1), lhs(torch.float32))
+    check(lambda t: torch.where(t > 0, t, torch.tensor(0.0)), lhs(torch.float32))

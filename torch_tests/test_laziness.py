@@ -1,0 +1,166 @@
+"""Ops record lazily; a sync runs them as few fused kernels; compiled programs are cached in memory
+and on disk. Inputs are realized before counting, so counts cover only the computation itself."""
+
+import gc
+import json
+
+import torch
+from conftest import DEVICE, assert_same, counting
+from test_device import run_python
+
+
+def inputs(*shapes, seed=0):
+    """CPU tensors and realized tiny copies of them."""
+    g = torch.Generator().manual_seed(seed)
+    cpu = [torch.randn(*shape, generator=g) for shape in shapes]
+    tiny = [c.to(DEVICE) for c in cpu]
+    torch.tiny.synchronize()
+    return cpu, tiny
+
+
+def test_ops_record_without_running_until_a_sync():
+    _, (a, b) = inputs((64,), (64,))
+    with counting() as c:
+        y = (a + b).exp()
+        y.mul_(2)
+        z = y[::2] - 1
+        assert c["kernels"] == 0, "a kernel ran before any sync"
+        assert c["syncs"] == 0
+        z.cpu()
+        assert c["kernels"] >= 1
+
+
+def test_fused_elementwise_chain_runs_as_one_kernel():
+    (ca, cb, cc), (a, b, c_) = inputs((32, 32), (32, 32), (32, 32))
+    with counting() as c:
+        result = ((a + b) * c_).relu().sigmoid().cpu()
+    assert c["kernels"] == 1, f"{c['kernels']} kernels"
+    torch.testing.assert_close(result, ((ca + cb) * cc).relu().sigmoid())
+
+
+def test_chain_of_inplace_ops_runs_as_one_kernel():
+    (cx,), (x,) = inputs((1000,))
+    with counting() as c:
+        x.add_(1)
+        x.mul_(2)
+        x.clamp_(0, 3)
+        result = x.cpu()
+    assert c["kernels"] == 1, f"{c['kernels']} kernels"
+    torch.testing.assert_close(result, ((cx + 1) * 2).clamp(0, 3))
+
+
+def test_value_nobody_reads_is_never_computed():
+    (cx,), (x,) = inputs((256,))
+    with counting() as c:
+        unused = (x * 3).exp()
+        del unused
+        result = (x + 1).cpu()
+    assert c["kernels"] == 1, f"{c['kernels']} kernels"
+    torch.testing.assert_close(result, cx + 1)
+
+
+def test_dropped_computation_runs_nothing_at_synchronize():
+    _, (x,) = inputs((256,))
+    with counting() as c:
+        y = (x - 2).sqrt()
+        del y
+        gc.collect()
+        torch.tiny.synchronize()
+    assert c["kernels"] == 0, f"{c['kernels']} kernels"
+
+
+def test_synchronize_realizes_every_live_pending_tensor():
+    (cx,), (x,) = inputs((128,))
+    with counting() as c:
+        y = x * 2
+        z = x.exp()
+        torch.tiny.synchronize()
+        ran = c["kernels"]
+        assert ran >= 1
+        assert_same(y, cx * 2)
+        assert_same(z, cx.exp())
+    assert c["kernels"] == ran, "reading realized tensors ran kernels again"
+
+
+def test_item_is_a_sync_point():
+    (cx,), (x,) = inputs((4,))
+    with counting() as c:
+        y = x * 5
+        assert y[1].item() == (cx * 5)[1].item()
+    assert c["syncs"] >= 1 and c["kernels"] >= 1
+
+
+def test_print_is_a_sync_point():
+    (cx,), (x,) = inputs((4,))
+    with counting() as c:
+        text = repr(x + 7)
+    assert text.replace(", device='tiny:0'", "") == repr(cx + 7)
+    assert c["syncs"] >= 1 and c["kernels"] >= 1
+
+
+def test_same_computation_again_compiles_nothing():
+    def step(a, b):
+        return ((a * b + 0.5).tanh() - a).abs().cpu()
+
+    _, (a, b) = inputs((48, 8), (48, 8), seed=1)
+    step(a, b)
+    (ca, cb), (a2, b2) = inputs((48, 8), (48, 8), seed=2)
+    with counting() as c:
+        result = step(a2, b2)
+    assert c["compiles"] == 0, f"{c['compiles']} programs compiled for a computation already seen"
+    assert c["kernels"] == 1
+    assert c["cache_hits"] >= 1
+    torch.testing.assert_close(result, ((ca * cb + 0.5).tanh() - ca).abs())
+
+
+def test_new_scalar_values_reuse_the_compiled_program():
+    (cx,), (x,) = inputs((40,), seed=3)
+    (x * 1.25 + 3.0).cpu()
+    with counting() as c:
+        results = [(x * s + (s - 1)).cpu() for s in (2.5, -0.75, 7.0)]
+    assert c["compiles"] == 0, f"{c['compiles']} compiles for new scalar values"
+    for s, r in zip((2.5, -0.75, 7.0), results, strict=True):
+        torch.testing.assert_close(r, cx * s + (s - 1))
+
+
+CACHE_SCRIPT = """
+import json
+import torch
+import torch_tiny
+a = torch.arange(37, dtype=torch.float32, device="tiny")
+torch.tiny.synchronize()
+torch.tiny.reset_stats()
+r = ((a * 3 - 50).abs() + 0.5).sqrt().cos().cpu()
+expected = ((torch.arange(37, dtype=torch.float32) * 3 - 50).abs() + 0.5).sqrt().cos()
+print(json.dumps({"compiles": torch.tiny.stats()["compiles"], "kernels": torch.tiny.stats()["kernels"],
+                  "close": torch.allclose(r, expected)}))
+"""
+
+
+def test_new_process_with_the_same_cache_dir_compiles_nothing(tmp_path):
+    cache = str(tmp_path / "tiny-cache")
+    first = json.loads(run_python(CACHE_SCRIPT, TINY_CACHE_DIR=cache).strip().splitlines()[-1])
+    second = json.loads(run_python(CACHE_SCRIPT, TINY_CACHE_DIR=cache).strip().splitlines()[-1])
+    assert first["close"] and second["close"]
+    assert first["compiles"] >= 1, "an empty cache dir should need a compile"
+    assert second["compiles"] == 0, f"second process compiled {second['compiles']} programs"
+    assert second["kernels"] == first["kernels"] == 1
+
+
+DEBUG_SCRIPT = """
+import torch
+import torch_tiny
+a = torch.arange(8, dtype=torch.float32, device="tiny")
+print("RESULT", ((a * 2 + 1).sqrt() - a).cpu().tolist())
+"""
+
+
+def test_tiny_debug_prints_syncs_and_more_detail_at_higher_levels(tmp_path):
+    def output(level):
+        cache = str(tmp_path / f"cache{level}")  # fresh: every kernel compiles
+        return run_python(DEBUG_SCRIPT, with_stderr=True, TINY_CACHE_DIR=cache, TINY_DEBUG=str(level))
+
+    quiet, level1, level3 = output(0), output(1), output(3)
+    assert len(level1.splitlines()) > len(quiet.splitlines()), "TINY_DEBUG=1 printed nothing"
+    assert len(level3) > len(level1), "TINY_DEBUG=3 printed no more than TINY_DEBUG=1"
+    assert "{" in level3, "TINY_DEBUG=3 printed no generated source"
