@@ -41,9 +41,14 @@ struct Call {
 
   const UOpPtr& a() const { return in.at(0); }
   const UOpPtr& b() const { return in.at(1); }
+  // A scalar the user passed (alpha, ...): a runtime argument.
   UOpPtr constant(const at::Scalar& s) const { return scalar_constant(s, compute, shape); }
-  UOpPtr constant(double v) const { return constant(at::Scalar(v)); }
-  UOpPtr zero() const { return is_float(compute) ? constant(0.0) : constant(at::Scalar(int64_t{0})); }
+  // A number of the formula itself (the 1 in sigmoid): a literal the compiler can fold.
+  UOpPtr constant(double v) const {
+    UOpPtr c = is_float(compute) ? const_float(compute, v) : const_int(compute, static_cast<int64_t>(v));
+    return expand(reshape(c, Shape(shape.size(), 1)), shape);
+  }
+  UOpPtr zero() const { return constant(0.0); }
   bool has(const std::string& n) const { return params.count(n) && !params.at(n).isNone(); }
   std::string str(const std::string& n) const { return has(n) ? params.at(n).toStringRef() : ""; }
 };
@@ -97,7 +102,7 @@ UOpPtr floor_divide(const Call& c) {
   if (!is_float(c.compute)) {
     UOpPtr q = bin(Ops::IDIV, a, b), r = bin(Ops::MOD, a, b);
     UOpPtr fix = bin(Ops::AND, bin(Ops::CMPNE, r, z), bin(Ops::CMPNE, bin(Ops::CMPLT, r, z), bin(Ops::CMPLT, b, z)));
-    return where(fix, bin(Ops::SUB, q, c.constant(at::Scalar(int64_t{1}))), q);
+    return where(fix, bin(Ops::SUB, q, c.constant(1.0)), q);
   }
   UOpPtr mod = bin(Ops::MOD, a, b);
   UOpPtr div = bin(Ops::FDIV, bin(Ops::SUB, a, mod), b);

@@ -72,40 +72,34 @@ std::pair<UOpPtr, UOpPtr> view_index(const ShapeTracker& st, const std::vector<U
 
 namespace {
 
-// Merges adjacent output dims that every access (the output and each leaf read) walks as one, and
-// drops size-1 dims. Returns the new loop shape.
-Shape coalesced_shape(const Shape& shape, const std::vector<const View*>& accesses) {
-  for (const View* v : accesses)
-    if (v->mask) return shape;
-  Shape out;
-  std::vector<size_t> last_dim; // original dim at the end of each merged group
+// Groups of adjacent output dims that every access (the output and each read) walks as one loop;
+// size-1 dims belong to no group.
+static std::vector<std::vector<size_t>> coalesce(const Shape& shape, const std::vector<const View*>& accesses) {
+  bool masked = false;
+  for (const View* v : accesses) masked = masked || v->mask.has_value();
+  std::vector<std::vector<size_t>> groups;
   for (size_t d = 0; d < shape.size(); d++) {
     if (shape[d] == 1) continue;
-    bool merge = !out.empty();
+    bool merge = !groups.empty() && !masked;
     if (merge)
       for (const View* v : accesses)
-        if (v->strides[last_dim.back()] != v->strides[d] * shape[d]) {
+        if (v->strides[groups.back().back()] != v->strides[d] * v->shape[d]) {
           merge = false;
           break;
         }
-    // merge means: the previous group's innermost dim steps by exactly this dim's span
-    if (merge) {
-      // strides must chain through every dim of the group; checked against the group's last dim
-      out.back() *= shape[d];
-      last_dim.back() = d;
-    } else {
-      out.push_back(shape[d]);
-      last_dim.push_back(d);
-    }
+    if (merge) groups.back().push_back(d);
+    else groups.push_back({d});
   }
-  if (out.empty()) out.push_back(1);
-  return out;
+  return groups;
 }
 
 class Lowerer {
 public:
   std::vector<BufferRef> buffers;
   std::unordered_map<const BufferBase*, UOpPtr> params;
+  int64_t next_range = 0; // loop ids: the kernel's own loops first, then one per reduced axis
+  std::vector<int64_t> ivars;
+  std::vector<double> fvars;
 
   UOpPtr param(const BufferRef& b) {
     auto it = params.find(b.get());
@@ -135,17 +129,43 @@ private:
     return UOp::make(Ops::LOAD, buf->dtype, {param(buf->buffer()), flat, valid});
   }
 
+  static UOpPtr where_valid(const UOpPtr& v, const UOpPtr& valid) {
+    if (valid->is_const() && valid->const_i()) return v;
+    return UOp::make(Ops::WHERE, v->dtype, {valid, v, const_like(v, 0)});
+  }
+
   UOpPtr eval_uncached(const UOpPtr& n, const std::vector<UOpPtr>& idx) {
     switch (n->op) {
     case Ops::CONST: return n;
+    case Ops::DEFINE_VAR: {
+      bool fl = is_float(n->dtype);
+      int64_t slot = static_cast<int64_t>(fl ? fvars.size() : ivars.size());
+      if (fl) fvars.push_back(n->const_f());
+      else ivars.push_back(n->const_i());
+      return UOp::make(Ops::ARG, n->dtype, {}, slot);
+    }
     case Ops::BUFFER: return load(n, idx.at(0), const_int(DType::Bool, 1));
+    case Ops::IOTA: return cast(idx.at(0), n->dtype);
+    case Ops::REDUCE: {
+      // A loop of its own over the reduced axes, accumulating src.
+      const ReduceArg& ra = n->reduce_arg();
+      const UOpPtr& x = n->src[0];
+      std::vector<UOpPtr> src_idx = idx, srcs{nullptr};
+      for (int64_t a : ra.axes) {
+        UOpPtr r = UOp::make(Ops::RANGE, kIndex, {idx_const(x->shape[a])}, next_range++);
+        src_idx[a] = r;
+        srcs.push_back(r);
+      }
+      srcs[0] = eval(x, src_idx);
+      return UOp::make(Ops::REDUCE, n->dtype, std::move(srcs), ra);
+    }
     case Ops::VIEW: {
       const UOpPtr& x = n->src[0];
       auto [flat, valid] = view_index(n->st(), idx);
       if (x->op == Ops::BUFFER) return load(x, flat, valid);
-      UOpPtr v = x->op == Ops::CONST ? x : eval(x, unflatten(flat, x->shape));
-      if (valid->is_const() && valid->const_i()) return v;
-      return UOp::make(Ops::WHERE, v->dtype, {valid, v, const_like(v, 0)});
+      if (x->op == Ops::IOTA) return where_valid(cast(flat, x->dtype), valid);
+      bool scalar = x->op == Ops::CONST || x->op == Ops::DEFINE_VAR;
+      return where_valid(scalar ? eval(x, {}) : eval(x, unflatten(flat, x->shape)), valid);
     }
     default:
       if (is_alu(n->op) || n->op == Ops::CAST || n->op == Ops::BITCAST) {
@@ -164,47 +184,60 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
   if (value_in->shape != out_region.shape) throw std::logic_error("lower_kernel: value shape differs from region");
   UOpPtr value = graph_rewrite(value_in, push_views);
 
-  // Coalesce loops over every access: the output region and each read at the kernel's own shape
-  // (views reached without passing through another view, and bare buffers).
+  // Coalesce loops over every access: the output region and each view that reads a leaf at the
+  // kernel's rank (inside reductions too: reduced axes have size 1 in the kernel and never merge).
   std::vector<const View*> accesses{&out_region};
-  ShapeTracker whole = ShapeTracker::from_shape(value->shape);
   std::vector<UOpPtr> stack{value};
   std::unordered_map<const UOp*, bool> seen;
+  bool opaque = false; // a read whose layout is unknown here: keep every dim
   while (!stack.empty()) {
     UOpPtr n = stack.back();
     stack.pop_back();
     if (seen[n.get()]) continue;
     seen[n.get()] = true;
     if (n->op == Ops::VIEW) accesses.push_back(&n->st().views.back());
-    else if (n->op == Ops::BUFFER) accesses.push_back(&whole.views[0]);
+    else if (n->op == Ops::BUFFER || n->op == Ops::IOTA) opaque = opaque || n->shape != value->shape;
     else
       for (const UOpPtr& s : n->src) stack.push_back(s);
   }
-  Shape loops = coalesced_shape(value->shape, accesses);
-  ShapeTracker out_st{{out_region}};
-  if (loops != value->shape) {
-    value = substitute(value, [&](const UOpPtr& n) -> UOpPtr {
-      if (n->op == Ops::VIEW && n->st().shape() == value_in->shape)
-        return view(n->src[0], n->st().reshape(loops));
-      if (n->op == Ops::BUFFER) return reshape(n, loops);
-      return nullptr;
-    });
-    out_st = out_st.reshape(loops);
+  std::vector<std::vector<size_t>> groups;
+  if (opaque)
+    for (size_t d = 0; d < value->shape.size(); d++) groups.push_back({d});
+  else
+    groups = coalesce(value->shape, accesses);
+  Shape loops;
+  for (const auto& g : groups) {
+    int64_t n = 1;
+    for (size_t d : g) n *= value->shape[d];
+    loops.push_back(n);
   }
+  if (loops.empty()) loops.push_back(1);
 
   Lowerer lw;
   lw.param(out);
-  std::vector<UOpPtr> ranges;
-  for (size_t d = 0; d < loops.size(); d++)
-    ranges.push_back(UOp::make(Ops::RANGE, kIndex, {idx_const(loops[d])}, static_cast<int64_t>(d)));
-  UOpPtr v = lw.eval(value, ranges);
-  auto [flat, valid] = view_index(out_st, ranges);
+  lw.next_range = static_cast<int64_t>(loops.size());
+  // The index of each original dim, from its group's loop variable.
+  std::vector<UOpPtr> idx(value->shape.size(), idx_const(0));
+  for (size_t gi = 0; gi < groups.size(); gi++) {
+    UOpPtr r = UOp::make(Ops::RANGE, kIndex, {idx_const(loops[gi])}, static_cast<int64_t>(gi));
+    int64_t suffix = 1;
+    for (size_t k = groups[gi].size(); k-- > 0;) {
+      size_t d = groups[gi][k];
+      UOpPtr q = suffix == 1 ? r : UOp::make(Ops::IDIV, kIndex, {r, idx_const(suffix)});
+      idx[d] = k == 0 ? q : UOp::make(Ops::MOD, kIndex, {q, idx_const(value->shape[d])});
+      suffix *= value->shape[d];
+    }
+  }
+  UOpPtr v = lw.eval(value, idx);
+  auto [flat, valid] = view_index(ShapeTracker{{out_region}}, idx);
   UOpPtr store = UOp::make(Ops::STORE, DType::Void, {lw.param(out), flat, v});
   UOpPtr ast = graph_rewrite(UOp::make(Ops::SINK, DType::Void, {store}), symbolic);
 
-  std::string name = "E";
+  bool reduces = false;
+  for (const UOpPtr& n : toposort(ast)) reduces = reduces || n->op == Ops::REDUCE;
+  std::string name = reduces ? "R" : "E";
   for (int64_t s : loops) name += "_" + std::to_string(s);
-  return Kernel{name, ast, lw.buffers, loops};
+  return Kernel{name, ast, lw.buffers, loops, lw.ivars, lw.fvars};
 }
 
 } // namespace tiny

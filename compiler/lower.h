@@ -20,6 +20,8 @@ struct Kernel {
   UOpPtr ast;                     // SINK(STORE(PARAM, index, value)...)
   std::vector<BufferRef> buffers; // PARAM slot -> buffer; slot 0 is the output
   Shape loops;                    // loop extents, outermost first (the outermost is split across threads)
+  std::vector<int64_t> ivars;     // ARG values: integer and bool runtime scalars
+  std::vector<double> fvars;      // ARG values: float runtime scalars
 };
 
 // The kernel that writes `value` (a tensor-level graph over BUFFER and CONST leaves, shape

@@ -1,6 +1,8 @@
 #include "compiler/render_c.h"
 
+#include <algorithm>
 #include <cmath>
+#include <deque>
 #include <cstdio>
 #include <sstream>
 #include <stdexcept>
@@ -107,6 +109,25 @@ std::string from_storage(DType dt, const std::string& e) {
   return e;
 }
 
+std::string reduce_identity(Ops op, DType dt) {
+  bool fl = is_float(dt);
+  std::string t = std::string("(") + reg_type(dt) + ")";
+  switch (op) {
+  case Ops::ADD: return t + "0";
+  case Ops::MUL: return t + "1";
+  case Ops::MAX:
+    if (dt == DType::Bool) return "0";
+    if (fl) return t + "-INFINITY";
+    return info(dt).is_signed ? t + "(-" + std::to_string((uint64_t{1} << (bits(dt) - 1)) - 1) + "LL - 1)" : t + "0";
+  case Ops::MIN:
+    if (dt == DType::Bool) return "1";
+    if (fl) return t + "INFINITY";
+    return info(dt).is_signed ? t + std::to_string((uint64_t{1} << (bits(dt) - 1)) - 1) + "LL"
+                              : t + std::to_string((uint64_t{1} << bits(dt)) - 1) + "ULL";
+  default: throw std::logic_error("render_c: bad reduce op");
+  }
+}
+
 std::string render_cast(DType from, DType to, const std::string& a) {
   if (to == DType::Bool) return "(" + a + " != 0)";
   if (is_float(to)) {
@@ -179,11 +200,22 @@ std::string render_binary(Ops op, DType dt, DType in, const std::string& a, cons
   }
 }
 
+// Each node is emitted in the innermost open loop among the loops it depends on, so work that does
+// not vary in a loop is computed before that loop starts; a REDUCE opens a loop of its own.
 class CRenderer {
 public:
   explicit CRenderer(const Kernel& k) : k_(k) {}
 
   std::string render(const std::string& fn) {
+    for (const UOpPtr& n : toposort(k_.ast)) compute_deps(n);
+    scopes_.resize(k_.loops.size() + 1);
+    for (size_t d = 0; d <= k_.loops.size(); d++) {
+      scopes_[d].range = d == 0 ? -1 : static_cast<int64_t>(d - 1);
+      scopes_[d].depth = static_cast<int>(d) + 1;
+      open_.push_back(d);
+    }
+    for (const UOpPtr& st : k_.ast->src) emit(st);
+
     std::ostringstream os;
     os << kPrelude << "\nvoid " << fn
        << "(void* const* bufs, const int64_t* ivars, const double* fvars, int64_t begin, int64_t end) {\n"
@@ -193,39 +225,81 @@ public:
       os << "  " << (i == 0 ? "" : "const ") << t << "* restrict b" << i << " = (" << (i == 0 ? "" : "const ") << t
          << "*)bufs[" << i << "];\n";
     }
-    std::string indent = "  ";
+    os << scopes_[0].code.str();
     for (size_t d = 0; d < k_.loops.size(); d++) {
-      os << indent << "for (int64_t r" << d << " = " << (d == 0 ? "begin" : "0") << "; r" << d << " < "
-         << (d == 0 ? "end" : std::to_string(k_.loops[d])) << "; r" << d << "++) {\n";
-      indent += "  ";
+      os << indent(static_cast<int>(d) + 1) << "for (int64_t r" << d << " = " << (d == 0 ? "begin" : "0") << "; r"
+         << d << " < " << (d == 0 ? "end" : std::to_string(k_.loops[d])) << "; r" << d << "++) {\n"
+         << scopes_[d + 1].code.str();
     }
-    for (const UOpPtr& n : toposort(k_.ast)) body(n, os, indent);
-    for (size_t d = k_.loops.size(); d-- > 0;) {
-      indent.resize(indent.size() - 2);
-      os << indent << "}\n";
-    }
+    for (size_t d = k_.loops.size(); d-- > 0;) os << indent(static_cast<int>(d) + 1) << "}\n";
     os << "}\n";
     return os.str();
   }
 
 private:
+  struct Scope {
+    int64_t range = -1; // the loop it is the body of (-1: the function body)
+    std::vector<int64_t> reduce_ranges;
+    int depth = 1;
+    std::ostringstream code;
+  };
+
   const Kernel& k_;
   std::unordered_map<const UOp*, std::string> names_;
+  std::unordered_map<const UOp*, std::vector<int64_t>> deps_; // loop ids each node varies with
+  std::deque<Scope> scopes_;
+  std::vector<size_t> open_; // scopes enclosing the code being emitted, outermost first
   int next_ = 0;
 
+  static std::string indent(int depth) { return std::string(2 * depth, ' '); }
   const std::string& ref(const UOpPtr& n) { return names_.at(n.get()); }
 
-  void body(const UOpPtr& n, std::ostringstream& os, const std::string& ind) {
+  void compute_deps(const UOpPtr& n) {
+    std::vector<int64_t> d;
+    if (n->op == Ops::RANGE) d.push_back(std::get<int64_t>(n->arg));
+    for (const UOpPtr& s : n->src)
+      for (int64_t r : deps_.at(s.get()))
+        if (std::find(d.begin(), d.end(), r) == d.end()) d.push_back(r);
+    if (n->op == Ops::REDUCE)
+      for (size_t i = 1; i < n->src.size(); i++) std::erase(d, std::get<int64_t>(n->src[i]->arg));
+    deps_[n.get()] = std::move(d);
+  }
+
+  bool scope_has(const Scope& sc, const std::vector<int64_t>& deps) const {
+    for (int64_t r : deps)
+      if (r == sc.range || std::find(sc.reduce_ranges.begin(), sc.reduce_ranges.end(), r) != sc.reduce_ranges.end())
+        return true;
+    return false;
+  }
+
+  // The innermost open scope that n must live in (its position in open_).
+  size_t home(const UOpPtr& n) const {
+    const auto& deps = deps_.at(n.get());
+    for (size_t i = open_.size(); i-- > 1;)
+      if (scope_has(scopes_[open_[i]], deps)) return i;
+    return 0;
+  }
+
+  void emit(const UOpPtr& n) {
+    if (names_.count(n.get())) return;
     switch (n->op) {
-    case Ops::SINK: return;
     case Ops::CONST: names_[n.get()] = literal(n); return;
     case Ops::RANGE: names_[n.get()] = "r" + std::to_string(std::get<int64_t>(n->arg)); return;
     case Ops::PARAM: names_[n.get()] = "b" + std::to_string(std::get<int64_t>(n->arg)); return;
-    case Ops::STORE:
-      os << ind << ref(n->src[0]) << "[" << ref(n->src[1]) << "] = " << to_storage(n->src[2]->dtype, ref(n->src[2]))
-         << ";\n";
+    case Ops::ARG:
+      names_[n.get()] = std::string("((") + reg_type(n->dtype) + ")" + (is_float(n->dtype) ? "fvars[" : "ivars[") +
+                        std::to_string(std::get<int64_t>(n->arg)) + "])";
       return;
+    case Ops::REDUCE: return emit_reduce(n);
     default: break;
+    }
+    for (const UOpPtr& s : n->src) emit(s);
+    Scope& sc = scopes_[open_[home(n)]];
+    std::string ind = indent(sc.depth);
+    if (n->op == Ops::STORE) {
+      sc.code << ind << ref(n->src[0]) << "[" << ref(n->src[1]) << "] = " << to_storage(n->src[2]->dtype, ref(n->src[2]))
+              << ";\n";
+      return;
     }
     std::string v = "v" + std::to_string(next_++);
     names_[n.get()] = v;
@@ -239,10 +313,10 @@ private:
       e = render_cast(n->src[0]->dtype, n->dtype, ref(n->src[0]));
     } else if (n->op == Ops::BITCAST) {
       DType from = n->src[0]->dtype;
-      os << ind << reg_type(n->dtype) << " " << v << ";\n"
-         << ind << "{ " << info(from).c_name << " s = " << to_storage(from, ref(n->src[0])) << "; "
-         << info(n->dtype).c_name << " d; memcpy(&d, &s, sizeof d); " << v << " = " << from_storage(n->dtype, "d")
-         << "; }\n";
+      sc.code << ind << reg_type(n->dtype) << " " << v << ";\n"
+              << ind << "{ " << info(from).c_name << " s = " << to_storage(from, ref(n->src[0])) << "; "
+              << info(n->dtype).c_name << " d; memcpy(&d, &s, sizeof d); " << v << " = "
+              << from_storage(n->dtype, "d") << "; }\n";
       return;
     } else if (is_unary(n->op)) {
       e = render_unary(n->op, n->src[0]->dtype, ref(n->src[0]));
@@ -254,7 +328,45 @@ private:
       throw std::logic_error(std::string("render_c: cannot render ") + op_name(n->op));
     }
     // Narrow ints are promoted by C; store them back in their own width so they wrap as torch's do.
-    os << ind << "const " << reg_type(n->dtype) << " " << v << " = (" << reg_type(n->dtype) << ")(" << e << ");\n";
+    sc.code << ind << "const " << reg_type(n->dtype) << " " << v << " = (" << reg_type(n->dtype) << ")(" << e
+            << ");\n";
+  }
+
+  void emit_reduce(const UOpPtr& n) {
+    size_t at = home(n);
+    Scope& target = scopes_[open_[at]];
+    std::string acc = "acc" + std::to_string(next_++);
+    const ReduceArg& ra = n->reduce_arg();
+    DType dt = n->dtype;
+    // The loop body: a scope nested in `target`; what it reads that does not vary in it goes outside.
+    Scope& body = scopes_.emplace_back();
+    body.depth = target.depth + static_cast<int>(n->src.size()) - 1;
+    for (size_t i = 1; i < n->src.size(); i++) body.reduce_ranges.push_back(std::get<int64_t>(n->src[i]->arg));
+    std::vector<size_t> saved = open_;
+    open_.resize(at + 1);
+    open_.push_back(scopes_.size() - 1);
+    emit(n->src[0]);
+    open_ = saved;
+    const std::string& v = ref(n->src[0]);
+    std::string update;
+    switch (ra.op) {
+    case Ops::ADD: update = dt == DType::Bool ? acc + " | " + v : acc + " + " + v; break;
+    case Ops::MUL: update = dt == DType::Bool ? acc + " & " + v : acc + " * " + v; break;
+    case Ops::MAX: update = render_binary(Ops::MAX, dt, dt, acc, v); break;
+    case Ops::MIN: update = render_binary(Ops::MIN, dt, dt, acc, v); break;
+    default: throw std::logic_error("render_c: bad reduce op");
+    }
+    std::string ind = indent(target.depth);
+    target.code << ind << reg_type(dt) << " " << acc << " = " << reduce_identity(ra.op, dt) << ";\n";
+    for (size_t i = 1; i < n->src.size(); i++) {
+      const UOpPtr& r = n->src[i];
+      std::string rn = "r" + std::to_string(std::get<int64_t>(r->arg));
+      target.code << indent(target.depth + static_cast<int>(i) - 1) << "for (int64_t " << rn << " = 0; " << rn << " < "
+                  << r->src[0]->const_i() << "; " << rn << "++) {\n";
+    }
+    target.code << body.code.str() << indent(body.depth) << acc << " = (" << reg_type(dt) << ")(" << update << ");\n";
+    for (size_t i = n->src.size() - 1; i >= 1; i--) target.code << indent(target.depth + static_cast<int>(i) - 1) << "}\n";
+    names_[n.get()] = acc;
   }
 };
 

@@ -17,10 +17,10 @@ namespace tiny {
 namespace {
 
 constexpr const char* kOpNames[] = {
-    "BUFFER", "CONST", "DEFINE_VAR", "VIEW", "NEG", "NOT", "BITNOT", "ABS", "SQRT", "EXP", "EXP2", "LOG", "LOG2", "SIN", "COS",
+    "BUFFER", "CONST", "DEFINE_VAR", "IOTA", "VIEW", "NEG", "NOT", "BITNOT", "ABS", "SQRT", "EXP", "EXP2", "LOG", "LOG2", "SIN", "COS",
     "TAN", "TANH", "ERF", "FLOOR", "CEIL", "RINT", "TRUNC", "RECIP", "LOG1P", "EXPM1", "ADD", "SUB", "MUL",
     "FDIV", "IDIV", "MOD", "POW", "MAX", "MIN", "CMPLT", "CMPLE", "CMPEQ", "CMPNE", "AND", "OR", "XOR", "SHL",
-    "SHR", "WHERE", "CAST", "BITCAST", "ASSIGN", "PARAM", "RANGE", "LOAD", "STORE", "SINK"};
+    "SHR", "WHERE", "CAST", "BITCAST", "REDUCE", "CONTIGUOUS", "ASSIGN", "PARAM", "ARG", "RANGE", "LOAD", "STORE", "SINK"};
 static_assert(sizeof(kOpNames) / sizeof(kOpNames[0]) == static_cast<size_t>(Ops::SINK) + 1);
 
 void mix(size_t& h, size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); }
@@ -33,6 +33,11 @@ size_t arg_hash(const Arg& a) {
         else if constexpr (std::is_same_v<T, int64_t>) return std::hash<int64_t>{}(v);
         else if constexpr (std::is_same_v<T, double>) return std::hash<uint64_t>{}(std::bit_cast<uint64_t>(v));
         else if constexpr (std::is_same_v<T, BufferRef>) return std::hash<const void*>{}(v.get());
+        else if constexpr (std::is_same_v<T, ReduceArg>) {
+          size_t h = static_cast<size_t>(v.op);
+          for (int64_t a : v.axes) mix(h, static_cast<size_t>(a));
+          return h;
+        }
         else return v.hash();
       },
       a);
@@ -47,8 +52,16 @@ bool arg_equal(const Arg& a, const Arg& b) {
 Shape infer_shape(Ops op, const std::vector<UOpPtr>& src, const Arg& arg) {
   switch (op) {
   case Ops::BUFFER: return {std::get<BufferRef>(arg)->numel};
+  case Ops::IOTA: return {std::get<int64_t>(arg)};
   case Ops::VIEW: return std::get<ShapeTracker>(arg).shape();
   case Ops::ASSIGN: return src[0]->shape;
+  case Ops::CONTIGUOUS: return src[0]->shape;
+  case Ops::REDUCE: {
+    if (src.size() > 1) return {}; // kernel-level: a scalar accumulator
+    Shape s = src[0]->shape;
+    for (int64_t a : std::get<ReduceArg>(arg).axes) s.at(a) = 1;
+    return s;
+  }
   case Ops::CAST:
   case Ops::BITCAST: return src[0]->shape;
   default:
@@ -204,6 +217,11 @@ std::string UOp::str() const {
         if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, double>) os << " " << v;
         else if constexpr (std::is_same_v<T, BufferRef>) os << " buf@" << v.get();
         else if constexpr (std::is_same_v<T, ShapeTracker> || std::is_same_v<T, View>) os << " " << v.str();
+        else if constexpr (std::is_same_v<T, ReduceArg>) {
+          os << " " << op_name(v.op) << " axes=(";
+          for (int64_t a : v.axes) os << a << ",";
+          os << ")";
+        }
       },
       arg);
   return os.str();
@@ -248,6 +266,9 @@ UOpPtr const_float(DType dt, double v) { return UOp::make(Ops::CONST, dt, {}, v)
 UOpPtr const_like(const UOpPtr& x, double v) {
   return is_float(x->dtype) ? const_float(x->dtype, v) : const_int(x->dtype, static_cast<int64_t>(v));
 }
+UOpPtr iota(int64_t n, DType dt) { return UOp::make(Ops::IOTA, dt, {}, n); }
+UOpPtr var_int(DType dt, int64_t v) { return UOp::make(Ops::DEFINE_VAR, dt, {}, v); }
+UOpPtr var_float(DType dt, double v) { return UOp::make(Ops::DEFINE_VAR, dt, {}, v); }
 UOpPtr buffer(const BufferRef& buf) { return UOp::make(Ops::BUFFER, buf->dtype, {}, buf); }
 
 UOpPtr view(const UOpPtr& x, const ShapeTracker& st) {
@@ -266,6 +287,38 @@ UOpPtr expand(const UOpPtr& x, const Shape& shape) {
   if (x->shape == shape) return x;
   return view(x, ShapeTracker::from_shape(x->shape).expand(shape));
 }
+
+UOpPtr permute(const UOpPtr& x, const std::vector<int64_t>& order) {
+  return view(x, ShapeTracker::from_shape(x->shape).permute(order));
+}
+
+UOpPtr pad(const UOpPtr& x, const std::vector<std::pair<int64_t, int64_t>>& pads) {
+  return view(x, ShapeTracker::from_shape(x->shape).pad(pads));
+}
+
+UOpPtr shrink(const UOpPtr& x, const std::vector<std::pair<int64_t, int64_t>>& ranges) {
+  return view(x, ShapeTracker::from_shape(x->shape).shrink(ranges));
+}
+
+UOpPtr flip(const UOpPtr& x, const std::vector<bool>& axes) {
+  return view(x, ShapeTracker::from_shape(x->shape).flip(axes));
+}
+
+UOpPtr reduce(const UOpPtr& x, Ops op, const std::vector<int64_t>& axes) {
+  if (op != Ops::ADD && op != Ops::MUL && op != Ops::MAX && op != Ops::MIN)
+    throw std::invalid_argument(std::string("reduce: ") + op_name(op) + " is not a reduction");
+  std::vector<int64_t> kept;
+  for (int64_t a : axes) {
+    if (a < 0 || a >= static_cast<int64_t>(x->shape.size())) throw std::invalid_argument("reduce: axis out of range");
+    if (x->shape[a] != 1) kept.push_back(a);
+  }
+  std::sort(kept.begin(), kept.end());
+  kept.erase(std::unique(kept.begin(), kept.end()), kept.end());
+  if (kept.empty()) return x;
+  return UOp::make(Ops::REDUCE, x->dtype, {x}, ReduceArg{op, kept});
+}
+
+UOpPtr contiguous(const UOpPtr& x) { return UOp::make(Ops::CONTIGUOUS, x->dtype, {x}); }
 
 UOpPtr alu(Ops op, const UOpPtr& a) {
   if (!is_unary(op)) throw std::invalid_argument(std::string(op_name(op)) + " is not unary");

@@ -20,7 +20,8 @@ enum class Ops : uint8_t {
   // Tensor-level leaves
   BUFFER,     // a device buffer, by identity; 1-D of its element count
   CONST,      // a scalar constant (shape ()), broadcast by VIEW
-  DEFINE_VAR, // a runtime scalar argument; arg = slot
+  DEFINE_VAR, // a runtime scalar (a value from Python); arg = its value, passed to kernels at launch
+  IOTA,       // 0, 1, ..., n-1 (1-D, arg = n): the index itself, for arange, masks and one-hot
   // Movement
   VIEW, // arg = ShapeTracker over src[0]
   // Unary ALU
@@ -31,10 +32,16 @@ enum class Ops : uint8_t {
   WHERE,
   CAST,
   BITCAST,
+  // Reduce over axes: arg = ReduceArg; the result keeps the reduced axes with size 1. After
+  // lowering, src = (value, loop ranges...) and the node is the accumulated value.
+  REDUCE,
+  // A realize boundary: its value is computed into a buffer of its own.
+  CONTIGUOUS,
   // Buffer content: src = (base, value); arg = the View of base that value overwrites
   ASSIGN,
   // Kernel-level, after lowering
   PARAM, // a kernel buffer argument; arg = slot
+  ARG,   // a kernel scalar argument; arg = slot in the int64 or the double arguments
   RANGE, // a loop variable; src = (end); arg = axis
   LOAD,  // src = (param, index[, valid])
   STORE, // src = (param, index, value)
@@ -57,7 +64,13 @@ struct BufferBase {
 };
 using BufferRef = std::shared_ptr<BufferBase>;
 
-using Arg = std::variant<std::monostate, int64_t, double, ShapeTracker, View, BufferRef>;
+struct ReduceArg {
+  Ops op; // ADD, MUL, MAX or MIN
+  std::vector<int64_t> axes;
+  bool operator==(const ReduceArg&) const = default;
+};
+
+using Arg = std::variant<std::monostate, int64_t, double, ShapeTracker, View, BufferRef, ReduceArg>;
 
 class UOp;
 using UOpPtr = std::shared_ptr<const UOp>;
@@ -76,6 +89,7 @@ public:
   ~UOp();
 
   const ShapeTracker& st() const { return std::get<ShapeTracker>(arg); }
+  const ReduceArg& reduce_arg() const { return std::get<ReduceArg>(arg); }
   const BufferRef& buffer() const { return std::get<BufferRef>(arg); }
   // CONST values: ints and bools are int64_t, floats are double.
   bool is_const() const { return op == Ops::CONST; }
@@ -101,10 +115,22 @@ size_t live_uops();
 UOpPtr const_int(DType dt, int64_t v);
 UOpPtr const_float(DType dt, double v);
 UOpPtr const_like(const UOpPtr& x, double v); // a constant of x's dtype (int or float)
+// Runtime scalars: kernels take their values as arguments, so a new value compiles nothing.
+UOpPtr var_int(DType dt, int64_t v);
+UOpPtr var_float(DType dt, double v);
 UOpPtr buffer(const BufferRef& buf);
+UOpPtr iota(int64_t n, DType dt); // shape (n,)
 UOpPtr view(const UOpPtr& x, const ShapeTracker& st);
 UOpPtr reshape(const UOpPtr& x, const Shape& shape);
 UOpPtr expand(const UOpPtr& x, const Shape& shape);
+UOpPtr permute(const UOpPtr& x, const std::vector<int64_t>& order);
+UOpPtr pad(const UOpPtr& x, const std::vector<std::pair<int64_t, int64_t>>& pads);
+UOpPtr shrink(const UOpPtr& x, const std::vector<std::pair<int64_t, int64_t>>& ranges);
+UOpPtr flip(const UOpPtr& x, const std::vector<bool>& axes);
+// Reduces `axes` of x with op (ADD, MUL, MAX, MIN); the result has size 1 on those axes.
+UOpPtr reduce(const UOpPtr& x, Ops op, const std::vector<int64_t>& axes);
+// Marks x to be computed into a buffer of its own (a realize boundary).
+UOpPtr contiguous(const UOpPtr& x);
 UOpPtr alu(Ops op, const UOpPtr& a);
 UOpPtr alu(Ops op, const UOpPtr& a, const UOpPtr& b);
 UOpPtr where(const UOpPtr& c, const UOpPtr& a, const UOpPtr& b);

@@ -1,5 +1,6 @@
 #include "compiler/view.h"
 
+#include <algorithm>
 #include <functional>
 #include <sstream>
 #include <stdexcept>
@@ -164,6 +165,64 @@ ShapeTracker ShapeTracker::expand(const Shape& shape) const {
   }
   ShapeTracker out = *this;
   out.views.back() = std::move(e);
+  return out;
+}
+
+ShapeTracker ShapeTracker::pad(const std::vector<std::pair<int64_t, int64_t>>& pads) const {
+  View v = views.back();
+  bool any = false;
+  for (auto [b, a] : pads) any = any || b != 0 || a != 0;
+  if (!any) return *this;
+  std::vector<std::pair<int64_t, int64_t>> mask(v.shape.size());
+  for (size_t d = 0; d < v.shape.size(); d++) {
+    auto [b, a] = pads[d];
+    auto [lo, hi] = v.mask ? (*v.mask)[d] : std::pair<int64_t, int64_t>{0, v.shape[d]};
+    mask[d] = {lo + b, hi + b};
+    v.offset -= b * v.strides[d];
+    v.shape[d] += b + a;
+  }
+  v.mask = mask;
+  ShapeTracker out = *this;
+  out.views.back() = std::move(v);
+  return out;
+}
+
+ShapeTracker ShapeTracker::shrink(const std::vector<std::pair<int64_t, int64_t>>& ranges) const {
+  View v = views.back();
+  for (size_t d = 0; d < v.shape.size(); d++) {
+    auto [b, e] = ranges[d];
+    v.offset += b * v.strides[d];
+    if (v.mask) {
+      auto [lo, hi] = (*v.mask)[d];
+      lo = std::clamp(lo - b, int64_t{0}, e - b);
+      hi = std::clamp(hi - b, lo, e - b);
+      (*v.mask)[d] = {lo, hi};
+    }
+    v.shape[d] = e - b;
+  }
+  if (v.mask) {
+    bool full = true;
+    for (size_t d = 0; d < v.shape.size(); d++) full = full && (*v.mask)[d] == std::pair<int64_t, int64_t>{0, v.shape[d]};
+    if (full) v.mask.reset();
+  }
+  ShapeTracker out = *this;
+  out.views.back() = std::move(v);
+  return out;
+}
+
+ShapeTracker ShapeTracker::flip(const std::vector<bool>& axes) const {
+  View v = views.back();
+  for (size_t d = 0; d < v.shape.size(); d++) {
+    if (!axes[d]) continue;
+    v.offset += (v.shape[d] - 1) * v.strides[d];
+    v.strides[d] = -v.strides[d];
+    if (v.mask) {
+      auto [lo, hi] = (*v.mask)[d];
+      (*v.mask)[d] = {v.shape[d] - hi, v.shape[d] - lo};
+    }
+  }
+  ShapeTracker out = *this;
+  out.views.back() = std::move(v);
   return out;
 }
 

@@ -47,6 +47,11 @@ public:
   ShapeTracker reshape(const Shape& shape) const;
   ShapeTracker permute(const std::vector<int64_t>& order) const;
   ShapeTracker expand(const Shape& shape) const;
+  // Pads each dim with (before, after) elements that read as 0 (a mask).
+  ShapeTracker pad(const std::vector<std::pair<int64_t, int64_t>>& pads) const;
+  // Keeps [begin, end) of each dim.
+  ShapeTracker shrink(const std::vector<std::pair<int64_t, int64_t>>& ranges) const;
+  ShapeTracker flip(const std::vector<bool>& axes) const;
   // Reading `this` after reading through `inner`: `inner`'s shape is this tracker's source.
   ShapeTracker on_top_of(const ShapeTracker& inner) const;
 

@@ -17,9 +17,9 @@ constexpr c10::DispatchKeySet kTinyKeys(c10::DispatchKey::PrivateUse1);
 template <typename T> UOpPtr make_constant(const at::Scalar& value, DType dt) {
   T v = value.to<T>(); // torch's own conversion: its rounding, and its overflow error
   if constexpr (std::is_floating_point_v<T> || std::is_same_v<T, at::Half> || std::is_same_v<T, at::BFloat16>)
-    return const_float(dt, static_cast<double>(v));
+    return var_float(dt, static_cast<double>(v));
   else
-    return const_int(dt, static_cast<int64_t>(v));
+    return var_int(dt, static_cast<int64_t>(v));
 }
 
 } // namespace

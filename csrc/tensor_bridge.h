@@ -33,8 +33,9 @@ UOpPtr read(const at::Tensor& t);
 // alias of its storage. `dst` must not overlap itself.
 void write(const at::Tensor& dst, const UOpPtr& value);
 
-// A CONST holding `value` converted to `dt` the way torch converts a Scalar for a tensor of that dtype
-// (including torch's overflow error), broadcast to `shape`.
+// A runtime scalar (DEFINE_VAR: a kernel argument, so new values compile nothing) holding `value`
+// converted to `dt` the way torch converts a Scalar for a tensor of that dtype (including torch's
+// overflow error), broadcast to `shape`.
 UOpPtr scalar_constant(const at::Scalar& value, DType dt, const Shape& shape = {});
 
 // A new tiny tensor; its storage is a fresh lazy buffer.

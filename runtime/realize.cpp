@@ -32,7 +32,7 @@ void run_kernel(const std::shared_ptr<Buffer>& out, const View& region, const UO
   std::vector<void*> ptrs;
   for (const BufferRef& b : k.buffers) ptrs.push_back(std::static_pointer_cast<Buffer>(b)->ptr());
   auto t1 = Clock::now();
-  prog->launch(ptrs, {}, {}, k.loops[0]);
+  prog->launch(ptrs, k.ivars, k.fvars, k.loops[0]);
   stats().kernels++;
   if (debug_level() >= 2) {
     auto us = [](auto d) { return std::chrono::duration<double, std::micro>(d).count(); };

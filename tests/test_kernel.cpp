@@ -77,3 +77,73 @@ TEST(Kernel, HalfValuesRoundTripThroughFloatRegisters) {
   EXPECT_FLOAT_EQ(back[2], 1.1920928955078125e-07f);
   EXPECT_FLOAT_EQ(back[3], -2.5f);
 }
+
+TEST(Kernel, ASumOverAnAxisMatchesPlainLoops) {
+  const int64_t R = 37, C = 53;
+  auto av = random_vec(R * C, 5);
+  auto a = reshape(buffer(filled(av)), {R, C});
+  auto got0 = values(realize_value(reduce(a, Ops::ADD, {0})));
+  auto got1 = values(realize_value(reduce(a, Ops::MAX, {1})));
+  ASSERT_EQ(got0.size(), size_t(C));
+  ASSERT_EQ(got1.size(), size_t(R));
+  for (int64_t j = 0; j < C; j++) {
+    float s = 0;
+    for (int64_t i = 0; i < R; i++) s += av[i * C + j];
+    EXPECT_NEAR(got0[j], s, 1e-4);
+  }
+  for (int64_t i = 0; i < R; i++) {
+    float m = -INFINITY;
+    for (int64_t j = 0; j < C; j++) m = std::max(m, av[i * C + j]);
+    EXPECT_EQ(got1[i], m);
+  }
+}
+
+TEST(Kernel, ASoftmaxIsOneKernelWithTheRowReductionsHoisted) {
+  const int64_t R = 9, C = 31;
+  auto av = random_vec(R * C, 6);
+  auto a = reshape(buffer(filled(av)), {R, C});
+  auto mx = expand(reduce(a, Ops::MAX, {1}), {R, C});
+  auto e = alu(Ops::EXP, alu(Ops::SUB, a, mx));
+  auto sm = alu(Ops::FDIV, e, expand(reduce(e, Ops::ADD, {1}), {R, C}));
+  auto out = std::make_shared<Buffer>(device(0), DType::Float32, R * C);
+  Kernel k = lower_kernel(out, View::contiguous({R, C}), sm);
+  std::string full = render_c(k, "k");
+  // the max and the sum are loops over a row, computed before the loop that writes it
+  std::string body = full.substr(full.find("void k("));
+  EXPECT_EQ(k.loops, Shape({R, C}));
+  EXPECT_LT(body.find("acc"), body.find("for (int64_t r1 = 0")) << body;
+  auto got = values(realize_value(sm));
+  for (int64_t i = 0; i < R; i++) {
+    float m = -INFINITY, s = 0;
+    for (int64_t j = 0; j < C; j++) m = std::max(m, av[i * C + j]);
+    for (int64_t j = 0; j < C; j++) s += std::exp(av[i * C + j] - m);
+    for (int64_t j = 0; j < C; j++) EXPECT_NEAR(got[i * C + j], std::exp(av[i * C + j] - m) / s, 1e-6);
+  }
+}
+
+TEST(Kernel, AMatmulIsAReduceOfABroadcastProduct) {
+  const int64_t M = 7, K = 13, N = 5;
+  auto av = random_vec(M * K, 7), bv = random_vec(K * N, 8);
+  auto a = reshape(buffer(filled(av)), {M, 1, K});
+  auto b = permute(reshape(buffer(filled(bv)), {1, K, N}), {0, 2, 1}); // (1, N, K)
+  auto prod = alu(Ops::MUL, expand(a, {M, N, K}), expand(b, {M, N, K}));
+  auto got = values(realize_value(reduce(prod, Ops::ADD, {2})));
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++) {
+      float s = 0;
+      for (int64_t k = 0; k < K; k++) s += av[i * K + k] * bv[k * N + j];
+      EXPECT_NEAR(got[i * N + j], s, 1e-5);
+    }
+}
+
+TEST(Kernel, PaddedAndFlippedReadsMaskToZero) {
+  auto av = random_vec(6, 9);
+  auto a = buffer(filled(av));
+  auto p = flip(pad(a, {{2, 3}}), {true}); // 11 elements: 3 zeros, a reversed, 2 zeros
+  auto got = values(realize_value(alu(Ops::ADD, p, expand(reshape(const_float(DType::Float32, 1), {1}), {11}))));
+  for (int64_t i = 0; i < 11; i++) {
+    int64_t src = 10 - i - 2;
+    float want = (src >= 0 && src < 6 ? av[src] : 0.0f) + 1.0f;
+    EXPECT_EQ(got[i], want) << i;
+  }
+}
