@@ -1,5 +1,6 @@
 #include "compiler/lower.h"
 
+#include <algorithm>
 #include <map>
 #include <stdexcept>
 #include <unordered_map>
@@ -98,8 +99,10 @@ public:
   std::vector<BufferRef> buffers;
   std::unordered_map<const BufferBase*, UOpPtr> params;
   int64_t next_range = 0; // loop ids: the kernel's own loops first, then one per reduced axis
+  std::vector<UOpPtr> must_realize;
   std::vector<int64_t> ivars;
   std::vector<double> fvars;
+  std::vector<UOpPtr> var_nodes;
 
   UOpPtr param(const BufferRef& b) {
     auto it = params.find(b.get());
@@ -123,6 +126,14 @@ public:
 private:
   std::map<std::pair<const UOp*, std::vector<const UOp*>>, UOpPtr> memo_;
   std::vector<UOpPtr> keep_;
+  std::vector<const UOp*> active_; // loop variables of the reductions being lowered
+
+  static bool varies_with(const std::vector<UOpPtr>& idx, const std::vector<const UOp*>& ranges) {
+    for (const UOpPtr& i : idx)
+      for (const UOpPtr& n : toposort(graph_rewrite(i, symbolic)))
+        if (n->op == Ops::RANGE && std::find(ranges.begin(), ranges.end(), n.get()) != ranges.end()) return true;
+    return false;
+  }
 
   UOpPtr load(const UOpPtr& buf, const UOpPtr& flat, const UOpPtr& valid) {
     if (valid->is_const() && valid->const_i()) return UOp::make(Ops::LOAD, buf->dtype, {param(buf->buffer()), flat});
@@ -142,6 +153,7 @@ private:
       int64_t slot = static_cast<int64_t>(fl ? fvars.size() : ivars.size());
       if (fl) fvars.push_back(n->const_f());
       else ivars.push_back(n->const_i());
+      var_nodes.push_back(n);
       return UOp::make(Ops::ARG, n->dtype, {}, slot);
     }
     case Ops::BUFFER: return load(n, idx.at(0), const_int(DType::Bool, 1));
@@ -150,13 +162,19 @@ private:
       // A loop of its own over the reduced axes, accumulating src.
       const ReduceArg& ra = n->reduce_arg();
       const UOpPtr& x = n->src[0];
+      // Inside another reduction's loop, a reduction whose index moves with that loop would be
+      // recomputed every iteration: it has to be realized on its own.
+      if (!active_.empty() && varies_with(idx, active_)) must_realize.push_back(n);
       std::vector<UOpPtr> src_idx = idx, srcs{nullptr};
+      size_t mark = active_.size();
       for (int64_t a : ra.axes) {
         UOpPtr r = UOp::make(Ops::RANGE, kIndex, {idx_const(x->shape[a])}, next_range++);
         src_idx[a] = r;
         srcs.push_back(r);
+        active_.push_back(r.get());
       }
       srcs[0] = eval(x, src_idx);
+      active_.resize(mark);
       return UOp::make(Ops::REDUCE, n->dtype, std::move(srcs), ra);
     }
     case Ops::VIEW: {
@@ -237,7 +255,7 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
   for (const UOpPtr& n : toposort(ast)) reduces = reduces || n->op == Ops::REDUCE;
   std::string name = reduces ? "R" : "E";
   for (int64_t s : loops) name += "_" + std::to_string(s);
-  return Kernel{name, ast, lw.buffers, loops, lw.ivars, lw.fvars};
+  return Kernel{name, ast, lw.buffers, loops, lw.ivars, lw.fvars, lw.var_nodes, lw.must_realize};
 }
 
 } // namespace tiny

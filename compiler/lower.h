@@ -22,6 +22,10 @@ struct Kernel {
   Shape loops;                    // loop extents, outermost first (the outermost is split across threads)
   std::vector<int64_t> ivars;     // ARG values: integer and bool runtime scalars
   std::vector<double> fvars;      // ARG values: float runtime scalars
+  std::vector<UOpPtr> var_nodes;  // the DEFINE_VARs behind them, in order (ints and floats interleaved)
+  // Tensor-level reductions this kernel would recompute inside another reduction's loop: the
+  // scheduler realizes them first and lowers again.
+  std::vector<UOpPtr> must_realize;
 };
 
 // The kernel that writes `value` (a tensor-level graph over BUFFER and CONST leaves, shape

@@ -4,6 +4,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "csrc/backend.h"
+#include "csrc/fallback.h"
 #include "runtime/lazy_buffer.h"
 
 namespace py = pybind11;
@@ -24,14 +25,22 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     d["kernels"] = s.kernels.load();
     d["compiles"] = s.compiles.load();
     d["cache_hits"] = s.cache_hits.load();
+    d["schedule_hits"] = s.schedule_hits.load();
     d["disk_hits"] = s.disk_hits.load();
     d["syncs"] = s.syncs.load();
     d["fallbacks"] = s.fallbacks.load();
     d["live_buffers"] = s.live_buffers.load();
     d["live_bytes"] = s.live_bytes.load();
+    py::dict by_op; // CPU-fallback calls per op
+    for (const auto& [name, count] : tiny::fallback_op_counts())
+      by_op[py::str(name)] = count;
+    d["fallback_ops"] = by_op;
     return d;
   });
-  m.def("reset_stats", [] { tiny::runtime::reset_stats(); });
+  m.def("reset_stats", [] {
+    tiny::runtime::reset_stats();
+    tiny::reset_fallback_op_counts();
+  });
 
   m.def("manual_seed", [](uint64_t seed) {
     at::Generator gen = tiny::default_generator(-1); // a handle sharing the default generator

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <numeric>
 #include <stdexcept>
-#include <unordered_set>
+#include <map>
 
 #include "runtime/debug.h"
 #include "runtime/device.h"
@@ -25,7 +25,8 @@ Stats& stats() {
 
 void reset_stats() {
   Stats& s = stats();
-  for (auto* c : {&s.kernels, &s.compiles, &s.cache_hits, &s.disk_hits, &s.syncs, &s.fallbacks}) *c = 0;
+  for (auto* c : {&s.kernels, &s.compiles, &s.cache_hits, &s.disk_hits, &s.schedule_hits, &s.syncs, &s.fallbacks})
+    *c = 0;
 }
 
 int debug_level() {
@@ -38,10 +39,13 @@ int debug_level() {
 
 namespace {
 
-std::unordered_set<LazyBuffer*>& pending_set() {
-  static auto* s = new std::unordered_set<LazyBuffer*>();
+// Pending storages in the order they were first written: a step that repeats writes them in the
+// same order, so its graphs have the same key in the schedule cache.
+std::map<uint64_t, LazyBuffer*>& pending_list() {
+  static auto* s = new std::map<uint64_t, LazyBuffer*>();
   return *s;
 }
+uint64_t next_pending_seq = 1;
 
 // Does `v` name every element of a storage of n elements exactly once?
 bool covers_storage(const StridedView& v, int64_t n) {
@@ -79,8 +83,18 @@ LazyBuffer::LazyBuffer(Device& device, size_t nbytes) : device_(device), nbytes_
 
 LazyBuffer::~LazyBuffer() {
   std::lock_guard lock(graph_mutex());
-  pending_set().erase(this);
+  if (pending_seq_) pending_list().erase(pending_seq_);
   content_.reset();
+}
+
+void LazyBuffer::mark_pending() {
+  if (content_->op == Ops::BUFFER) {
+    if (pending_seq_) pending_list().erase(pending_seq_);
+    pending_seq_ = 0;
+  } else if (!pending_seq_) {
+    pending_seq_ = next_pending_seq++;
+    pending_list()[pending_seq_] = this;
+  }
 }
 
 bool LazyBuffer::pending() const {
@@ -114,7 +128,7 @@ void LazyBuffer::write(const StridedView& v, const UOpPtr& value) {
   UOpPtr val = bitcast(value, c->dtype);
   if (covers_storage(v, c->shape[0])) content_ = view(val, storage_order(v));
   else content_ = assign(c, val, View{v.sizes, v.strides, v.offset, std::nullopt});
-  if (content_->op != Ops::BUFFER) pending_set().insert(this);
+  mark_pending();
 }
 
 void LazyBuffer::write_host(const StridedView& v, const void* src) {
@@ -128,7 +142,7 @@ void LazyBuffer::write_host(const StridedView& v, const void* src) {
   UOpPtr b = buffer(staging);
   if (v.offset == 0 && n == c->shape[0] && is_contiguous_window(v)) {
     content_ = b;
-    pending_set().erase(this);
+    mark_pending();
     return;
   }
   write(v, bitcast(reshape(b, v.sizes), v.dtype));
@@ -148,7 +162,7 @@ void LazyBuffer::write_host_bytes(const StridedView& v, const void* src) {
   auto buf = std::make_shared<Buffer>(device_, content_->dtype, content_->shape[0]);
   device_.allocator().copy_in(buf->ptr(), bytes.data(), buf->nbytes());
   content_ = buffer(buf);
-  pending_set().erase(this);
+  mark_pending();
 }
 
 void LazyBuffer::copy_out_bytes(void* dst) {
@@ -195,13 +209,19 @@ void LazyBuffer::read_host(const StridedView& v, void* dst) {
 
 void synchronize() {
   std::lock_guard lock(graph_mutex());
-  auto& pending = pending_set();
+  auto& pending = pending_list();
   if (pending.empty()) return;
-  std::vector<LazyBuffer*> list(pending.begin(), pending.end());
+  std::vector<LazyBuffer*> list;
   std::vector<UOpPtr> roots;
-  for (LazyBuffer* lb : list) roots.push_back(lb->content_);
+  for (auto [seq, lb] : pending) {
+    list.push_back(lb);
+    roots.push_back(lb->content_);
+  }
   std::vector<UOpPtr> results = realize_all(roots);
-  for (size_t i = 0; i < list.size(); i++) list[i]->content_ = results[i];
+  for (size_t i = 0; i < list.size(); i++) {
+    list[i]->content_ = results[i];
+    list[i]->pending_seq_ = 0;
+  }
   pending.clear();
 }
 

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <unordered_map>
 
 #include "compiler/lower.h"
@@ -16,48 +17,155 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::shared_ptr<Buffer> new_buffer(DType dtype, int64_t numel) {
-  return std::make_shared<Buffer>(device(0), dtype, numel);
-}
+double us_since(Clock::time_point t) { return std::chrono::duration<double, std::micro>(Clock::now() - t).count(); }
 
-// Lowers, renders, compiles (cached) and runs one kernel writing `value` into `region` of `out`.
-void run_kernel(const std::shared_ptr<Buffer>& out, const View& region, const UOpPtr& value) {
-  if (prod(region.shape) == 0) return;
-  auto t0 = Clock::now();
-  if (debug_level() >= 4) std::fprintf(stderr, "tiny: kernel graph\n%s", value->tree_str().c_str());
-  Kernel k = lower_kernel(out, region, value);
-  std::string src = render_c(k, k.name);
-  if (debug_level() >= 3) std::fprintf(stderr, "%s\n", src.c_str());
-  std::shared_ptr<Program> prog = out->device().program(src, k.name);
-  std::vector<void*> ptrs;
-  for (const BufferRef& b : k.buffers) ptrs.push_back(std::static_pointer_cast<Buffer>(b)->ptr());
-  auto t1 = Clock::now();
-  prog->launch(ptrs, k.ivars, k.fvars, k.loops[0]);
-  stats().kernels++;
-  if (debug_level() >= 2) {
-    auto us = [](auto d) { return std::chrono::duration<double, std::micro>(d).count(); };
-    std::fprintf(stderr, "tiny: kernel %-24s %3zu bufs  prepare %8.1f us  run %8.1f us\n", k.name.c_str(),
-                 k.buffers.size(), us(t1 - t0), us(Clock::now() - t1));
+// ---- the structure of a set of graphs, for the schedule cache ----
+
+// A graph's structure with its inputs as parameters: buffers numbered by first appearance and
+// runtime scalars by position, so the same computation on other buffers and scalar values has the
+// same key.
+struct GraphKey {
+  std::vector<uint64_t> tokens;
+  std::vector<BufferRef> buffers;          // parameter i
+  std::vector<UOpPtr> vars;                // DEFINE_VAR parameter i
+  std::unordered_map<const UOp*, size_t> buffer_index, var_index;
+  size_t hash = 0;
+
+  explicit GraphKey(const std::vector<UOpPtr>& roots) {
+    std::unordered_map<const UOp*, uint64_t> pos;
+    for (const UOpPtr& r : roots) {
+      for (const UOpPtr& n : toposort(r)) {
+        if (pos.count(n.get())) continue;
+        pos[n.get()] = pos.size();
+        tokens.push_back(static_cast<uint64_t>(n->op) << 8 | static_cast<uint64_t>(n->dtype));
+        tokens.push_back(n->src.size());
+        for (const UOpPtr& s : n->src) tokens.push_back(pos.at(s.get()));
+        add_arg(n);
+      }
+      tokens.push_back(~uint64_t{0});
+      tokens.push_back(pos.at(r.get()));
+    }
+    for (uint64_t t : tokens) hash = hash * 1099511628211ULL ^ t;
   }
-}
 
-class Scheduler {
+  void add_arg(const UOpPtr& n) {
+    if (n->op == Ops::BUFFER) {
+      auto [it, fresh] = buffer_index.emplace(n.get(), buffers.size());
+      if (fresh) buffers.push_back(n->buffer());
+      tokens.push_back(it->second);
+      tokens.push_back(static_cast<uint64_t>(n->buffer()->numel));
+    } else if (n->op == Ops::DEFINE_VAR) {
+      auto [it, fresh] = var_index.emplace(n.get(), vars.size());
+      if (fresh) vars.push_back(n);
+      tokens.push_back(it->second);
+    } else {
+      std::visit(
+          [&](const auto& v) {
+            using T = std::decay_t<decltype(v)>;
+            if constexpr (std::is_same_v<T, int64_t>) tokens.push_back(static_cast<uint64_t>(v));
+            else if constexpr (std::is_same_v<T, double>) {
+              uint64_t bits;
+              std::memcpy(&bits, &v, sizeof bits);
+              tokens.push_back(bits);
+            } else if constexpr (std::is_same_v<T, ShapeTracker>) {
+              for (const View& w : v.views) add_view(w);
+            } else if constexpr (std::is_same_v<T, View>) {
+              add_view(v);
+            } else if constexpr (std::is_same_v<T, ReduceArg>) {
+              tokens.push_back(static_cast<uint64_t>(v.op));
+              for (int64_t a : v.axes) tokens.push_back(static_cast<uint64_t>(a));
+            }
+          },
+          n->arg);
+    }
+  }
+
+  void add_view(const View& v) {
+    tokens.push_back(v.shape.size());
+    for (int64_t x : v.shape) tokens.push_back(static_cast<uint64_t>(x));
+    for (int64_t x : v.strides) tokens.push_back(static_cast<uint64_t>(x));
+    tokens.push_back(static_cast<uint64_t>(v.offset));
+    if (v.mask)
+      for (auto [b, e] : *v.mask) tokens.push_back(static_cast<uint64_t>(b) << 32 ^ static_cast<uint64_t>(e));
+  }
+};
+
+// A schedule that can run again on other inputs: kernels whose buffers and scalars are slots.
+struct CachedSchedule {
+  struct Step {
+    std::shared_ptr<Program> program;
+    std::vector<int64_t> buffers; // >= 0: input parameter; < 0: ~(new buffer index)
+    std::vector<int64_t> ivars, fvars; // var parameter index (or ~literal index when not a parameter)
+    int64_t global;
+    std::string name;
+  };
+  std::vector<uint64_t> tokens;
+  std::vector<std::pair<DType, int64_t>> new_buffers;
+  std::vector<Step> steps;
+  std::vector<int64_t> results; // per root, as in Step::buffers
+};
+
+class ScheduleCache {
 public:
-  std::vector<UOpPtr> run(const std::vector<UOpPtr>& roots) {
-    count_uses(roots);
-    for (const UOpPtr& n : order_)
-      if (n->op == Ops::ASSIGN || is_root_.count(n.get())) realized_[n.get()] = materialize(n);
-    std::vector<UOpPtr> out;
-    for (const UOpPtr& r : roots) out.push_back(realized_.count(r.get()) ? realized_.at(r.get()) : r);
-    return out;
+  const CachedSchedule* find(const GraphKey& key) {
+    auto it = map_.find(key.hash);
+    if (it == map_.end()) return nullptr;
+    for (const CachedSchedule& s : it->second)
+      if (s.tokens == key.tokens) return &s;
+    return nullptr;
+  }
+  void add(size_t hash, CachedSchedule s) {
+    auto& list = map_[hash];
+    if (list.size() >= 4) list.erase(list.begin());
+    list.push_back(std::move(s));
   }
 
 private:
+  std::unordered_map<size_t, std::vector<CachedSchedule>> map_;
+};
+
+ScheduleCache& schedule_cache() {
+  static auto* c = new ScheduleCache();
+  return *c;
+}
+
+// ---- scheduling ----
+
+class Scheduler {
+public:
+  explicit Scheduler(const GraphKey* key) : key_(key) {}
+
+  std::vector<UOpPtr> run(const std::vector<UOpPtr>& roots) {
+    count_uses(roots);
+    for (const UOpPtr& n : order_)
+      if (n->op == Ops::ASSIGN || n->op == Ops::CONTIGUOUS || is_root_.count(n.get())) realize(n);
+    std::vector<UOpPtr> out;
+    for (const UOpPtr& r : roots) {
+      UOpPtr b = realized_.count(r.get()) ? realized_.at(r.get()) : r;
+      out.push_back(b);
+      if (key_) record_.results.push_back(slot(b->buffer()));
+    }
+    return out;
+  }
+
+  UOpPtr realize_value(const UOpPtr& value) {
+    UOpPtr v = resolve(value);
+    if (v->op == Ops::BUFFER) return v;
+    return into_new_buffer(v);
+  }
+
+  CachedSchedule take_record() { return std::move(record_); }
+  bool recordable() const { return recordable_; }
+
+private:
+  const GraphKey* key_; // when set, steps are recorded for the schedule cache
+  CachedSchedule record_;
+  bool recordable_ = true;
   std::unordered_map<const UOp*, int> uses_;
   std::unordered_map<const UOp*, bool> is_root_;
-  std::unordered_map<const UOp*, UOpPtr> realized_;  // realize point -> BUFFER holding its value
-  std::unordered_map<const UOp*, bool> fresh_;       // BUFFERs made by this schedule
-  std::vector<UOpPtr> order_;                        // every node, sources first
+  std::unordered_map<const UOp*, UOpPtr> realized_; // realize point -> its value read from a buffer
+  std::unordered_map<const BufferBase*, int64_t> made_; // buffers made here -> new buffer index
+  std::vector<UOpPtr> order_;                           // every node, sources first
 
   void count_uses(const std::vector<UOpPtr>& roots) {
     std::unordered_map<const UOp*, bool> seen;
@@ -81,51 +189,141 @@ private:
     });
   }
 
-  UOpPtr into_new_buffer(const UOpPtr& value) {
-    auto out = new_buffer(value->dtype, value->shape[0]);
-    run_kernel(out, View::contiguous(value->shape), value);
-    UOpPtr b = buffer(out);
-    fresh_[b.get()] = true;
-    return b;
+  int64_t slot(const BufferRef& b) {
+    if (auto it = made_.find(b.get()); it != made_.end()) return ~it->second;
+    if (key_) {
+      auto& idx = key_->buffers;
+      for (size_t i = 0; i < idx.size(); i++)
+        if (idx[i] == b) return static_cast<int64_t>(i);
+    }
+    recordable_ = false; // a buffer the key does not name (cannot happen for well-formed graphs)
+    return 0;
   }
 
-  UOpPtr materialize(const UOpPtr& n) {
-    if (n->op == Ops::BUFFER) return n;
-    if (n->op != Ops::ASSIGN) {
-      UOpPtr v = resolve(n);
-      return v->op == Ops::BUFFER ? v : into_new_buffer(v);
-    }
-    // ASSIGN(base, value): the region is stored into a buffer that holds base. That buffer is
-    // base's own when this schedule made it and nothing else reads it; otherwise a copy.
+  void realize(const UOpPtr& n) {
+    if (n->op == Ops::BUFFER) return;
+    UOpPtr b;
+    if (n->op == Ops::ASSIGN) b = materialize_assign(n);
+    else b = realize_value(n->op == Ops::CONTIGUOUS ? n->src[0] : n);
+    realized_[n.get()] = b->shape == n->shape ? b : reshape(b, n->shape);
+  }
+
+  UOpPtr into_new_buffer(const UOpPtr& value) {
+    auto out = std::make_shared<Buffer>(device(0), value->dtype, prod(value->shape));
+    made_[out.get()] = static_cast<int64_t>(record_.new_buffers.size());
+    record_.new_buffers.emplace_back(value->dtype, out->numel);
+    run(out, View::contiguous(value->shape), value);
+    return buffer(out);
+  }
+
+  // ASSIGN(base, value): the region is stored into a buffer that holds base. That buffer is base's
+  // own when this schedule made it and nothing else reads it; otherwise a copy.
+  UOpPtr materialize_assign(const UOpPtr& n) {
     const UOpPtr& base = n->src[0];
     UOpPtr target = resolve(base);
-    bool exclusive = target->op == Ops::BUFFER && fresh_.count(target.get()) && uses_[base.get()] == 1;
+    bool exclusive = target->op == Ops::BUFFER && made_.count(target->buffer().get()) && uses_[base.get()] == 1;
     if (!exclusive) target = into_new_buffer(target);
-    auto out = std::static_pointer_cast<Buffer>(target->buffer());
-    run_kernel(out, std::get<View>(n->arg), resolve(n->src[1]));
+    run(std::static_pointer_cast<Buffer>(target->buffer()), std::get<View>(n->arg), resolve(n->src[1]));
     return target;
   }
+
+  // Lowers, renders, compiles (cached) and runs one kernel writing `value` into `region` of `out`.
+  void run(const std::shared_ptr<Buffer>& out, const View& region, UOpPtr value) {
+    if (prod(region.shape) == 0) return;
+    auto t0 = Clock::now();
+    Kernel k;
+    for (;;) {
+      k = lower_kernel(out, region, value);
+      if (k.must_realize.empty()) break;
+      for (const UOpPtr& m : k.must_realize)
+        if (!realized_.count(m.get())) realize(m);
+      value = resolve(value);
+    }
+    if (debug_level() >= 4) std::fprintf(stderr, "tiny: kernel graph\n%s", value->tree_str().c_str());
+    std::string src = render_c(k, k.name);
+    if (debug_level() >= 3) std::fprintf(stderr, "%s\n", src.c_str());
+    std::shared_ptr<Program> prog = out->device().program(src, k.name);
+    std::vector<void*> ptrs;
+    for (const BufferRef& b : k.buffers) ptrs.push_back(std::static_pointer_cast<Buffer>(b)->ptr());
+    auto t1 = Clock::now();
+    prog->launch(ptrs, k.ivars, k.fvars, k.loops[0]);
+    stats().kernels++;
+    if (debug_level() >= 2)
+      std::fprintf(stderr, "tiny: kernel %-24s %3zu bufs  prepare %8.1f us  run %8.1f us\n", k.name.c_str(),
+                   k.buffers.size(), std::chrono::duration<double, std::micro>(t1 - t0).count(), us_since(t1));
+    if (key_) record(k, prog);
+  }
+
+  void record(const Kernel& k, const std::shared_ptr<Program>& prog) {
+    CachedSchedule::Step step{prog, {}, {}, {}, k.loops[0], k.name};
+    for (const BufferRef& b : k.buffers) step.buffers.push_back(slot(b));
+    for (const UOpPtr& v : k.var_nodes) {
+      auto it = key_->var_index.find(v.get());
+      if (it == key_->var_index.end()) recordable_ = false;
+      (is_float(v->dtype) ? step.fvars : step.ivars).push_back(it == key_->var_index.end() ? 0 : it->second);
+    }
+    record_.steps.push_back(std::move(step));
+  }
 };
+
+// Runs a cached schedule on the inputs `key` names; returns the root buffers.
+std::vector<UOpPtr> replay(const CachedSchedule& s, const GraphKey& key) {
+  std::vector<BufferRef> made;
+  for (auto [dt, n] : s.new_buffers) made.push_back(std::make_shared<Buffer>(device(0), dt, n));
+  auto buf = [&](int64_t slot) -> const BufferRef& { return slot >= 0 ? key.buffers[slot] : made[~slot]; };
+  std::vector<void*> ptrs;
+  std::vector<int64_t> iv;
+  std::vector<double> fv;
+  for (const CachedSchedule::Step& step : s.steps) {
+    ptrs.clear();
+    iv.clear();
+    fv.clear();
+    for (int64_t b : step.buffers) ptrs.push_back(std::static_pointer_cast<Buffer>(buf(b))->ptr());
+    for (int64_t v : step.ivars) iv.push_back(key.vars[v]->const_i());
+    for (int64_t v : step.fvars) fv.push_back(key.vars[v]->const_f());
+    auto t = Clock::now();
+    step.program->launch(ptrs, iv, fv, step.global);
+    stats().kernels++;
+    stats().cache_hits++; // the program came from the cache, with the schedule
+    if (debug_level() >= 2) std::fprintf(stderr, "tiny: kernel %-24s (cached)  run %8.1f us\n", step.name.c_str(), us_since(t));
+  }
+  std::vector<UOpPtr> out;
+  for (int64_t r : s.results) out.push_back(buffer(buf(r)));
+  return out;
+}
 
 } // namespace
 
 std::vector<UOpPtr> realize_all(const std::vector<UOpPtr>& roots) {
   auto t0 = Clock::now();
   int64_t k0 = stats().kernels;
-  std::vector<UOpPtr> out = Scheduler().run(roots);
+  GraphKey key(roots);
+  std::vector<UOpPtr> out;
+  bool hit = false;
+  if (const CachedSchedule* cached = schedule_cache().find(key)) {
+    out = replay(*cached, key);
+    stats().schedule_hits++;
+    hit = true;
+  } else {
+    Scheduler sched(&key);
+    out = sched.run(roots);
+    if (sched.recordable()) {
+      CachedSchedule rec = sched.take_record();
+      rec.tokens = key.tokens;
+      schedule_cache().add(key.hash, std::move(rec));
+    }
+  }
   int64_t launched = stats().kernels - k0;
   if (launched > 0) stats().syncs++;
   if (debug_level() >= 1)
-    std::fprintf(stderr, "tiny: sync  %zu storages  %lld kernels  %.3f ms\n", roots.size(),
-                 static_cast<long long>(launched),
-                 std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    std::fprintf(stderr, "tiny: sync  %zu storages  %lld kernels%s  %.3f ms\n", roots.size(),
+                 static_cast<long long>(launched), hit ? " (cached schedule)" : "", us_since(t0) / 1000);
   return out;
 }
 
 BufferRef realize_value(const UOpPtr& value) {
-  auto out = new_buffer(value->dtype, prod(value->shape));
-  run_kernel(out, View::contiguous(value->shape), value);
-  return out;
+  UOpPtr b = Scheduler(nullptr).realize_value(value);
+  return b->buffer();
 }
 
 } // namespace tiny::runtime

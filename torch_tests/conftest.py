@@ -219,12 +219,6 @@ def _first_line(error):
 # Counting what tiny runs
 
 
-def realize(*tensors):
-    """Make sure tensors hold data on the device (nothing pending), then return them."""
-    torch.tiny.synchronize()
-    return tensors if len(tensors) != 1 else tensors[0]
-
-
 class counting:
     """Counters of torch.tiny.stats() over a with-block, starting from nothing pending:
 
