@@ -1,0 +1,249 @@
+// The matmul family: mm, bmm, addmm, addmv, dot, baddbmm, addbmm (and what matmul, linear,
+// einsum and mv decompose into). Each is one UOp graph: a broadcast multiply reduced over the
+// shared dim, with torch's optional beta * self + alpha * (...) epilogue fused in the same kernel.
+
+#include <ATen/ATen.h>
+#include <ATen/native/Resize.h>
+#include <torch/library.h>
+
+#include <optional>
+
+#include "csrc/tensor_bridge.h"
+
+namespace tiny {
+namespace {
+
+// torch accumulates float16/bfloat16 products in float32.
+DType opmath(DType dt) { return dt == DType::Float16 || dt == DType::BFloat16 ? DType::Float32 : dt; }
+
+// sum over k of a[..., m, k] * b[..., k, n] for a: (B, M, K), b: (B, K, N); reduce_batch also sums
+// over B (addbmm). Result (B, M, N), or (M, N) when the batch is reduced.
+UOpPtr batched_product(const UOpPtr& a, const UOpPtr& b, bool reduce_batch) {
+  int64_t B = a->shape[0], M = a->shape[1], K = a->shape[2], N = b->shape[2];
+  Shape full{B, M, N, K};
+  UOpPtr x = expand(reshape(a, {B, M, 1, K}), full);
+  UOpPtr y = expand(reshape(permute(b, {0, 2, 1}), {B, 1, N, K}), full);
+  UOpPtr p = alu(Ops::MUL, x, y);
+  if (reduce_batch) return reshape(reduce(p, Ops::ADD, {0, 3}), {M, N});
+  return reshape(reduce(p, Ops::ADD, {3}), {B, M, N});
+}
+
+UOpPtr read_as(const at::Tensor& t, DType dt) { return cast(read(t), dt); }
+
+void check_same_dtype(const at::Tensor& a, const at::Tensor& b, const char* what) {
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "expected ", what, " to have the same dtype, but got: ",
+              a.scalar_type(), " != ", b.scalar_type());
+}
+
+void check_not_bool(const at::Tensor& t, const char* op) {
+  TORCH_CHECK_NOT_IMPLEMENTED(t.scalar_type() != at::kBool, "\"", op, "\" not implemented for 'Bool'");
+}
+
+// beta * self + alpha * product, as torch: beta == 0 ignores self (its NaNs too).
+UOpPtr with_epilogue(const UOpPtr& product, const std::optional<at::Tensor>& self, const at::Scalar& beta,
+                     const at::Scalar& alpha, DType dt) {
+  UOpPtr r = product;
+  if (!(alpha.isIntegral(true) && alpha.toLong() == 1) && !(alpha.isFloatingPoint() && alpha.toDouble() == 1.0))
+    r = alu(Ops::MUL, r, scalar_constant(alpha, dt, r->shape));
+  bool beta_zero = beta.isFloatingPoint() ? beta.toDouble() == 0.0 : beta.toLong() == 0;
+  if (!self || beta_zero) return r;
+  UOpPtr s = read_as(*self, dt);
+  Shape padded(r->shape.size() - s->shape.size(), 1);
+  padded.insert(padded.end(), s->shape.begin(), s->shape.end());
+  s = expand(reshape(s, padded), r->shape);
+  if (!(beta.isFloatingPoint() ? beta.toDouble() == 1.0 : beta.toLong() == 1))
+    s = alu(Ops::MUL, s, scalar_constant(beta, dt, r->shape));
+  return alu(Ops::ADD, s, r);
+}
+
+// Writes the result into out= (resized like torch) or a new tensor.
+at::Tensor& store(at::Tensor& out, const UOpPtr& value, at::ScalarType dtype) {
+  TORCH_CHECK(out.scalar_type() == dtype, "Expected out tensor to have dtype ", dtype, ", but got ", out.scalar_type(),
+              " instead");
+  at::native::resize_output(out, c10::IntArrayRef(value->shape));
+  write(out, cast(value, to_tiny_dtype(dtype)));
+  return out;
+}
+
+at::Tensor fresh(const at::Tensor& like, const Shape& shape) {
+  return empty_tiny(c10::IntArrayRef(shape), like.scalar_type(), like.device());
+}
+
+void check_2d(const at::Tensor& t, const char* name) { TORCH_CHECK(t.dim() == 2, name, " must be a matrix"); }
+
+UOpPtr mm_value(const at::Tensor& a, const at::Tensor& b, DType dt) {
+  check_2d(a, "self");
+  check_2d(b, "mat2");
+  TORCH_CHECK(a.size(1) == b.size(0), "mat1 and mat2 shapes cannot be multiplied (", a.size(0), "x", a.size(1),
+              " and ", b.size(0), "x", b.size(1), ")");
+  check_same_dtype(a, b, "mat1 and mat2");
+  check_not_bool(a, "addmm_impl_cpu_");
+  UOpPtr x = reshape(read_as(a, dt), {1, a.size(0), a.size(1)}), y = reshape(read_as(b, dt), {1, b.size(0), b.size(1)});
+  return reshape(batched_product(x, y, false), {a.size(0), b.size(1)});
+}
+
+UOpPtr bmm_value(const at::Tensor& a, const at::Tensor& b, DType dt, bool reduce_batch) {
+  TORCH_CHECK(a.dim() == 3, "batch1 must be a 3D tensor");
+  TORCH_CHECK(b.dim() == 3, "batch2 must be a 3D tensor");
+  TORCH_CHECK(b.size(0) == a.size(0) && b.size(1) == a.size(2), "Expected size for first two dimensions of batch2 ",
+              "tensor to be: [", a.size(0), ", ", a.size(2), "] but got: [", b.size(0), ", ", b.size(1), "].");
+  check_same_dtype(a, b, "batch1 and batch2");
+  check_not_bool(a, "bmm");
+  return batched_product(read_as(a, dt), read_as(b, dt), reduce_batch);
+}
+
+DType compute_of(const at::Tensor& t) { return opmath(to_tiny_dtype(t.scalar_type())); }
+
+// ---- kernels ----
+
+at::Tensor mm(const at::Tensor& a, const at::Tensor& b) {
+  UOpPtr v = mm_value(a, b, compute_of(a));
+  at::Tensor out = fresh(a, v->shape);
+  return store(out, v, a.scalar_type());
+}
+
+at::Tensor& mm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  return store(out, mm_value(a, b, compute_of(a)), a.scalar_type());
+}
+
+at::Tensor bmm(const at::Tensor& a, const at::Tensor& b) {
+  UOpPtr v = bmm_value(a, b, compute_of(a), false);
+  at::Tensor out = fresh(a, v->shape);
+  return store(out, v, a.scalar_type());
+}
+
+at::Tensor& bmm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  return store(out, bmm_value(a, b, compute_of(a), false), a.scalar_type());
+}
+
+UOpPtr addmm_value(const at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2, const at::Scalar& beta,
+                   const at::Scalar& alpha) {
+  check_same_dtype(self, m1, "self and mat1");
+  DType dt = compute_of(m1);
+  UOpPtr p = mm_value(m1, m2, dt);
+  TORCH_CHECK(at::is_expandable_to(self.sizes(), c10::IntArrayRef(p->shape)), "The expanded size of the tensor (",
+              p->shape.back(), ") must match the existing size (", self.sizes().back(), ")");
+  return with_epilogue(p, self, beta, alpha, dt);
+}
+
+at::Tensor addmm(const at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2, const at::Scalar& beta,
+                 const at::Scalar& alpha) {
+  UOpPtr v = addmm_value(self, m1, m2, beta, alpha);
+  at::Tensor out = fresh(m1, v->shape);
+  return store(out, v, m1.scalar_type());
+}
+
+at::Tensor& addmm_out(const at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2, const at::Scalar& beta,
+                      const at::Scalar& alpha, at::Tensor& out) {
+  return store(out, addmm_value(self, m1, m2, beta, alpha), m1.scalar_type());
+}
+
+at::Tensor& addmm_(at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2, const at::Scalar& beta,
+                   const at::Scalar& alpha) {
+  UOpPtr v = addmm_value(self, m1, m2, beta, alpha);
+  TORCH_CHECK(self.sizes() == c10::IntArrayRef(v->shape), "The input tensor must be a matrix of the result's size");
+  return store(self, v, self.scalar_type());
+}
+
+UOpPtr addmv_value(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec, const at::Scalar& beta,
+                   const at::Scalar& alpha) {
+  TORCH_CHECK(mat.dim() == 2 && vec.dim() == 1, "vector + matrix @ vector expected, got ", self.dim(), ", ",
+              mat.dim(), ", ", vec.dim());
+  TORCH_CHECK(mat.size(1) == vec.size(0), "size mismatch, got input (", self.size(0), "), mat (", mat.size(0), "x",
+              mat.size(1), "), vec (", vec.size(0), ")");
+  check_same_dtype(mat, vec, "mat and vec");
+  DType dt = compute_of(mat);
+  UOpPtr m = read_as(mat, dt), v = read_as(vec, dt);
+  UOpPtr p = reduce(alu(Ops::MUL, m, expand(reshape(v, {1, vec.size(0)}), m->shape)), Ops::ADD, {1});
+  return with_epilogue(reshape(p, {mat.size(0)}), self, beta, alpha, dt);
+}
+
+at::Tensor addmv(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec, const at::Scalar& beta,
+                 const at::Scalar& alpha) {
+  UOpPtr v = addmv_value(self, mat, vec, beta, alpha);
+  at::Tensor out = fresh(mat, v->shape);
+  return store(out, v, mat.scalar_type());
+}
+
+at::Tensor& addmv_out(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec, const at::Scalar& beta,
+                      const at::Scalar& alpha, at::Tensor& out) {
+  return store(out, addmv_value(self, mat, vec, beta, alpha), mat.scalar_type());
+}
+
+at::Tensor& addmv_(at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec, const at::Scalar& beta,
+                   const at::Scalar& alpha) {
+  return store(self, addmv_value(self, mat, vec, beta, alpha), self.scalar_type());
+}
+
+at::Tensor dot(const at::Tensor& a, const at::Tensor& b) {
+  TORCH_CHECK(a.dim() == 1 && b.dim() == 1, "1D tensors expected, but got ", a.dim(), "D and ", b.dim(),
+              "D tensors");
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "dot : expected both vectors to have same dtype, but found ",
+              a.scalar_type(), " and ", b.scalar_type());
+  TORCH_CHECK(a.numel() == b.numel(), "inconsistent tensor size, expected tensor [", a.numel(), "] and src [",
+              b.numel(), "] to have the same number of elements, but got ", a.numel(), " and ", b.numel(),
+              " elements respectively");
+  check_not_bool(a, "dot");
+  DType dt = compute_of(a);
+  UOpPtr v = reshape(reduce(alu(Ops::MUL, read_as(a, dt), read_as(b, dt)), Ops::ADD, {0}), {});
+  at::Tensor out = fresh(a, {});
+  return store(out, v, a.scalar_type());
+}
+
+UOpPtr baddbmm_value(const at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2, const at::Scalar& beta,
+                     const at::Scalar& alpha, bool reduce_batch) {
+  check_same_dtype(self, b1, "self and batch1");
+  DType dt = compute_of(b1);
+  UOpPtr p = bmm_value(b1, b2, dt, reduce_batch);
+  TORCH_CHECK(at::is_expandable_to(self.sizes(), c10::IntArrayRef(p->shape)), "self of shape ", self.sizes(),
+              " cannot be broadcast to the result's shape ", c10::IntArrayRef(p->shape));
+  return with_epilogue(p, self, beta, alpha, dt);
+}
+
+template <bool ReduceBatch>
+at::Tensor baddbmm(const at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2, const at::Scalar& beta,
+                   const at::Scalar& alpha) {
+  UOpPtr v = baddbmm_value(self, b1, b2, beta, alpha, ReduceBatch);
+  at::Tensor out = fresh(b1, v->shape);
+  return store(out, v, b1.scalar_type());
+}
+
+template <bool ReduceBatch>
+at::Tensor& baddbmm_out(const at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2, const at::Scalar& beta,
+                        const at::Scalar& alpha, at::Tensor& out) {
+  return store(out, baddbmm_value(self, b1, b2, beta, alpha, ReduceBatch), b1.scalar_type());
+}
+
+template <bool ReduceBatch>
+at::Tensor& baddbmm_(at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2, const at::Scalar& beta,
+                     const at::Scalar& alpha) {
+  UOpPtr v = baddbmm_value(self, b1, b2, beta, alpha, ReduceBatch);
+  TORCH_CHECK(self.sizes() == c10::IntArrayRef(v->shape), "self must have the result's shape ",
+              c10::IntArrayRef(v->shape), ", got ", self.sizes());
+  return store(self, v, self.scalar_type());
+}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("mm", TORCH_FN(mm));
+  m.impl("mm.out", TORCH_FN(mm_out));
+  m.impl("bmm", TORCH_FN(bmm));
+  m.impl("bmm.out", TORCH_FN(bmm_out));
+  m.impl("addmm", TORCH_FN(addmm));
+  m.impl("addmm.out", TORCH_FN(addmm_out));
+  m.impl("addmm_", TORCH_FN(addmm_));
+  m.impl("addmv", TORCH_FN(addmv));
+  m.impl("addmv.out", TORCH_FN(addmv_out));
+  m.impl("addmv_", TORCH_FN(addmv_));
+  m.impl("dot", TORCH_FN(dot));
+  m.impl("vdot", TORCH_FN(dot));
+  m.impl("baddbmm", TORCH_FN(baddbmm<false>));
+  m.impl("baddbmm.out", TORCH_FN(baddbmm_out<false>));
+  m.impl("baddbmm_", TORCH_FN(baddbmm_<false>));
+  m.impl("addbmm", TORCH_FN(baddbmm<true>));
+  m.impl("addbmm.out", TORCH_FN(baddbmm_out<true>));
+  m.impl("addbmm_", TORCH_FN(baddbmm_<true>));
+}
+
+} // namespace tiny
