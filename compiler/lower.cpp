@@ -140,6 +140,17 @@ private:
     return UOp::make(Ops::LOAD, buf->dtype, {param(buf->buffer()), flat, valid});
   }
 
+public:
+  // A data-dependent index, its validity (0 <= i < n), and the index clamped so that even an
+  // invalid one addresses memory in bounds.
+  static std::pair<UOpPtr, UOpPtr> checked_index(const UOpPtr& i, int64_t n) {
+    UOpPtr valid = UOp::make(Ops::AND, DType::Bool,
+                             {UOp::make(Ops::CMPLE, DType::Bool, {idx_const(0), i}),
+                              UOp::make(Ops::CMPLT, DType::Bool, {i, idx_const(n)})});
+    return {UOp::make(Ops::WHERE, kIndex, {valid, i, idx_const(0)}), valid};
+  }
+
+private:
   static UOpPtr where_valid(const UOpPtr& v, const UOpPtr& valid) {
     if (valid->is_const() && valid->const_i()) return v;
     return UOp::make(Ops::WHERE, v->dtype, {valid, v, const_like(v, 0)});
@@ -176,6 +187,10 @@ private:
       srcs[0] = eval(x, src_idx);
       active_.resize(mark);
       return UOp::make(Ops::REDUCE, n->dtype, std::move(srcs), ra);
+    }
+    case Ops::GATHER: {
+      auto [i, valid] = checked_index(cast(eval(n->src[1], idx), kIndex), n->src[0]->shape[0]);
+      return where_valid(eval(n->src[0], {i}), valid);
     }
     case Ops::VIEW: {
       const UOpPtr& x = n->src[0];
@@ -215,6 +230,7 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
     seen[n.get()] = true;
     if (n->op == Ops::VIEW) accesses.push_back(&n->st().views.back());
     else if (n->op == Ops::BUFFER || n->op == Ops::IOTA) opaque = opaque || n->shape != value->shape;
+    else if (n->op == Ops::GATHER) stack.push_back(n->src[1]); // the data is read at computed places
     else
       for (const UOpPtr& s : n->src) stack.push_back(s);
   }
@@ -255,6 +271,30 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
   for (const UOpPtr& n : toposort(ast)) reduces = reduces || n->op == Ops::REDUCE;
   std::string name = reduces ? "R" : "E";
   for (int64_t s : loops) name += "_" + std::to_string(s);
+  return Kernel{name, ast, lw.buffers, loops, lw.ivars, lw.fvars, lw.var_nodes, lw.must_realize};
+}
+
+Kernel lower_scatter(const BufferRef& out, const UOpPtr& index, const UOpPtr& value, int64_t combine) {
+  // One thread walks the elements in order, as torch's CPU kernels do: writes to one place combine
+  // deterministically. The leading loop of size 1 is the (unsplit) parallel loop.
+  Lowerer lw;
+  lw.param(out);
+  Shape loops{1};
+  loops.insert(loops.end(), index->shape.begin(), index->shape.end());
+  lw.next_range = static_cast<int64_t>(loops.size());
+  std::vector<UOpPtr> ranges, idx;
+  for (size_t d = 0; d < loops.size(); d++) {
+    ranges.push_back(UOp::make(Ops::RANGE, kIndex, {idx_const(loops[d])}, static_cast<int64_t>(d)));
+    if (d > 0) idx.push_back(ranges.back());
+  }
+  auto [at, valid] = Lowerer::checked_index(cast(lw.eval(index, idx), kIndex), out->numel);
+  UOpPtr v = lw.eval(value, idx);
+  UOpPtr p = lw.param(out);
+  if (combine >= 0) v = alu(static_cast<Ops>(combine), UOp::make(Ops::LOAD, out->dtype, {p, at}), v);
+  UOpPtr store = UOp::make(Ops::STORE, DType::Void, {p, at, v, valid});
+  UOpPtr ast = graph_rewrite(UOp::make(Ops::SINK, DType::Void, {store}), symbolic);
+  std::string name = "S";
+  for (int64_t s : index->shape) name += "_" + std::to_string(s);
   return Kernel{name, ast, lw.buffers, loops, lw.ivars, lw.fvars, lw.var_nodes, lw.must_realize};
 }
 

@@ -32,6 +32,10 @@ struct Kernel {
 // out_region.shape) into the elements `out_region` names of the flat buffer `out`.
 Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& value);
 
+// The kernel that scatters `value` into `out` at the flat positions `index` (same shape as value),
+// combining with the old value by `combine` (an Ops value as int64; -1 replaces), in element order.
+Kernel lower_scatter(const BufferRef& out, const UOpPtr& index, const UOpPtr& value, int64_t combine);
+
 // The flat index and validity of reading `st` at `idx` (one index per dim of st.shape()).
 std::pair<UOpPtr, UOpPtr> view_index(const ShapeTracker& st, const std::vector<UOpPtr>& idx);
 

@@ -297,7 +297,9 @@ private:
     Scope& sc = scopes_[open_[home(n)]];
     std::string ind = indent(sc.depth);
     if (n->op == Ops::STORE) {
-      sc.code << ind << ref(n->src[0]) << "[" << ref(n->src[1]) << "] = " << to_storage(n->src[2]->dtype, ref(n->src[2]))
+      if (n->src.size() > 3) sc.code << ind << "if (" << ref(n->src[3]) << ")\n" << ind << "  ";
+      else sc.code << ind;
+      sc.code << ref(n->src[0]) << "[" << ref(n->src[1]) << "] = " << to_storage(n->src[2]->dtype, ref(n->src[2]))
               << ";\n";
       return;
     }

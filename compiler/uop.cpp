@@ -20,7 +20,7 @@ constexpr const char* kOpNames[] = {
     "BUFFER", "CONST", "DEFINE_VAR", "IOTA", "VIEW", "NEG", "NOT", "BITNOT", "ABS", "SQRT", "EXP", "EXP2", "LOG", "LOG2", "SIN", "COS",
     "TAN", "TANH", "ERF", "FLOOR", "CEIL", "RINT", "TRUNC", "RECIP", "LOG1P", "EXPM1", "ADD", "SUB", "MUL",
     "FDIV", "IDIV", "MOD", "POW", "MAX", "MIN", "CMPLT", "CMPLE", "CMPEQ", "CMPNE", "AND", "OR", "XOR", "SHL",
-    "SHR", "WHERE", "CAST", "BITCAST", "REDUCE", "CONTIGUOUS", "ASSIGN", "PARAM", "ARG", "RANGE", "LOAD", "STORE", "SINK"};
+    "SHR", "WHERE", "CAST", "BITCAST", "REDUCE", "CONTIGUOUS", "ASSIGN", "GATHER", "SCATTER", "PARAM", "ARG", "RANGE", "LOAD", "STORE", "SINK"};
 static_assert(sizeof(kOpNames) / sizeof(kOpNames[0]) == static_cast<size_t>(Ops::SINK) + 1);
 
 void mix(size_t& h, size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); }
@@ -54,7 +54,9 @@ Shape infer_shape(Ops op, const std::vector<UOpPtr>& src, const Arg& arg) {
   case Ops::BUFFER: return {std::get<BufferRef>(arg)->numel};
   case Ops::IOTA: return {std::get<int64_t>(arg)};
   case Ops::VIEW: return std::get<ShapeTracker>(arg).shape();
-  case Ops::ASSIGN: return src[0]->shape;
+  case Ops::ASSIGN:
+  case Ops::SCATTER: return src[0]->shape;
+  case Ops::GATHER: return src[1]->shape;
   case Ops::CONTIGUOUS: return src[0]->shape;
   case Ops::REDUCE: {
     if (src.size() > 1) return {}; // kernel-level: a scalar accumulator
@@ -353,6 +355,19 @@ UOpPtr assign(const UOpPtr& base, const UOpPtr& value, const View& region) {
   if (base->shape.size() != 1 || value->shape != region.shape || base->dtype != value->dtype)
     throw std::invalid_argument("ASSIGN: value does not match the region");
   return UOp::make(Ops::ASSIGN, base->dtype, {base, value}, region);
+}
+
+UOpPtr gather(const UOpPtr& data, const UOpPtr& index) {
+  if (data->shape.size() != 1 || index->dtype != DType::Int64) throw std::invalid_argument("GATHER: bad operands");
+  return UOp::make(Ops::GATHER, data->dtype, {data, index});
+}
+
+UOpPtr scatter(const UOpPtr& base, const UOpPtr& index, const UOpPtr& value, std::optional<Ops> combine) {
+  if (base->shape.size() != 1 || index->dtype != DType::Int64 || index->shape != value->shape ||
+      base->dtype != value->dtype)
+    throw std::invalid_argument("SCATTER: bad operands");
+  return UOp::make(Ops::SCATTER, base->dtype, {base, index, value},
+                   int64_t{combine ? static_cast<int64_t>(*combine) : -1});
 }
 
 UOpPtr idx_const(int64_t v) { return const_int(kIndex, v); }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -39,6 +40,13 @@ enum class Ops : uint8_t {
   CONTIGUOUS,
   // Buffer content: src = (base, value); arg = the View of base that value overwrites
   ASSIGN,
+  // A data-dependent read: src = (data (1-D), index (int64, any shape)); result[i] = data[index[i]],
+  // 0 where the index is out of range.
+  GATHER,
+  // Buffer content with data-dependent writes: src = (base (1-D), index, value (index's shape));
+  // base[index[i]] = value[i] in order, or combined with the old value when arg is a binary op
+  // (ADD, MUL, MAX, MIN as int64); -1 replaces. Out-of-range indices are skipped.
+  SCATTER,
   // Kernel-level, after lowering
   PARAM, // a kernel buffer argument; arg = slot
   ARG,   // a kernel scalar argument; arg = slot in the int64 or the double arguments
@@ -137,6 +145,9 @@ UOpPtr where(const UOpPtr& c, const UOpPtr& a, const UOpPtr& b);
 UOpPtr cast(const UOpPtr& x, DType dt);
 UOpPtr bitcast(const UOpPtr& x, DType dt);
 UOpPtr assign(const UOpPtr& base, const UOpPtr& value, const View& region);
+UOpPtr gather(const UOpPtr& data, const UOpPtr& index);
+// combine: Ops::ADD/MUL/MAX/MIN, or std::nullopt to replace.
+UOpPtr scatter(const UOpPtr& base, const UOpPtr& index, const UOpPtr& value, std::optional<Ops> combine);
 
 // Index arithmetic helpers (int64), folding constants as they build.
 UOpPtr idx_const(int64_t v);

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <unordered_map>
 
 #include "compiler/lower.h"
@@ -138,7 +139,8 @@ public:
   std::vector<UOpPtr> run(const std::vector<UOpPtr>& roots) {
     count_uses(roots);
     for (const UOpPtr& n : order_)
-      if (n->op == Ops::ASSIGN || n->op == Ops::CONTIGUOUS || is_root_.count(n.get())) realize(n);
+      if (n->op == Ops::ASSIGN || n->op == Ops::SCATTER || n->op == Ops::CONTIGUOUS || is_root_.count(n.get()))
+        realize(n);
     std::vector<UOpPtr> out;
     for (const UOpPtr& r : roots) {
       UOpPtr b = realized_.count(r.get()) ? realized_.at(r.get()) : r;
@@ -203,7 +205,7 @@ private:
   void realize(const UOpPtr& n) {
     if (n->op == Ops::BUFFER) return;
     UOpPtr b;
-    if (n->op == Ops::ASSIGN) b = materialize_assign(n);
+    if (n->op == Ops::ASSIGN || n->op == Ops::SCATTER) b = materialize_write(n);
     else b = realize_value(n->op == Ops::CONTIGUOUS ? n->src[0] : n);
     realized_[n.get()] = b->shape == n->shape ? b : reshape(b, n->shape);
   }
@@ -212,34 +214,39 @@ private:
     auto out = std::make_shared<Buffer>(device(0), value->dtype, prod(value->shape));
     made_[out.get()] = static_cast<int64_t>(record_.new_buffers.size());
     record_.new_buffers.emplace_back(value->dtype, out->numel);
-    run(out, View::contiguous(value->shape), value);
+    View region = View::contiguous(value->shape);
+    run(out, [&] { return lower_kernel(out, region, resolve(value)); });
     return buffer(out);
   }
 
-  // ASSIGN(base, value): the region is stored into a buffer that holds base. That buffer is base's
-  // own when this schedule made it and nothing else reads it; otherwise a copy.
-  UOpPtr materialize_assign(const UOpPtr& n) {
+  // ASSIGN(base, value) and SCATTER(base, index, value) write into a buffer that holds base. That
+  // buffer is base's own when this schedule made it and nothing else reads it; otherwise a copy.
+  UOpPtr materialize_write(const UOpPtr& n) {
     const UOpPtr& base = n->src[0];
     UOpPtr target = resolve(base);
     bool exclusive = target->op == Ops::BUFFER && made_.count(target->buffer().get()) && uses_[base.get()] == 1;
     if (!exclusive) target = into_new_buffer(target);
-    run(std::static_pointer_cast<Buffer>(target->buffer()), std::get<View>(n->arg), resolve(n->src[1]));
+    auto out = std::static_pointer_cast<Buffer>(target->buffer());
+    if (n->op == Ops::ASSIGN)
+      run(out, [&] { return lower_kernel(out, std::get<View>(n->arg), resolve(n->src[1])); });
+    else if (prod(n->src[1]->shape) > 0)
+      run(out, [&] { return lower_scatter(out, resolve(n->src[1]), resolve(n->src[2]), std::get<int64_t>(n->arg)); });
     return target;
   }
 
-  // Lowers, renders, compiles (cached) and runs one kernel writing `value` into `region` of `out`.
-  void run(const std::shared_ptr<Buffer>& out, const View& region, UOpPtr value) {
-    if (prod(region.shape) == 0) return;
+  // Lowers (realizing first what the kernel must not recompute), renders, compiles (cached) and runs
+  // one kernel.
+  void run(const std::shared_ptr<Buffer>& out, const std::function<Kernel()>& lower) {
     auto t0 = Clock::now();
     Kernel k;
     for (;;) {
-      k = lower_kernel(out, region, value);
+      k = lower();
       if (k.must_realize.empty()) break;
       for (const UOpPtr& m : k.must_realize)
         if (!realized_.count(m.get())) realize(m);
-      value = resolve(value);
     }
-    if (debug_level() >= 4) std::fprintf(stderr, "tiny: kernel graph\n%s", value->tree_str().c_str());
+    if (prod(k.loops) == 0) return;
+    if (debug_level() >= 4) std::fprintf(stderr, "tiny: kernel\n%s", k.ast->tree_str().c_str());
     std::string src = render_c(k, k.name);
     if (debug_level() >= 3) std::fprintf(stderr, "%s\n", src.c_str());
     std::shared_ptr<Program> prog = out->device().program(src, k.name);

@@ -147,3 +147,29 @@ TEST(Kernel, PaddedAndFlippedReadsMaskToZero) {
     EXPECT_EQ(got[i], want) << i;
   }
 }
+
+namespace {
+std::shared_ptr<Buffer> indices(const std::vector<int64_t>& v) {
+  auto b = std::make_shared<Buffer>(device(0), DType::Int64, static_cast<int64_t>(v.size()));
+  std::copy(v.begin(), v.end(), static_cast<int64_t*>(b->ptr()));
+  return b;
+}
+} // namespace
+
+TEST(Kernel, AGatherReadsAtLoadedIndicesAndZeroOutOfRange) {
+  auto data = buffer(filled({10, 11, 12, 13, 14}));
+  auto idx = reshape(buffer(indices({4, 0, 0, 2, 7, -1})), {2, 3});
+  auto got = values(realize_value(gather(data, idx)));
+  EXPECT_EQ(got, std::vector<float>({14, 10, 10, 12, 0, 0}));
+}
+
+TEST(Kernel, AScatterAddAccumulatesRepeatedIndicesInOrder) {
+  auto base = buffer(filled({1, 1, 1, 1}));
+  auto idx = buffer(indices({3, 0, 3, 3, 9}));
+  auto val = buffer(filled({1, 2, 3, 4, 5}));
+  auto got = values(realize_all({scatter(base, idx, val, Ops::ADD)})[0]->buffer());
+  EXPECT_EQ(got, std::vector<float>({3, 1, 1, 9}));
+  auto put = values(realize_all({scatter(base, idx, val, std::nullopt)})[0]->buffer());
+  EXPECT_EQ(put, std::vector<float>({2, 1, 1, 4}));
+  EXPECT_EQ(values(base->buffer()), std::vector<float>({1, 1, 1, 1})); // the input is untouched
+}
