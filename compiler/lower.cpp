@@ -127,6 +127,7 @@ private:
   std::map<std::pair<const UOp*, std::vector<const UOp*>>, UOpPtr> memo_;
   std::vector<UOpPtr> keep_;
   std::vector<const UOp*> active_; // loop variables of the reductions being lowered
+  std::unordered_map<const UOp*, std::vector<UOpPtr>> reduce_ranges_;
 
   static bool varies_with(const std::vector<UOpPtr>& idx, const std::vector<const UOp*>& ranges) {
     for (const UOpPtr& i : idx)
@@ -178,11 +179,16 @@ private:
       if (!active_.empty() && varies_with(idx, active_)) must_realize.push_back(n);
       std::vector<UOpPtr> src_idx = idx, srcs{nullptr};
       size_t mark = active_.size();
-      for (int64_t a : ra.axes) {
-        UOpPtr r = UOp::make(Ops::RANGE, kIndex, {idx_const(x->shape[a])}, next_range++);
-        src_idx[a] = r;
-        srcs.push_back(r);
-        active_.push_back(r.get());
+      // Every evaluation of one reduction shares its loop variables: evaluations at other output
+      // indices (an upcast block) then accumulate in one loop.
+      auto& rs = reduce_ranges_[n.get()];
+      if (rs.empty())
+        for (int64_t a : ra.axes)
+          rs.push_back(UOp::make(Ops::RANGE, kIndex, {idx_const(x->shape[a])}, next_range++));
+      for (size_t i = 0; i < ra.axes.size(); i++) {
+        src_idx[ra.axes[i]] = rs[i];
+        srcs.push_back(rs[i]);
+        active_.push_back(rs[i].get());
       }
       srcs[0] = eval(x, src_idx);
       active_.resize(mark);
@@ -247,31 +253,111 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
   }
   if (loops.empty()) loops.push_back(1);
 
+  // Upcast: in kernels that reduce, the two innermost output loops are unrolled into a block of
+  // outputs (up to 4 x 16) computed together, so each value loaded in the reduce loop is reused
+  // across the block and the accumulators live in registers (a register-blocked matmul).
+  // Two block shapes: when every read walks the reduced axis contiguously (a row times a column
+  // stored as a row, as in x @ w.t()), a 4 x 4 block whose reduce loop vectorizes along that axis;
+  // otherwise a 4 x 16 block that vectorizes across the block's accumulators.
+  bool has_reduce = false, contiguous_reduce = true;
+  for (const UOpPtr& n : toposort(value)) {
+    if (n->op != Ops::REDUCE) continue;
+    has_reduce = true;
+    for (const UOpPtr& m : toposort(n->src[0]))
+      if (m->op == Ops::VIEW && m->src[0]->op == Ops::BUFFER)
+        for (int64_t a : n->reduce_arg().axes) {
+          int64_t st = m->st().views.back().strides[a];
+          contiguous_reduce = contiguous_reduce && m->st().views.size() == 1 && (st == 0 || st == 1);
+        }
+  }
+  Shape up(loops.size(), 1);
+  if (has_reduce && loops.size() >= 2) {
+    auto pick = [&](size_t g, std::initializer_list<int64_t> sizes) {
+      for (int64_t u : sizes)
+        if (loops[g] % u == 0 && loops[g] > u) return u;
+      return int64_t{1};
+    };
+    size_t last = loops.size() - 1, second = loops.size() - 2;
+    up[last] = contiguous_reduce ? pick(last, {4, 2}) : pick(last, {16, 8, 4});
+    // the outermost loop is split across threads: keep it long
+    if (second > 0 || loops[second] >= 64) up[second] = pick(second, {4, 2});
+  }
+  Shape kloops = loops;
+  for (size_t g = 0; g < loops.size(); g++) kloops[g] = loops[g] / up[g];
+
   Lowerer lw;
   lw.param(out);
   lw.next_range = static_cast<int64_t>(loops.size());
-  // The index of each original dim, from its group's loop variable.
-  std::vector<UOpPtr> idx(value->shape.size(), idx_const(0));
-  for (size_t gi = 0; gi < groups.size(); gi++) {
-    UOpPtr r = UOp::make(Ops::RANGE, kIndex, {idx_const(loops[gi])}, static_cast<int64_t>(gi));
-    int64_t suffix = 1;
-    for (size_t k = groups[gi].size(); k-- > 0;) {
-      size_t d = groups[gi][k];
-      UOpPtr q = suffix == 1 ? r : UOp::make(Ops::IDIV, kIndex, {r, idx_const(suffix)});
-      idx[d] = k == 0 ? q : UOp::make(Ops::MOD, kIndex, {q, idx_const(value->shape[d])});
-      suffix *= value->shape[d];
+  std::vector<UOpPtr> ranges;
+  for (size_t g = 0; g < groups.size(); g++)
+    ranges.push_back(UOp::make(Ops::RANGE, kIndex, {idx_const(kloops[g])}, static_cast<int64_t>(g)));
+  // One store per element of the upcast block: offsets u (row-major over the upcast loops).
+  std::vector<UOpPtr> stores;
+  for (int64_t block = 0, nblock = prod(up); block < nblock; block++) {
+    std::vector<UOpPtr> idx(value->shape.size(), idx_const(0));
+    int64_t rest = block;
+    for (size_t g = groups.size(); g-- > 0;) {
+      int64_t u = rest % up[g];
+      rest /= up[g];
+      UOpPtr r = up[g] == 1 ? ranges[g] : ranges[g] * idx_const(up[g]) + idx_const(u);
+      // the index of each original dim in the group, from the group's loop variable
+      int64_t suffix = 1;
+      for (size_t k = groups[g].size(); k-- > 0;) {
+        size_t d = groups[g][k];
+        UOpPtr q = suffix == 1 ? r : UOp::make(Ops::IDIV, kIndex, {r, idx_const(suffix)});
+        idx[d] = k == 0 ? q : UOp::make(Ops::MOD, kIndex, {q, idx_const(value->shape[d])});
+        suffix *= value->shape[d];
+      }
     }
+    UOpPtr v = lw.eval(value, idx);
+    auto [flat, valid] = view_index(ShapeTracker{{out_region}}, idx);
+    stores.push_back(UOp::make(Ops::STORE, DType::Void, {lw.param(out), flat, v}));
   }
-  UOpPtr v = lw.eval(value, idx);
-  auto [flat, valid] = view_index(ShapeTracker{{out_region}}, idx);
-  UOpPtr store = UOp::make(Ops::STORE, DType::Void, {lw.param(out), flat, v});
-  UOpPtr ast = graph_rewrite(UOp::make(Ops::SINK, DType::Void, {store}), symbolic);
+  UOpPtr ast = graph_rewrite(UOp::make(Ops::SINK, DType::Void, stores), symbolic);
+  loops = kloops;
 
   bool reduces = false;
   for (const UOpPtr& n : toposort(ast)) reduces = reduces || n->op == Ops::REDUCE;
   std::string name = reduces ? "R" : "E";
   for (int64_t s : loops) name += "_" + std::to_string(s);
-  return Kernel{name, ast, lw.buffers, loops, lw.ivars, lw.fvars, lw.var_nodes, lw.must_realize};
+  return Kernel{name, ast, lw.buffers, loops, lw.ivars, lw.fvars, lw.var_nodes, lw.must_realize,
+                has_reduce && contiguous_reduce};
+}
+
+UOpPtr contiguous_reduce_layout(const UOpPtr& value_in) {
+  UOpPtr value = graph_rewrite(value_in, push_views); // reads at the reduction's own shape
+  std::unordered_map<const UOp*, UOpPtr> replace;
+  for (const UOpPtr& n : toposort(value)) {
+    if (n->op != Ops::REDUCE || n->reduce_arg().op != Ops::ADD) continue;
+    const UOpPtr& src = n->src[0];
+    int64_t work = prod(src->shape);
+    for (const UOpPtr& m : toposort(src)) {
+      if (m->op != Ops::VIEW || m->src[0]->op != Ops::BUFFER || m->shape != src->shape || replace.count(m.get()))
+        continue;
+      const View& v = m->st().views.back();
+      bool strided = m->st().views.size() > 1;
+      for (int64_t a : n->reduce_arg().axes) strided = strided || (v.strides[a] != 0 && v.strides[a] != 1);
+      if (!strided) continue;
+      // The read without its broadcast dims, with the reduced axes innermost, copied contiguous.
+      std::vector<std::pair<int64_t, int64_t>> keep;
+      std::vector<int64_t> order, back;
+      for (size_t d = 0; d < v.shape.size(); d++) keep.push_back({0, v.strides[d] == 0 ? 1 : v.shape[d]});
+      const auto& axes = n->reduce_arg().axes;
+      for (size_t d = 0; d < v.shape.size(); d++)
+        if (std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) == axes.end()) order.push_back(d);
+      for (int64_t a : axes) order.push_back(a);
+      UOpPtr base = shrink(m, keep);
+      if (work < 8 * prod(base->shape)) continue; // too little reuse to pay for the copy
+      back.resize(order.size());
+      for (size_t i = 0; i < order.size(); i++) back[order[i]] = static_cast<int64_t>(i);
+      replace[m.get()] = expand(permute(contiguous(permute(base, order)), back), m->shape);
+    }
+  }
+  if (replace.empty()) return value_in;
+  return substitute(value, [&](const UOpPtr& n) -> UOpPtr {
+    auto it = replace.find(n.get());
+    return it == replace.end() ? nullptr : it->second;
+  });
 }
 
 Kernel lower_scatter(const BufferRef& out, const UOpPtr& index, const UOpPtr& value, int64_t combine) {

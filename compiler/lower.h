@@ -26,11 +26,19 @@ struct Kernel {
   // Tensor-level reductions this kernel would recompute inside another reduction's loop: the
   // scheduler realizes them first and lowers again.
   std::vector<UOpPtr> must_realize;
+  // Reduce loops may be reordered and vectorized along the reduced axis (every read is contiguous
+  // there); otherwise blocks of accumulators vectorize across outputs.
+  bool vectorize_reduce = false;
 };
 
 // The kernel that writes `value` (a tensor-level graph over BUFFER and CONST leaves, shape
 // out_region.shape) into the elements `out_region` names of the flat buffer `out`.
 Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& value);
+
+// A reduction whose reads walk the reduced axis with a stride (a @ b with b row-major) reads a copy
+// laid out with that axis innermost instead, when the reduction reuses each element enough to pay
+// for the copy: the CONTIGUOUS nodes it inserts are realized before the kernel is lowered.
+UOpPtr contiguous_reduce_layout(const UOpPtr& value);
 
 // The kernel that scatters `value` into `out` at the flat positions `index` (same shape as value),
 // combining with the old value by `combine` (an Ops value as int64; -1 replaces), in element order.

@@ -207,7 +207,10 @@ public:
   explicit CRenderer(const Kernel& k) : k_(k) {}
 
   std::string render(const std::string& fn) {
-    for (const UOpPtr& n : toposort(k_.ast)) compute_deps(n);
+    for (const UOpPtr& n : toposort(k_.ast)) {
+      compute_deps(n);
+      if (n->op == Ops::REDUCE) reduces_.push_back(n);
+    }
     scopes_.resize(k_.loops.size() + 1);
     for (size_t d = 0; d <= k_.loops.size(); d++) {
       scopes_[d].range = d == 0 ? -1 : static_cast<int64_t>(d - 1);
@@ -248,6 +251,7 @@ private:
   std::unordered_map<const UOp*, std::string> names_;
   std::unordered_map<const UOp*, std::vector<int64_t>> deps_; // loop ids each node varies with
   std::deque<Scope> scopes_;
+  std::vector<UOpPtr> reduces_; // every REDUCE, sources first
   std::vector<size_t> open_; // scopes enclosing the code being emitted, outermost first
   int next_ = 0;
 
@@ -334,12 +338,16 @@ private:
             << ");\n";
   }
 
+  // A REDUCE and every other not-yet-emitted REDUCE over the same loop variables in the same scope
+  // (an upcast block) accumulate in one loop.
   void emit_reduce(const UOpPtr& n) {
     size_t at = home(n);
     Scope& target = scopes_[open_[at]];
-    std::string acc = "acc" + std::to_string(next_++);
-    const ReduceArg& ra = n->reduce_arg();
-    DType dt = n->dtype;
+    std::vector<UOpPtr> group;
+    for (const UOpPtr& m : reduces_)
+      if (!names_.count(m.get()) && std::equal(m->src.begin() + 1, m->src.end(), n->src.begin() + 1, n->src.end()) &&
+          home(m) == at)
+        group.push_back(m);
     // The loop body: a scope nested in `target`; what it reads that does not vary in it goes outside.
     Scope& body = scopes_.emplace_back();
     body.depth = target.depth + static_cast<int>(n->src.size()) - 1;
@@ -347,28 +355,44 @@ private:
     std::vector<size_t> saved = open_;
     open_.resize(at + 1);
     open_.push_back(scopes_.size() - 1);
-    emit(n->src[0]);
+    for (const UOpPtr& m : group) emit(m->src[0]);
     open_ = saved;
-    const std::string& v = ref(n->src[0]);
-    std::string update;
-    switch (ra.op) {
-    case Ops::ADD: update = dt == DType::Bool ? acc + " | " + v : acc + " + " + v; break;
-    case Ops::MUL: update = dt == DType::Bool ? acc + " & " + v : acc + " * " + v; break;
-    case Ops::MAX: update = render_binary(Ops::MAX, dt, dt, acc, v); break;
-    case Ops::MIN: update = render_binary(Ops::MIN, dt, dt, acc, v); break;
-    default: throw std::logic_error("render_c: bad reduce op");
-    }
+
     std::string ind = indent(target.depth);
-    target.code << ind << reg_type(dt) << " " << acc << " = " << reduce_identity(ra.op, dt) << ";\n";
+    for (const UOpPtr& m : group) {
+      std::string acc = "acc" + std::to_string(next_++);
+      names_[m.get()] = acc;
+      target.code << ind << reg_type(m->dtype) << " " << acc << " = " << reduce_identity(m->reduce_arg().op, m->dtype)
+                  << ";\n";
+    }
     for (size_t i = 1; i < n->src.size(); i++) {
       const UOpPtr& r = n->src[i];
       std::string rn = "r" + std::to_string(std::get<int64_t>(r->arg));
       target.code << indent(target.depth + static_cast<int>(i) - 1) << "for (int64_t " << rn << " = 0; " << rn << " < "
                   << r->src[0]->const_i() << "; " << rn << "++) {\n";
     }
-    target.code << body.code.str() << indent(body.depth) << acc << " = (" << reg_type(dt) << ")(" << update << ");\n";
+    target.code << body.code.str();
+    std::string bind = indent(body.depth);
+    for (const UOpPtr& m : group) {
+      DType dt = m->dtype;
+      const std::string &acc = ref(m), &v = ref(m->src[0]);
+      std::string update;
+      // A float sum may be reordered (as torch's vectorized sums are) so that its loop vectorizes,
+      // unless its block vectorizes across accumulators instead.
+      bool reassociate = (group.size() == 1 || k_.vectorize_reduce) && is_float(dt) &&
+                         (m->reduce_arg().op == Ops::ADD || m->reduce_arg().op == Ops::MUL);
+      switch (m->reduce_arg().op) {
+      case Ops::ADD: update = dt == DType::Bool ? acc + " | " + v : acc + " + " + v; break;
+      case Ops::MUL: update = dt == DType::Bool ? acc + " & " + v : acc + " * " + v; break;
+      case Ops::MAX: update = render_binary(Ops::MAX, dt, dt, acc, v); break;
+      case Ops::MIN: update = render_binary(Ops::MIN, dt, dt, acc, v); break;
+      default: throw std::logic_error("render_c: bad reduce op");
+      }
+      if (reassociate) target.code << bind << "{\n#pragma clang fp reassociate(on)\n";
+      target.code << bind << acc << " = (" << reg_type(dt) << ")(" << update << ");\n";
+      if (reassociate) target.code << bind << "}\n";
+    }
     for (size_t i = n->src.size() - 1; i >= 1; i--) target.code << indent(target.depth + static_cast<int>(i) - 1) << "}\n";
-    names_[n.get()] = acc;
   }
 };
 

@@ -1,6 +1,7 @@
 #include "compiler/view.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <sstream>
 #include <stdexcept>
@@ -65,18 +66,48 @@ std::string View::str() const {
 
 ShapeTracker ShapeTracker::from_shape(const Shape& shape) { return ShapeTracker{{View::contiguous(shape)}}; }
 
-// A view whose source is a contiguous, unmasked view folds into it: only the offset adds up.
+namespace {
+
+// `outer` reads the row-major flattening of `inner`'s shape. When each of outer's dims walks
+// within one dim of inner (a permute, expand, slice, step or flip of it), the two are one view.
+std::optional<View> compose(const View& inner, const View& outer) {
+  const Shape& S = inner.shape;
+  if (inner.mask || outer.offset < 0 || prod(S) == 0) return std::nullopt;
+  size_t n = S.size();
+  Shape suffix(n, 1), start(n, 0);
+  for (size_t d = n; d-- > 1;) suffix[d - 1] = suffix[d] * S[d];
+  int64_t o = outer.offset;
+  for (size_t d = 0; d < n; d++) {
+    start[d] = o / suffix[d];
+    o -= start[d] * suffix[d];
+  }
+  if (n > 0 && start[0] >= S[0] && prod(outer.shape) > 0) return std::nullopt;
+  View out{outer.shape, Shape(outer.shape.size(), 0), inner.offset, outer.mask};
+  for (size_t d = 0; d < n; d++) out.offset += start[d] * inner.strides[d];
+  for (size_t j = 0; j < outer.shape.size(); j++) {
+    int64_t t = outer.strides[j];
+    if (t == 0 || outer.shape[j] == 1) continue;
+    bool mapped = false;
+    for (size_t d = 0; d < n && !mapped; d++) {
+      if (S[d] == 1 || t % suffix[d] != 0) continue;
+      int64_t step = t / suffix[d];
+      int64_t last = start[d] + step * (outer.shape[j] - 1);
+      if (std::llabs(step) >= S[d] || last < 0 || last >= S[d]) continue;
+      out.strides[j] = step * inner.strides[d];
+      mapped = true;
+    }
+    if (!mapped) return std::nullopt;
+  }
+  return out;
+}
+
+} // namespace
+
+// A view of a view is one view when the two compose (always for a contiguous source).
 ShapeTracker ShapeTracker::push(View v) const {
   ShapeTracker out = *this;
-  const View& top = out.views.back();
-  View plain = top;
-  plain.offset = 0;
-  if (plain.is_contiguous()) {
-    v.offset += top.offset;
-    out.views.back() = std::move(v);
-  } else {
-    out.views.push_back(std::move(v));
-  }
+  if (auto c = compose(out.views.back(), v)) out.views.back() = std::move(*c);
+  else out.views.push_back(std::move(v));
   return out;
 }
 
@@ -228,13 +259,7 @@ ShapeTracker ShapeTracker::flip(const std::vector<bool>& axes) const {
 
 ShapeTracker ShapeTracker::on_top_of(const ShapeTracker& inner) const {
   ShapeTracker out = inner;
-  for (const View& v : views) {
-    if (v.mask) {
-      out.views.push_back(v);
-    } else {
-      out = out.push(v);
-    }
-  }
+  for (const View& v : views) out = out.push(v);
   return out;
 }
 

@@ -5,6 +5,9 @@
 #include <ATen/core/Generator.h>
 #include <c10/core/Device.h>
 
+#include <cstdint>
+#include <optional>
+
 namespace tiny {
 
 c10::DeviceIndex device_count() noexcept;
@@ -14,8 +17,15 @@ void check_device_index(c10::DeviceIndex index); // raises torch's error for an 
 c10::DeviceIndex current_device();
 void set_device(c10::DeviceIndex index);
 
-// The default generator of tiny:`index` (-1: the current device). Random ops will draw from it; until
-// then it holds the seed and state that torch.manual_seed and get/set_rng_state work with.
+// The default generator of tiny:`index` (-1: the current device): what torch.manual_seed,
+// torch.tiny.manual_seed and get/set_rng_state work with.
 const at::Generator& default_generator(c10::DeviceIndex index = -1);
+
+// 64 random bits for one random op on `device`, drawn from `gen` (a tiny torch.Generator) or from the
+// device's default generator. A random op derives every element from this key and the element's
+// index (a counter-based generator on the device), so a generator advances once per op: successive
+// ops differ, and manual_seed and get/set_rng_state replay the stream. A generator of another device
+// raises torch's error.
+uint64_t random_key(const std::optional<at::Generator>& gen, c10::Device device);
 
 } // namespace tiny

@@ -131,6 +131,19 @@ void LazyBuffer::write(const StridedView& v, const UOpPtr& value) {
   mark_pending();
 }
 
+void LazyBuffer::scatter(DType dtype, const UOpPtr& index, const UOpPtr& value, std::optional<Ops> combine) {
+  if (index->shape != value->shape || value->dtype != dtype)
+    throw std::logic_error("LazyBuffer::scatter: value shape or dtype differs from the index");
+  std::lock_guard lock(graph_mutex());
+  UOpPtr c = content_locked(dtype);
+  if (prod(index->shape) == 0) return;
+  // Combining needs the elements as `dtype`: a storage first written as another type of the same size
+  // is viewed as `dtype` for the scatter.
+  if (c->dtype == dtype) content_ = tiny::scatter(c, index, value, combine);
+  else content_ = bitcast(tiny::scatter(bitcast(c, dtype), index, value, combine), c->dtype);
+  mark_pending();
+}
+
 void LazyBuffer::write_host(const StridedView& v, const void* src) {
   std::lock_guard lock(graph_mutex());
   int64_t n = prod(v.sizes);

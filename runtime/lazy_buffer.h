@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "compiler/uop.h"
 
@@ -40,6 +41,11 @@ public:
   UOpPtr read(const StridedView& v);
   // Writes `value` (shape v.sizes, dtype v.dtype) into the elements `v` names.
   void write(const StridedView& v, const UOpPtr& value);
+  // Writes value[i] into storage element index[i] (int64, counted in elements of `dtype`) in element
+  // order, or combines it with the element's current value by `combine` (ADD, MUL, MAX, MIN). Indices
+  // outside the storage are skipped. A write through a strided view passes the view's storage
+  // positions (offset + sum of coordinate * stride).
+  void scatter(DType dtype, const UOpPtr& index, const UOpPtr& value, std::optional<Ops> combine);
   // Copies host memory into the elements `v` names (v is non-overlapping and dense in host memory
   // order: `src` holds prod(v.sizes) elements in row-major order). A dtype of another element size
   // than the content's (torch's byte-level storage copies) works for contiguous windows.

@@ -168,6 +168,7 @@ private:
   std::unordered_map<const UOp*, UOpPtr> realized_; // realize point -> its value read from a buffer
   std::unordered_map<const BufferBase*, int64_t> made_; // buffers made here -> new buffer index
   std::vector<UOpPtr> order_;                           // every node, sources first
+  std::vector<UOpPtr> keep_;                            // realize points made while scheduling
 
   void count_uses(const std::vector<UOpPtr>& roots) {
     std::unordered_map<const UOp*, bool> seen;
@@ -189,6 +190,17 @@ private:
       auto it = realized_.find(m.get());
       return it == realized_.end() ? nullptr : it->second;
     });
+  }
+
+  // A kernel's value over buffers, with layout copies for its reductions realized first.
+  UOpPtr prepare(const UOpPtr& value) {
+    UOpPtr v = contiguous_reduce_layout(resolve(value));
+    for (const UOpPtr& n : toposort(v))
+      if (n->op == Ops::CONTIGUOUS && !realized_.count(n.get())) {
+        keep_.push_back(n);
+        realize(n);
+      }
+    return resolve(v);
   }
 
   int64_t slot(const BufferRef& b) {
@@ -215,7 +227,7 @@ private:
     made_[out.get()] = static_cast<int64_t>(record_.new_buffers.size());
     record_.new_buffers.emplace_back(value->dtype, out->numel);
     View region = View::contiguous(value->shape);
-    run(out, [&] { return lower_kernel(out, region, resolve(value)); });
+    run(out, [&] { return lower_kernel(out, region, prepare(value)); });
     return buffer(out);
   }
 
@@ -228,7 +240,7 @@ private:
     if (!exclusive) target = into_new_buffer(target);
     auto out = std::static_pointer_cast<Buffer>(target->buffer());
     if (n->op == Ops::ASSIGN)
-      run(out, [&] { return lower_kernel(out, std::get<View>(n->arg), resolve(n->src[1])); });
+      run(out, [&] { return lower_kernel(out, std::get<View>(n->arg), prepare(n->src[1])); });
     else if (prod(n->src[1]->shape) > 0)
       run(out, [&] { return lower_scatter(out, resolve(n->src[1]), resolve(n->src[2]), std::get<int64_t>(n->arg)); });
     return target;
@@ -243,7 +255,10 @@ private:
       k = lower();
       if (k.must_realize.empty()) break;
       for (const UOpPtr& m : k.must_realize)
-        if (!realized_.count(m.get())) realize(m);
+        if (!realized_.count(m.get())) {
+          keep_.push_back(m);
+          realize(m);
+        }
     }
     if (prod(k.loops) == 0) return;
     if (debug_level() >= 4) std::fprintf(stderr, "tiny: kernel\n%s", k.ast->tree_str().c_str());

@@ -173,3 +173,13 @@ TEST(Kernel, AScatterAddAccumulatesRepeatedIndicesInOrder) {
   EXPECT_EQ(put, std::vector<float>({2, 1, 1, 4}));
   EXPECT_EQ(values(base->buffer()), std::vector<float>({1, 1, 1, 1})); // the input is untouched
 }
+
+TEST(Kernel, ARowMajorRightOperandIsReadThroughATransposedCopy) {
+  const int64_t M = 20, K = 7, N = 3;
+  auto av = random_vec(M * K, 10), bv = random_vec(K * N, 11);
+  auto a = expand(reshape(cast(buffer(filled(av)), DType::Float16), {M, 1, K}), {M, N, K});
+  auto b = expand(reshape(permute(reshape(cast(buffer(filled(bv)), DType::Float16), {K, N}), {1, 0}), {1, N, K}), {M, N, K});
+  auto p = reduce(alu(Ops::MUL, cast(a, DType::Float32), cast(b, DType::Float32)), Ops::ADD, {2});
+  auto got = values(realize_value(p));
+  ASSERT_EQ(got.size(), size_t(M * N));
+}

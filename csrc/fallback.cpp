@@ -1,0 +1,162 @@
+// The CPU fallback for every ATen op tiny has no kernel for (PRIVATEUSE1.md, "The CPU fallback").
+//
+// at::native::cpu_fallback moves the tensor arguments to the CPU (each a sync), runs PyTorch's CPU kernel,
+// writes mutated arguments (in-place self, out=) back into the tiny tensors with _copy_from_and_resize,
+// which writes through views into their base, and moves the other results to tiny. Around it, tiny:
+// - refuses view ops: a CPU copy cannot alias tiny storage, and a copy silently breaks in-place writes
+//   through the "view";
+// - refuses everything when TINY_FALLBACK=0 (to see what runs natively);
+// - warns once per op, and counts calls per op for torch.tiny.stats();
+// - hands random ops a CPU generator carrying the tiny generator's state, and stores the state back, so
+//   they draw from tiny's generator (seeded by torch.tiny.manual_seed / a tiny torch.Generator), with the
+//   CPU's random algorithm.
+
+#include "csrc/fallback.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/native/CPUFallback.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string_view>
+#include <vector>
+
+#include "csrc/backend.h"
+#include "runtime/lazy_buffer.h"
+
+namespace tiny {
+
+namespace {
+
+struct FallbackLog {
+  std::mutex mu;
+  std::map<std::string, int64_t> calls; // since the last reset_stats
+  std::set<std::string> warned;         // for the life of the process
+};
+
+FallbackLog& log() {
+  static auto* l = new FallbackLog(); // never destroyed: kernels may run during static destruction
+  return *l;
+}
+
+// Read at every call, so that a process can switch it (the tests and the upstream runner do).
+bool fallback_enabled() {
+  const char* value = std::getenv("TINY_FALLBACK");
+  return value == nullptr || std::string_view(value) != "0";
+}
+
+// Counts the call; true the first time this op falls back in this process.
+bool record_call(const std::string& name) {
+  runtime::stats().fallbacks++;
+  FallbackLog& l = log();
+  std::lock_guard lock(l.mu);
+  l.calls[name]++;
+  return l.warned.insert(name).second;
+}
+
+// A return that aliases an argument without writing it (Tensor(a)) marks a view op.
+bool returns_a_view(const c10::FunctionSchema& schema) {
+  for (const c10::Argument& ret : schema.returns()) {
+    const c10::AliasInfo* alias = ret.alias_info();
+    if (alias != nullptr && !alias->isWrite()) return true;
+  }
+  return false;
+}
+
+bool is_generator_argument(const c10::Argument& arg) {
+  c10::TypePtr type = arg.real_type();
+  if (auto optional = type->cast<c10::OptionalType>()) type = optional->getElementType();
+  return type->kind() == c10::TypeKind::GeneratorType;
+}
+
+// The tiny device the op runs on: its first tiny tensor argument's, or its tiny `device=` argument.
+std::optional<c10::Device> tiny_device_of(c10::ArrayRef<c10::IValue> arguments) {
+  for (const c10::IValue& v : arguments) {
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().device().is_privateuseone())
+      return v.toTensor().device();
+    if (v.isDevice() && v.toDevice().is_privateuseone()) return v.toDevice();
+  }
+  for (const c10::IValue& v : arguments) {
+    if (!v.isTensorList()) continue;
+    for (const at::Tensor& t : v.toTensorList().vec())
+      if (t.defined() && t.device().is_privateuseone()) return t.device();
+  }
+  return std::nullopt;
+}
+
+// A tiny generator lent to a CPU kernel: a CPU generator with its state while the kernel runs, the state
+// stored back into the tiny generator afterwards. CPU kernels accept CPU generators only.
+class LentGenerator {
+public:
+  LentGenerator(at::Generator tiny_gen) : tiny_(std::move(tiny_gen)), lock_(tiny_.mutex()) {
+    cpu_ = at::make_generator<at::CPUGeneratorImpl>();
+    cpu_.set_state(tiny_.get_state());
+  }
+  ~LentGenerator() { tiny_.set_state(cpu_.get_state()); }
+  LentGenerator(const LentGenerator&) = delete;
+  LentGenerator& operator=(const LentGenerator&) = delete;
+  const at::Generator& cpu() const { return cpu_; }
+
+private:
+  at::Generator tiny_;
+  std::unique_lock<std::mutex> lock_;
+  at::Generator cpu_;
+};
+
+void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const c10::FunctionSchema& schema = op.schema();
+  const std::string name = c10::toString(schema.operator_name());
+  TORCH_CHECK(!returns_a_view(schema), "tiny: ", name,
+              " is a view op with no tiny kernel; the CPU fallback cannot run it, because a CPU copy would not "
+              "share the tiny tensor's storage");
+  TORCH_CHECK(fallback_enabled(), "tiny: ", name,
+              " has no tiny kernel and the CPU fallback is disabled (TINY_FALLBACK=0)");
+  if (record_call(name) || c10::WarningUtils::get_warnAlways())
+    TORCH_WARN("tiny: ", name,
+               " has no tiny kernel; it runs on the CPU (inputs copied to the CPU and results back). "
+               "This warning is shown once per op.");
+
+  // Random ops: swap each tiny generator argument (or the default one, for none) for a lent CPU one.
+  const auto& args = schema.arguments();
+  const size_t first = stack->size() - args.size();
+  std::vector<std::unique_ptr<LentGenerator>> lent;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!is_generator_argument(args[i])) continue;
+    c10::IValue& value = (*stack)[first + i];
+    std::optional<at::Generator> gen;
+    if (value.isGenerator() && value.toGenerator().device().is_privateuseone()) {
+      gen = value.toGenerator();
+    } else if (value.isNone()) {
+      auto device = tiny_device_of(c10::ArrayRef<c10::IValue>(*stack).slice(first, args.size()));
+      if (device) gen = default_generator(device->index());
+    }
+    if (!gen) continue;
+    lent.push_back(std::make_unique<LentGenerator>(*gen));
+    value = c10::IValue(lent.back()->cpu());
+  }
+
+  at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
+}
+
+} // namespace
+
+std::map<std::string, int64_t> fallback_op_counts() {
+  FallbackLog& l = log();
+  std::lock_guard lock(l.mu);
+  return l.calls;
+}
+
+void reset_fallback_op_counts() {
+  FallbackLog& l = log();
+  std::lock_guard lock(l.mu);
+  l.calls.clear();
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>()); }
+
+} // namespace tiny
