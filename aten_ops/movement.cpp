@@ -1,0 +1,653 @@
+// Movement ATen ops that make new tensors: cat, constant/reflection/replication padding (and the
+// backward of the latter two), flip, roll, repeat, tril/triu, masked_fill_.
+//
+// None of them copies. Each result is a UOp expression of views of its inputs: a shifted, flipped,
+// cropped or broadcast view, and for results made of several parts (cat, pads, roll) one masked view
+// per part selected by a `where` on the part's box (a masked view of `true`). The views fold into the
+// index math of whichever kernel consumes the result.
+//
+// torch's checks come from torch itself where it can give them: a structured op's meta function
+// (at::meta::cat, ...) checks the arguments, computes the result's sizes, strides and dtype, and
+// checks and resizes an out= tensor exactly as the CPU kernel does. The other ops repeat the CPU
+// kernel's checks here. Ops torch builds from these (stack, hstack, split, chunk, unbind, tile,
+// flip.out, roll.out, masked_fill, clone, contiguous) need nothing of ours.
+
+#include <ATen/MemoryOverlap.h>
+#include <ATen/TensorIterator.h>
+#include <ATen/WrapDimUtils.h>
+#include <ATen/WrapDimUtilsMulti.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/native/Padding.h>
+#include <ATen/ops/cat_meta_dispatch.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/reflection_pad1d_backward_meta_dispatch.h>
+#include <ATen/ops/reflection_pad1d_meta_dispatch.h>
+#include <ATen/ops/reflection_pad3d_backward_meta_dispatch.h>
+#include <ATen/ops/reflection_pad3d_meta_dispatch.h>
+#include <ATen/ops/replication_pad1d_backward_meta_dispatch.h>
+#include <ATen/ops/replication_pad1d_meta_dispatch.h>
+#include <ATen/ops/replication_pad2d_meta_dispatch.h>
+#include <ATen/ops/replication_pad3d_meta_dispatch.h>
+#include <ATen/ops/tril_meta_dispatch.h>
+#include <ATen/ops/triu_meta_dispatch.h>
+#include <c10/util/irange.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include "csrc/tensor_bridge.h"
+
+namespace tiny::aten_ops {
+
+namespace {
+
+using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+
+// ---- building blocks ----
+
+// A tiny tensor with the sizes, strides and dtype torch's meta function chose.
+at::Tensor like_meta(const at::Tensor& meta, c10::Device device) {
+  return empty_tiny(meta.sizes(), meta.strides(), meta.scalar_type(), device);
+}
+
+// Whole ranges of every dim of `shape`, with dim d's replaced by r.
+Ranges along(const Shape& shape, size_t d, std::pair<int64_t, int64_t> r) {
+  Ranges out;
+  for (int64_t s : shape)
+    out.emplace_back(0, s);
+  out[d] = r;
+  return out;
+}
+
+UOpPtr shrink_dim(const UOpPtr& x, size_t d, int64_t begin, int64_t end) {
+  return shrink(x, along(x->shape, d, {begin, end}));
+}
+
+UOpPtr pad_dim(const UOpPtr& x, size_t d, int64_t before, int64_t after) {
+  Ranges pads(x->shape.size(), {0, 0});
+  pads[d] = {before, after};
+  return pad(x, pads);
+}
+
+UOpPtr flip_dim(const UOpPtr& x, size_t d) {
+  std::vector<bool> axes(x->shape.size());
+  axes[d] = true;
+  return flip(x, axes);
+}
+
+UOpPtr expand_dim(const UOpPtr& x, size_t d, int64_t n) {
+  Shape s = x->shape;
+  s[d] = n;
+  return expand(x, s);
+}
+
+// A compile-time constant broadcast to `shape` (masks and zeros: structure, not values from Python).
+UOpPtr fixed(DType dt, int64_t v, const Shape& shape) {
+  UOpPtr c = is_float(dt) ? const_float(dt, static_cast<double>(v)) : const_int(dt, v);
+  return shape.empty() ? c : expand(reshape(c, Shape(shape.size(), 1)), shape);
+}
+
+UOpPtr full_bool(bool v, const Shape& shape) { return fixed(DType::Bool, v, shape); }
+
+// A part of a result: `value` placed at `at` (an offset per dim).
+struct Part {
+  UOpPtr value;
+  Shape at;
+};
+
+// A result of `shape` made of disjoint parts that cover it. Each part is padded to the whole shape
+// (a masked view: 0 outside its box) and selected by a `where` on its box; a where rather than a sum
+// keeps the parts' values exact (-0.0 + 0.0 would be +0.0).
+UOpPtr assemble(const Shape& shape, const std::vector<Part>& parts) {
+  UOpPtr out;
+  for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
+    if (prod(it->value->shape) == 0) continue;
+    Ranges pads;
+    for (size_t d = 0; d < shape.size(); d++)
+      pads.emplace_back(it->at[d], shape[d] - it->at[d] - it->value->shape[d]);
+    UOpPtr placed = pad(it->value, pads);
+    out = out ? where(pad(full_bool(true, it->value->shape), pads), placed, out) : placed;
+  }
+  return out;
+}
+
+// Every combination of one choice per list: the parts of a result split along several dims.
+template <typename T> std::vector<std::vector<T>> combinations(const std::vector<std::vector<T>>& lists) {
+  std::vector<std::vector<T>> out{{}};
+  for (const std::vector<T>& choices : lists) {
+    std::vector<std::vector<T>> next;
+    for (const std::vector<T>& prefix : out)
+      for (const T& c : choices) {
+        next.push_back(prefix);
+        next.back().push_back(c);
+      }
+    out = std::move(next);
+  }
+  return out;
+}
+
+// ---- cat ----
+
+void write_cat(const at::ITensorListRef& tensors, int64_t dim, const at::Tensor& out) {
+  auto inputs = tensors.materialize();
+  dim = at::legacy_cat_wrap_dim(dim, inputs);
+  Shape shape = to_shape(out.sizes());
+  DType dt = to_tiny_dtype(out.scalar_type());
+  std::vector<Part> parts;
+  int64_t offset = 0;
+  for (const at::Tensor& t : inputs) {
+    if (t.dim() == 1 && t.numel() == 0) continue; // torch's legacy rule: 1-D empty tensors are skipped
+    at::assert_no_overlap(out, t);
+    Shape at(shape.size(), 0);
+    at[dim] = offset;
+    parts.push_back({cast(read(t), dt), at});
+    offset += t.size(dim);
+  }
+  if (out.numel() > 0) write(out, assemble(shape, parts));
+}
+
+at::Tensor& cat_out(const at::ITensorListRef& tensors, int64_t dim, at::Tensor& out) {
+  at::meta::cat_outf(tensors, dim, out);
+  at::assert_no_internal_overlap(out);
+  write_cat(tensors, dim, out);
+  return out;
+}
+
+at::Tensor cat(const at::ITensorListRef& tensors, int64_t dim) {
+  at::Tensor meta = at::meta::cat(tensors, dim);
+  c10::Device device = tensors.front().device();
+  for (const at::Tensor& t : tensors)
+    if (t.is_privateuseone()) device = t.device();
+  at::Tensor out = like_meta(meta, device);
+  write_cat(tensors, dim, out);
+  return out;
+}
+
+// ---- constant_pad_nd ----
+
+// Pads (before, after) of the last len(pad)/2 dims, torch's order: last dim first.
+Ranges dim_pads(int64_t ndim, c10::IntArrayRef pad) {
+  Ranges out(ndim, {0, 0});
+  for (size_t i = 0; i < pad.size() / 2; i++)
+    out[ndim - 1 - i] = {pad[2 * i], pad[2 * i + 1]};
+  return out;
+}
+
+// The positive part of each pad as a pad, the negative part as a crop.
+UOpPtr pad_and_crop(const UOpPtr& x, const Ranges& pads,
+                    const std::function<UOpPtr(const UOpPtr&, const Ranges&)>& grow) {
+  Ranges positive, crop;
+  for (size_t d = 0; d < pads.size(); d++)
+    positive.emplace_back(std::max<int64_t>(pads[d].first, 0), std::max<int64_t>(pads[d].second, 0));
+  UOpPtr grown = grow(x, positive);
+  for (size_t d = 0; d < pads.size(); d++)
+    crop.emplace_back(std::max<int64_t>(-pads[d].first, 0), grown->shape[d] - std::max<int64_t>(-pads[d].second, 0));
+  return shrink(grown, crop);
+}
+
+at::Tensor constant_pad_nd(const at::Tensor& self, c10::IntArrayRef pad, const at::Scalar& value) {
+  TORCH_CHECK(pad.size() % 2 == 0, "Length of pad must be even but instead it equals ", pad.size());
+  int64_t ndim = self.dim(), npad = static_cast<int64_t>(pad.size() / 2);
+  TORCH_CHECK(ndim >= npad,
+              "Length of pad should be no more than twice the number of dimensions of the input. Pad length is ",
+              pad.size(), "while the input has ", ndim, "dimensions.");
+  Ranges pads = dim_pads(ndim, pad);
+  std::vector<int64_t> shape(self.sizes().begin(), self.sizes().end());
+  bool grows = false;
+  for (int64_t d = ndim - npad; d < ndim; d++) {
+    int64_t n = self.size(d) + pads[d].first + pads[d].second;
+    TORCH_CHECK(n >= 0, "The input size ", self.size(d), ", plus negative padding ", pads[d].first, " and ",
+                pads[d].second, " resulted in a negative output size, which is invalid. Check dimension ", d,
+                " of your input.");
+    shape[d] = n;
+    grows = grows || pads[d].first > 0 || pads[d].second > 0;
+  }
+  // torch: a pad that only crops is a clone of the narrowed input (its layout kept); otherwise a new
+  // tensor in the input's suggested memory format
+  at::Tensor out;
+  if (grows) {
+    out = empty_tiny(shape, self.scalar_type(), self.device(), self.suggest_memory_format());
+  } else {
+    at::Tensor narrowed = self;
+    for (int64_t d = ndim - npad; d < ndim; d++)
+      narrowed = narrowed.narrow(d, -pads[d].first, shape[d]);
+    out = at::empty_like(narrowed, at::MemoryFormat::Preserve);
+  }
+  DType dt = to_tiny_dtype(self.scalar_type());
+  scalar_constant(value, dt); // converts (and checks) the value even when nothing is filled
+  if (out.numel() == 0) return out;
+  UOpPtr v = pad_and_crop(read(self), pads, [&](const UOpPtr& x, const Ranges& positive) {
+    UOpPtr padded = tiny::pad(x, positive);
+    if (value.equal(0) && !(value.isFloatingPoint() && std::signbit(value.toDouble()))) return padded;
+    return where(tiny::pad(full_bool(true, x->shape), positive), padded, scalar_constant(value, dt, padded->shape));
+  });
+  write(out, v);
+  return out;
+}
+
+// ---- reflection and replication padding ----
+
+enum class PadMode { Reflect, Replicate };
+
+// A stretch of a padded dim: output [at, at + len) reads input [src, src + src_len), flipped
+// (reflection) or broadcast from one element (replication, when src_len != len).
+struct Stretch {
+  int64_t at, len, src, src_len;
+  bool flipped;
+};
+
+std::vector<Stretch> stretches(int64_t n, int64_t before, int64_t after, PadMode mode) {
+  std::vector<Stretch> out;
+  bool reflect = mode == PadMode::Reflect;
+  if (before > 0) out.push_back(reflect ? Stretch{0, before, 1, before, true} : Stretch{0, before, 0, 1, false});
+  out.push_back({before, n, 0, n, false});
+  if (after > 0)
+    out.push_back(reflect ? Stretch{before + n, after, n - after - 1, after, true}
+                          : Stretch{before + n, after, n - 1, 1, false});
+  return out;
+}
+
+// The stretches of every padded dim (the last ones), one list per dim.
+std::vector<std::vector<Stretch>> pad_layout(const Shape& shape, const Ranges& positive, PadMode mode) {
+  std::vector<std::vector<Stretch>> out;
+  for (size_t d = 0; d < shape.size(); d++) {
+    auto [b, a] = positive[d];
+    out.push_back(b == 0 && a == 0 ? std::vector<Stretch>{{0, shape[d], 0, shape[d], false}}
+                                   : stretches(shape[d], b, a, mode));
+  }
+  return out;
+}
+
+UOpPtr mode_pad(const UOpPtr& x, const Ranges& pads, PadMode mode) {
+  return pad_and_crop(x, pads, [&](const UOpPtr& x, const Ranges& positive) {
+    Shape shape = x->shape;
+    for (size_t d = 0; d < shape.size(); d++)
+      shape[d] += positive[d].first + positive[d].second;
+    std::vector<Part> parts;
+    for (const std::vector<Stretch>& combo : combinations(pad_layout(x->shape, positive, mode))) {
+      UOpPtr v = x;
+      Shape at;
+      for (size_t d = 0; d < combo.size(); d++) {
+        const Stretch& s = combo[d];
+        v = shrink_dim(v, d, s.src, s.src + s.src_len);
+        if (s.flipped) v = flip_dim(v, d);
+        if (s.src_len != s.len) v = expand_dim(v, d, s.len);
+        at.push_back(s.at);
+      }
+      parts.push_back({v, at});
+    }
+    return assemble(shape, parts);
+  });
+}
+
+// The gradient of mode_pad: each output stretch sends its gradient back to the input elements it
+// read (flipped back, or summed over a broadcast), and the contributions add up.
+UOpPtr mode_pad_backward(const UOpPtr& grad, const Shape& in_shape, const Ranges& pads, PadMode mode) {
+  Ranges positive, uncrop;
+  for (const auto& [b, a] : pads) {
+    positive.emplace_back(std::max<int64_t>(b, 0), std::max<int64_t>(a, 0));
+    uncrop.emplace_back(std::max<int64_t>(-b, 0), std::max<int64_t>(-a, 0));
+  }
+  UOpPtr g = pad(grad, uncrop); // the cropped elements had no gradient
+  UOpPtr sum;
+  for (const std::vector<Stretch>& combo : combinations(pad_layout(in_shape, positive, mode))) {
+    UOpPtr v = g;
+    for (size_t d = 0; d < combo.size(); d++) {
+      const Stretch& s = combo[d];
+      v = shrink_dim(v, d, s.at, s.at + s.len);
+      if (s.flipped) v = flip_dim(v, d);
+      if (s.src_len != s.len) v = reduce(v, Ops::ADD, {static_cast<int64_t>(d)});
+      v = pad_dim(v, d, s.src, in_shape[d] - s.src - s.src_len);
+    }
+    sum = sum ? alu(Ops::ADD, sum, v) : v;
+  }
+  return sum;
+}
+
+// torch computes float16/bfloat16 in float32 and rounds once.
+DType opmath(DType dt) { return dt == DType::Float16 || dt == DType::BFloat16 ? DType::Float32 : dt; }
+
+void write_mode_pad(const at::Tensor& out, const at::Tensor& self, c10::IntArrayRef padding, PadMode mode) {
+  if (out.numel() == 0) return;
+  write(out, mode_pad(read(self), dim_pads(self.dim(), padding), mode));
+}
+
+void write_mode_pad_backward(const at::Tensor& grad_input, const at::Tensor& grad_output, const at::Tensor& self,
+                             c10::IntArrayRef padding, PadMode mode) {
+  if (grad_input.numel() == 0) return;
+  DType dt = to_tiny_dtype(grad_input.scalar_type());
+  UOpPtr g = cast(read(grad_output), opmath(dt));
+  write(grad_input, cast(mode_pad_backward(g, to_shape(self.sizes()), dim_pads(self.dim(), padding), mode), dt));
+}
+
+// The structured pads: torch's meta function checks and shapes. The CPU kernels then give the
+// result the input's suggested memory format: reflection_pad3d (and its backward) always, even an out=
+// tensor; replication_pad2d/3d through the meta function's options, which at::meta's own wrapper
+// drops, so here: a new result, or an out= tensor that had to be resized.
+enum class Restride { Never, Always, WhenResized };
+
+void restride(const at::Tensor& out, const at::Tensor& self, Restride when, bool resized) {
+  if (when == Restride::Always || (when == Restride::WhenResized && resized))
+    out.resize_(out.sizes(), self.suggest_memory_format());
+}
+
+template <auto Meta, PadMode Mode, Restride When>
+at::Tensor structured_pad(const at::Tensor& self, c10::IntArrayRef padding) {
+  at::Tensor out = like_meta(Meta(self, padding), self.device());
+  restride(out, self, When, true);
+  write_mode_pad(out, self, padding, Mode);
+  return out;
+}
+
+template <auto MetaOut, PadMode Mode, Restride When>
+at::Tensor& structured_pad_out(const at::Tensor& self, c10::IntArrayRef padding, at::Tensor& out) {
+  std::vector<int64_t> before(out.sizes().begin(), out.sizes().end());
+  MetaOut(self, padding, out);
+  restride(out, self, When, !out.sizes().equals(before));
+  write_mode_pad(out, self, padding, Mode);
+  return out;
+}
+
+template <auto Meta, PadMode Mode, Restride When>
+at::Tensor structured_pad_backward(const at::Tensor& grad_output, const at::Tensor& self, c10::IntArrayRef padding) {
+  at::Tensor grad_input = like_meta(Meta(grad_output, self, padding), self.device());
+  restride(grad_input, self, When, true);
+  write_mode_pad_backward(grad_input, grad_output, self, padding, Mode);
+  return grad_input;
+}
+
+template <auto MetaOut, PadMode Mode, Restride When>
+at::Tensor& structured_pad_backward_out(const at::Tensor& grad_output, const at::Tensor& self, c10::IntArrayRef padding,
+                                        at::Tensor& grad_input) {
+  std::vector<int64_t> before(grad_input.sizes().begin(), grad_input.sizes().end());
+  MetaOut(grad_output, self, padding, grad_input);
+  restride(grad_input, self, When, !grad_input.sizes().equals(before));
+  write_mode_pad_backward(grad_input, grad_output, self, padding, Mode);
+  return grad_input;
+}
+
+// reflection_pad2d has no meta function: the CPU kernel's checks.
+void check_reflection_pad2d(const at::Tensor& self, c10::IntArrayRef padding) {
+  at::native::padding::check_valid_input<2>(self, padding);
+  int64_t dim_w = self.dim() == 4 ? 3 : 2, dim_h = dim_w - 1;
+  int64_t pad_l = padding[0], pad_r = padding[1], pad_t = padding[2], pad_b = padding[3];
+  int64_t in_h = self.size(dim_h), in_w = self.size(dim_w);
+  TORCH_CHECK(pad_l < in_w && pad_r < in_w,
+              "Argument #4: Padding size should be less than the corresponding input dimension, but got: padding (",
+              pad_l, ", ", pad_r, ") at dimension ", dim_w, " of input ", self.sizes());
+  TORCH_CHECK(pad_t < in_h && pad_b < in_h,
+              "Argument #6: Padding size should be less than the corresponding input dimension, but got: padding (",
+              pad_t, ", ", pad_b, ") at dimension ", dim_h, " of input ", self.sizes());
+  int64_t out_h = in_h + pad_t + pad_b, out_w = in_w + pad_l + pad_r;
+  TORCH_CHECK(out_w >= 1 || out_h >= 1, "input (H: ", in_h, ", W: ", in_w,
+              ") is too small. Calculated output H: ", out_h, " W: ", out_w);
+}
+
+std::vector<int64_t> padded_sizes(const at::Tensor& self, c10::IntArrayRef padding) {
+  std::vector<int64_t> sizes(self.sizes().begin(), self.sizes().end());
+  Ranges pads = dim_pads(self.dim(), padding);
+  for (size_t d = 0; d < sizes.size(); d++)
+    sizes[d] += pads[d].first + pads[d].second;
+  return sizes;
+}
+
+at::Tensor& reflection_pad2d_out(const at::Tensor& self, c10::IntArrayRef padding, at::Tensor& out) {
+  check_reflection_pad2d(self, padding);
+  if (self.dim() == 4)
+    out.resize_(padded_sizes(self, padding), self.suggest_memory_format());
+  else
+    out.resize_(padded_sizes(self, padding));
+  write_mode_pad(out, self, padding, PadMode::Reflect);
+  return out;
+}
+
+at::Tensor reflection_pad2d(const at::Tensor& self, c10::IntArrayRef padding) {
+  at::Tensor out = empty_tiny({0}, self.scalar_type(), self.device());
+  return reflection_pad2d_out(self, padding, out);
+}
+
+// The backward ops without a meta function: the CPU kernels' checks of grad_output's sizes.
+template <int Dims>
+void check_pad_backward(const at::Tensor& grad_output, const at::Tensor& self, c10::IntArrayRef padding) {
+  TORCH_CHECK(static_cast<int>(padding.size()) == 2 * Dims, "padding size is expected to be ", 2 * Dims);
+  std::vector<int64_t> want = padded_sizes(self, padding);
+  constexpr const char* names[] = {"width", "height", "depth"};
+  for (int i = 0; i < Dims; i++) {
+    int64_t d = self.dim() - 1 - i;
+    TORCH_CHECK(want[d] == grad_output.size(d), "gradOutput ", names[i], " unexpected. Expected: ", want[d],
+                ", Got: ", grad_output.size(d));
+  }
+}
+
+template <int Dims, PadMode Mode>
+at::Tensor& pad_backward_out(const at::Tensor& grad_output, const at::Tensor& self, c10::IntArrayRef padding,
+                             at::Tensor& grad_input) {
+  check_pad_backward<Dims>(grad_output, self, padding);
+  grad_input.resize_(self.sizes(), self.suggest_memory_format());
+  write_mode_pad_backward(grad_input, grad_output, self, padding, Mode);
+  return grad_input;
+}
+
+template <int Dims, PadMode Mode>
+at::Tensor pad_backward(const at::Tensor& grad_output, const at::Tensor& self, c10::IntArrayRef padding) {
+  at::Tensor grad_input = empty_tiny({0}, self.scalar_type(), self.device());
+  return pad_backward_out<Dims, Mode>(grad_output, self, padding, grad_input);
+}
+
+// ---- flip, roll, repeat ----
+
+at::Tensor flip(const at::Tensor& self, c10::IntArrayRef dims) {
+  auto bits = at::dim_list_to_bitset(dims, self.dim()); // wraps, and rejects repeated dims
+  at::Tensor out = at::empty_like(self, at::MemoryFormat::Preserve);
+  std::vector<bool> axes(self.dim());
+  for (int64_t d = 0; d < self.dim(); d++)
+    axes[d] = bits[d];
+  if (out.numel() > 0) write(out, tiny::flip(read(self), axes));
+  return out;
+}
+
+at::Tensor roll(const at::Tensor& self, c10::IntArrayRef shifts, c10::IntArrayRef dims) {
+  TORCH_CHECK(!shifts.empty(), "`shifts` required");
+  if (dims.empty() && shifts.size() == 1) {
+    // torch rolls the flattened tensor
+    at::Tensor out = at::empty_like(self, at::MemoryFormat::Contiguous);
+    if (self.numel() > 0) {
+      UOpPtr flat = reshape(read(self), {self.numel()});
+      int64_t n = self.numel(), s = ((shifts[0] % n) + n) % n;
+      UOpPtr rolled = assemble({n}, {{shrink_dim(flat, 0, n - s, n), {0}}, {shrink_dim(flat, 0, 0, n - s), {s}}});
+      write(out, reshape(rolled, to_shape(self.sizes())));
+    }
+    return out;
+  }
+  TORCH_CHECK(shifts.size() == dims.size(), "shifts and dimensions must align. shifts: ", shifts.size(),
+              ", dims:", dims.size());
+  if (self.numel() == 0) return self.clone(at::MemoryFormat::Preserve);
+  // A roll of several dims is torch's roll of each in turn: the shifts add up per dim.
+  Shape shift(self.dim(), 0);
+  for (size_t i = 0; i < dims.size(); i++) {
+    int64_t d = at::maybe_wrap_dim(dims[i], self.dim());
+    shift[d] += shifts[i];
+  }
+  // Per dim, the stretches of the result: (source begin, length, offset in the result).
+  Shape shape = to_shape(self.sizes());
+  std::vector<std::vector<std::array<int64_t, 3>>> splits;
+  for (size_t d = 0; d < shape.size(); d++) {
+    int64_t n = shape[d], s = ((shift[d] % n) + n) % n;
+    if (s == 0)
+      splits.push_back({{0, n, 0}});
+    else
+      splits.push_back({{n - s, s, 0}, {0, n - s, s}});
+  }
+  UOpPtr x = read(self);
+  std::vector<Part> parts;
+  for (const auto& combo : combinations(splits)) {
+    UOpPtr v = x;
+    Shape at;
+    for (size_t d = 0; d < combo.size(); d++) {
+      auto [src, len, offset] = combo[d];
+      v = shrink_dim(v, d, src, src + len);
+      at.push_back(offset);
+    }
+    parts.push_back({v, at});
+  }
+  at::Tensor out = at::empty_like(self, self.suggest_memory_format());
+  write(out, assemble(shape, parts));
+  return out;
+}
+
+at::Tensor repeat(const at::Tensor& self, c10::IntArrayRef repeats) {
+  TORCH_CHECK(repeats.size() >= static_cast<size_t>(self.dim()),
+              "Number of dimensions of repeat dims can not be smaller than number of dimensions of tensor");
+  size_t lead = repeats.size() - self.dim();
+  Shape padded(lead, 1), target, interleaved, expanded;
+  padded.insert(padded.end(), self.sizes().begin(), self.sizes().end());
+  for (size_t i = 0; i < repeats.size(); i++) {
+    target.push_back(padded[i] * repeats[i]);
+    interleaved.insert(interleaved.end(), {1, padded[i]});
+    expanded.insert(expanded.end(), {repeats[i], padded[i]});
+  }
+  at::Tensor out = at::empty(target, self.options()); // rejects negative repeats as torch does
+  if (out.numel() == 0) return out;
+  write(out, reshape(expand(reshape(read(self), interleaved), expanded), target));
+  return out;
+}
+
+// ---- tril, triu ----
+
+// Keeps the elements on and below (tril) or above (triu) the k-th diagonal, by comparing iota row
+// and column indices.
+void write_triangle(const at::Tensor& out, const at::Tensor& self, int64_t k, bool lower) {
+  if (out.numel() == 0) return;
+  Shape shape = to_shape(self.sizes());
+  size_t nd = shape.size();
+  int64_t h = shape[nd - 2], w = shape[nd - 1];
+  Shape ones(nd, 1), rows = ones, cols = ones;
+  rows[nd - 2] = h;
+  cols[nd - 1] = w;
+  UOpPtr row = expand(reshape(iota(h, DType::Int64), rows), shape);
+  UOpPtr col = expand(reshape(iota(w, DType::Int64), cols), shape);
+  UOpPtr diag = alu(Ops::ADD, row, scalar_constant(at::Scalar(k), DType::Int64, shape)); // column of the diagonal
+  UOpPtr keep = lower ? alu(Ops::CMPLE, col, diag) : alu(Ops::CMPLE, diag, col);
+  DType dt = to_tiny_dtype(out.scalar_type());
+  UOpPtr x = cast(read(self), dt);
+  write(out, where(keep, x, fixed(dt, 0, shape)));
+}
+
+template <bool Lower> at::Tensor triangle(const at::Tensor& self, int64_t k) {
+  at::Tensor out = like_meta(Lower ? at::meta::tril(self, k) : at::meta::triu(self, k), self.device());
+  write_triangle(out, self, k, Lower);
+  return out;
+}
+
+template <bool Lower> at::Tensor& triangle_out(const at::Tensor& self, int64_t k, at::Tensor& out) {
+  if (Lower)
+    at::meta::tril_outf(self, k, out);
+  else
+    at::meta::triu_outf(self, k, out);
+  write_triangle(out, self, k, Lower);
+  return out;
+}
+
+// ---- masked_fill_ ----
+
+void masked_fill_with(at::Tensor& self, const at::Tensor& mask,
+                      const std::function<UOpPtr(DType, const Shape&)>& value) {
+  TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_fill_ only supports boolean masks, but got mask with dtype ",
+              mask.scalar_type());
+  if (at::has_internal_overlap(self) == at::MemOverlap::Yes)
+    TORCH_WARN("Use of masked_fill_ on expanded tensors is deprecated. Please clone() the tensor before performing "
+               "this operation. This also applies to advanced indexing e.g. tensor[mask] = scalar");
+  at::assert_no_partial_overlap(self, mask);
+  // torch's iterator: the mask broadcasts to self, which keeps its shape
+  at::TensorIteratorConfig()
+      .set_check_mem_overlap(false)
+      .check_all_same_dtype(false)
+      .resize_outputs(false)
+      .add_output(self)
+      .add_const_input(mask)
+      .build();
+  DType dt = to_tiny_dtype(self.scalar_type());
+  Shape shape = to_shape(self.sizes());
+  UOpPtr v = value(dt, shape);
+  if (self.numel() == 0) return;
+  UOpPtr m = read(mask);
+  Shape padded(shape.size() - m->shape.size(), 1);
+  padded.insert(padded.end(), m->shape.begin(), m->shape.end());
+  write(self, where(expand(reshape(m, padded), shape), v, read(self)));
+}
+
+at::Tensor& masked_fill_scalar(at::Tensor& self, const at::Tensor& mask, const at::Scalar& value) {
+  masked_fill_with(self, mask, [&](DType dt, const Shape& shape) { return scalar_constant(value, dt, shape); });
+  return self;
+}
+
+at::Tensor& masked_fill_tensor(at::Tensor& self, const at::Tensor& mask, const at::Tensor& value) {
+  TORCH_CHECK(value.dim() == 0, "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
+              value.dim(), " dimension(s).");
+  if (!value.is_privateuseone()) return masked_fill_scalar(self, mask, value.item());
+  // a tiny value stays lazy: no sync
+  masked_fill_with(self, mask, [&](DType dt, const Shape& shape) {
+    return expand(reshape(cast(read(value), dt), Shape(shape.size(), 1)), shape);
+  });
+  return self;
+}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("cat", cat);
+  m.impl("cat.out", cat_out);
+  m.impl("constant_pad_nd", constant_pad_nd);
+  m.impl("reflection_pad1d", structured_pad<&at::meta::reflection_pad1d, PadMode::Reflect, Restride::Never>);
+  m.impl("reflection_pad1d.out",
+         structured_pad_out<&at::meta::reflection_pad1d_outf, PadMode::Reflect, Restride::Never>);
+  m.impl("reflection_pad2d", reflection_pad2d);
+  m.impl("reflection_pad2d.out", reflection_pad2d_out);
+  m.impl("reflection_pad3d", structured_pad<&at::meta::reflection_pad3d, PadMode::Reflect, Restride::Always>);
+  m.impl("reflection_pad3d.out",
+         structured_pad_out<&at::meta::reflection_pad3d_outf, PadMode::Reflect, Restride::Always>);
+  m.impl("replication_pad1d", structured_pad<&at::meta::replication_pad1d, PadMode::Replicate, Restride::Never>);
+  m.impl("replication_pad1d.out",
+         structured_pad_out<&at::meta::replication_pad1d_outf, PadMode::Replicate, Restride::Never>);
+  m.impl("replication_pad2d", structured_pad<&at::meta::replication_pad2d, PadMode::Replicate, Restride::WhenResized>);
+  m.impl("replication_pad2d.out",
+         structured_pad_out<&at::meta::replication_pad2d_outf, PadMode::Replicate, Restride::WhenResized>);
+  m.impl("replication_pad3d", structured_pad<&at::meta::replication_pad3d, PadMode::Replicate, Restride::WhenResized>);
+  m.impl("replication_pad3d.out",
+         structured_pad_out<&at::meta::replication_pad3d_outf, PadMode::Replicate, Restride::WhenResized>);
+  m.impl("reflection_pad1d_backward",
+         structured_pad_backward<&at::meta::reflection_pad1d_backward, PadMode::Reflect, Restride::Never>);
+  m.impl("reflection_pad1d_backward.grad_input",
+         structured_pad_backward_out<&at::meta::reflection_pad1d_backward_outf, PadMode::Reflect, Restride::Never>);
+  m.impl("reflection_pad2d_backward", pad_backward<2, PadMode::Reflect>);
+  m.impl("reflection_pad2d_backward.grad_input", pad_backward_out<2, PadMode::Reflect>);
+  m.impl("reflection_pad3d_backward",
+         structured_pad_backward<&at::meta::reflection_pad3d_backward, PadMode::Reflect, Restride::Always>);
+  m.impl("reflection_pad3d_backward.grad_input",
+         structured_pad_backward_out<&at::meta::reflection_pad3d_backward_outf, PadMode::Reflect, Restride::Always>);
+  m.impl("replication_pad1d_backward",
+         structured_pad_backward<&at::meta::replication_pad1d_backward, PadMode::Replicate, Restride::Never>);
+  m.impl("replication_pad1d_backward.grad_input",
+         structured_pad_backward_out<&at::meta::replication_pad1d_backward_outf, PadMode::Replicate, Restride::Never>);
+  m.impl("replication_pad2d_backward", pad_backward<2, PadMode::Replicate>);
+  m.impl("replication_pad2d_backward.grad_input", pad_backward_out<2, PadMode::Replicate>);
+  m.impl("replication_pad3d_backward", pad_backward<3, PadMode::Replicate>);
+  m.impl("replication_pad3d_backward.grad_input", pad_backward_out<3, PadMode::Replicate>);
+  m.impl("flip", flip);
+  m.impl("roll", roll);
+  m.impl("repeat", repeat);
+  m.impl("tril", triangle<true>);
+  m.impl("tril.out", triangle_out<true>);
+  m.impl("triu", triangle<false>);
+  m.impl("triu.out", triangle_out<false>);
+  m.impl("masked_fill_.Scalar", masked_fill_scalar);
+  m.impl("masked_fill_.Tensor", masked_fill_tensor);
+}
+
+} // namespace tiny::aten_ops

@@ -1,0 +1,327 @@
+"""Reductions (sum, mean, prod, amax/amin, max/min with indices, argmax/argmin, all/any, var/std,
+norms, logsumexp, cumsum/cumprod, softmax/log_softmax and their gradients) against CPU torch: values,
+result dtypes, shapes, strides, out= forms, empty inputs and errors; and kernel counts that show a
+reduction fusing with its elementwise inputs and epilogue.
+"""
+
+import pytest
+import torch
+from conftest import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, check, check_devices, counting, recorded_warnings
+
+NAN, INF = float("nan"), float("inf")
+DIMS = (None, 0, 1, -1, (0, 2), (2, 0, 1), ())
+
+
+def sample(shape, dtype=torch.float32, *, seed=0):
+    """Values that reduce without overflow: small ints, floats around 1 in magnitude."""
+    g = torch.Generator().manual_seed(seed)
+    if dtype is torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=g).to(dtype)
+    low = 0 if dtype is torch.uint8 else -3
+    return torch.randint(low, 4, shape, generator=g).to(dtype)
+
+
+def tolerance(dtype):
+    """Summation order differs from torch's (cascade sums): looser for the half types."""
+    return {"rtol": 1e-2, "atol": 1e-2} if dtype in (torch.float16, torch.bfloat16) else {}
+
+
+def dim_kwargs(dim):
+    return {} if dim is None else {"dim": dim}
+
+
+# ---------------------------------------------------------------------------------------------
+# sum, mean, prod
+
+
+def test_sum_over_every_dim_set_and_dtype():
+    for dtype in ALL_DTYPES:
+        x = sample((2, 3, 4), dtype)
+        for dim in DIMS:
+            for keepdim in (False, True):
+                kw = dim_kwargs(dim) | ({"keepdim": keepdim} if dim is not None else {})
+                check(lambda t, kw=kw: torch.sum(t, **kw), x, **tolerance(dtype))
+
+
+def test_sum_dtype_argument_and_int_results():
+    x = sample((3, 4), torch.int8)
+    check(lambda t: (t.sum(), t.sum(1, dtype=torch.int16), t.sum(dtype=torch.float64)), x)
+    check(lambda t: (t.sum(0), t.sum(dtype=torch.float16)), sample((3, 4)), **tolerance(torch.float16))
+    check(lambda t: t.sum(), torch.tensor([100, 100, 100], dtype=torch.uint8))
+
+
+def test_sum_of_empty_non_contiguous_and_scalar():
+    check(lambda t: (t.sum(), t.sum(0), t.sum(1, keepdim=True)), sample((0, 3)))
+    check(lambda t: (t.sum(), t.sum(0)), sample((0, 3), torch.int32))
+    check(lambda t: (t.sum(), t.sum(0), t.sum(-1)), torch.tensor(2.5))
+    check(lambda t: (t.sum(0), t.sum((1, 2))), sample((4, 3, 2)).permute(2, 0, 1))
+    check(lambda t: t.sum(1), sample((3, 1)).expand(3, 5))
+    check(lambda t: t.sum(0), sample((1,)))
+
+
+def test_sum_out_and_errors():
+    def into(t, out):
+        _, warned = recorded_warnings(lambda: torch.sum(t, 1, out=out))
+        return out, len(warned)
+
+    check(into, sample((3, 4)), torch.empty(3))
+    check(into, sample((3, 4)), torch.empty(2))
+    check(into, sample((3, 4)), torch.empty(3, dtype=torch.float64))
+    check(lambda t: t.sum(3), sample((3, 4)))
+    check(lambda t: t.sum((0, 0)), sample((3, 4)))
+
+
+def test_mean_of_float_dtypes_and_int_errors():
+    for dtype in FLOAT_DTYPES:
+        x = sample((2, 3, 4), dtype)
+        for dim in DIMS:
+            check(lambda t, dim=dim: torch.mean(t, **dim_kwargs(dim)), x, **tolerance(dtype))
+    check(lambda t: (t.mean(), t.mean(0), t.mean(1, keepdim=True)), sample((0, 3)))
+    check(lambda t: t.mean(), sample((3, 4), torch.int32))
+    check(lambda t: t.mean(dtype=torch.float64), sample((3, 4), torch.int32))
+    check(lambda t, out: torch.mean(t, 0, out=out), sample((3, 4)), torch.empty(4))
+
+
+def test_prod_of_every_dtype():
+    for dtype in ALL_DTYPES:
+        x = sample((3, 4), dtype)
+        check(lambda t: (t.prod(), t.prod(1), t.prod(0, keepdim=True)), x, **tolerance(dtype))
+    check(lambda t: (t.prod(), t.prod(0), t.prod(1)), sample((0, 3)))
+    check(lambda t: (t.prod(dtype=torch.float64), t.prod(1, dtype=torch.int32)), sample((3, 4), torch.int8))
+    check(lambda t, out: torch.prod(t, 1, out=out), sample((3, 4)), torch.empty(0))
+
+
+# ---------------------------------------------------------------------------------------------
+# amax, amin, max, min, argmax, argmin, aminmax
+
+
+def test_amax_and_amin_of_every_dtype():
+    for dtype in ALL_DTYPES:
+        x = sample((2, 3, 4), dtype)
+        for dim in ((), 0, (1, 2), -1):
+            check(lambda t, dim=dim: (torch.amax(t, dim), torch.amin(t, dim, keepdim=True)), x)
+
+
+def test_extremes_propagate_nan_and_pick_the_first_index():
+    x = torch.tensor([[1.0, NAN, 3.0, NAN], [2.0, 5.0, 5.0, -1.0], [INF, -INF, INF, 0.0]])
+    check(lambda t: (t.amax(1), t.amin(0), t.max(), t.min()), x)
+    check(lambda t: (t.max(1), t.min(0), t.max(1, keepdim=True)), x)
+    check(lambda t: (t.argmax(), t.argmin(), t.argmax(1), t.argmin(0), t.argmax(0, keepdim=True)), x)
+    ties = torch.tensor([[3, 1, 3, 1], [2, 2, 2, 2]], dtype=torch.int32)
+    check(lambda t: (t.max(1), t.min(1), t.argmax(), t.argmin(1)), ties)
+
+
+def test_max_min_with_dim_of_every_dtype():
+    for dtype in ALL_DTYPES:
+        x = sample((3, 4), dtype)
+        check(lambda t: (t.max(1), t.min(0, keepdim=True), t.max(), t.min(), t.argmax(0), t.argmin()), x)
+    check(lambda t: (t.max(0), t.argmax(), t.argmin(0), t.max()), torch.tensor(1.5))
+    check(lambda t: (t.max(1), t.argmin(1)), sample((3, 4, 2)).transpose(0, 2))
+
+
+def test_extreme_errors_on_empty_match_torch():
+    check(lambda t: t.amax(0), sample((0, 3)))
+    check(lambda t: t.amax(1), sample((0, 3)))
+    check(lambda t: t.max(), sample((0,)))
+    check(lambda t: t.min(0), sample((0, 3)))
+    check(lambda t: t.max(1), sample((0, 3)))
+    check(lambda t: t.argmax(), sample((0,)))
+
+
+def test_extreme_out_forms():
+    x = sample((3, 4))
+    check(lambda t, out: torch.amax(t, 1, out=out), x, torch.empty(3))
+    check(lambda t, out: torch.max(t, out=out), x, torch.empty(2, dtype=torch.float64))
+    check(lambda t, out: torch.max(t, out=out), x, torch.empty(0, dtype=torch.int64))
+    check(lambda t, v, i: torch.max(t, 1, out=(v, i)), x, torch.empty(3), torch.empty(3, dtype=torch.int64))
+    check(lambda t, v, i: torch.min(t, 0, keepdim=True, out=(v, i)), x, torch.empty(0), torch.empty(0, dtype=torch.int64))
+    check(lambda t, out: torch.argmax(t, 1, out=out), x, torch.empty(3, dtype=torch.int64))
+    check(lambda t: torch.aminmax(t), x)
+    check(lambda t: torch.aminmax(t, dim=1, keepdim=True), x)
+
+
+# ---------------------------------------------------------------------------------------------
+# all, any
+
+
+def test_all_and_any_of_every_dtype_and_form():
+    for dtype in ALL_DTYPES:
+        x = sample((2, 3), dtype)
+        check(lambda t: (t.all(), t.any(), t.all(1), t.any(0, keepdim=True), t.all((0, 1)), t.any(())), x)
+    check(lambda t: (t.all(), t.any(), t.all(0), t.any(1)), sample((0, 3)))
+    check(lambda t: (t.all(), t.any()), torch.tensor([NAN, 0.0]))
+    check(lambda t, out: (torch.all(t, 1, out=out), torch.any(t, out=out)), sample((2, 3)), torch.empty(0, dtype=torch.bool))
+
+
+# ---------------------------------------------------------------------------------------------
+# var, std, var_mean, std_mean
+
+
+def test_var_and_std_over_dims_and_corrections():
+    for dtype in FLOAT_DTYPES:
+        x = sample((3, 4, 5), dtype)
+        for dim in (None, 1, (0, 2)):
+            for correction in (0, 1, 2.5):
+                check(
+                    lambda t, dim=dim, c=correction: (
+                        torch.var(t, dim, correction=c),
+                        torch.std(t, dim, correction=c, keepdim=True),
+                    ),
+                    x,
+                    **tolerance(dtype),
+                )
+    x = sample((3, 4))
+    check(lambda t: (torch.var_mean(t, 1), torch.std_mean(t, 0, keepdim=True), torch.std_mean(t)), x)
+    check(lambda t: (t.var(unbiased=False), t.std(1, unbiased=True)), x)
+    check(lambda t: torch.var(t, 0), sample((3, 4)).t())
+
+
+def test_var_edge_cases_match_torch():
+    def var_warned(t, **kw):
+        result, warned = recorded_warnings(lambda: torch.var(t, **kw))
+        return result, [w.split(" (Triggered internally")[0] for w in warned]
+
+    check(lambda t: var_warned(t), torch.tensor([2.0]))
+    check(lambda t: var_warned(t, dim=0, correction=3), sample((2, 3)))
+    check(lambda t: (torch.var(t), torch.var(t, 0)), sample((0, 3)))
+    check(lambda t: torch.var(t), sample((3,), torch.int64))
+    check(lambda t, out: torch.var(t, 1, out=out), sample((3, 4)), torch.empty(3, dtype=torch.float64))
+    check(lambda t, out: torch.std(t, out=out), sample((3, 4)), torch.empty(0))
+
+
+# ---------------------------------------------------------------------------------------------
+# norms, logsumexp
+
+
+def test_vector_norms_of_every_order():
+    x = sample((3, 4))
+    for ord in (0, 1, 2, 3, 0.5, -1, INF, -INF):
+        check(
+            lambda t, o=ord: (
+                torch.linalg.vector_norm(t, o),
+                torch.linalg.vector_norm(t, o, dim=1, keepdim=True),
+                torch.norm(t, o, dim=0),
+            ),
+            x,
+        )
+    for dtype in (torch.float64, torch.float16, torch.bfloat16):
+        check(lambda t: (t.norm(), torch.linalg.vector_norm(t, 3, (0, 1))), sample((3, 4), dtype), **tolerance(dtype))
+    check(lambda t: torch.linalg.vector_norm(t, dtype=torch.float64), x)
+    check(lambda t: (t.norm(), torch.linalg.vector_norm(t, 1, 0)), sample((0, 3)))
+    check(lambda t: torch.linalg.vector_norm(t, INF), sample((0, 3)))
+    check(lambda t: torch.linalg.vector_norm(t), sample((3,), torch.int32))
+    check(lambda t, out: torch.linalg.vector_norm(t, 2, 1, out=out), x, torch.empty(3))
+
+
+def test_logsumexp():
+    x = torch.tensor([[1.0, 2.0, -INF], [-INF, -INF, -INF], [INF, 1.0, 0.0], [NAN, 1.0, 2.0]])
+    check(lambda t: (torch.logsumexp(t, 1), torch.logsumexp(t, 0, keepdim=True)), x)
+    check(lambda t: torch.logsumexp(t, (0, 1)), sample((3, 4), torch.float64))
+    check(lambda t: torch.logsumexp(t, 1), sample((3, 4), torch.int64))
+    check(lambda t: torch.logsumexp(t, 0), sample((0, 3)))
+
+
+# ---------------------------------------------------------------------------------------------
+# cumsum, cumprod
+
+
+def test_cumsum_and_cumprod_of_every_dtype():
+    for dtype in ALL_DTYPES:
+        x = sample((3, 4), dtype)
+        check(lambda t: (t.cumsum(0), t.cumsum(-1), t.cumprod(1)), x, **tolerance(dtype))
+    x = sample((3, 4))
+    check(lambda t: (t.cumsum(1, dtype=torch.float64), t.cumprod(0, dtype=torch.int32)), sample((3, 4), torch.int8))
+    check(lambda t: (t.cumsum(0), t.cumprod(0)), torch.tensor(3.0))
+    check(lambda t: (t.cumsum(1), t.cumprod(0)), sample((0, 3)))
+    check(lambda t: t.cumsum(0), sample((3, 4, 2)).transpose(0, 2))
+    check(lambda t: t.cumprod(0), torch.tensor([1.0, NAN, 2.0, INF, 0.0]))
+
+    def in_place(t):
+        t.cumsum_(1)
+        t[1:].cumprod_(0)
+        return t
+
+    check(in_place, x)
+    check(lambda t, out: torch.cumsum(t, 0, out=out), x, torch.empty(0))
+    check(lambda t: t.cumsum(2), x)
+
+
+# ---------------------------------------------------------------------------------------------
+# softmax, log_softmax and their gradients
+
+
+def test_softmax_and_log_softmax_values():
+    for dtype in FLOAT_DTYPES:
+        x = sample((3, 4, 5), dtype)
+        for dim in (0, 1, -1):
+            check(lambda t, d=dim: (torch.softmax(t, d), torch.log_softmax(t, d)), x, **tolerance(dtype))
+    special = torch.tensor([[1.0, 2.0, -INF], [-INF, -INF, -INF], [INF, 1.0, 0.0], [1e4, -1e4, 0.0]])
+    check(lambda t: (torch.softmax(t, 1), torch.log_softmax(t, 1)), special)
+    check(lambda t: (torch.softmax(t, 0, dtype=torch.float64), torch.log_softmax(t, 1, dtype=torch.float32)),
+          sample((3, 4), torch.float16))
+    check(lambda t: (torch.softmax(t, 0), torch.log_softmax(t, -1)), torch.tensor(2.0))
+    check(lambda t: torch.softmax(t, 1), sample((0, 3)))
+    check(lambda t: torch._softmax(t, 1, True), sample((3, 4), torch.float16))
+    check(lambda t: torch.softmax(t, 2), sample((3, 4)))
+
+
+@pytest.mark.parametrize("fn", [torch.softmax, torch.log_softmax], ids=["softmax", "log_softmax"])
+def test_softmax_gradients(fn):
+    for dtype, dim in ((torch.float64, 1), (torch.float32, 0), (torch.bfloat16, -1)):
+
+        def run(dev, dtype=dtype, dim=dim):
+            x = sample((3, 4), dtype).to(dev).requires_grad_()
+            y = fn(x, dim)
+            y.backward(sample((3, 4), dtype, seed=1).to(dev))
+            return y.detach(), x.grad
+
+        check_devices(run, **tolerance(dtype))
+
+
+def test_reduction_gradients_through_autograd():
+    def run(dev):
+        x = sample((3, 4), torch.float64).to(dev).requires_grad_()
+        y = x.sum(1).mean() + x.amax(0).sum() + x.norm() + x.cumsum(1).sum()
+        y.backward()
+        return y.detach(), x.grad
+
+    check_devices(run)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fusion: a reduction absorbs its elementwise inputs and epilogue
+
+
+def kernels_of(fn, *inputs):
+    """Kernels launched by fn on already realized tiny copies of inputs, up to .cpu()."""
+    xs = [t.to("tiny") for t in inputs]
+    with counting() as c:
+        fn(*xs).cpu()
+    return c["kernels"]
+
+
+def test_reduction_fuses_with_elementwise_input_and_epilogue():
+    assert kernels_of(lambda x: (x * 2 + 1).sum(1).sqrt(), sample((8, 16))) == 1
+
+
+@pytest.mark.parametrize(
+    "name,fn,most",
+    [
+        ("mean", lambda x: x.mean(0) * 2, 1),
+        ("argmax", lambda x: x.argmax(1), 1),
+        ("cumsum", lambda x: (x + 1).cumsum(1), 1),
+        ("softmax", lambda x: torch.softmax(x, -1), 3),
+        ("log_softmax", lambda x: torch.log_softmax(x, -1), 3),
+        ("var", lambda x: x.var(1), 2),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_reduction_kernel_counts(name, fn, most):
+    assert kernels_of(fn, sample((8, 16))) <= most, name
+
+
+def test_int_dtypes_sum_to_int64():
+    for dtype in INT_DTYPES + (torch.bool,):
+        check(lambda t: (t.sum(), t.sum(0), t.cumsum(0)), sample((3, 4), dtype))
