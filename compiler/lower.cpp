@@ -21,7 +21,8 @@ UOpPtr push_view_through_elementwise(const UOpPtr& n) {
   const UOpPtr& x = n->src[0];
   if (!(is_alu(x->op) || x->op == Ops::CAST || x->op == Ops::BITCAST) || has_mask(n->st())) return nullptr;
   std::vector<UOpPtr> src;
-  for (const UOpPtr& s : x->src) src.push_back(view(s, n->st()));
+  for (const UOpPtr& s : x->src)
+    src.push_back(view(s, n->st()));
   return UOp::make(x->op, x->dtype, std::move(src), x->arg);
 }
 
@@ -33,14 +34,16 @@ namespace {
 
 UOpPtr unflatten_dim(const UOpPtr& flat, const Shape& shape, size_t d) {
   int64_t suffix = 1;
-  for (size_t i = d + 1; i < shape.size(); i++) suffix *= shape[i];
+  for (size_t i = d + 1; i < shape.size(); i++)
+    suffix *= shape[i];
   UOpPtr q = UOp::make(Ops::IDIV, kIndex, {flat, idx_const(suffix)});
   return d == 0 ? q : UOp::make(Ops::MOD, kIndex, {q, idx_const(shape[d])});
 }
 
 std::vector<UOpPtr> unflatten(const UOpPtr& flat, const Shape& shape) {
   std::vector<UOpPtr> idx;
-  for (size_t d = 0; d < shape.size(); d++) idx.push_back(unflatten_dim(flat, shape, d));
+  for (size_t d = 0; d < shape.size(); d++)
+    idx.push_back(unflatten_dim(flat, shape, d));
   return idx;
 }
 
@@ -65,7 +68,8 @@ std::pair<UOpPtr, UOpPtr> view_index(const ShapeTracker& st, const std::vector<U
         if (hi < v.shape[d]) valid = bool_and(valid, UOp::make(Ops::CMPLT, DType::Bool, {cur[d], idx_const(hi)}));
       }
     flat = idx_const(v.offset);
-    for (size_t d = 0; d < v.shape.size(); d++) flat = flat + cur[d] * idx_const(v.strides[d]);
+    for (size_t d = 0; d < v.shape.size(); d++)
+      flat = flat + cur[d] * idx_const(v.strides[d]);
     if (k > 0) cur = unflatten(flat, st.views[k - 1].shape);
   }
   return {flat, valid};
@@ -77,7 +81,8 @@ namespace {
 // size-1 dims belong to no group.
 static std::vector<std::vector<size_t>> coalesce(const Shape& shape, const std::vector<const View*>& accesses) {
   bool masked = false;
-  for (const View* v : accesses) masked = masked || v->mask.has_value();
+  for (const View* v : accesses)
+    masked = masked || v->mask.has_value();
   std::vector<std::vector<size_t>> groups;
   for (size_t d = 0; d < shape.size(); d++) {
     if (shape[d] == 1) continue;
@@ -88,8 +93,10 @@ static std::vector<std::vector<size_t>> coalesce(const Shape& shape, const std::
           merge = false;
           break;
         }
-    if (merge) groups.back().push_back(d);
-    else groups.push_back({d});
+    if (merge)
+      groups.back().push_back(d);
+    else
+      groups.push_back({d});
   }
   return groups;
 }
@@ -115,7 +122,8 @@ public:
 
   UOpPtr eval(const UOpPtr& n, const std::vector<UOpPtr>& idx) {
     std::pair<const UOp*, std::vector<const UOp*>> key{n.get(), {}};
-    for (const UOpPtr& i : idx) key.second.push_back(i.get());
+    for (const UOpPtr& i : idx)
+      key.second.push_back(i.get());
     if (auto it = memo_.find(key); it != memo_.end()) return it->second;
     UOpPtr r = eval_uncached(n, idx);
     keep_.push_back(n);
@@ -145,9 +153,9 @@ public:
   // A data-dependent index, its validity (0 <= i < n), and the index clamped so that even an
   // invalid one addresses memory in bounds.
   static std::pair<UOpPtr, UOpPtr> checked_index(const UOpPtr& i, int64_t n) {
-    UOpPtr valid = UOp::make(Ops::AND, DType::Bool,
-                             {UOp::make(Ops::CMPLE, DType::Bool, {idx_const(0), i}),
-                              UOp::make(Ops::CMPLT, DType::Bool, {i, idx_const(n)})});
+    UOpPtr valid = UOp::make(
+        Ops::AND, DType::Bool,
+        {UOp::make(Ops::CMPLE, DType::Bool, {idx_const(0), i}), UOp::make(Ops::CMPLT, DType::Bool, {i, idx_const(n)})});
     return {UOp::make(Ops::WHERE, kIndex, {valid, i, idx_const(0)}), valid};
   }
 
@@ -159,17 +167,22 @@ private:
 
   UOpPtr eval_uncached(const UOpPtr& n, const std::vector<UOpPtr>& idx) {
     switch (n->op) {
-    case Ops::CONST: return n;
+    case Ops::CONST:
+      return n;
     case Ops::DEFINE_VAR: {
       bool fl = is_float(n->dtype);
       int64_t slot = static_cast<int64_t>(fl ? fvars.size() : ivars.size());
-      if (fl) fvars.push_back(n->const_f());
-      else ivars.push_back(n->const_i());
+      if (fl)
+        fvars.push_back(n->const_f());
+      else
+        ivars.push_back(n->const_i());
       var_nodes.push_back(n);
       return UOp::make(Ops::ARG, n->dtype, {}, slot);
     }
-    case Ops::BUFFER: return load(n, idx.at(0), const_int(DType::Bool, 1));
-    case Ops::IOTA: return cast(idx.at(0), n->dtype);
+    case Ops::BUFFER:
+      return load(n, idx.at(0), const_int(DType::Bool, 1));
+    case Ops::IOTA:
+      return cast(idx.at(0), n->dtype);
     case Ops::REDUCE: {
       // A loop of its own over the reduced axes, accumulating src.
       const ReduceArg& ra = n->reduce_arg();
@@ -209,7 +222,8 @@ private:
     default:
       if (is_alu(n->op) || n->op == Ops::CAST || n->op == Ops::BITCAST) {
         std::vector<UOpPtr> src;
-        for (const UOpPtr& s : n->src) src.push_back(eval(s, idx));
+        for (const UOpPtr& s : n->src)
+          src.push_back(eval(s, idx));
         return UOp::make(n->op, n->dtype, std::move(src), n->arg);
       }
       throw std::logic_error(std::string("lower_kernel: cannot lower ") + op_name(n->op));
@@ -234,21 +248,27 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
     stack.pop_back();
     if (seen[n.get()]) continue;
     seen[n.get()] = true;
-    if (n->op == Ops::VIEW) accesses.push_back(&n->st().views.back());
-    else if (n->op == Ops::BUFFER || n->op == Ops::IOTA) opaque = opaque || n->shape != value->shape;
-    else if (n->op == Ops::GATHER) stack.push_back(n->src[1]); // the data is read at computed places
+    if (n->op == Ops::VIEW)
+      accesses.push_back(&n->st().views.back());
+    else if (n->op == Ops::BUFFER || n->op == Ops::IOTA)
+      opaque = opaque || n->shape != value->shape;
+    else if (n->op == Ops::GATHER)
+      stack.push_back(n->src[1]); // the data is read at computed places
     else
-      for (const UOpPtr& s : n->src) stack.push_back(s);
+      for (const UOpPtr& s : n->src)
+        stack.push_back(s);
   }
   std::vector<std::vector<size_t>> groups;
   if (opaque)
-    for (size_t d = 0; d < value->shape.size(); d++) groups.push_back({d});
+    for (size_t d = 0; d < value->shape.size(); d++)
+      groups.push_back({d});
   else
     groups = coalesce(value->shape, accesses);
   Shape loops;
   for (const auto& g : groups) {
     int64_t n = 1;
-    for (size_t d : g) n *= value->shape[d];
+    for (size_t d : g)
+      n *= value->shape[d];
     loops.push_back(n);
   }
   if (loops.empty()) loops.push_back(1);
@@ -283,7 +303,8 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
     if (second > 0 || loops[second] >= 64) up[second] = pick(second, {4, 2});
   }
   Shape kloops = loops;
-  for (size_t g = 0; g < loops.size(); g++) kloops[g] = loops[g] / up[g];
+  for (size_t g = 0; g < loops.size(); g++)
+    kloops[g] = loops[g] / up[g];
 
   Lowerer lw;
   lw.param(out);
@@ -317,15 +338,17 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
   loops = kloops;
 
   bool reduces = false;
-  for (const UOpPtr& n : toposort(ast)) reduces = reduces || n->op == Ops::REDUCE;
+  for (const UOpPtr& n : toposort(ast))
+    reduces = reduces || n->op == Ops::REDUCE;
   std::string name = reduces ? "R" : "E";
-  for (int64_t s : loops) name += "_" + std::to_string(s);
-  return Kernel{name, ast, lw.buffers, loops, lw.ivars, lw.fvars, lw.var_nodes, lw.must_realize,
-                has_reduce && contiguous_reduce};
+  for (int64_t s : loops)
+    name += "_" + std::to_string(s);
+  return Kernel{
+      name, ast, lw.buffers, loops, lw.ivars, lw.fvars, lw.var_nodes, lw.must_realize, has_reduce && contiguous_reduce};
 }
 
 UOpPtr contiguous_reduce_layout(const UOpPtr& value_in) {
-  UOpPtr value = graph_rewrite(value_in, push_views); // reads at the reduction's own shape
+  const UOpPtr& value = value_in;
   std::unordered_map<const UOp*, UOpPtr> replace;
   for (const UOpPtr& n : toposort(value)) {
     if (n->op != Ops::REDUCE || n->reduce_arg().op != Ops::ADD) continue;
@@ -335,21 +358,36 @@ UOpPtr contiguous_reduce_layout(const UOpPtr& value_in) {
       if (m->op != Ops::VIEW || m->src[0]->op != Ops::BUFFER || m->shape != src->shape || replace.count(m.get()))
         continue;
       const View& v = m->st().views.back();
-      bool strided = m->st().views.size() > 1;
-      for (int64_t a : n->reduce_arg().axes) strided = strided || (v.strides[a] != 0 && v.strides[a] != 1);
-      if (!strided) continue;
+      const auto& axes = n->reduce_arg().axes;
+      auto reduced = [&](size_t d) {
+        return std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) != axes.end();
+      };
+      bool unit_reduce = false, moves = false, unit_output = false;
+      for (size_t d = 0; d < v.shape.size(); d++) {
+        bool unit = v.strides[d] == 1 && v.shape[d] > 1;
+        if (reduced(d))
+          unit_reduce = unit_reduce || unit, moves = moves || v.strides[d] != 0;
+        else
+          unit_output = unit_output || unit;
+      }
+      // The copy pays only where neither a reduced dim (the innermost loop walks it) nor an output
+      // dim (vectorized across outputs, as x @ w with w row-major) is contiguous.
+      bool single = m->st().views.size() == 1;
+      if (single && (!moves || unit_reduce || unit_output)) continue;
       // The read without its broadcast dims, with the reduced axes innermost, copied contiguous.
       std::vector<std::pair<int64_t, int64_t>> keep;
       std::vector<int64_t> order, back;
-      for (size_t d = 0; d < v.shape.size(); d++) keep.push_back({0, v.strides[d] == 0 ? 1 : v.shape[d]});
-      const auto& axes = n->reduce_arg().axes;
       for (size_t d = 0; d < v.shape.size(); d++)
-        if (std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) == axes.end()) order.push_back(d);
-      for (int64_t a : axes) order.push_back(a);
+        keep.push_back({0, v.strides[d] == 0 ? 1 : v.shape[d]});
+      for (size_t d = 0; d < v.shape.size(); d++)
+        if (!reduced(d)) order.push_back(d);
+      for (int64_t a : axes)
+        order.push_back(a);
       UOpPtr base = shrink(m, keep);
       if (work < 8 * prod(base->shape)) continue; // too little reuse to pay for the copy
       back.resize(order.size());
-      for (size_t i = 0; i < order.size(); i++) back[order[i]] = static_cast<int64_t>(i);
+      for (size_t i = 0; i < order.size(); i++)
+        back[order[i]] = static_cast<int64_t>(i);
       replace[m.get()] = expand(permute(contiguous(permute(base, order)), back), m->shape);
     }
   }
@@ -380,7 +418,8 @@ Kernel lower_scatter(const BufferRef& out, const UOpPtr& index, const UOpPtr& va
   UOpPtr store = UOp::make(Ops::STORE, DType::Void, {p, at, v, valid});
   UOpPtr ast = graph_rewrite(UOp::make(Ops::SINK, DType::Void, {store}), symbolic);
   std::string name = "S";
-  for (int64_t s : index->shape) name += "_" + std::to_string(s);
+  for (int64_t s : index->shape)
+    name += "_" + std::to_string(s);
   return Kernel{name, ast, lw.buffers, loops, lw.ivars, lw.fvars, lw.var_nodes, lw.must_realize};
 }
 

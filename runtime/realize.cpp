@@ -27,8 +27,8 @@ double us_since(Clock::time_point t) { return std::chrono::duration<double, std:
 // same key.
 struct GraphKey {
   std::vector<uint64_t> tokens;
-  std::vector<BufferRef> buffers;          // parameter i
-  std::vector<UOpPtr> vars;                // DEFINE_VAR parameter i
+  std::vector<BufferRef> buffers; // parameter i
+  std::vector<UOpPtr> vars;       // DEFINE_VAR parameter i
   std::unordered_map<const UOp*, size_t> buffer_index, var_index;
   size_t hash = 0;
 
@@ -40,13 +40,15 @@ struct GraphKey {
         pos[n.get()] = pos.size();
         tokens.push_back(static_cast<uint64_t>(n->op) << 8 | static_cast<uint64_t>(n->dtype));
         tokens.push_back(n->src.size());
-        for (const UOpPtr& s : n->src) tokens.push_back(pos.at(s.get()));
+        for (const UOpPtr& s : n->src)
+          tokens.push_back(pos.at(s.get()));
         add_arg(n);
       }
       tokens.push_back(~uint64_t{0});
       tokens.push_back(pos.at(r.get()));
     }
-    for (uint64_t t : tokens) hash = hash * 1099511628211ULL ^ t;
+    for (uint64_t t : tokens)
+      hash = hash * 1099511628211ULL ^ t;
   }
 
   void add_arg(const UOpPtr& n) {
@@ -63,18 +65,21 @@ struct GraphKey {
       std::visit(
           [&](const auto& v) {
             using T = std::decay_t<decltype(v)>;
-            if constexpr (std::is_same_v<T, int64_t>) tokens.push_back(static_cast<uint64_t>(v));
+            if constexpr (std::is_same_v<T, int64_t>)
+              tokens.push_back(static_cast<uint64_t>(v));
             else if constexpr (std::is_same_v<T, double>) {
               uint64_t bits;
               std::memcpy(&bits, &v, sizeof bits);
               tokens.push_back(bits);
             } else if constexpr (std::is_same_v<T, ShapeTracker>) {
-              for (const View& w : v.views) add_view(w);
+              for (const View& w : v.views)
+                add_view(w);
             } else if constexpr (std::is_same_v<T, View>) {
               add_view(v);
             } else if constexpr (std::is_same_v<T, ReduceArg>) {
               tokens.push_back(static_cast<uint64_t>(v.op));
-              for (int64_t a : v.axes) tokens.push_back(static_cast<uint64_t>(a));
+              for (int64_t a : v.axes)
+                tokens.push_back(static_cast<uint64_t>(a));
             }
           },
           n->arg);
@@ -83,11 +88,14 @@ struct GraphKey {
 
   void add_view(const View& v) {
     tokens.push_back(v.shape.size());
-    for (int64_t x : v.shape) tokens.push_back(static_cast<uint64_t>(x));
-    for (int64_t x : v.strides) tokens.push_back(static_cast<uint64_t>(x));
+    for (int64_t x : v.shape)
+      tokens.push_back(static_cast<uint64_t>(x));
+    for (int64_t x : v.strides)
+      tokens.push_back(static_cast<uint64_t>(x));
     tokens.push_back(static_cast<uint64_t>(v.offset));
     if (v.mask)
-      for (auto [b, e] : *v.mask) tokens.push_back(static_cast<uint64_t>(b) << 32 ^ static_cast<uint64_t>(e));
+      for (auto [b, e] : *v.mask)
+        tokens.push_back(static_cast<uint64_t>(b) << 32 ^ static_cast<uint64_t>(e));
   }
 };
 
@@ -95,7 +103,7 @@ struct GraphKey {
 struct CachedSchedule {
   struct Step {
     std::shared_ptr<Program> program;
-    std::vector<int64_t> buffers; // >= 0: input parameter; < 0: ~(new buffer index)
+    std::vector<int64_t> buffers;      // >= 0: input parameter; < 0: ~(new buffer index)
     std::vector<int64_t> ivars, fvars; // var parameter index (or ~literal index when not a parameter)
     int64_t global;
     std::string name;
@@ -165,7 +173,7 @@ private:
   bool recordable_ = true;
   std::unordered_map<const UOp*, int> uses_;
   std::unordered_map<const UOp*, bool> is_root_;
-  std::unordered_map<const UOp*, UOpPtr> realized_; // realize point -> its value read from a buffer
+  std::unordered_map<const UOp*, UOpPtr> realized_;     // realize point -> its value read from a buffer
   std::unordered_map<const BufferBase*, int64_t> made_; // buffers made here -> new buffer index
   std::vector<UOpPtr> order_;                           // every node, sources first
   std::vector<UOpPtr> keep_;                            // realize points made while scheduling
@@ -179,7 +187,8 @@ private:
         if (seen[n.get()]) continue;
         seen[n.get()] = true;
         order_.push_back(n);
-        for (const UOpPtr& s : n->src) uses_[s.get()]++;
+        for (const UOpPtr& s : n->src)
+          uses_[s.get()]++;
       }
     }
   }
@@ -193,8 +202,10 @@ private:
   }
 
   // A kernel's value over buffers, with layout copies for its reductions realized first.
+  // Views are pushed to the leaves first, as lowering reads them: a reduction the kernel reports in
+  // must_realize is then a node of this graph, and the next try finds it realized.
   UOpPtr prepare(const UOpPtr& value) {
-    UOpPtr v = contiguous_reduce_layout(resolve(value));
+    UOpPtr v = contiguous_reduce_layout(resolve(graph_rewrite(resolve(value), push_views)));
     for (const UOpPtr& n : toposort(v))
       if (n->op == Ops::CONTIGUOUS && !realized_.count(n.get())) {
         keep_.push_back(n);
@@ -217,8 +228,10 @@ private:
   void realize(const UOpPtr& n) {
     if (n->op == Ops::BUFFER) return;
     UOpPtr b;
-    if (n->op == Ops::ASSIGN || n->op == Ops::SCATTER) b = materialize_write(n);
-    else b = realize_value(n->op == Ops::CONTIGUOUS ? n->src[0] : n);
+    if (n->op == Ops::ASSIGN || n->op == Ops::SCATTER)
+      b = materialize_write(n);
+    else
+      b = realize_value(n->op == Ops::CONTIGUOUS ? n->src[0] : n);
     realized_[n.get()] = b->shape == n->shape ? b : reshape(b, n->shape);
   }
 
@@ -266,7 +279,8 @@ private:
     if (debug_level() >= 3) std::fprintf(stderr, "%s\n", src.c_str());
     std::shared_ptr<Program> prog = out->device().program(src, k.name);
     std::vector<void*> ptrs;
-    for (const BufferRef& b : k.buffers) ptrs.push_back(std::static_pointer_cast<Buffer>(b)->ptr());
+    for (const BufferRef& b : k.buffers)
+      ptrs.push_back(std::static_pointer_cast<Buffer>(b)->ptr());
     auto t1 = Clock::now();
     prog->launch(ptrs, k.ivars, k.fvars, k.loops[0]);
     stats().kernels++;
@@ -278,7 +292,8 @@ private:
 
   void record(const Kernel& k, const std::shared_ptr<Program>& prog) {
     CachedSchedule::Step step{prog, {}, {}, {}, k.loops[0], k.name};
-    for (const BufferRef& b : k.buffers) step.buffers.push_back(slot(b));
+    for (const BufferRef& b : k.buffers)
+      step.buffers.push_back(slot(b));
     for (const UOpPtr& v : k.var_nodes) {
       auto it = key_->var_index.find(v.get());
       if (it == key_->var_index.end()) recordable_ = false;
@@ -291,7 +306,8 @@ private:
 // Runs a cached schedule on the inputs `key` names; returns the root buffers.
 std::vector<UOpPtr> replay(const CachedSchedule& s, const GraphKey& key) {
   std::vector<BufferRef> made;
-  for (auto [dt, n] : s.new_buffers) made.push_back(std::make_shared<Buffer>(device(0), dt, n));
+  for (auto [dt, n] : s.new_buffers)
+    made.push_back(std::make_shared<Buffer>(device(0), dt, n));
   auto buf = [&](int64_t slot) -> const BufferRef& { return slot >= 0 ? key.buffers[slot] : made[~slot]; };
   std::vector<void*> ptrs;
   std::vector<int64_t> iv;
@@ -300,17 +316,22 @@ std::vector<UOpPtr> replay(const CachedSchedule& s, const GraphKey& key) {
     ptrs.clear();
     iv.clear();
     fv.clear();
-    for (int64_t b : step.buffers) ptrs.push_back(std::static_pointer_cast<Buffer>(buf(b))->ptr());
-    for (int64_t v : step.ivars) iv.push_back(key.vars[v]->const_i());
-    for (int64_t v : step.fvars) fv.push_back(key.vars[v]->const_f());
+    for (int64_t b : step.buffers)
+      ptrs.push_back(std::static_pointer_cast<Buffer>(buf(b))->ptr());
+    for (int64_t v : step.ivars)
+      iv.push_back(key.vars[v]->const_i());
+    for (int64_t v : step.fvars)
+      fv.push_back(key.vars[v]->const_f());
     auto t = Clock::now();
     step.program->launch(ptrs, iv, fv, step.global);
     stats().kernels++;
     stats().cache_hits++; // the program came from the cache, with the schedule
-    if (debug_level() >= 2) std::fprintf(stderr, "tiny: kernel %-24s (cached)  run %8.1f us\n", step.name.c_str(), us_since(t));
+    if (debug_level() >= 2)
+      std::fprintf(stderr, "tiny: kernel %-24s (cached)  run %8.1f us\n", step.name.c_str(), us_since(t));
   }
   std::vector<UOpPtr> out;
-  for (int64_t r : s.results) out.push_back(buffer(buf(r)));
+  for (int64_t r : s.results)
+    out.push_back(buffer(buf(r)));
   return out;
 }
 
