@@ -4,8 +4,8 @@
 // the value is built from UOps.
 
 #include <ATen/ATen.h>
-#include <ATen/TensorIterator.h>
 #include <ATen/ScalarOps.h>
+#include <ATen/TensorIterator.h>
 #include <ATen/native/BinaryOps.h>
 #include <torch/library.h>
 
@@ -80,7 +80,9 @@ Build with_alpha(Ops op, bool swap = false) {
     UOpPtr x = swap ? c.b() : c.a(), y = swap ? c.a() : c.b();
     if (c.has("alpha")) {
       at::Scalar alpha = c.params.at("alpha").toScalar();
-      bool one = alpha.isBoolean() ? alpha.toBool() : alpha.isIntegral(false) ? alpha.toLong() == 1 : alpha.toDouble() == 1.0;
+      bool one = alpha.isBoolean()         ? alpha.toBool()
+                 : alpha.isIntegral(false) ? alpha.toLong() == 1
+                                           : alpha.toDouble() == 1.0;
       if (!one) y = bin(Ops::MUL, y, c.constant(alpha));
     }
     return bin(op, x, y);
@@ -91,7 +93,8 @@ Build with_alpha(Ops op, bool swap = false) {
 UOpPtr remainder(const Call& c) {
   UOpPtr mod = bin(Ops::MOD, c.a(), c.b());
   UOpPtr z = c.zero();
-  UOpPtr fix = bin(Ops::AND, bin(Ops::CMPNE, mod, z), bin(Ops::CMPNE, bin(Ops::CMPLT, c.b(), z), bin(Ops::CMPLT, mod, z)));
+  UOpPtr fix =
+      bin(Ops::AND, bin(Ops::CMPNE, mod, z), bin(Ops::CMPNE, bin(Ops::CMPLT, c.b(), z), bin(Ops::CMPLT, mod, z)));
   return where(fix, bin(Ops::ADD, mod, c.b()), mod);
 }
 
@@ -121,7 +124,8 @@ void check_rounding_mode(const Call& c) {
 
 UOpPtr divide(const Call& c) {
   std::string mode = c.str("rounding_mode");
-  if (mode == "trunc") return is_float(c.compute) ? un(Ops::TRUNC, bin(Ops::FDIV, c.a(), c.b())) : bin(Ops::IDIV, c.a(), c.b());
+  if (mode == "trunc")
+    return is_float(c.compute) ? un(Ops::TRUNC, bin(Ops::FDIV, c.a(), c.b())) : bin(Ops::IDIV, c.a(), c.b());
   if (mode == "floor") return floor_divide(c);
   return bin(Ops::FDIV, c.a(), c.b());
 }
@@ -177,36 +181,46 @@ const std::unordered_map<std::string, Op>& table() {
   static const std::unordered_map<std::string, Op> t = {
       {"add", {K::Binary, with_alpha(Ops::ADD), check_alpha}},
       {"sub", {K::Binary, with_alpha(Ops::SUB), check_sub}},
-      {"rsub", {K::Binary, with_alpha(Ops::SUB, true), [](const Call& c) {
-                  at::native::sub_check(c.tensors.at(1), c.tensors.at(0));
-                  check_alpha(c);
-                }}},
+      {"rsub",
+       {K::Binary, with_alpha(Ops::SUB, true),
+        [](const Call& c) {
+          at::native::sub_check(c.tensors.at(1), c.tensors.at(0));
+          check_alpha(c);
+        }}},
       {"mul", {K::Binary, binary(Ops::MUL)}},
       {"div", {K::BinaryFloat, divide, check_rounding_mode}},
       {"floor_divide", {K::Binary, floor_divide}},
       {"remainder", {K::Binary, remainder}},
       {"fmod", {K::Binary, binary(Ops::MOD)}},
-      {"pow", {K::Binary, binary(Ops::POW), [](const Call& c) {
-                 if (c.schema.overload_name().rfind("Tensor_Scalar", 0) == 0 && !is_float(c.compute)) {
-                   at::Scalar e = c.params.at("exponent").toScalar();
-                   TORCH_CHECK(!(e.isIntegral(false) && e.toLong() < 0),
-                               "Integers to negative integer powers are not allowed.");
-                 }
-               }}},
+      {"pow",
+       {K::Binary, binary(Ops::POW),
+        [](const Call& c) {
+          if (c.schema.overload_name().rfind("Tensor_Scalar", 0) == 0 && !is_float(c.compute)) {
+            at::Scalar e = c.params.at("exponent").toScalar();
+            TORCH_CHECK(!(e.isIntegral(false) && e.toLong() < 0),
+                        "Integers to negative integer powers are not allowed.");
+          }
+        }}},
       {"maximum", {K::Binary, binary(Ops::MAX)}},
       {"minimum", {K::Binary, binary(Ops::MIN)}},
-      {"clamp", {K::Binary, clamp, [](const Call& c) {
-                   TORCH_CHECK(c.has("min") || c.has("max"), "torch.clamp: At least one of 'min' or 'max' must not be None");
-                 }}},
+      {"clamp",
+       {K::Binary, clamp,
+        [](const Call& c) {
+          TORCH_CHECK(c.has("min") || c.has("max"), "torch.clamp: At least one of 'min' or 'max' must not be None");
+        }}},
       {"clamp_min", {K::Binary, binary(Ops::MAX)}},
       {"clamp_max", {K::Binary, binary(Ops::MIN)}},
-      {"relu", {K::Unary, [](const Call& c) { return bin(Ops::MAX, c.a(), c.zero()); },
-                [](const Call& c) { TORCH_CHECK(c.compute != DType::Bool, "Boolean inputs not supported for relu"); }}},
-      {"neg", {K::Unary, unary(Ops::NEG), [](const Call& c) {
-                 TORCH_CHECK_NOT_IMPLEMENTED(c.compute != DType::Bool,
-                             "Negation, the `-` operator, on a bool tensor is not supported. If you are trying to invert "
-                             "a mask, use the `~` or `logical_not()` operator instead.");
-               }}},
+      {"relu",
+       {K::Unary, [](const Call& c) { return bin(Ops::MAX, c.a(), c.zero()); },
+        [](const Call& c) { TORCH_CHECK(c.compute != DType::Bool, "Boolean inputs not supported for relu"); }}},
+      {"neg",
+       {K::Unary, unary(Ops::NEG),
+        [](const Call& c) {
+          TORCH_CHECK_NOT_IMPLEMENTED(
+              c.compute != DType::Bool,
+              "Negation, the `-` operator, on a bool tensor is not supported. If you are trying to invert "
+              "a mask, use the `~` or `logical_not()` operator instead.");
+        }}},
       {"abs", {K::Unary, [](const Call& c) { return c.compute == DType::Bool ? c.a() : un(Ops::ABS, c.a()); }}},
       {"sign", {K::Unary, sign}},
       {"floor", {K::Unary, rounding(Ops::FLOOR)}},
@@ -227,9 +241,11 @@ const std::unordered_map<std::string, Op>& table() {
       {"tan", {K::UnaryFloat, unary(Ops::TAN)}},
       {"tanh", {K::UnaryFloat, unary(Ops::TANH)}},
       {"erf", {K::UnaryFloat, unary(Ops::ERF)}},
-      {"sigmoid", {K::UnaryFloat, [](const Call& c) {
-                     return un(Ops::RECIP, bin(Ops::ADD, c.constant(1.0), un(Ops::EXP, un(Ops::NEG, c.a()))));
-                   }}},
+      {"sigmoid",
+       {K::UnaryFloat,
+        [](const Call& c) {
+          return un(Ops::RECIP, bin(Ops::ADD, c.constant(1.0), un(Ops::EXP, un(Ops::NEG, c.a()))));
+        }}},
       {"isnan", {K::UnaryBool, [](const Call& c) { return bin(Ops::CMPNE, c.a(), c.a()); }}},
       {"eq", {K::Comparison, binary(Ops::CMPEQ)}},
       {"ne", {K::Comparison, binary(Ops::CMPNE)}},
@@ -244,8 +260,9 @@ const std::unordered_map<std::string, Op>& table() {
       {"bitwise_and", {K::Binary, binary(Ops::AND), [](const Call& c) { check_not_float(c, "bitwise_and"); }}},
       {"bitwise_or", {K::Binary, binary(Ops::OR), [](const Call& c) { check_not_float(c, "bitwise_or"); }}},
       {"bitwise_xor", {K::Binary, binary(Ops::XOR), [](const Call& c) { check_not_float(c, "bitwise_xor"); }}},
-      {"bitwise_not", {K::Unary, [](const Call& c) { return un(Ops::BITNOT, c.a()); },
-                       [](const Call& c) { check_not_float(c, "bitwise_not"); }}},
+      {"bitwise_not",
+       {K::Unary, [](const Call& c) { return un(Ops::BITNOT, c.a()); },
+        [](const Call& c) { check_not_float(c, "bitwise_not"); }}},
       {"bitwise_left_shift", {K::Binary, binary(Ops::SHL), [](const Call& c) { check_not_float(c, "lshift"); }}},
       {"bitwise_right_shift", {K::Binary, binary(Ops::SHR), [](const Call& c) { check_not_float(c, "rshift"); }}},
       {"__lshift__", {K::Binary, binary(Ops::SHL), [](const Call& c) { check_not_float(c, "lshift"); }}},
@@ -281,10 +298,15 @@ at::TensorIterator make_iterator(Kind kind, const at::Tensor& out, const std::ve
   at::TensorIteratorConfig cfg;
   cfg.set_check_mem_overlap(true).allow_cpu_scalars(true);
   cfg.add_output(out);
-  for (const at::Tensor& t : ins) cfg.add_const_input(t);
+  for (const at::Tensor& t : ins)
+    cfg.add_const_input(t);
   switch (kind) {
-  case Kind::Unary: cfg.check_all_same_dtype(true); break;
-  case Kind::UnaryBool: cfg.check_all_same_dtype(false); break;
+  case Kind::Unary:
+    cfg.check_all_same_dtype(true);
+    break;
+  case Kind::UnaryBool:
+    cfg.check_all_same_dtype(false);
+    break;
   case Kind::UnaryFloat:
   case Kind::BinaryFloat:
   case Kind::Binary:
@@ -296,7 +318,9 @@ at::TensorIterator make_iterator(Kind kind, const at::Tensor& out, const std::ve
     if (!out.defined()) cfg.declare_static_dtype(at::kBool);
     if (out.defined() && out.scalar_type() != at::kBool) cfg.cast_common_dtype_to_outputs(true);
     break;
-  case Kind::Where: cfg.check_all_same_dtype(false); break;
+  case Kind::Where:
+    cfg.check_all_same_dtype(false);
+    break;
   }
   return cfg.build();
 }
@@ -337,8 +361,10 @@ void elementwise_kernel(const c10::OperatorHandle& handle, torch::jit::Stack* st
     }
     if (is_operand(arg.name())) {
       call.params[arg.name()] = v;
-      if (v.isTensor()) call.tensors.push_back(v.toTensor());
-      else if (v.isScalar()) call.tensors.push_back(wrap_scalar(v.toScalar()));
+      if (v.isTensor())
+        call.tensors.push_back(v.toTensor());
+      else if (v.isScalar())
+        call.tensors.push_back(wrap_scalar(v.toScalar()));
     } else {
       call.params[arg.name()] = v;
     }
@@ -367,7 +393,10 @@ void elementwise_kernel(const c10::OperatorHandle& handle, torch::jit::Stack* st
     if (out.defined()) {
       TORCH_CHECK(out.scalar_type() == rt, "Expected out type to be ", rt, " but got ", out.scalar_type());
     } else {
-      out = empty_tiny({0}, rt, cond.is_privateuseone() ? cond.device() : a.is_privateuseone() ? a.device() : b.device());
+      out = empty_tiny({0}, rt,
+                       cond.is_privateuseone() ? cond.device()
+                       : a.is_privateuseone()  ? a.device()
+                                               : b.device());
     }
     auto iter = make_iterator(kind, out, call.tensors);
     result = iter.output();
@@ -396,40 +425,207 @@ void elementwise_kernel(const c10::OperatorHandle& handle, torch::jit::Stack* st
 // Every overload registered here reaches elementwise_kernel; ops torch implements as
 // CompositeExplicitAutograd on top of these (add.Scalar, abs, logical_and, ...) need no entry.
 constexpr const char* kOverloads[] = {
-    "add.Tensor", "add_.Tensor", "add.out", "sub.Tensor", "sub_.Tensor", "sub.out", "rsub.Tensor", "mul.Tensor",
-    "mul_.Tensor", "mul.out", "div.Tensor", "div_.Tensor", "div.out", "div.Tensor_mode", "div_.Tensor_mode",
-    "div.out_mode", "floor_divide", "floor_divide_.Tensor", "floor_divide.out", "remainder.Tensor",
-    "remainder_.Tensor", "remainder.Tensor_out", "remainder.Scalar_Tensor", "fmod.Tensor", "fmod_.Tensor",
-    "fmod.Tensor_out", "pow.Tensor_Tensor", "pow.Tensor_Scalar", "pow.Scalar", "pow.Tensor_Tensor_out",
-    "pow.Scalar_out", "pow.Tensor_Scalar_out", "pow_.Scalar", "pow_.Tensor", "maximum", "maximum.out", "minimum",
-    "minimum.out", "clamp", "clamp.Tensor", "clamp.out", "clamp.Tensor_out", "clamp_", "clamp_.Tensor",
-    "clamp_min", "clamp_min.Tensor", "clamp_min.out", "clamp_min.Tensor_out", "clamp_min_", "clamp_min_.Tensor",
-    "clamp_max", "clamp_max.Tensor", "clamp_max.out", "clamp_max.Tensor_out", "clamp_max_", "clamp_max_.Tensor",
-    "relu", "relu_", "neg", "neg.out", "neg_", "abs.out", "sign", "sign.out", "sign_", "floor", "floor.out",
-    "floor_", "ceil", "ceil.out", "ceil_", "round", "round.out", "round_", "round.decimals", "round.decimals_out",
-    "round_.decimals", "trunc", "trunc.out", "trunc_", "exp", "exp.out", "exp_", "exp2", "exp2.out", "exp2_", "log",
-    "log.out", "log_", "log2", "log2.out", "log2_", "log1p", "log1p.out", "log1p_", "expm1", "expm1.out", "expm1_",
-    "sqrt", "sqrt.out", "sqrt_", "rsqrt", "rsqrt.out", "rsqrt_", "reciprocal", "reciprocal.out", "reciprocal_",
-    "sin", "sin.out", "sin_", "cos", "cos.out", "cos_", "tan", "tan.out", "tan_", "tanh", "tanh.out", "tanh_",
-    "erf", "erf.out", "erf_", "sigmoid", "sigmoid.out", "sigmoid_", "isnan", "eq.Tensor", "eq.Scalar",
-    "eq.Tensor_out", "eq.Scalar_out", "eq_.Tensor", "eq_.Scalar", "ne.Tensor", "ne.Scalar", "ne.Tensor_out",
-    "ne.Scalar_out", "ne_.Tensor", "ne_.Scalar", "lt.Tensor", "lt.Scalar", "lt.Tensor_out", "lt.Scalar_out",
-    "lt_.Tensor", "lt_.Scalar", "le.Tensor", "le.Scalar", "le.Tensor_out", "le.Scalar_out", "le_.Tensor",
-    "le_.Scalar", "gt.Tensor", "gt.Scalar", "gt.Tensor_out", "gt.Scalar_out", "gt_.Tensor", "gt_.Scalar",
-    "ge.Tensor", "ge.Scalar", "ge.Tensor_out", "ge.Scalar_out", "ge_.Tensor", "ge_.Scalar", "logical_and.out",
-    "logical_or.out", "logical_xor.out", "logical_not.out", "bitwise_and.Tensor", "bitwise_and.Tensor_out",
-    "bitwise_and_.Tensor", "bitwise_or.Tensor", "bitwise_or.Tensor_out", "bitwise_or_.Tensor",
-    "bitwise_xor.Tensor", "bitwise_xor.Tensor_out", "bitwise_xor_.Tensor", "bitwise_not", "bitwise_not.out",
-    "bitwise_not_", "bitwise_left_shift.Tensor", "bitwise_left_shift.Tensor_out", "bitwise_left_shift_.Tensor",
-    "bitwise_right_shift.Tensor", "bitwise_right_shift.Tensor_out", "bitwise_right_shift_.Tensor",
-    "__lshift__.Tensor", "__lshift__.Scalar", "__rshift__.Tensor", "__rshift__.Scalar", "__ilshift__.Tensor",
-    "__ilshift__.Scalar", "__irshift__.Tensor", "__irshift__.Scalar", "where.self", "where.self_out",
+    "add.Tensor",
+    "add_.Tensor",
+    "add.out",
+    "sub.Tensor",
+    "sub_.Tensor",
+    "sub.out",
+    "rsub.Tensor",
+    "mul.Tensor",
+    "mul_.Tensor",
+    "mul.out",
+    "div.Tensor",
+    "div_.Tensor",
+    "div.out",
+    "div.Tensor_mode",
+    "div_.Tensor_mode",
+    "div.out_mode",
+    "floor_divide",
+    "floor_divide_.Tensor",
+    "floor_divide.out",
+    "remainder.Tensor",
+    "remainder_.Tensor",
+    "remainder.Tensor_out",
+    "remainder.Scalar_Tensor",
+    "fmod.Tensor",
+    "fmod_.Tensor",
+    "fmod.Tensor_out",
+    "pow.Tensor_Tensor",
+    "pow.Tensor_Scalar",
+    "pow.Scalar",
+    "pow.Tensor_Tensor_out",
+    "pow.Scalar_out",
+    "pow.Tensor_Scalar_out",
+    "pow_.Scalar",
+    "pow_.Tensor",
+    "maximum",
+    "maximum.out",
+    "minimum",
+    "minimum.out",
+    "clamp",
+    "clamp.Tensor",
+    "clamp.out",
+    "clamp.Tensor_out",
+    "clamp_",
+    "clamp_.Tensor",
+    "clamp_min",
+    "clamp_min.Tensor",
+    "clamp_min.out",
+    "clamp_min.Tensor_out",
+    "clamp_min_",
+    "clamp_min_.Tensor",
+    "clamp_max",
+    "clamp_max.Tensor",
+    "clamp_max.out",
+    "clamp_max.Tensor_out",
+    "clamp_max_",
+    "clamp_max_.Tensor",
+    "relu",
+    "relu_",
+    "neg",
+    "neg.out",
+    "neg_",
+    "abs.out",
+    "sign",
+    "sign.out",
+    "sign_",
+    "floor",
+    "floor.out",
+    "floor_",
+    "ceil",
+    "ceil.out",
+    "ceil_",
+    "round",
+    "round.out",
+    "round_",
+    "round.decimals",
+    "round.decimals_out",
+    "round_.decimals",
+    "trunc",
+    "trunc.out",
+    "trunc_",
+    "exp",
+    "exp.out",
+    "exp_",
+    "exp2",
+    "exp2.out",
+    "exp2_",
+    "log",
+    "log.out",
+    "log_",
+    "log2",
+    "log2.out",
+    "log2_",
+    "log1p",
+    "log1p.out",
+    "log1p_",
+    "expm1",
+    "expm1.out",
+    "expm1_",
+    "sqrt",
+    "sqrt.out",
+    "sqrt_",
+    "rsqrt",
+    "rsqrt.out",
+    "rsqrt_",
+    "reciprocal",
+    "reciprocal.out",
+    "reciprocal_",
+    "sin",
+    "sin.out",
+    "sin_",
+    "cos",
+    "cos.out",
+    "cos_",
+    "tan",
+    "tan.out",
+    "tan_",
+    "tanh",
+    "tanh.out",
+    "tanh_",
+    "erf",
+    "erf.out",
+    "erf_",
+    "sigmoid",
+    "sigmoid.out",
+    "sigmoid_",
+    "isnan",
+    "eq.Tensor",
+    "eq.Scalar",
+    "eq.Tensor_out",
+    "eq.Scalar_out",
+    "eq_.Tensor",
+    "eq_.Scalar",
+    "ne.Tensor",
+    "ne.Scalar",
+    "ne.Tensor_out",
+    "ne.Scalar_out",
+    "ne_.Tensor",
+    "ne_.Scalar",
+    "lt.Tensor",
+    "lt.Scalar",
+    "lt.Tensor_out",
+    "lt.Scalar_out",
+    "lt_.Tensor",
+    "lt_.Scalar",
+    "le.Tensor",
+    "le.Scalar",
+    "le.Tensor_out",
+    "le.Scalar_out",
+    "le_.Tensor",
+    "le_.Scalar",
+    "gt.Tensor",
+    "gt.Scalar",
+    "gt.Tensor_out",
+    "gt.Scalar_out",
+    "gt_.Tensor",
+    "gt_.Scalar",
+    "ge.Tensor",
+    "ge.Scalar",
+    "ge.Tensor_out",
+    "ge.Scalar_out",
+    "ge_.Tensor",
+    "ge_.Scalar",
+    "logical_and.out",
+    "logical_or.out",
+    "logical_xor.out",
+    "logical_not.out",
+    "bitwise_and.Tensor",
+    "bitwise_and.Tensor_out",
+    "bitwise_and_.Tensor",
+    "bitwise_or.Tensor",
+    "bitwise_or.Tensor_out",
+    "bitwise_or_.Tensor",
+    "bitwise_xor.Tensor",
+    "bitwise_xor.Tensor_out",
+    "bitwise_xor_.Tensor",
+    "bitwise_not",
+    "bitwise_not.out",
+    "bitwise_not_",
+    "bitwise_left_shift.Tensor",
+    "bitwise_left_shift.Tensor_out",
+    "bitwise_left_shift_.Tensor",
+    "bitwise_right_shift.Tensor",
+    "bitwise_right_shift.Tensor_out",
+    "bitwise_right_shift_.Tensor",
+    "__lshift__.Tensor",
+    "__lshift__.Scalar",
+    "__rshift__.Tensor",
+    "__rshift__.Scalar",
+    "__ilshift__.Tensor",
+    "__ilshift__.Scalar",
+    "__irshift__.Tensor",
+    "__irshift__.Scalar",
+    "where.self",
+    "where.self_out",
 };
 
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  for (const char* name : kOverloads) m.impl(name, torch::CppFunction::makeFromBoxedFunction<&elementwise_kernel>());
+  for (const char* name : kOverloads)
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&elementwise_kernel>());
 }
 
 } // namespace tiny

@@ -1,11 +1,11 @@
 // Factories and fills: empty, empty_strided, fill_, zero_, and the range factories (arange, linspace, eye).
 // zeros/ones/full/*_like/scalar_tensor are CompositeExplicitAutograd in torch and reach these kernels.
 
+#include <ATen/TensorIterator.h>
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/arange.h>
-#include <ATen/ops/empty.h>
-#include <ATen/ops/eye.h>
-#include <ATen/ops/linspace.h>
+#include <ATen/native/RangeFactories.h>
+#include <ATen/ops/arange_native.h>
+#include <ATen/ops/linspace_native.h>
 #include <c10/core/TensorOptions.h>
 #include <torch/library.h>
 
@@ -74,40 +74,75 @@ at::Tensor& fill_tensor(at::Tensor& self, const at::Tensor& value) {
 
 at::Tensor& zero_(at::Tensor& self) { return fill_scalar(self, 0); }
 
-// Ranges are built once, at construction, and small; their element counts and rounding are torch's own
-// rules. So they are computed by torch on the CPU, into a CPU tensor shaped like `out` (so out= warnings
-// and resizing are torch's), and copied to tiny once. A tiny kernel for them can come when it matters.
-at::Tensor& from_cpu(at::Tensor& out, const at::Tensor& cpu) {
-  if (!out.sizes().equals(cpu.sizes())) out.resize_(cpu.sizes());
-  out.copy_(cpu);
-  return out;
+// The range factories compute on tiny from an iota. torch's own arange_out and linspace_out check the
+// arguments, compute the element count (with torch's rounding), resize out= (with torch's warning) and
+// call the per-device kernel stubs; tiny's stubs below build the values. The arithmetic is the CPU
+// kernels': arange is start + step * i in the accumulate type (double for float32), linspace steps
+// from both ends (start + step * i for the first half, end - step * (steps - 1 - i) after it) in the
+// result dtype (double for integer results).
+
+// torch's at::acc_type<scalar_t, /*is_cuda=*/false>
+DType cpu_acc_type(DType dt) {
+  switch (dt) {
+  case DType::Float16:
+  case DType::BFloat16:
+    return DType::Float32;
+  case DType::Float32:
+  case DType::Float64:
+    return DType::Float64;
+  default:
+    return DType::Int64;
+  }
 }
 
-at::Tensor cpu_like(const at::Tensor& out) { return at::empty(out.sizes(), out.options().device(at::kCPU)); }
+void arange_kernel(at::TensorIterator& iter, const at::Scalar& start, const at::Scalar& size, const at::Scalar& step) {
+  const at::Tensor& out = iter.tensor(0);
+  int64_t n = size.to<int64_t>();
+  DType dt = to_tiny_dtype(out.scalar_type()), acc = cpu_acc_type(dt);
+  UOpPtr idx = iota(n, acc);
+  // start and step are runtime scalars: another range of the same length compiles nothing
+  UOpPtr v = alu(Ops::ADD, scalar_constant(start, acc, {n}), alu(Ops::MUL, scalar_constant(step, acc, {n}), idx));
+  write(out, cast(v, dt));
+}
+
+void linspace_kernel(at::TensorIterator& iter, const at::Scalar& start, const at::Scalar& end, int64_t steps) {
+  const at::Tensor& out = iter.tensor(0);
+  DType dt = to_tiny_dtype(out.scalar_type());
+  TORCH_CHECK_NOT_IMPLEMENTED(dt != DType::Bool, "\"linspace_cpu\" not implemented for 'Bool'");
+  DType step_t = is_float(dt) ? dt : DType::Float64;
+  Shape shape{steps};
+  // start and end converted to the result dtype first, then to the step type (torch's order)
+  UOpPtr lo = cast(scalar_constant(start, dt, shape), step_t), hi = cast(scalar_constant(end, dt, shape), step_t);
+  UOpPtr step = alu(Ops::FDIV, alu(Ops::SUB, hi, lo), scalar_constant(at::Scalar(steps - 1), step_t, shape));
+  UOpPtr i = iota(steps, DType::Int64);
+  UOpPtr from_end = alu(Ops::SUB, scalar_constant(at::Scalar(steps - 1), DType::Int64, shape), i);
+  UOpPtr first_half = alu(Ops::CMPLT, i, scalar_constant(at::Scalar(steps / 2), DType::Int64, shape));
+  UOpPtr v = where(first_half, alu(Ops::ADD, lo, alu(Ops::MUL, step, cast(i, step_t))),
+                   alu(Ops::SUB, hi, alu(Ops::MUL, step, cast(from_end, step_t))));
+  write(out, cast(v, dt));
+}
 
 at::Tensor& arange_out(const at::Scalar& start, const at::Scalar& end, const at::Scalar& step, at::Tensor& out) {
-  at::Tensor cpu = cpu_like(out);
-  at::arange_out(cpu, start, end, step);
-  return from_cpu(out, cpu);
+  return at::native::arange_out(start, end, step, out);
 }
 
 at::Tensor& linspace_out(const at::Scalar& start, const at::Scalar& end, int64_t steps, at::Tensor& out) {
-  at::Tensor cpu = cpu_like(out);
-  at::linspace_out(cpu, start, end, steps);
-  return from_cpu(out, cpu);
+  return at::native::linspace_out(start, end, steps, out);
 }
 
-at::Tensor& eye_out(int64_t n, at::Tensor& out) {
-  at::Tensor cpu = cpu_like(out);
-  at::eye_out(cpu, n);
-  return from_cpu(out, cpu);
-}
-
+// torch's eye_out_cpu: its checks and resize, then ones where the row index equals the column index.
 at::Tensor& eye_m_out(int64_t n, int64_t m, at::Tensor& out) {
-  at::Tensor cpu = cpu_like(out);
-  at::eye_out(cpu, n, m);
-  return from_cpu(out, cpu);
+  TORCH_CHECK(n >= 0, "n must be greater or equal to 0, got ", n);
+  TORCH_CHECK(m >= 0, "m must be greater or equal to 0, got ", m);
+  out.resize_({n, m});
+  if (out.numel() == 0) return out;
+  UOpPtr row = expand(reshape(iota(n, DType::Int64), {n, 1}), {n, m});
+  UOpPtr col = expand(reshape(iota(m, DType::Int64), {1, m}), {n, m});
+  write(out, cast(alu(Ops::CMPEQ, row, col), to_tiny_dtype(out.scalar_type())));
+  return out;
 }
+
+at::Tensor& eye_out(int64_t n, at::Tensor& out) { return eye_m_out(n, n, out); }
 
 } // namespace
 
@@ -124,3 +159,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 }
 
 } // namespace tiny::aten_ops
+
+// The kernels at::native::arange_out and linspace_out call for a tiny tensor.
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(arange_stub, &tiny::aten_ops::arange_kernel)
+REGISTER_PRIVATEUSE1_DISPATCH(linspace_stub, &tiny::aten_ops::linspace_kernel)
+} // namespace at::native

@@ -31,8 +31,8 @@ UOpPtr batched_product(const UOpPtr& a, const UOpPtr& b, bool reduce_batch) {
 UOpPtr read_as(const at::Tensor& t, DType dt) { return cast(read(t), dt); }
 
 void check_same_dtype(const at::Tensor& a, const at::Tensor& b, const char* what) {
-  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "expected ", what, " to have the same dtype, but got: ",
-              a.scalar_type(), " != ", b.scalar_type());
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "expected ", what,
+              " to have the same dtype, but got: ", a.scalar_type(), " != ", b.scalar_type());
 }
 
 void check_not_bool(const at::Tensor& t, const char* op) {
@@ -74,8 +74,8 @@ void check_2d(const at::Tensor& t, const char* name) { TORCH_CHECK(t.dim() == 2,
 UOpPtr mm_value(const at::Tensor& a, const at::Tensor& b, DType dt) {
   check_2d(a, "self");
   check_2d(b, "mat2");
-  TORCH_CHECK(a.size(1) == b.size(0), "mat1 and mat2 shapes cannot be multiplied (", a.size(0), "x", a.size(1),
-              " and ", b.size(0), "x", b.size(1), ")");
+  TORCH_CHECK(a.size(1) == b.size(0), "mat1 and mat2 shapes cannot be multiplied (", a.size(0), "x", a.size(1), " and ",
+              b.size(0), "x", b.size(1), ")");
   check_same_dtype(a, b, "mat1 and mat2");
   check_not_bool(a, "addmm_impl_cpu_");
   UOpPtr x = reshape(read_as(a, dt), {1, a.size(0), a.size(1)}), y = reshape(read_as(b, dt), {1, b.size(0), b.size(1)});
@@ -147,8 +147,8 @@ at::Tensor& addmm_(at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2,
 
 UOpPtr addmv_value(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec, const at::Scalar& beta,
                    const at::Scalar& alpha) {
-  TORCH_CHECK(mat.dim() == 2 && vec.dim() == 1, "vector + matrix @ vector expected, got ", self.dim(), ", ",
-              mat.dim(), ", ", vec.dim());
+  TORCH_CHECK(mat.dim() == 2 && vec.dim() == 1, "vector + matrix @ vector expected, got ", self.dim(), ", ", mat.dim(),
+              ", ", vec.dim());
   TORCH_CHECK(mat.size(1) == vec.size(0), "size mismatch, got input (", self.size(0), "), mat (", mat.size(0), "x",
               mat.size(1), "), vec (", vec.size(0), ")");
   check_same_dtype(mat, vec, "mat and vec");
@@ -176,8 +176,7 @@ at::Tensor& addmv_(at::Tensor& self, const at::Tensor& mat, const at::Tensor& ve
 }
 
 at::Tensor dot(const at::Tensor& a, const at::Tensor& b) {
-  TORCH_CHECK(a.dim() == 1 && b.dim() == 1, "1D tensors expected, but got ", a.dim(), "D and ", b.dim(),
-              "D tensors");
+  TORCH_CHECK(a.dim() == 1 && b.dim() == 1, "1D tensors expected, but got ", a.dim(), "D and ", b.dim(), "D tensors");
   TORCH_CHECK(a.scalar_type() == b.scalar_type(), "dot : expected both vectors to have same dtype, but found ",
               a.scalar_type(), " and ", b.scalar_type());
   TORCH_CHECK(a.numel() == b.numel(), "inconsistent tensor size, expected tensor [", a.numel(), "] and src [",

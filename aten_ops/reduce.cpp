@@ -101,9 +101,12 @@ int64_t extent(const UOpPtr& x, const Axes& axes) {
   return n;
 }
 
-// The value each reduction starts from: what a reduction over no elements gives.
+// The value each reduction starts from: what a reduction over no elements gives. (torch raises for
+// max/min over no elements of an integer tensor before asking.)
 double identity(Ops op, DType dt) {
   constexpr double inf = std::numeric_limits<double>::infinity();
+  TORCH_INTERNAL_ASSERT(op == Ops::ADD || op == Ops::MUL || is_float(dt) || dt == DType::Bool,
+                        "tiny: max/min over no elements has no identity");
   switch (op) {
   case Ops::ADD:
     return 0;

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <deque>
 #include <cstdio>
+#include <deque>
 #include <sstream>
 #include <stdexcept>
 #include <unordered_map>
@@ -60,9 +60,12 @@ const char* reg_type(DType dt) {
   switch (dt) {
   case DType::Float16:
   case DType::BFloat16:
-  case DType::Float32: return "float";
-  case DType::Float64: return "double";
-  default: return info(dt).c_name.data();
+  case DType::Float32:
+    return "float";
+  case DType::Float64:
+    return "double";
+  default:
+    return info(dt).c_name.data();
   }
 }
 
@@ -77,8 +80,10 @@ std::string literal(const UOpPtr& c) {
     double v = c->const_f();
     if (std::isnan(v)) return is_f64(dt) ? "(double)NAN" : "NAN";
     if (std::isinf(v)) return std::string(v < 0 ? "-" : "") + (is_f64(dt) ? "(double)INFINITY" : "INFINITY");
-    if (is_f64(dt)) std::snprintf(buf, sizeof buf, "%.17e", v);
-    else std::snprintf(buf, sizeof buf, "%.9ef", v);
+    if (is_f64(dt))
+      std::snprintf(buf, sizeof buf, "%.17e", v);
+    else
+      std::snprintf(buf, sizeof buf, "%.9ef", v);
     return buf;
   }
   int64_t v = c->const_i();
@@ -113,8 +118,10 @@ std::string reduce_identity(Ops op, DType dt) {
   bool fl = is_float(dt);
   std::string t = std::string("(") + reg_type(dt) + ")";
   switch (op) {
-  case Ops::ADD: return t + "0";
-  case Ops::MUL: return t + "1";
+  case Ops::ADD:
+    return t + "0";
+  case Ops::MUL:
+    return t + "1";
   case Ops::MAX:
     if (dt == DType::Bool) return "0";
     if (fl) return t + "-INFINITY";
@@ -124,7 +131,8 @@ std::string reduce_identity(Ops op, DType dt) {
     if (fl) return t + "INFINITY";
     return info(dt).is_signed ? t + std::to_string((uint64_t{1} << (bits(dt) - 1)) - 1) + "LL"
                               : t + std::to_string((uint64_t{1} << bits(dt)) - 1) + "ULL";
-  default: throw std::logic_error("render_c: bad reduce op");
+  default:
+    throw std::logic_error("render_c: bad reduce op");
   }
 }
 
@@ -143,50 +151,88 @@ std::string render_unary(Ops op, DType dt, const std::string& a) {
   const char* f = fsuffix(dt);
   auto math = [&](const char* fn) { return std::string(fn) + f + "(" + a + ")"; };
   switch (op) {
-  case Ops::NEG: return dt == DType::Bool ? "!" + a : "-" + a;
-  case Ops::NOT: return "!" + a;
-  case Ops::BITNOT: return dt == DType::Bool ? "!" + a : "~" + a;
-  case Ops::ABS: return is_float(dt) ? math("fabs") : "(" + a + " < 0 ? -" + a + " : " + a + ")";
-  case Ops::SQRT: return math("sqrt");
-  case Ops::EXP: return math("exp");
-  case Ops::EXP2: return math("exp2");
-  case Ops::LOG: return math("log");
-  case Ops::LOG2: return math("log2");
-  case Ops::SIN: return math("sin");
-  case Ops::COS: return math("cos");
-  case Ops::TAN: return math("tan");
-  case Ops::TANH: return math("tanh");
-  case Ops::ERF: return math("erf");
-  case Ops::FLOOR: return math("floor");
-  case Ops::CEIL: return math("ceil");
-  case Ops::RINT: return math("nearbyint");
-  case Ops::TRUNC: return math("trunc");
-  case Ops::LOG1P: return math("log1p");
-  case Ops::EXPM1: return math("expm1");
-  case Ops::RECIP: return std::string(is_f64(dt) ? "1.0" : "1.0f") + " / " + a;
-  default: throw std::logic_error(std::string("render_c: no unary ") + op_name(op));
+  case Ops::NEG:
+    return dt == DType::Bool ? "!" + a : "-" + a;
+  case Ops::NOT:
+    return "!" + a;
+  case Ops::BITNOT:
+    return dt == DType::Bool ? "!" + a : "~" + a;
+  case Ops::ABS:
+    return is_float(dt) ? math("fabs") : "(" + a + " < 0 ? -" + a + " : " + a + ")";
+  case Ops::SQRT:
+    return math("sqrt");
+  case Ops::EXP:
+    return math("exp");
+  case Ops::EXP2:
+    return math("exp2");
+  case Ops::LOG:
+    return math("log");
+  case Ops::LOG2:
+    return math("log2");
+  case Ops::SIN:
+    return math("sin");
+  case Ops::COS:
+    return math("cos");
+  case Ops::TAN:
+    return math("tan");
+  case Ops::TANH:
+    return math("tanh");
+  case Ops::ERF:
+    return math("erf");
+  case Ops::FLOOR:
+    return math("floor");
+  case Ops::CEIL:
+    return math("ceil");
+  case Ops::RINT:
+    return math("nearbyint");
+  case Ops::TRUNC:
+    return math("trunc");
+  case Ops::LOG1P:
+    return math("log1p");
+  case Ops::EXPM1:
+    return math("expm1");
+  case Ops::RECIP:
+    return std::string(is_f64(dt) ? "1.0" : "1.0f") + " / " + a;
+  default:
+    throw std::logic_error(std::string("render_c: no unary ") + op_name(op));
   }
 }
 
 std::string render_binary(Ops op, DType dt, DType in, const std::string& a, const std::string& b) {
   bool fl = is_float(in);
   switch (op) {
-  case Ops::ADD: return a + " + " + b;
-  case Ops::SUB: return a + " - " + b;
-  case Ops::MUL: return a + " * " + b;
-  case Ops::FDIV: return a + " / " + b;
-  case Ops::IDIV: return "TINY_IDIV(" + a + ", " + b + ")";
-  case Ops::MOD: return fl ? std::string("fmod") + fsuffix(in) + "(" + a + ", " + b + ")" : "TINY_IMOD(" + a + ", " + b + ")";
-  case Ops::POW: return fl ? std::string("pow") + fsuffix(in) + "(" + a + ", " + b + ")" : "tiny_ipow(" + a + ", " + b + ")";
-  case Ops::MAX: return fl ? "TINY_FMAX(" + a + ", " + b + ")" : "(" + a + " > " + b + " ? " + a + " : " + b + ")";
-  case Ops::MIN: return fl ? "TINY_FMIN(" + a + ", " + b + ")" : "(" + a + " < " + b + " ? " + a + " : " + b + ")";
-  case Ops::CMPLT: return a + " < " + b;
-  case Ops::CMPLE: return a + " <= " + b;
-  case Ops::CMPEQ: return a + " == " + b;
-  case Ops::CMPNE: return a + " != " + b;
-  case Ops::AND: return a + " & " + b;
-  case Ops::OR: return a + " | " + b;
-  case Ops::XOR: return a + " ^ " + b;
+  case Ops::ADD:
+    return a + " + " + b;
+  case Ops::SUB:
+    return a + " - " + b;
+  case Ops::MUL:
+    return a + " * " + b;
+  case Ops::FDIV:
+    return a + " / " + b;
+  case Ops::IDIV:
+    return "TINY_IDIV(" + a + ", " + b + ")";
+  case Ops::MOD:
+    return fl ? std::string("fmod") + fsuffix(in) + "(" + a + ", " + b + ")" : "TINY_IMOD(" + a + ", " + b + ")";
+  case Ops::POW:
+    return fl ? std::string("pow") + fsuffix(in) + "(" + a + ", " + b + ")" : "tiny_ipow(" + a + ", " + b + ")";
+  case Ops::MAX:
+    return fl ? "TINY_FMAX(" + a + ", " + b + ")" : "(" + a + " > " + b + " ? " + a + " : " + b + ")";
+  case Ops::MIN:
+    return fl ? "TINY_FMIN(" + a + ", " + b + ")" : "(" + a + " < " + b + " ? " + a + " : " + b + ")";
+  case Ops::CMPLT:
+    return a + " < " + b;
+  case Ops::CMPLE:
+    return a + " <= " + b;
+  case Ops::CMPEQ:
+    return a + " == " + b;
+  case Ops::CMPNE:
+    return a + " != " + b;
+  case Ops::AND:
+    return a + " & " + b;
+  case Ops::OR:
+    return a + " | " + b;
+  case Ops::XOR:
+    return a + " ^ " + b;
   case Ops::SHL: {
     // torch: shifting by a negative amount or by the width or more gives 0
     std::string w = std::to_string(bits(dt));
@@ -196,7 +242,8 @@ std::string render_binary(Ops op, DType dt, DType in, const std::string& a, cons
     std::string w = std::to_string(bits(dt));
     return "(" + b + " < 0 || " + b + " >= " + w + " ? (" + a + " < 0 ? -1 : 0) : " + a + " >> " + b + ")";
   }
-  default: throw std::logic_error(std::string("render_c: no binary ") + op_name(op));
+  default:
+    throw std::logic_error(std::string("render_c: no binary ") + op_name(op));
   }
 }
 
@@ -217,7 +264,8 @@ public:
       scopes_[d].depth = static_cast<int>(d) + 1;
       open_.push_back(d);
     }
-    for (const UOpPtr& st : k_.ast->src) emit(st);
+    for (const UOpPtr& st : k_.ast->src)
+      emit(st);
 
     std::ostringstream os;
     os << kPrelude << "\nvoid " << fn
@@ -230,11 +278,12 @@ public:
     }
     os << scopes_[0].code.str();
     for (size_t d = 0; d < k_.loops.size(); d++) {
-      os << indent(static_cast<int>(d) + 1) << "for (int64_t r" << d << " = " << (d == 0 ? "begin" : "0") << "; r"
-         << d << " < " << (d == 0 ? "end" : std::to_string(k_.loops[d])) << "; r" << d << "++) {\n"
+      os << indent(static_cast<int>(d) + 1) << "for (int64_t r" << d << " = " << (d == 0 ? "begin" : "0") << "; r" << d
+         << " < " << (d == 0 ? "end" : std::to_string(k_.loops[d])) << "; r" << d << "++) {\n"
          << scopes_[d + 1].code.str();
     }
-    for (size_t d = k_.loops.size(); d-- > 0;) os << indent(static_cast<int>(d) + 1) << "}\n";
+    for (size_t d = k_.loops.size(); d-- > 0;)
+      os << indent(static_cast<int>(d) + 1) << "}\n";
     os << "}\n";
     return os.str();
   }
@@ -252,7 +301,7 @@ private:
   std::unordered_map<const UOp*, std::vector<int64_t>> deps_; // loop ids each node varies with
   std::deque<Scope> scopes_;
   std::vector<UOpPtr> reduces_; // every REDUCE, sources first
-  std::vector<size_t> open_; // scopes enclosing the code being emitted, outermost first
+  std::vector<size_t> open_;    // scopes enclosing the code being emitted, outermost first
   int next_ = 0;
 
   static std::string indent(int depth) { return std::string(2 * depth, ' '); }
@@ -265,7 +314,8 @@ private:
       for (int64_t r : deps_.at(s.get()))
         if (std::find(d.begin(), d.end(), r) == d.end()) d.push_back(r);
     if (n->op == Ops::REDUCE)
-      for (size_t i = 1; i < n->src.size(); i++) std::erase(d, std::get<int64_t>(n->src[i]->arg));
+      for (size_t i = 1; i < n->src.size(); i++)
+        std::erase(d, std::get<int64_t>(n->src[i]->arg));
     deps_[n.get()] = std::move(d);
   }
 
@@ -287,22 +337,33 @@ private:
   void emit(const UOpPtr& n) {
     if (names_.count(n.get())) return;
     switch (n->op) {
-    case Ops::CONST: names_[n.get()] = literal(n); return;
-    case Ops::RANGE: names_[n.get()] = "r" + std::to_string(std::get<int64_t>(n->arg)); return;
-    case Ops::PARAM: names_[n.get()] = "b" + std::to_string(std::get<int64_t>(n->arg)); return;
+    case Ops::CONST:
+      names_[n.get()] = literal(n);
+      return;
+    case Ops::RANGE:
+      names_[n.get()] = "r" + std::to_string(std::get<int64_t>(n->arg));
+      return;
+    case Ops::PARAM:
+      names_[n.get()] = "b" + std::to_string(std::get<int64_t>(n->arg));
+      return;
     case Ops::ARG:
       names_[n.get()] = std::string("((") + reg_type(n->dtype) + ")" + (is_float(n->dtype) ? "fvars[" : "ivars[") +
                         std::to_string(std::get<int64_t>(n->arg)) + "])";
       return;
-    case Ops::REDUCE: return emit_reduce(n);
-    default: break;
+    case Ops::REDUCE:
+      return emit_reduce(n);
+    default:
+      break;
     }
-    for (const UOpPtr& s : n->src) emit(s);
+    for (const UOpPtr& s : n->src)
+      emit(s);
     Scope& sc = scopes_[open_[home(n)]];
     std::string ind = indent(sc.depth);
     if (n->op == Ops::STORE) {
-      if (n->src.size() > 3) sc.code << ind << "if (" << ref(n->src[3]) << ")\n" << ind << "  ";
-      else sc.code << ind;
+      if (n->src.size() > 3)
+        sc.code << ind << "if (" << ref(n->src[3]) << ")\n" << ind << "  ";
+      else
+        sc.code << ind;
       sc.code << ref(n->src[0]) << "[" << ref(n->src[1]) << "] = " << to_storage(n->src[2]->dtype, ref(n->src[2]))
               << ";\n";
       return;
@@ -321,8 +382,8 @@ private:
       DType from = n->src[0]->dtype;
       sc.code << ind << reg_type(n->dtype) << " " << v << ";\n"
               << ind << "{ " << info(from).c_name << " s = " << to_storage(from, ref(n->src[0])) << "; "
-              << info(n->dtype).c_name << " d; memcpy(&d, &s, sizeof d); " << v << " = "
-              << from_storage(n->dtype, "d") << "; }\n";
+              << info(n->dtype).c_name << " d; memcpy(&d, &s, sizeof d); " << v << " = " << from_storage(n->dtype, "d")
+              << "; }\n";
       return;
     } else if (is_unary(n->op)) {
       e = render_unary(n->op, n->src[0]->dtype, ref(n->src[0]));
@@ -334,8 +395,7 @@ private:
       throw std::logic_error(std::string("render_c: cannot render ") + op_name(n->op));
     }
     // Narrow ints are promoted by C; store them back in their own width so they wrap as torch's do.
-    sc.code << ind << "const " << reg_type(n->dtype) << " " << v << " = (" << reg_type(n->dtype) << ")(" << e
-            << ");\n";
+    sc.code << ind << "const " << reg_type(n->dtype) << " " << v << " = (" << reg_type(n->dtype) << ")(" << e << ");\n";
   }
 
   // A REDUCE and every other not-yet-emitted REDUCE over the same loop variables in the same scope
@@ -351,11 +411,13 @@ private:
     // The loop body: a scope nested in `target`; what it reads that does not vary in it goes outside.
     Scope& body = scopes_.emplace_back();
     body.depth = target.depth + static_cast<int>(n->src.size()) - 1;
-    for (size_t i = 1; i < n->src.size(); i++) body.reduce_ranges.push_back(std::get<int64_t>(n->src[i]->arg));
+    for (size_t i = 1; i < n->src.size(); i++)
+      body.reduce_ranges.push_back(std::get<int64_t>(n->src[i]->arg));
     std::vector<size_t> saved = open_;
     open_.resize(at + 1);
     open_.push_back(scopes_.size() - 1);
-    for (const UOpPtr& m : group) emit(m->src[0]);
+    for (const UOpPtr& m : group)
+      emit(m->src[0]);
     open_ = saved;
 
     std::string ind = indent(target.depth);
@@ -382,17 +444,27 @@ private:
       bool reassociate = (group.size() == 1 || k_.vectorize_reduce) && is_float(dt) &&
                          (m->reduce_arg().op == Ops::ADD || m->reduce_arg().op == Ops::MUL);
       switch (m->reduce_arg().op) {
-      case Ops::ADD: update = dt == DType::Bool ? acc + " | " + v : acc + " + " + v; break;
-      case Ops::MUL: update = dt == DType::Bool ? acc + " & " + v : acc + " * " + v; break;
-      case Ops::MAX: update = render_binary(Ops::MAX, dt, dt, acc, v); break;
-      case Ops::MIN: update = render_binary(Ops::MIN, dt, dt, acc, v); break;
-      default: throw std::logic_error("render_c: bad reduce op");
+      case Ops::ADD:
+        update = dt == DType::Bool ? acc + " | " + v : acc + " + " + v;
+        break;
+      case Ops::MUL:
+        update = dt == DType::Bool ? acc + " & " + v : acc + " * " + v;
+        break;
+      case Ops::MAX:
+        update = render_binary(Ops::MAX, dt, dt, acc, v);
+        break;
+      case Ops::MIN:
+        update = render_binary(Ops::MIN, dt, dt, acc, v);
+        break;
+      default:
+        throw std::logic_error("render_c: bad reduce op");
       }
       if (reassociate) target.code << bind << "{\n#pragma clang fp reassociate(on)\n";
       target.code << bind << acc << " = (" << reg_type(dt) << ")(" << update << ");\n";
       if (reassociate) target.code << bind << "}\n";
     }
-    for (size_t i = n->src.size() - 1; i >= 1; i--) target.code << indent(target.depth + static_cast<int>(i) - 1) << "}\n";
+    for (size_t i = n->src.size() - 1; i >= 1; i--)
+      target.code << indent(target.depth + static_cast<int>(i) - 1) << "}\n";
   }
 };
 

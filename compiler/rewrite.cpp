@@ -15,9 +15,11 @@ PatternMatcher::PatternMatcher(std::string name, std::vector<Entry> entries)
 }
 
 void PatternMatcher::index() {
-  for (auto& list : by_op_) list.clear();
+  for (auto& list : by_op_)
+    list.clear();
   for (const Entry& e : entries_)
-    for (Ops op : e.ops) by_op_[static_cast<size_t>(op)].push_back(&e.rule);
+    for (Ops op : e.ops)
+      by_op_[static_cast<size_t>(op)].push_back(&e.rule);
 }
 
 UOpPtr PatternMatcher::rewrite(const UOpPtr& n) const {
@@ -65,7 +67,8 @@ UOpPtr rewrite_graph(const UOpPtr& root, const std::function<UOpPtr(const UOpPtr
     if (f.stage == 1) {
       std::vector<UOpPtr> src;
       src.reserve(f.n->src.size());
-      for (const UOpPtr& s : f.n->src) src.push_back(done.at(s.get()).second);
+      for (const UOpPtr& s : f.n->src)
+        src.push_back(done.at(s.get()).second);
       UOpPtr rebuilt = with_src(f.n, std::move(src));
       UOpPtr r = step(rebuilt);
       if (!r) {
@@ -119,7 +122,8 @@ UOpPtr substitute(const UOpPtr& root, const std::function<UOpPtr(const UOpPtr&)>
       continue;
     }
     std::vector<UOpPtr> src;
-    for (const UOpPtr& s : n->src) src.push_back(done.at(s.get()).second);
+    for (const UOpPtr& s : n->src)
+      src.push_back(done.at(s.get()).second);
     done[n.get()] = {n, with_src(n, std::move(src))};
     stack.pop_back();
   }
@@ -142,9 +146,15 @@ UOpPtr fold_const(const UOpPtr& n) {
   if (n->src.size() != 2) return nullptr;
   int64_t a = n->src[0]->const_i(), b = n->src[1]->const_i(), r;
   switch (n->op) {
-  case Ops::ADD: r = a + b; break;
-  case Ops::SUB: r = a - b; break;
-  case Ops::MUL: r = a * b; break;
+  case Ops::ADD:
+    r = a + b;
+    break;
+  case Ops::SUB:
+    r = a - b;
+    break;
+  case Ops::MUL:
+    r = a * b;
+    break;
   case Ops::IDIV:
     if (b == 0) return nullptr;
     r = a / b;
@@ -153,16 +163,35 @@ UOpPtr fold_const(const UOpPtr& n) {
     if (b == 0) return nullptr;
     r = a % b;
     break;
-  case Ops::MAX: r = std::max(a, b); break;
-  case Ops::MIN: r = std::min(a, b); break;
-  case Ops::CMPLT: r = a < b; break;
-  case Ops::CMPLE: r = a <= b; break;
-  case Ops::CMPEQ: r = a == b; break;
-  case Ops::CMPNE: r = a != b; break;
-  case Ops::AND: r = a & b; break;
-  case Ops::OR: r = a | b; break;
-  case Ops::XOR: r = a ^ b; break;
-  default: return nullptr;
+  case Ops::MAX:
+    r = std::max(a, b);
+    break;
+  case Ops::MIN:
+    r = std::min(a, b);
+    break;
+  case Ops::CMPLT:
+    r = a < b;
+    break;
+  case Ops::CMPLE:
+    r = a <= b;
+    break;
+  case Ops::CMPEQ:
+    r = a == b;
+    break;
+  case Ops::CMPNE:
+    r = a != b;
+    break;
+  case Ops::AND:
+    r = a & b;
+    break;
+  case Ops::OR:
+    r = a | b;
+    break;
+  case Ops::XOR:
+    r = a ^ b;
+    break;
+  default:
+    return nullptr;
   }
   return const_int(n->dtype, r);
 }
@@ -218,7 +247,8 @@ bool recombine_digits(Sum& s) {
       auto [hi, k2] = s.terms[j];
       if (j == i || k2 != c * k) continue;
       UOpPtr merged;
-      if (hi->op == Ops::IDIV && hi->src[0] == x && is_c(hi->src[1], c)) merged = x;
+      if (hi->op == Ops::IDIV && hi->src[0] == x && is_c(hi->src[1], c))
+        merged = x;
       else if (hi->op == Ops::MOD && is_c(hi->src[1]) && hi->src[0]->op == Ops::IDIV && hi->src[0]->src[0] == x &&
                is_c(hi->src[0]->src[1], c))
         merged = UOp::make(Ops::MOD, kIndex, {x, idx_const(c * hi->src[1]->const_i())});
@@ -250,7 +280,8 @@ UOpPtr simplify_mul(const UOpPtr& n) {
   int64_t c = b->const_i();
   if (c == 1) return a;
   if (c == 0) return idx_const(0);
-  if (a->op == Ops::MUL && is_c(a->src[1])) return UOp::make(Ops::MUL, kIndex, {a->src[0], idx_const(a->src[1]->const_i() * c)});
+  if (a->op == Ops::MUL && is_c(a->src[1]))
+    return UOp::make(Ops::MUL, kIndex, {a->src[0], idx_const(a->src[1]->const_i() * c)});
   if (a->op == Ops::ADD) return simplify_add(UOp::make(Ops::ADD, kIndex, {a->src[0] * b, a->src[1] * b}));
   return nullptr;
 }
@@ -272,8 +303,10 @@ UOpPtr simplify_divmod(const UOpPtr& n) {
   flatten_sum(x, 1, s);
   Sum whole, rest;
   for (auto& [base, coef] : s.terms) {
-    if (coef % c == 0) whole.add(base, coef / c);
-    else rest.add(base, coef);
+    if (coef % c == 0)
+      whole.add(base, coef / c);
+    else
+      rest.add(base, coef);
   }
   whole.constant = s.constant / c * (s.constant >= 0 ? 1 : 0);
   rest.constant = s.constant - whole.constant * c;
@@ -313,16 +346,16 @@ UOpPtr simplify_logic(const UOpPtr& n) {
 
 } // namespace
 
-const PatternMatcher symbolic("symbolic", {
-                                              {{Ops::ADD, Ops::SUB, Ops::MUL, Ops::IDIV, Ops::MOD, Ops::MAX, Ops::MIN,
-                                                Ops::CMPLT, Ops::CMPLE, Ops::CMPEQ, Ops::CMPNE, Ops::AND, Ops::OR,
-                                                Ops::XOR, Ops::WHERE},
-                                               fold_const},
-                                              {{Ops::ADD}, simplify_add},
-                                              {{Ops::MUL}, simplify_mul},
-                                              {{Ops::IDIV, Ops::MOD}, simplify_divmod},
-                                              {{Ops::CMPLT}, simplify_cmp},
-                                              {{Ops::AND, Ops::OR}, simplify_logic},
-                                          });
+const PatternMatcher symbolic("symbolic",
+                              {
+                                  {{Ops::ADD, Ops::SUB, Ops::MUL, Ops::IDIV, Ops::MOD, Ops::MAX, Ops::MIN, Ops::CMPLT,
+                                    Ops::CMPLE, Ops::CMPEQ, Ops::CMPNE, Ops::AND, Ops::OR, Ops::XOR, Ops::WHERE},
+                                   fold_const},
+                                  {{Ops::ADD}, simplify_add},
+                                  {{Ops::MUL}, simplify_mul},
+                                  {{Ops::IDIV, Ops::MOD}, simplify_divmod},
+                                  {{Ops::CMPLT}, simplify_cmp},
+                                  {{Ops::AND, Ops::OR}, simplify_logic},
+                              });
 
 } // namespace tiny

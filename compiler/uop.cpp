@@ -1,9 +1,9 @@
 #include "compiler/uop.h"
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cstring>
-#include <algorithm>
 #include <functional>
 #include <limits>
 #include <mutex>
@@ -17,10 +17,12 @@ namespace tiny {
 namespace {
 
 constexpr const char* kOpNames[] = {
-    "BUFFER", "CONST", "DEFINE_VAR", "IOTA", "VIEW", "NEG", "NOT", "BITNOT", "ABS", "SQRT", "EXP", "EXP2", "LOG", "LOG2", "SIN", "COS",
-    "TAN", "TANH", "ERF", "FLOOR", "CEIL", "RINT", "TRUNC", "RECIP", "LOG1P", "EXPM1", "ADD", "SUB", "MUL",
-    "FDIV", "IDIV", "MOD", "POW", "MAX", "MIN", "CMPLT", "CMPLE", "CMPEQ", "CMPNE", "AND", "OR", "XOR", "SHL",
-    "SHR", "WHERE", "CAST", "BITCAST", "REDUCE", "CONTIGUOUS", "ASSIGN", "GATHER", "SCATTER", "PARAM", "ARG", "RANGE", "LOAD", "STORE", "SINK"};
+    "BUFFER", "CONST",   "DEFINE_VAR", "IOTA",  "VIEW",  "NEG",   "NOT",     "BITNOT", "ABS",        "SQRT",
+    "EXP",    "EXP2",    "LOG",        "LOG2",  "SIN",   "COS",   "TAN",     "TANH",   "ERF",        "FLOOR",
+    "CEIL",   "RINT",    "TRUNC",      "RECIP", "LOG1P", "EXPM1", "ADD",     "SUB",    "MUL",        "FDIV",
+    "IDIV",   "MOD",     "POW",        "MAX",   "MIN",   "CMPLT", "CMPLE",   "CMPEQ",  "CMPNE",      "AND",
+    "OR",     "XOR",     "SHL",        "SHR",   "WHERE", "CAST",  "BITCAST", "REDUCE", "CONTIGUOUS", "ASSIGN",
+    "GATHER", "SCATTER", "PARAM",      "ARG",   "RANGE", "LOAD",  "STORE",   "SINK"};
 static_assert(sizeof(kOpNames) / sizeof(kOpNames[0]) == static_cast<size_t>(Ops::SINK) + 1);
 
 void mix(size_t& h, size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); }
@@ -29,43 +31,57 @@ size_t arg_hash(const Arg& a) {
   return std::visit(
       [](const auto& v) -> size_t {
         using T = std::decay_t<decltype(v)>;
-        if constexpr (std::is_same_v<T, std::monostate>) return 0;
-        else if constexpr (std::is_same_v<T, int64_t>) return std::hash<int64_t>{}(v);
-        else if constexpr (std::is_same_v<T, double>) return std::hash<uint64_t>{}(std::bit_cast<uint64_t>(v));
-        else if constexpr (std::is_same_v<T, BufferRef>) return std::hash<const void*>{}(v.get());
+        if constexpr (std::is_same_v<T, std::monostate>)
+          return 0;
+        else if constexpr (std::is_same_v<T, int64_t>)
+          return std::hash<int64_t>{}(v);
+        else if constexpr (std::is_same_v<T, double>)
+          return std::hash<uint64_t>{}(std::bit_cast<uint64_t>(v));
+        else if constexpr (std::is_same_v<T, BufferRef>)
+          return std::hash<const void*>{}(v.get());
         else if constexpr (std::is_same_v<T, ReduceArg>) {
           size_t h = static_cast<size_t>(v.op);
-          for (int64_t a : v.axes) mix(h, static_cast<size_t>(a));
+          for (int64_t a : v.axes)
+            mix(h, static_cast<size_t>(a));
           return h;
-        }
-        else return v.hash();
+        } else
+          return v.hash();
       },
       a);
 }
 
 bool arg_equal(const Arg& a, const Arg& b) {
   if (a.index() != b.index()) return false;
-  if (auto* x = std::get_if<double>(&a)) return std::bit_cast<uint64_t>(*x) == std::bit_cast<uint64_t>(std::get<double>(b));
+  if (auto* x = std::get_if<double>(&a))
+    return std::bit_cast<uint64_t>(*x) == std::bit_cast<uint64_t>(std::get<double>(b));
   return a == b;
 }
 
 Shape infer_shape(Ops op, const std::vector<UOpPtr>& src, const Arg& arg) {
   switch (op) {
-  case Ops::BUFFER: return {std::get<BufferRef>(arg)->numel};
-  case Ops::IOTA: return {std::get<int64_t>(arg)};
-  case Ops::VIEW: return std::get<ShapeTracker>(arg).shape();
+  case Ops::BUFFER:
+    return {std::get<BufferRef>(arg)->numel};
+  case Ops::IOTA:
+    return {std::get<int64_t>(arg)};
+  case Ops::VIEW:
+    return std::get<ShapeTracker>(arg).shape();
   case Ops::ASSIGN:
-  case Ops::SCATTER: return src[0]->shape;
-  case Ops::GATHER: return src[1]->shape;
-  case Ops::CONTIGUOUS: return src[0]->shape;
+  case Ops::SCATTER:
+    return src[0]->shape;
+  case Ops::GATHER:
+    return src[1]->shape;
+  case Ops::CONTIGUOUS:
+    return src[0]->shape;
   case Ops::REDUCE: {
     if (src.size() > 1) return {}; // kernel-level: a scalar accumulator
     Shape s = src[0]->shape;
-    for (int64_t a : std::get<ReduceArg>(arg).axes) s.at(a) = 1;
+    for (int64_t a : std::get<ReduceArg>(arg).axes)
+      s.at(a) = 1;
     return s;
   }
   case Ops::CAST:
-  case Ops::BITCAST: return src[0]->shape;
+  case Ops::BITCAST:
+    return src[0]->shape;
   default:
     if (is_alu(op)) {
       for (const UOpPtr& s : src)
@@ -90,10 +106,12 @@ std::pair<int64_t, int64_t> infer_bounds(Ops op, DType dtype, const std::vector<
     int64_t v = std::holds_alternative<int64_t>(arg) ? std::get<int64_t>(arg) : 0;
     return {v, v};
   }
-  case Ops::RANGE: return {0, src[0]->vmax - 1};
+  case Ops::RANGE:
+    return {0, src[0]->vmax - 1};
   case Ops::ADD: {
     int64_t lo, hi;
-    if (__builtin_add_overflow(src[0]->vmin, src[1]->vmin, &lo) || __builtin_add_overflow(src[0]->vmax, src[1]->vmax, &hi))
+    if (__builtin_add_overflow(src[0]->vmin, src[1]->vmin, &lo) ||
+        __builtin_add_overflow(src[0]->vmax, src[1]->vmax, &hi))
       return full;
     return {lo, hi};
   }
@@ -113,10 +131,14 @@ std::pair<int64_t, int64_t> infer_bounds(Ops op, DType dtype, const std::vector<
     if (src[1]->op == Ops::CONST && src[1]->vmin > 0 && src[0]->vmin >= 0)
       return {0, std::min(src[0]->vmax, src[1]->vmin - 1)};
     return full;
-  case Ops::MAX: return {std::max(src[0]->vmin, src[1]->vmin), std::max(src[0]->vmax, src[1]->vmax)};
-  case Ops::MIN: return {std::min(src[0]->vmin, src[1]->vmin), std::min(src[0]->vmax, src[1]->vmax)};
-  case Ops::WHERE: return {std::min(src[1]->vmin, src[2]->vmin), std::max(src[1]->vmax, src[2]->vmax)};
-  default: return full;
+  case Ops::MAX:
+    return {std::max(src[0]->vmin, src[1]->vmin), std::max(src[0]->vmax, src[1]->vmax)};
+  case Ops::MIN:
+    return {std::min(src[0]->vmin, src[1]->vmin), std::min(src[0]->vmax, src[1]->vmax)};
+  case Ops::WHERE:
+    return {std::min(src[1]->vmin, src[2]->vmin), std::max(src[1]->vmax, src[2]->vmax)};
+  default:
+    return full;
   }
 }
 
@@ -141,8 +163,8 @@ struct InternTable {
 
 UOp::UOp(Ops op_, DType dtype_, std::vector<UOpPtr> src_, Arg arg_, Shape shape_, size_t hash,
          std::pair<int64_t, int64_t> bounds)
-    : op(op_), dtype(dtype_), src(std::move(src_)), arg(std::move(arg_)), shape(std::move(shape_)),
-      vmin(bounds.first), vmax(bounds.second), hash_(hash) {}
+    : op(op_), dtype(dtype_), src(std::move(src_)), arg(std::move(arg_)), shape(std::move(shape_)), vmin(bounds.first),
+      vmax(bounds.second), hash_(hash) {}
 
 UOp::~UOp() {
   if (!interned_) return;
@@ -158,7 +180,8 @@ UOp::~UOp() {
 
 UOpPtr UOp::make(Ops op, DType dtype, std::vector<UOpPtr> src, Arg arg) {
   size_t h = static_cast<size_t>(op) * 131 + static_cast<size_t>(dtype);
-  for (const UOpPtr& s : src) mix(h, std::hash<const void*>{}(s.get()));
+  for (const UOpPtr& s : src)
+    mix(h, std::hash<const void*>{}(s.get()));
   mix(h, arg_hash(arg));
   InternTable& t = InternTable::get();
   {
@@ -168,7 +191,8 @@ UOpPtr UOp::make(Ops op, DType dtype, std::vector<UOpPtr> src, Arg arg) {
       UOp* n = it->second;
       if (n->op != op || n->dtype != dtype || n->src.size() != src.size()) continue;
       bool same = true;
-      for (size_t i = 0; i < src.size() && same; i++) same = n->src[i] == src[i];
+      for (size_t i = 0; i < src.size() && same; i++)
+        same = n->src[i] == src[i];
       if (!same || !arg_equal(n->arg, arg)) continue;
       if (UOpPtr alive = n->weak_from_this().lock()) return alive;
     }
@@ -210,18 +234,23 @@ std::string UOp::str() const {
   os << op_name(op) << ":" << name(dtype);
   if (!shape.empty()) {
     os << "[";
-    for (size_t i = 0; i < shape.size(); i++) os << (i ? "," : "") << shape[i];
+    for (size_t i = 0; i < shape.size(); i++)
+      os << (i ? "," : "") << shape[i];
     os << "]";
   }
   std::visit(
       [&](const auto& v) {
         using T = std::decay_t<decltype(v)>;
-        if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, double>) os << " " << v;
-        else if constexpr (std::is_same_v<T, BufferRef>) os << " buf@" << v.get();
-        else if constexpr (std::is_same_v<T, ShapeTracker> || std::is_same_v<T, View>) os << " " << v.str();
+        if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, double>)
+          os << " " << v;
+        else if constexpr (std::is_same_v<T, BufferRef>)
+          os << " buf@" << v.get();
+        else if constexpr (std::is_same_v<T, ShapeTracker> || std::is_same_v<T, View>)
+          os << " " << v.str();
         else if constexpr (std::is_same_v<T, ReduceArg>) {
           os << " " << op_name(v.op) << " axes=(";
-          for (int64_t a : v.axes) os << a << ",";
+          for (int64_t a : v.axes)
+            os << a << ",";
           os << ")";
         }
       },
@@ -236,7 +265,8 @@ std::string UOp::tree_str() const {
     int id = static_cast<int>(ids.size());
     ids[n.get()] = id;
     os << "%" << id << " = " << n->str();
-    for (const UOpPtr& s : n->src) os << " %" << ids[s.get()];
+    for (const UOpPtr& s : n->src)
+      os << " %" << ids[s.get()];
     os << "\n";
   }
   return os.str();

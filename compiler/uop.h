@@ -26,9 +26,46 @@ enum class Ops : uint8_t {
   // Movement
   VIEW, // arg = ShapeTracker over src[0]
   // Unary ALU
-  NEG, NOT, BITNOT, ABS, SQRT, EXP, EXP2, LOG, LOG2, SIN, COS, TAN, TANH, ERF, FLOOR, CEIL, RINT, TRUNC, RECIP, LOG1P, EXPM1,
+  NEG,
+  NOT,
+  BITNOT,
+  ABS,
+  SQRT,
+  EXP,
+  EXP2,
+  LOG,
+  LOG2,
+  SIN,
+  COS,
+  TAN,
+  TANH,
+  ERF,
+  FLOOR,
+  CEIL,
+  RINT,
+  TRUNC,
+  RECIP,
+  LOG1P,
+  EXPM1,
   // Binary ALU
-  ADD, SUB, MUL, FDIV, IDIV, MOD, POW, MAX, MIN, CMPLT, CMPLE, CMPEQ, CMPNE, AND, OR, XOR, SHL, SHR,
+  ADD,
+  SUB,
+  MUL,
+  FDIV,
+  IDIV,
+  MOD,
+  POW,
+  MAX,
+  MIN,
+  CMPLT,
+  CMPLE,
+  CMPEQ,
+  CMPNE,
+  AND,
+  OR,
+  XOR,
+  SHL,
+  SHR,
   // Ternary ALU
   WHERE,
   CAST,
@@ -103,11 +140,12 @@ public:
   bool is_const() const { return op == Ops::CONST; }
   double const_f() const;
   int64_t const_i() const;
-  std::string str() const;       // one node
-  std::string tree_str() const;  // the graph below, for debugging
+  std::string str() const;      // one node
+  std::string tree_str() const; // the graph below, for debugging
   size_t hash() const { return hash_; }
 
-  UOp(Ops op, DType dtype, std::vector<UOpPtr> src, Arg arg, Shape shape, size_t hash, std::pair<int64_t, int64_t> bounds);
+  UOp(Ops op, DType dtype, std::vector<UOpPtr> src, Arg arg, Shape shape, size_t hash,
+      std::pair<int64_t, int64_t> bounds);
   UOp(const UOp&) = delete;
   UOp& operator=(const UOp&) = delete;
 

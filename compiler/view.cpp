@@ -10,7 +10,8 @@ namespace tiny {
 
 int64_t prod(const Shape& s) {
   int64_t p = 1;
-  for (int64_t v : s) p *= v;
+  for (int64_t v : s)
+    p *= v;
   return p;
 }
 
@@ -38,17 +39,21 @@ static void hash_mix(size_t& h, size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h 
 
 size_t View::hash() const {
   size_t h = shape.size();
-  for (int64_t v : shape) hash_mix(h, std::hash<int64_t>{}(v));
-  for (int64_t v : strides) hash_mix(h, std::hash<int64_t>{}(v));
+  for (int64_t v : shape)
+    hash_mix(h, std::hash<int64_t>{}(v));
+  for (int64_t v : strides)
+    hash_mix(h, std::hash<int64_t>{}(v));
   hash_mix(h, std::hash<int64_t>{}(offset));
   if (mask)
-    for (auto [b, e] : *mask) hash_mix(h, std::hash<int64_t>{}(b * 31 + e));
+    for (auto [b, e] : *mask)
+      hash_mix(h, std::hash<int64_t>{}(b * 31 + e));
   return h;
 }
 
 static std::string join(const Shape& s) {
   std::ostringstream os;
-  for (size_t i = 0; i < s.size(); i++) os << (i ? "," : "") << s[i];
+  for (size_t i = 0; i < s.size(); i++)
+    os << (i ? "," : "") << s[i];
   return os.str();
 }
 
@@ -57,7 +62,8 @@ std::string View::str() const {
   os << "View(shape=(" << join(shape) << "), strides=(" << join(strides) << "), offset=" << offset;
   if (mask) {
     os << ", mask=(";
-    for (auto [b, e] : *mask) os << "(" << b << "," << e << ")";
+    for (auto [b, e] : *mask)
+      os << "(" << b << "," << e << ")";
     os << ")";
   }
   os << ")";
@@ -75,7 +81,8 @@ std::optional<View> compose(const View& inner, const View& outer) {
   if (inner.mask || outer.offset < 0 || prod(S) == 0) return std::nullopt;
   size_t n = S.size();
   Shape suffix(n, 1), start(n, 0);
-  for (size_t d = n; d-- > 1;) suffix[d - 1] = suffix[d] * S[d];
+  for (size_t d = n; d-- > 1;)
+    suffix[d - 1] = suffix[d] * S[d];
   int64_t o = outer.offset;
   for (size_t d = 0; d < n; d++) {
     start[d] = o / suffix[d];
@@ -83,7 +90,8 @@ std::optional<View> compose(const View& inner, const View& outer) {
   }
   if (n > 0 && start[0] >= S[0] && prod(outer.shape) > 0) return std::nullopt;
   View out{outer.shape, Shape(outer.shape.size(), 0), inner.offset, outer.mask};
-  for (size_t d = 0; d < n; d++) out.offset += start[d] * inner.strides[d];
+  for (size_t d = 0; d < n; d++)
+    out.offset += start[d] * inner.strides[d];
   for (size_t j = 0; j < outer.shape.size(); j++) {
     int64_t t = outer.strides[j];
     if (t == 0 || outer.shape[j] == 1) continue;
@@ -106,8 +114,10 @@ std::optional<View> compose(const View& inner, const View& outer) {
 // A view of a view is one view when the two compose (always for a contiguous source).
 ShapeTracker ShapeTracker::push(View v) const {
   ShapeTracker out = *this;
-  if (auto c = compose(out.views.back(), v)) out.views.back() = std::move(*c);
-  else out.views.push_back(std::move(v));
+  if (auto c = compose(out.views.back(), v))
+    out.views.back() = std::move(*c);
+  else
+    out.views.push_back(std::move(v));
   return out;
 }
 
@@ -189,9 +199,9 @@ ShapeTracker ShapeTracker::expand(const Shape& shape) const {
     e.strides[i] = broadcast ? 0 : v.strides[j];
     if (e.mask) {
       auto [b, en] = (*v.mask)[j];
-      (*e.mask)[i] = broadcast ? (b == 0 && en == 1 ? std::pair<int64_t, int64_t>{0, shape[i]}
-                                                    : std::pair<int64_t, int64_t>{0, 0})
-                               : std::pair<int64_t, int64_t>{b, en};
+      (*e.mask)[i] =
+          broadcast ? (b == 0 && en == 1 ? std::pair<int64_t, int64_t>{0, shape[i]} : std::pair<int64_t, int64_t>{0, 0})
+                    : std::pair<int64_t, int64_t>{b, en};
     }
   }
   ShapeTracker out = *this;
@@ -202,7 +212,8 @@ ShapeTracker ShapeTracker::expand(const Shape& shape) const {
 ShapeTracker ShapeTracker::pad(const std::vector<std::pair<int64_t, int64_t>>& pads) const {
   View v = views.back();
   bool any = false;
-  for (auto [b, a] : pads) any = any || b != 0 || a != 0;
+  for (auto [b, a] : pads)
+    any = any || b != 0 || a != 0;
   if (!any) return *this;
   std::vector<std::pair<int64_t, int64_t>> mask(v.shape.size());
   for (size_t d = 0; d < v.shape.size(); d++) {
@@ -233,7 +244,8 @@ ShapeTracker ShapeTracker::shrink(const std::vector<std::pair<int64_t, int64_t>>
   }
   if (v.mask) {
     bool full = true;
-    for (size_t d = 0; d < v.shape.size(); d++) full = full && (*v.mask)[d] == std::pair<int64_t, int64_t>{0, v.shape[d]};
+    for (size_t d = 0; d < v.shape.size(); d++)
+      full = full && (*v.mask)[d] == std::pair<int64_t, int64_t>{0, v.shape[d]};
     if (full) v.mask.reset();
   }
   ShapeTracker out = *this;
@@ -259,19 +271,22 @@ ShapeTracker ShapeTracker::flip(const std::vector<bool>& axes) const {
 
 ShapeTracker ShapeTracker::on_top_of(const ShapeTracker& inner) const {
   ShapeTracker out = inner;
-  for (const View& v : views) out = out.push(v);
+  for (const View& v : views)
+    out = out.push(v);
   return out;
 }
 
 size_t ShapeTracker::hash() const {
   size_t h = views.size();
-  for (const View& v : views) hash_mix(h, v.hash());
+  for (const View& v : views)
+    hash_mix(h, v.hash());
   return h;
 }
 
 std::string ShapeTracker::str() const {
   std::string s = "ShapeTracker(";
-  for (const View& v : views) s += v.str() + ";";
+  for (const View& v : views)
+    s += v.str() + ";";
   return s + ")";
 }
 

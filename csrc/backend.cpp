@@ -206,8 +206,8 @@ const at::Generator& default_generator(c10::DeviceIndex index) {
 
 uint64_t random_key(const std::optional<at::Generator>& gen, c10::Device device) {
   at::Generator g = gen.has_value() && gen->defined() ? *gen : default_generator(device.index());
-  TORCH_CHECK(g.device().type() == kTiny, "Expected a '", c10::DeviceType(kTiny), "' device type for generator but found '",
-              g.device().type(), "'");
+  TORCH_CHECK(g.device().type() == kTiny, "Expected a '", c10::DeviceType(kTiny),
+              "' device type for generator but found '", g.device().type(), "'");
   std::lock_guard lock(g.mutex());
   return g.get<TinyGenerator>()->random64();
 }

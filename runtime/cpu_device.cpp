@@ -70,7 +70,8 @@ private:
   }
   void trim_locked() {
     for (auto& [size, list] : free_)
-      for (void* p : list) std::free(p);
+      for (void* p : list)
+        std::free(p);
     free_.clear();
     cached_bytes_ = 0;
   }
@@ -122,7 +123,8 @@ public:
     fs::path so = dir / (base + ".so"), c = dir / (base + ".c"), log = dir / (base + ".log");
     std::ofstream(c) << src;
     fs::path tmp = dir / (base + ".so." + std::to_string(getpid()));
-    std::string cmd = cc_ + " " + flags_ + " -o '" + tmp.string() + "' '" + c.string() + "' -lm 2>'" + log.string() + "'";
+    std::string cmd =
+        cc_ + " " + flags_ + " -o '" + tmp.string() + "' '" + c.string() + "' -lm 2>'" + log.string() + "'";
     if (std::system(cmd.c_str()) != 0) {
       std::ifstream in(log);
       std::stringstream msg;

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <numeric>
 #include <stdexcept>
-#include <map>
 
 #include "runtime/debug.h"
 #include "runtime/device.h"
@@ -73,9 +73,7 @@ ShapeTracker storage_order(const StridedView& v) {
   return ShapeTracker::from_shape(v.sizes).permute(order).reshape({prod(v.sizes)});
 }
 
-bool is_contiguous_window(const StridedView& v) {
-  return View{v.sizes, v.strides, 0, std::nullopt}.is_contiguous();
-}
+bool is_contiguous_window(const StridedView& v) { return View{v.sizes, v.strides, 0, std::nullopt}.is_contiguous(); }
 
 } // namespace
 
@@ -126,8 +124,10 @@ void LazyBuffer::write(const StridedView& v, const UOpPtr& value) {
   UOpPtr c = content_locked(v.dtype);
   if (prod(v.sizes) == 0) return;
   UOpPtr val = bitcast(value, c->dtype);
-  if (covers_storage(v, c->shape[0])) content_ = view(val, storage_order(v));
-  else content_ = assign(c, val, View{v.sizes, v.strides, v.offset, std::nullopt});
+  if (covers_storage(v, c->shape[0]))
+    content_ = view(val, storage_order(v));
+  else
+    content_ = assign(c, val, View{v.sizes, v.strides, v.offset, std::nullopt});
   mark_pending();
 }
 
@@ -139,8 +139,10 @@ void LazyBuffer::scatter(DType dtype, const UOpPtr& index, const UOpPtr& value, 
   if (prod(index->shape) == 0) return;
   // Combining needs the elements as `dtype`: a storage first written as another type of the same size
   // is viewed as `dtype` for the scatter.
-  if (c->dtype == dtype) content_ = tiny::scatter(c, index, value, combine);
-  else content_ = bitcast(tiny::scatter(bitcast(c, dtype), index, value, combine), c->dtype);
+  if (c->dtype == dtype)
+    content_ = tiny::scatter(c, index, value, combine);
+  else
+    content_ = bitcast(tiny::scatter(bitcast(c, dtype), index, value, combine), c->dtype);
   mark_pending();
 }
 

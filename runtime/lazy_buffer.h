@@ -63,7 +63,7 @@ private:
   void copy_out_bytes(void* dst); // the whole storage, realized
   Device& device_;
   size_t nbytes_;
-  UOpPtr content_; // null until first use; flat array
+  UOpPtr content_;           // null until first use; flat array
   uint64_t pending_seq_ = 0; // position in the pending list (0: not pending)
   void mark_pending();
 };
@@ -73,13 +73,13 @@ void synchronize();
 
 // Counters reported by torch.tiny.stats().
 struct Stats {
-  std::atomic<int64_t> kernels{0};    // kernels launched
-  std::atomic<int64_t> compiles{0};   // programs compiled (not found in memory or on disk)
-  std::atomic<int64_t> cache_hits{0}; // programs found in the memory or disk cache
-  std::atomic<int64_t> disk_hits{0};  // programs loaded from the disk cache
+  std::atomic<int64_t> kernels{0};       // kernels launched
+  std::atomic<int64_t> compiles{0};      // programs compiled (not found in memory or on disk)
+  std::atomic<int64_t> cache_hits{0};    // programs found in the memory or disk cache
+  std::atomic<int64_t> disk_hits{0};     // programs loaded from the disk cache
   std::atomic<int64_t> schedule_hits{0}; // syncs replayed from the schedule cache
-  std::atomic<int64_t> syncs{0};      // realizes that ran at least one kernel
-  std::atomic<int64_t> fallbacks{0};  // CPU-fallback calls (counted by csrc)
+  std::atomic<int64_t> syncs{0};         // realizes that ran at least one kernel
+  std::atomic<int64_t> fallbacks{0};     // CPU-fallback calls (counted by csrc)
   std::atomic<int64_t> live_buffers{0};
   std::atomic<int64_t> live_bytes{0};
 };

@@ -5,7 +5,8 @@
 namespace tiny::runtime {
 
 ThreadPool::ThreadPool(int threads) {
-  for (int i = 1; i < threads; i++) workers_.emplace_back([this, i] { work(i); });
+  for (int i = 1; i < threads; i++)
+    workers_.emplace_back([this, i] { work(i); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -14,7 +15,8 @@ ThreadPool::~ThreadPool() {
     stop_ = true;
   }
   cv_.notify_all();
-  for (auto& t : workers_) t.join();
+  for (auto& t : workers_)
+    t.join();
 }
 
 ThreadPool& ThreadPool::get() {

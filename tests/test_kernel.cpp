@@ -29,7 +29,8 @@ std::vector<float> random_vec(size_t n, unsigned seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> d(-2, 2);
   std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
+  for (float& x : v)
+    x = d(rng);
   return v;
 }
 
@@ -42,7 +43,8 @@ TEST(Kernel, AFusedElementwiseKernelMatchesPlainLoops) {
   auto e = alu(Ops::MAX, alu(Ops::MUL, alu(Ops::ADD, a, b), two), alu(Ops::EXP, a));
   auto out = realize_value(e);
   auto got = values(out);
-  for (size_t i = 0; i < av.size(); i++) EXPECT_FLOAT_EQ(got[i], std::max((av[i] + bv[i]) * 2.0f, std::exp(av[i])));
+  for (size_t i = 0; i < av.size(); i++)
+    EXPECT_FLOAT_EQ(got[i], std::max((av[i] + bv[i]) * 2.0f, std::exp(av[i])));
 }
 
 TEST(Kernel, ATransposedReadMatchesPlainLoops) {
@@ -52,7 +54,8 @@ TEST(Kernel, ATransposedReadMatchesPlainLoops) {
   auto t = view(a, ShapeTracker::from_shape({R, C}).permute({1, 0}));
   auto got = values(realize_value(alu(Ops::NEG, t)));
   for (int64_t i = 0; i < C; i++)
-    for (int64_t j = 0; j < R; j++) EXPECT_EQ(got[i * R + j], -av[j * C + i]);
+    for (int64_t j = 0; j < R; j++)
+      EXPECT_EQ(got[i * R + j], -av[j * C + i]);
 }
 
 TEST(Kernel, AContiguousReadHasNoDivisionInItsIndex) {
@@ -88,12 +91,14 @@ TEST(Kernel, ASumOverAnAxisMatchesPlainLoops) {
   ASSERT_EQ(got1.size(), size_t(R));
   for (int64_t j = 0; j < C; j++) {
     float s = 0;
-    for (int64_t i = 0; i < R; i++) s += av[i * C + j];
+    for (int64_t i = 0; i < R; i++)
+      s += av[i * C + j];
     EXPECT_NEAR(got0[j], s, 1e-4);
   }
   for (int64_t i = 0; i < R; i++) {
     float m = -INFINITY;
-    for (int64_t j = 0; j < C; j++) m = std::max(m, av[i * C + j]);
+    for (int64_t j = 0; j < C; j++)
+      m = std::max(m, av[i * C + j]);
     EXPECT_EQ(got1[i], m);
   }
 }
@@ -115,9 +120,12 @@ TEST(Kernel, ASoftmaxIsOneKernelWithTheRowReductionsHoisted) {
   auto got = values(realize_value(sm));
   for (int64_t i = 0; i < R; i++) {
     float m = -INFINITY, s = 0;
-    for (int64_t j = 0; j < C; j++) m = std::max(m, av[i * C + j]);
-    for (int64_t j = 0; j < C; j++) s += std::exp(av[i * C + j] - m);
-    for (int64_t j = 0; j < C; j++) EXPECT_NEAR(got[i * C + j], std::exp(av[i * C + j] - m) / s, 1e-6);
+    for (int64_t j = 0; j < C; j++)
+      m = std::max(m, av[i * C + j]);
+    for (int64_t j = 0; j < C; j++)
+      s += std::exp(av[i * C + j] - m);
+    for (int64_t j = 0; j < C; j++)
+      EXPECT_NEAR(got[i * C + j], std::exp(av[i * C + j] - m) / s, 1e-6);
   }
 }
 
@@ -131,7 +139,8 @@ TEST(Kernel, AMatmulIsAReduceOfABroadcastProduct) {
   for (int64_t i = 0; i < M; i++)
     for (int64_t j = 0; j < N; j++) {
       float s = 0;
-      for (int64_t k = 0; k < K; k++) s += av[i * K + k] * bv[k * N + j];
+      for (int64_t k = 0; k < K; k++)
+        s += av[i * K + k] * bv[k * N + j];
       EXPECT_NEAR(got[i * N + j], s, 1e-5);
     }
 }
@@ -178,7 +187,8 @@ TEST(Kernel, ARowMajorRightOperandIsReadThroughATransposedCopy) {
   const int64_t M = 20, K = 7, N = 3;
   auto av = random_vec(M * K, 10), bv = random_vec(K * N, 11);
   auto a = expand(reshape(cast(buffer(filled(av)), DType::Float16), {M, 1, K}), {M, N, K});
-  auto b = expand(reshape(permute(reshape(cast(buffer(filled(bv)), DType::Float16), {K, N}), {1, 0}), {1, N, K}), {M, N, K});
+  auto b =
+      expand(reshape(permute(reshape(cast(buffer(filled(bv)), DType::Float16), {K, N}), {1, 0}), {1, N, K}), {M, N, K});
   auto p = reduce(alu(Ops::MUL, cast(a, DType::Float32), cast(b, DType::Float32)), Ops::ADD, {2});
   auto got = values(realize_value(p));
   ASSERT_EQ(got.size(), size_t(M * N));

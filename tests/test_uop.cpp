@@ -70,9 +70,9 @@ TEST(Rewrite, APatternMatcherRewritesBottomUpToAFixedPoint) {
                                        }},
                                   });
   auto x = UOp::make(Ops::DEFINE_VAR, DType::Float32, {}, int64_t{0});
-  auto e = UOp::make(Ops::ADD, DType::Float32,
-                     {UOp::make(Ops::MUL, DType::Float32, {x, const_float(DType::Float32, 1)}),
-                      const_float(DType::Float32, 0)});
+  auto e = UOp::make(
+      Ops::ADD, DType::Float32,
+      {UOp::make(Ops::MUL, DType::Float32, {x, const_float(DType::Float32, 1)}), const_float(DType::Float32, 0)});
   EXPECT_EQ(graph_rewrite(e, pm), x);
 }
 

@@ -1,0 +1,258 @@
+// Convolution, 1d/2d/3d, plain and transposed, with its backward: convolution_overrideable and
+// convolution_backward_overrideable, the two ops torch's _convolution and convolution_backward call for
+// a PrivateUse1 tensor (after their own shape checks, with 1d convolutions viewed as 2d).
+//
+// Each result is one reduce of a broadcast product, so it is one kernel with its epilogue (bias,
+// activation) fused:
+//   forward         out[n, g, o, y] = sum_{c, k} x[n, g, c, y * stride + k * dilation - padding] * w[g, o, c, k]
+//                   (a window view of the padded input: no im2col copy)
+//   grad_input      sum_{o, k} adjoint windows of grad_output (spread by the stride) * w[g, o, c, k]
+//   grad_weight     sum_{n, y} windows of the padded input * grad_output
+//   grad_bias       sum of grad_output over batch and positions
+// A transposed convolution is the input gradient of a plain one, and its backward is a plain forward
+// (grad_input) and a plain weight gradient with input and grad_output exchanged.
+//
+// float16/bfloat16 are computed in float32 and rounded once; integer dtypes (where torch's CPU kernels
+// take them) accumulate in their own dtype, which wraps exactly as the CPU kernels do.
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/MemoryFormat.h>
+#include <torch/library.h>
+
+#include <array>
+#include <optional>
+#include <tuple>
+
+#include "aten_ops/sliding_window.h"
+#include "csrc/tensor_bridge.h"
+
+namespace tiny {
+namespace {
+
+DType opmath(DType dt) { return dt == DType::Float16 || dt == DType::BFloat16 ? DType::Float32 : dt; }
+
+Shape ints(c10::IntArrayRef a) { return Shape(a.begin(), a.end()); }
+
+struct Conv {
+  window::Geometry g;
+  Shape output_padding;
+  int64_t groups;
+  bool transposed;
+  size_t dims() const { return g.dims(); }
+};
+
+// torch passes stride, padding, dilation and output_padding expanded to one value per spatial dim.
+Conv conv_args(const at::Tensor& weight, c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation,
+               bool transposed, c10::IntArrayRef output_padding, int64_t groups) {
+  size_t nd = static_cast<size_t>(weight.dim() - 2);
+  auto per_dim = [nd](c10::IntArrayRef a, const char* what, int64_t fill) {
+    TORCH_CHECK(a.size() == nd || a.size() == 1 || (a.empty() && fill >= 0), "expected ", what, " to be a single ",
+                "integer value or a list of ", nd, " values to match the convolution dimensions, but got ", what, "=",
+                a);
+    return a.empty() ? Shape(nd, fill) : a.size() == 1 ? Shape(nd, a[0]) : ints(a);
+  };
+  Conv c{{Shape(weight.sizes().begin() + 2, weight.sizes().end()), per_dim(stride, "stride", -1),
+          per_dim(padding, "padding", -1), per_dim(dilation, "dilation", -1)},
+         per_dim(output_padding, "output_padding", 0),
+         groups,
+         transposed};
+  TORCH_CHECK(groups > 0, "non-positive groups is not supported");
+  for (size_t i = 0; i < nd; i++) {
+    TORCH_CHECK(c.g.stride[i] > 0, "non-positive stride is not supported");
+    TORCH_CHECK(c.g.padding[i] >= 0, "negative padding is not supported");
+    TORCH_CHECK(c.g.dilation[i] > 0, "dilation should be greater than zero");
+    TORCH_CHECK(c.output_padding[i] >= 0, "negative output_padding is not supported");
+    TORCH_CHECK(!transposed || c.output_padding[i] < c.g.stride[i] || c.output_padding[i] < c.g.dilation[i],
+                "output padding must be smaller than either stride or dilation, but got output_padding=",
+                c.output_padding[i], ", stride=", c.g.stride[i], ", dilation=", c.g.dilation[i]);
+  }
+  return c;
+}
+
+// The dtypes torch's CPU convolution kernels take: floating types; integer types in the slow
+// (im2col + gemm) kernels only, which run plain undilated convolutions and, for int64, all of them.
+void check_dtypes(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                  const Conv& c) {
+  TORCH_CHECK(input.scalar_type() == weight.scalar_type(), "expected scalar type ", weight.scalar_type(), " but found ",
+              input.scalar_type());
+  if (bias && bias->defined())
+    TORCH_CHECK(bias->scalar_type() == input.scalar_type(), "Input type (", input.scalar_type(), ") and bias type (",
+                bias->scalar_type(), ") should be the same");
+  at::ScalarType st = input.scalar_type();
+  bool dilated = false;
+  for (int64_t d : c.g.dilation)
+    dilated = dilated || d != 1;
+  bool ok = at::isFloatingType(st) || st == at::kLong || (at::isIntegralType(st, false) && !c.transposed && !dilated);
+  TORCH_CHECK_NOT_IMPLEMENTED(ok, "\"", c.transposed ? "slow_conv_transpose" : "slow_conv", c.dims(),
+                              "d_cpu\" not implemented for '", st, "'");
+}
+
+// torch's CPU kernels give the result channels-last when the input or the weight is.
+c10::MemoryFormat result_format(const at::Tensor& input, const at::Tensor& weight) {
+  for (const at::Tensor* t : {&input, &weight}) {
+    c10::MemoryFormat f = t->suggest_memory_format();
+    if (f == c10::MemoryFormat::ChannelsLast || f == c10::MemoryFormat::ChannelsLast3d) return f;
+  }
+  return c10::MemoryFormat::Contiguous;
+}
+
+Shape spatial(const UOpPtr& x) { return Shape(x->shape.begin() + 2, x->shape.end()); }
+
+Shape concat(std::initializer_list<Shape> parts) {
+  Shape out;
+  for (const Shape& p : parts)
+    out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+std::vector<int64_t> range(int64_t begin, int64_t end) {
+  std::vector<int64_t> r;
+  for (int64_t i = begin; i < end; i++)
+    r.push_back(i);
+  return r;
+}
+
+// out[n, g*Og + o, y] = sum_{c, k} x[n, g*Cg + c, y * stride + k * dilation - padding] * w[g*Og + o, c, k]
+// for x (N, G*Cg, in...), w (G*Og, Cg, kernel...) and the output positions `out`.
+UOpPtr conv_forward(const UOpPtr& x, const UOpPtr& w, const Shape& out, const window::Geometry& g, int64_t groups) {
+  int64_t N = x->shape[0], G = groups, Cg = w->shape[1], Og = w->shape[0] / G, nd = static_cast<int64_t>(g.dims());
+  Shape ones(g.dims(), 1);
+  Shape full = concat({{N, G, Og}, out, {Cg}, g.kernel});
+  UOpPtr win = window::windows(window::pad_for_windows(x, out, g), out, g); // (N, C, out..., kernel...)
+  win = window::reshaped(win, concat({{N, G, 1, Cg}, out, g.kernel}));
+  std::vector<int64_t> order{0, 1, 2};
+  for (int64_t i = 0; i < nd; i++)
+    order.push_back(4 + i);
+  order.push_back(3);
+  for (int64_t i = 0; i < nd; i++)
+    order.push_back(4 + nd + i);
+  win = window::permuted(window::expanded(win, concat({{N, G, Og, Cg}, out, g.kernel})), order);
+  UOpPtr wv = window::expanded(window::reshaped(w, concat({{1, G, Og}, ones, {Cg}, g.kernel})), full);
+  UOpPtr r = window::reduce_lowered(alu(Ops::MUL, win, wv), Ops::ADD, range(3 + nd, 4 + 2 * nd));
+  return window::reshaped(r, concat({{N, G * Og}, out}));
+}
+
+// The gradient of conv_forward with respect to x, of spatial size `in`: for grad_output go (N, G*Og, out...).
+UOpPtr conv_input_grad(const UOpPtr& go, const UOpPtr& w, const Shape& in, const window::Geometry& g, int64_t groups) {
+  int64_t N = go->shape[0], G = groups, Cg = w->shape[1], Og = w->shape[0] / G, nd = static_cast<int64_t>(g.dims());
+  Shape ones(g.dims(), 1);
+  Shape full = concat({{N, G, Cg}, in, {Og}, g.kernel});
+  UOpPtr u = window::windows_adjoint(go, in, g); // (N, G*Og, in..., kernel...)
+  u = window::reshaped(u, concat({{N, G, 1, Og}, in, g.kernel}));
+  std::vector<int64_t> order{0, 1, 2};
+  for (int64_t i = 0; i < nd; i++)
+    order.push_back(4 + i);
+  order.push_back(3);
+  for (int64_t i = 0; i < nd; i++)
+    order.push_back(4 + nd + i);
+  u = window::permuted(window::expanded(u, concat({{N, G, Cg, Og}, in, g.kernel})), order);
+  std::vector<int64_t> w_order{0, 2, 1};
+  for (int64_t i = 0; i < nd; i++)
+    w_order.push_back(3 + i);
+  UOpPtr wv = window::permuted(window::reshaped(w, concat({{G, Og, Cg}, g.kernel})), w_order); // (G, Cg, Og, kernel...)
+  wv = window::expanded(window::reshaped(wv, concat({{1, G, Cg}, ones, {Og}, g.kernel})), full);
+  UOpPtr r = window::reduce_lowered(alu(Ops::MUL, u, wv), Ops::ADD, range(3 + nd, 4 + 2 * nd));
+  return window::reshaped(r, concat({{N, G * Cg}, in}));
+}
+
+// The gradient of conv_forward with respect to w (G*Og, Cg, kernel...), for grad_output go (N, G*Og, out...).
+UOpPtr conv_weight_grad(const UOpPtr& x, const UOpPtr& go, const window::Geometry& g, int64_t groups) {
+  int64_t N = x->shape[0], G = groups, Cg = x->shape[1] / G, Og = go->shape[1] / G, nd = static_cast<int64_t>(g.dims());
+  Shape out = spatial(go), ones(g.dims(), 1);
+  UOpPtr win = window::windows(window::pad_for_windows(x, out, g), out, g); // (N, C, out..., kernel...)
+  win = window::expanded(window::reshaped(win, concat({{N, G, 1, Cg}, out, g.kernel})),
+                         concat({{N, G, Og, Cg}, out, g.kernel}));
+  UOpPtr gv = window::expanded(window::reshaped(go, concat({{N, G, Og, 1}, out, ones})), win->shape);
+  // (N, G, Og, Cg, out..., kernel...) -> (G, Og, Cg, kernel..., N, out...)
+  std::vector<int64_t> order{1, 2, 3};
+  for (int64_t i = 0; i < nd; i++)
+    order.push_back(4 + nd + i);
+  order.push_back(0);
+  for (int64_t i = 0; i < nd; i++)
+    order.push_back(4 + i);
+  UOpPtr r =
+      window::reduce_lowered(window::permuted(alu(Ops::MUL, win, gv), order), Ops::ADD, range(3 + nd, 4 + 2 * nd));
+  return window::reshaped(r, concat({{G * Og, Cg}, g.kernel}));
+}
+
+UOpPtr bias_grad(const UOpPtr& go) {
+  std::vector<int64_t> axes{0};
+  for (size_t d = 2; d < go->shape.size(); d++)
+    axes.push_back(static_cast<int64_t>(d));
+  return window::reshaped(window::reduce_lowered(go, Ops::ADD, axes), {go->shape[1]});
+}
+
+UOpPtr read_as(const at::Tensor& t, DType dt) { return cast(read(t), dt); }
+
+at::Tensor result(const Shape& shape, const at::Tensor& like, c10::MemoryFormat format, const UOpPtr& value) {
+  at::Tensor out = empty_tiny(c10::IntArrayRef(shape), like.scalar_type(), like.device(),
+                              shape.size() == 4 || shape.size() == 5 ? std::optional(format) : std::nullopt);
+  write(out, cast(value, to_tiny_dtype(like.scalar_type())));
+  return out;
+}
+
+// ---- kernels ----
+
+at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                       c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+                       c10::IntArrayRef output_padding, int64_t groups) {
+  TORCH_CHECK(weight.dim() >= 3 && weight.dim() <= 5 && input.dim() == weight.dim(), "tiny: convolution expects a ",
+              "batched input and a weight of 3, 4 or 5 dims, got input ", input.sizes(), " and weight ",
+              weight.sizes());
+  Conv c = conv_args(weight, stride, padding, dilation, transposed, output_padding, groups);
+  check_dtypes(input, weight, bias, c);
+  DType dt = opmath(to_tiny_dtype(input.scalar_type()));
+  UOpPtr x = read_as(input, dt), w = read_as(weight, dt);
+  Shape in = spatial(x), out;
+  for (size_t i = 0; i < c.dims(); i++)
+    out.push_back(transposed
+                      ? c.g.span(i, in[i]) - 2 * c.g.padding[i] + c.output_padding[i]
+                      : (in[i] + 2 * c.g.padding[i] - (c.g.kernel[i] - 1) * c.g.dilation[i] - 1) / c.g.stride[i] + 1);
+  int64_t channels = transposed ? weight.size(1) * groups : weight.size(0);
+  TORCH_CHECK(input.size(1) == (transposed ? weight.size(0) : weight.size(1) * groups), "Given groups=", groups,
+              ", weight of size ", weight.sizes(), ", expected input", input.sizes(), " to have ",
+              transposed ? weight.size(0) : weight.size(1) * groups, " channels, but got ", input.size(1),
+              " channels instead");
+  for (int64_t o : out)
+    TORCH_CHECK(o > 0, "tiny: convolution output size ", c10::IntArrayRef(out), " is too small");
+  Shape shape = concat({{input.size(0), channels}, out});
+  UOpPtr y = transposed ? conv_input_grad(x, w, out, c.g, groups) : conv_forward(x, w, out, c.g, groups);
+  if (bias && bias->defined()) {
+    Shape b_shape(shape.size(), 1);
+    b_shape[1] = channels;
+    y = alu(Ops::ADD, y, window::expanded(window::reshaped(read_as(*bias, dt), b_shape), shape));
+  }
+  return result(shape, input, result_format(input, weight), y);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor>
+convolution_backward(const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+                     c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+                     c10::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> output_mask) {
+  Conv c = conv_args(weight, stride, padding, dilation, transposed, output_padding, groups);
+  check_dtypes(input, weight, std::nullopt, c);
+  TORCH_CHECK(grad_output.scalar_type() == input.scalar_type(), "expected grad_output of dtype ", input.scalar_type(),
+              ", got ", grad_output.scalar_type());
+  DType dt = opmath(to_tiny_dtype(input.scalar_type()));
+  UOpPtr go = read_as(grad_output, dt), x = read_as(input, dt), w = read_as(weight, dt);
+  c10::MemoryFormat format = result_format(input, weight);
+  at::Tensor grad_input, grad_weight, grad_bias;
+  if (output_mask[0])
+    grad_input = result(ints(input.sizes()), input, format,
+                        transposed ? conv_forward(go, w, spatial(x), c.g, groups)
+                                   : conv_input_grad(go, w, spatial(x), c.g, groups));
+  if (output_mask[1])
+    grad_weight = result(ints(weight.sizes()), weight, weight.suggest_memory_format(),
+                         transposed ? conv_weight_grad(go, x, c.g, groups) : conv_weight_grad(x, go, c.g, groups));
+  if (output_mask[2]) grad_bias = result({grad_output.size(1)}, grad_output, format, bias_grad(go));
+  return {grad_input, grad_weight, grad_bias};
+}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("convolution_overrideable", TORCH_FN(convolution));
+  m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward));
+}
+
+} // namespace tiny

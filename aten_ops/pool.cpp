@@ -1,0 +1,538 @@
+// Pooling: max_pool2d_with_indices, avg_pool2d/avg_pool3d, _adaptive_avg_pool2d/3d, and their backward
+// ops. Each result is one reduce over a window view of the (padded) input, so it fuses with what
+// produces the input and what consumes the result:
+//   max         the MAX over the window, the input padded with the dtype's lowest value (-inf)
+//   indices     the MIN over the window of the flat input-plane index where the input equals the max
+//               (the first such position, as torch; the last NaN when the max is NaN, as torch)
+//   max grad    for each input position, the sum over the windows that read it (the adjoint window
+//               view) of grad_output where that window's index is this position
+//   avg         the window sum divided by torch's divisor (a function of the output position, built
+//               from iotas); its gradient spreads grad_output / divisor back through the windows
+//   adaptive    windows [floor(i * in / out), ceil((i + 1) * in / out)): a plain window when out divides
+//               in, else windows of varying start and length read with GATHER at computed indices
+// torch's checks, output shapes and memory formats come from the structured ops' meta functions.
+// Sums accumulate in float32 for float16/bfloat16 and in the windows' order, as torch's CPU kernels.
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/avg_pool2d_backward_meta_dispatch.h>
+#include <ATen/ops/avg_pool2d_meta_dispatch.h>
+#include <ATen/ops/avg_pool3d_backward_meta_dispatch.h>
+#include <ATen/ops/avg_pool3d_meta_dispatch.h>
+#include <ATen/ops/max_pool2d_with_indices_backward_meta_dispatch.h>
+#include <ATen/ops/max_pool2d_with_indices_meta_dispatch.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <tuple>
+
+#include "aten_ops/sliding_window.h"
+#include "csrc/tensor_bridge.h"
+
+namespace tiny {
+namespace {
+
+DType opmath(DType dt) { return dt == DType::Float16 || dt == DType::BFloat16 ? DType::Float32 : dt; }
+
+at::Tensor like_meta(const at::Tensor& meta, const at::Tensor& self) {
+  return empty_tiny(meta.sizes(), meta.strides(), meta.scalar_type(), self.device());
+}
+
+std::vector<int64_t> range(int64_t begin, int64_t end) {
+  std::vector<int64_t> r;
+  for (int64_t i = begin; i < end; i++)
+    r.push_back(i);
+  return r;
+}
+
+// A pooling argument as torch reads it: one value for every dim, or one per dim; empty means `fallback`.
+Shape per_dim(c10::IntArrayRef a, size_t nd, const Shape& fallback) {
+  if (a.empty()) return fallback;
+  return a.size() == 1 ? Shape(nd, a[0]) : Shape(a.begin(), a.end());
+}
+
+window::Geometry geometry(size_t nd, c10::IntArrayRef kernel, c10::IntArrayRef stride, c10::IntArrayRef padding,
+                          c10::IntArrayRef dilation) {
+  Shape k = per_dim(kernel, nd, {});
+  return {k, per_dim(stride, nd, k), per_dim(padding, nd, Shape(nd, 0)), per_dim(dilation, nd, Shape(nd, 1))};
+}
+
+Shape last(const Shape& s, size_t n) { return Shape(s.end() - static_cast<std::ptrdiff_t>(n), s.end()); }
+
+// v (a UOp of `shape`'s trailing dims, or fewer) broadcast to `shape`, aligned at `at`.
+UOpPtr broadcast(const UOpPtr& v, const Shape& shape, size_t at) {
+  Shape s(shape.size(), 1);
+  for (size_t d = 0; d < v->shape.size(); d++)
+    s[at + d] = v->shape[d];
+  return window::expanded(window::reshaped(v, s), shape);
+}
+
+UOpPtr index_const(int64_t v) { return const_int(DType::Int64, v); }
+UOpPtr add(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::ADD, a, b); }
+UOpPtr mul(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::MUL, a, b); }
+UOpPtr full(const UOpPtr& c, const Shape& shape) { return broadcast(c, shape, 0); }
+
+// iota(n) * scale + shift as int64, on axis `at` of `shape`.
+UOpPtr positions(int64_t n, int64_t scale, int64_t shift, const Shape& shape, size_t at) {
+  UOpPtr i = iota(n, DType::Int64);
+  UOpPtr v = add(mul(i, full(index_const(scale), {n})), full(index_const(shift), {n}));
+  return broadcast(v, shape, at);
+}
+
+UOpPtr reduce_to(const UOpPtr& x, Ops op, const std::vector<int64_t>& axes, const Shape& shape) {
+  return window::reshaped(window::reduce_lowered(x, op, axes), shape);
+}
+
+// Sums over the kernel axes in the order of the output positions (as torch's CPU kernels add into the
+// input gradient): the adjoint window reads them in reverse.
+UOpPtr sum_adjoint(const UOpPtr& u, size_t nd, const Shape& shape) {
+  std::vector<bool> axes(u->shape.size(), false);
+  for (size_t i = 0; i < nd; i++)
+    axes[u->shape.size() - 1 - i] = true;
+  size_t rank = u->shape.size();
+  return reduce_to(window::flipped(u, axes), Ops::ADD,
+                   range(static_cast<int64_t>(rank - nd), static_cast<int64_t>(rank)), shape);
+}
+
+void check_dtype(const at::Tensor& t, const char* op, bool ints, bool only_long) {
+  at::ScalarType st = t.scalar_type();
+  bool ok = at::isFloatingType(st) || (ints && at::isIntegralType(st, false) && (!only_long || st == at::kLong));
+  TORCH_CHECK_NOT_IMPLEMENTED(ok, "\"", op, "\" not implemented for '", st, "'");
+}
+
+// ---- max pooling ----
+
+UOpPtr lowest(DType dt) {
+  switch (dt) {
+  case DType::Int8:
+    return const_int(dt, std::numeric_limits<int8_t>::lowest());
+  case DType::Int16:
+    return const_int(dt, std::numeric_limits<int16_t>::lowest());
+  case DType::Int32:
+    return const_int(dt, std::numeric_limits<int32_t>::lowest());
+  case DType::Int64:
+    return const_int(dt, std::numeric_limits<int64_t>::lowest());
+  case DType::UInt8:
+    return const_int(dt, 0);
+  default:
+    return const_float(dt, -INFINITY);
+  }
+}
+
+// The values and indices of max pooling x (lead..., in...) into `out` positions.
+std::pair<UOpPtr, UOpPtr> max_pool(const UOpPtr& x, const Shape& out, const window::Geometry& g) {
+  size_t nd = g.dims(), lead = x->shape.size() - nd;
+  Shape in = last(x->shape, nd);
+  UOpPtr inside = window::pad_for_windows(full(const_int(DType::Bool, 1), x->shape), out, g);
+  UOpPtr padded = where(inside, window::pad_for_windows(x, out, g), full(lowest(x->dtype), inside->shape));
+  UOpPtr win = window::windows(padded, out, g), valid = window::windows(inside, out, g);
+  std::vector<int64_t> kernel_axes = range(static_cast<int64_t>(lead + nd), static_cast<int64_t>(lead + 2 * nd));
+  Shape result(x->shape.begin(), x->shape.begin() + static_cast<std::ptrdiff_t>(lead));
+  result.insert(result.end(), out.begin(), out.end());
+  UOpPtr m = window::reduce_lowered(win, Ops::MAX, kernel_axes);
+  // The flat index into the input plane of each window element.
+  UOpPtr pos;
+  int64_t plane_stride = 1;
+  for (size_t i = nd; i-- > 0;) {
+    UOpPtr at = add(positions(out[i], g.stride[i], -g.padding[i], win->shape, lead + i),
+                    positions(g.kernel[i], g.dilation[i], 0, win->shape, lead + nd + i));
+    UOpPtr term = mul(at, full(index_const(plane_stride), win->shape));
+    pos = pos ? add(pos, term) : term;
+    plane_stride *= in[i];
+  }
+  // torch keeps the first position of the max, or the last NaN: MIN over the position, or over
+  // -1 - position for NaNs (only NaNs match a NaN max), decoded after.
+  UOpPtr is_nan = alu(Ops::CMPNE, win, win);
+  UOpPtr hit = alu(Ops::AND, valid, alu(Ops::OR, alu(Ops::CMPEQ, win, window::expanded(m, win->shape)), is_nan));
+  UOpPtr minus_one = full(index_const(-1), win->shape);
+  UOpPtr key = where(is_nan, alu(Ops::SUB, minus_one, pos), pos);
+  UOpPtr none = full(index_const(plane_stride), win->shape);
+  UOpPtr k = reduce_to(where(hit, key, none), Ops::MIN, kernel_axes, result);
+  UOpPtr zero = full(index_const(0), result);
+  UOpPtr index = where(alu(Ops::CMPLT, k, zero), alu(Ops::SUB, full(index_const(-1), result), k), k);
+  return {window::reshaped(m, result), index};
+}
+
+UOpPtr max_pool_backward(const UOpPtr& grad, const UOpPtr& indices, const Shape& in, const window::Geometry& g) {
+  size_t nd = g.dims(), lead = grad->shape.size() - nd;
+  UOpPtr u = window::windows_adjoint(grad, in, g), ui = window::windows_adjoint(indices, in, g);
+  UOpPtr pos;
+  int64_t plane_stride = 1;
+  for (size_t i = nd; i-- > 0;) {
+    UOpPtr term = positions(in[i], plane_stride, 0, u->shape, lead + i);
+    pos = pos ? add(pos, term) : term;
+    plane_stride *= in[i];
+  }
+  UOpPtr picked = where(alu(Ops::CMPEQ, ui, pos), u, full(const_like(u, 0), u->shape));
+  Shape shape(grad->shape.begin(), grad->shape.begin() + static_cast<std::ptrdiff_t>(lead));
+  shape.insert(shape.end(), in.begin(), in.end());
+  return sum_adjoint(picked, nd, shape);
+}
+
+std::tuple<at::Tensor&, at::Tensor&> write_max_pool(const at::Tensor& self, c10::IntArrayRef kernel_size,
+                                                    c10::IntArrayRef stride, c10::IntArrayRef padding,
+                                                    c10::IntArrayRef dilation, at::Tensor& out, at::Tensor& indices) {
+  check_dtype(self, "max_pool2d", true, false);
+  if (out.numel() == 0) return {out, indices};
+  DType dt = to_tiny_dtype(self.scalar_type());
+  auto [m, i] = max_pool(cast(read(self), opmath(dt)), last(Shape(out.sizes().begin(), out.sizes().end()), 2),
+                         geometry(2, kernel_size, stride, padding, dilation));
+  write(out, cast(m, dt));
+  write(indices, i);
+  return {out, indices};
+}
+
+std::tuple<at::Tensor, at::Tensor> max_pool2d_with_indices(const at::Tensor& self, c10::IntArrayRef kernel_size,
+                                                           c10::IntArrayRef stride, c10::IntArrayRef padding,
+                                                           c10::IntArrayRef dilation, bool ceil_mode) {
+  auto [mo, mi] = at::meta::max_pool2d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode);
+  at::Tensor out = like_meta(mo, self), indices = like_meta(mi, self);
+  write_max_pool(self, kernel_size, stride, padding, dilation, out, indices);
+  return {out, indices};
+}
+
+std::tuple<at::Tensor&, at::Tensor&> max_pool2d_with_indices_out(const at::Tensor& self, c10::IntArrayRef kernel_size,
+                                                                 c10::IntArrayRef stride, c10::IntArrayRef padding,
+                                                                 c10::IntArrayRef dilation, bool ceil_mode,
+                                                                 at::Tensor& out, at::Tensor& indices) {
+  at::meta::max_pool2d_with_indices_outf(self, kernel_size, stride, padding, dilation, ceil_mode, out, indices);
+  return write_max_pool(self, kernel_size, stride, padding, dilation, out, indices);
+}
+
+at::Tensor& write_max_pool_backward(const at::Tensor& grad_output, const at::Tensor& self, c10::IntArrayRef kernel_size,
+                                    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                                    const at::Tensor& indices, at::Tensor& grad_input) {
+  check_dtype(self, "max_pool2d_with_indices_backward", true, false);
+  if (grad_input.numel() == 0) return grad_input;
+  DType dt = to_tiny_dtype(grad_input.scalar_type());
+  Shape in = last(Shape(self.sizes().begin(), self.sizes().end()), 2);
+  UOpPtr g = max_pool_backward(cast(read(grad_output), opmath(dt)), read(indices), in,
+                               geometry(2, kernel_size, stride, padding, dilation));
+  write(grad_input, cast(g, dt));
+  return grad_input;
+}
+
+at::Tensor max_pool2d_with_indices_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                                            c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
+                                            c10::IntArrayRef padding, c10::IntArrayRef dilation, bool ceil_mode,
+                                            const at::Tensor& indices) {
+  at::Tensor grad_input = like_meta(at::meta::max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride,
+                                                                               padding, dilation, ceil_mode, indices),
+                                    self);
+  return write_max_pool_backward(grad_output, self, kernel_size, stride, padding, dilation, indices, grad_input);
+}
+
+at::Tensor& max_pool2d_with_indices_backward_out(const at::Tensor& grad_output, const at::Tensor& self,
+                                                 c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
+                                                 c10::IntArrayRef padding, c10::IntArrayRef dilation, bool ceil_mode,
+                                                 const at::Tensor& indices, at::Tensor& grad_input) {
+  at::meta::max_pool2d_with_indices_backward_outf(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode,
+                                                  indices, grad_input);
+  return write_max_pool_backward(grad_output, self, kernel_size, stride, padding, dilation, indices, grad_input);
+}
+
+// ---- average pooling ----
+
+struct AvgArgs {
+  window::Geometry g;
+  bool count_include_pad;
+  std::optional<int64_t> divisor_override;
+};
+
+AvgArgs avg_args(size_t nd, c10::IntArrayRef kernel, c10::IntArrayRef stride, c10::IntArrayRef padding,
+                 bool count_include_pad, std::optional<int64_t> divisor_override) {
+  return {geometry(nd, kernel, stride, padding, {}), count_include_pad, divisor_override};
+}
+
+// torch's divisor for each output position (shape lead ones..., out...), in dtype dt:
+// divisor_override, or the window's size clipped to the padded input (count_include_pad), or to the input.
+UOpPtr avg_divisor(const Shape& in, const Shape& out, const AvgArgs& a, DType dt) {
+  size_t nd = out.size();
+  if (a.divisor_override) return full(const_int(DType::Int64, *a.divisor_override), out);
+  UOpPtr size;
+  for (size_t i = 0; i < nd; i++) {
+    Shape line{out[i]};
+    UOpPtr start = positions(out[i], a.g.stride[i], -a.g.padding[i], line, 0);
+    UOpPtr end = alu(Ops::MIN, add(start, full(index_const(a.g.kernel[i]), line)),
+                     full(index_const(in[i] + a.g.padding[i]), line));
+    if (!a.count_include_pad) {
+      start = alu(Ops::MAX, start, full(index_const(0), line));
+      end = alu(Ops::MIN, end, full(index_const(in[i]), line));
+    }
+    UOpPtr n = broadcast(alu(Ops::SUB, end, start), out, i);
+    size = size ? mul(size, n) : n;
+  }
+  return is_float(dt) ? cast(size, dt) : size;
+}
+
+UOpPtr avg_pool(const UOpPtr& x, const Shape& out, const AvgArgs& a) {
+  size_t nd = out.size(), lead = x->shape.size() - nd;
+  UOpPtr win = window::windows(window::pad_for_windows(x, out, a.g), out, a.g);
+  Shape result(x->shape.begin(), x->shape.begin() + static_cast<std::ptrdiff_t>(lead));
+  result.insert(result.end(), out.begin(), out.end());
+  UOpPtr sum =
+      reduce_to(win, Ops::ADD, range(static_cast<int64_t>(lead + nd), static_cast<int64_t>(lead + 2 * nd)), result);
+  UOpPtr div = broadcast(cast(avg_divisor(last(x->shape, nd), out, a, x->dtype), x->dtype), result, lead);
+  return alu(is_float(x->dtype) ? Ops::FDIV : Ops::IDIV, sum, div);
+}
+
+UOpPtr avg_pool_backward(const UOpPtr& grad, const Shape& in, const AvgArgs& a) {
+  size_t nd = in.size(), lead = grad->shape.size() - nd;
+  Shape out = last(grad->shape, nd);
+  UOpPtr div = broadcast(cast(avg_divisor(in, out, a, grad->dtype), grad->dtype), grad->shape, lead);
+  UOpPtr share = alu(is_float(grad->dtype) ? Ops::FDIV : Ops::IDIV, grad, div);
+  Shape shape(grad->shape.begin(), grad->shape.begin() + static_cast<std::ptrdiff_t>(lead));
+  shape.insert(shape.end(), in.begin(), in.end());
+  return sum_adjoint(window::windows_adjoint(share, in, a.g), nd, shape);
+}
+
+template <size_t ND> at::Tensor& write_avg_pool(const at::Tensor& self, const AvgArgs& a, at::Tensor& out) {
+  check_dtype(self, ND == 2 ? "avg_pool2d" : "avg_pool3d", true, true);
+  if (out.numel() == 0) return out;
+  DType dt = to_tiny_dtype(self.scalar_type());
+  write(out,
+        cast(avg_pool(cast(read(self), opmath(dt)), last(Shape(out.sizes().begin(), out.sizes().end()), ND), a), dt));
+  return out;
+}
+
+template <size_t ND>
+at::Tensor& write_avg_pool_backward(const at::Tensor& grad_output, const at::Tensor& self, const AvgArgs& a,
+                                    at::Tensor& grad_input) {
+  check_dtype(self, ND == 2 ? "avg_pool2d_backward_out_frame" : "avg_pool3d_backward_out_frame", true, true);
+  if (grad_input.numel() == 0) return grad_input;
+  DType dt = to_tiny_dtype(grad_input.scalar_type());
+  Shape in = last(Shape(self.sizes().begin(), self.sizes().end()), ND);
+  write(grad_input, cast(avg_pool_backward(cast(read(grad_output), opmath(dt)), in, a), dt));
+  return grad_input;
+}
+
+// The meta functions of avg_pool2d and avg_pool3d (and their backward ops) share signatures.
+template <size_t ND, auto Meta>
+at::Tensor avg_pool_fn(const at::Tensor& self, c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
+                       c10::IntArrayRef padding, bool ceil_mode, bool count_include_pad,
+                       std::optional<int64_t> divisor_override) {
+  at::Tensor out =
+      like_meta(Meta(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override), self);
+  return write_avg_pool<ND>(self, avg_args(ND, kernel_size, stride, padding, count_include_pad, divisor_override), out);
+}
+
+template <size_t ND, auto MetaOut>
+at::Tensor& avg_pool_out_fn(const at::Tensor& self, c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
+                            c10::IntArrayRef padding, bool ceil_mode, bool count_include_pad,
+                            std::optional<int64_t> divisor_override, at::Tensor& out) {
+  MetaOut(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, out);
+  return write_avg_pool<ND>(self, avg_args(ND, kernel_size, stride, padding, count_include_pad, divisor_override), out);
+}
+
+template <size_t ND, auto Meta>
+at::Tensor avg_pool_backward_fn(const at::Tensor& grad_output, const at::Tensor& self, c10::IntArrayRef kernel_size,
+                                c10::IntArrayRef stride, c10::IntArrayRef padding, bool ceil_mode,
+                                bool count_include_pad, std::optional<int64_t> divisor_override) {
+  at::Tensor grad_input = like_meta(
+      Meta(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override), self);
+  return write_avg_pool_backward<ND>(
+      grad_output, self, avg_args(ND, kernel_size, stride, padding, count_include_pad, divisor_override), grad_input);
+}
+
+template <size_t ND, auto MetaOut>
+at::Tensor& avg_pool_backward_out_fn(const at::Tensor& grad_output, const at::Tensor& self,
+                                     c10::IntArrayRef kernel_size, c10::IntArrayRef stride, c10::IntArrayRef padding,
+                                     bool ceil_mode, bool count_include_pad, std::optional<int64_t> divisor_override,
+                                     at::Tensor& grad_input) {
+  MetaOut(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, grad_input);
+  return write_avg_pool_backward<ND>(
+      grad_output, self, avg_args(ND, kernel_size, stride, padding, count_include_pad, divisor_override), grad_input);
+}
+
+// ---- adaptive average pooling ----
+
+// Ragged windows: output position o of dim i sums count_i(o) source positions from start_i(o) on.
+// Read with GATHER at computed indices (out, reach) per dim, masked past each window's count, and
+// summed in the windows' order.
+struct Ragged {
+  UOpPtr start, count; // (out,) int64
+  int64_t out, reach, source;
+};
+
+UOpPtr ragged_sum(const UOpPtr& src, const std::vector<Ragged>& dims) {
+  size_t nd = dims.size(), lead = src->shape.size() - nd;
+  Shape shape(src->shape.begin(), src->shape.begin() + static_cast<std::ptrdiff_t>(lead)), result;
+  int64_t planes = prod(shape), plane = 1;
+  for (const Ragged& r : dims) {
+    shape.push_back(r.out);
+    plane *= r.source;
+  }
+  result = shape;
+  for (const Ragged& r : dims)
+    shape.push_back(r.reach);
+  Shape lead_only(shape.size(), 1);
+  std::copy(shape.begin(), shape.begin() + static_cast<std::ptrdiff_t>(lead), lead_only.begin());
+  UOpPtr at = window::expanded(
+      window::reshaped(mul(iota(planes, DType::Int64), full(index_const(plane), {planes})), lead_only), shape);
+  UOpPtr inside;
+  int64_t stride = plane;
+  for (size_t i = 0; i < nd; i++) {
+    const Ragged& r = dims[i];
+    stride /= r.source;
+    UOpPtr k = positions(r.reach, 1, 0, shape, lead + nd + i);
+    UOpPtr pos = add(broadcast(r.start, shape, lead + i), k);
+    at = add(at, mul(pos, full(index_const(stride), shape)));
+    UOpPtr in = alu(Ops::CMPLT, k, broadcast(r.count, shape, lead + i));
+    inside = inside ? alu(Ops::AND, inside, in) : in;
+  }
+  UOpPtr v = gather(window::reshaped(src, {prod(src->shape)}), at);
+  v = where(inside, v, full(const_like(v, 0), shape));
+  return reduce_to(v, Ops::ADD, range(static_cast<int64_t>(lead + nd), static_cast<int64_t>(lead + 2 * nd)), result);
+}
+
+// floor(a * num / den) for a = 0..n-1, and the ceiling version, on the host and as UOps.
+int64_t floor_div(int64_t a, int64_t b) { return a / b; }
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+UOpPtr scaled(int64_t n, int64_t num, int64_t shift, int64_t den) {
+  Shape line{n};
+  return alu(Ops::IDIV, positions(n, num, shift, line, 0), full(index_const(den), line));
+}
+
+// Output o of an adaptive pool averages input [floor(o * in / out), ceil((o + 1) * in / out)).
+Ragged adaptive_window(int64_t in, int64_t out) {
+  int64_t reach = 0;
+  for (int64_t o = 0; o < out; o++)
+    reach = std::max(reach, ceil_div((o + 1) * in, out) - floor_div(o * in, out));
+  UOpPtr start = scaled(out, in, 0, out);
+  return {start, alu(Ops::SUB, scaled(out, in, in + out - 1, out), start), out, reach, in};
+}
+
+// Input h lies in the windows of outputs [floor(h * out / in), ceil((h + 1) * out / in)).
+Ragged adaptive_sources(int64_t in, int64_t out) {
+  Ragged r = adaptive_window(out, in);
+  r.source = out;
+  return r;
+}
+
+UOpPtr divide_by_lengths(UOpPtr v, const Shape& in, const Shape& out, size_t lead) {
+  for (size_t i = 0; i < in.size(); i++) {
+    Ragged w = adaptive_window(in[i], out[i]);
+    v = alu(Ops::FDIV, v, broadcast(cast(w.count, v->dtype), v->shape, lead + i));
+  }
+  return v;
+}
+
+bool divides(const Shape& in, const Shape& out) {
+  bool even = true;
+  for (size_t i = 0; i < in.size(); i++)
+    even = even && in[i] % out[i] == 0;
+  return even;
+}
+
+window::Geometry even_windows(const Shape& in, const Shape& out) {
+  window::Geometry g{{}, {}, Shape(in.size(), 0), Shape(in.size(), 1)};
+  for (size_t i = 0; i < in.size(); i++) {
+    g.kernel.push_back(in[i] / out[i]);
+    g.stride.push_back(in[i] / out[i]);
+  }
+  return g;
+}
+
+// torch sums each window in order and divides by its height, then its width (then depth...).
+UOpPtr adaptive_avg_pool(const UOpPtr& x, const Shape& out) {
+  size_t nd = out.size(), lead = x->shape.size() - nd;
+  Shape in = last(x->shape, nd), result(x->shape.begin(), x->shape.begin() + static_cast<std::ptrdiff_t>(lead));
+  result.insert(result.end(), out.begin(), out.end());
+  UOpPtr sum;
+  if (divides(in, out)) {
+    window::Geometry g = even_windows(in, out);
+    sum = reduce_to(window::windows(x, out, g), Ops::ADD,
+                    range(static_cast<int64_t>(lead + nd), static_cast<int64_t>(lead + 2 * nd)), result);
+  } else {
+    std::vector<Ragged> dims;
+    for (size_t i = 0; i < nd; i++)
+      dims.push_back(adaptive_window(in[i], out[i]));
+    sum = ragged_sum(x, dims);
+  }
+  return divide_by_lengths(sum, in, out, lead);
+}
+
+// The gradient: each input position sums grad / lengths over the output windows that hold it, in
+// output order (as torch adds them).
+UOpPtr adaptive_avg_pool_backward(const UOpPtr& grad, const Shape& in) {
+  size_t nd = in.size(), lead = grad->shape.size() - nd;
+  Shape out = last(grad->shape, nd),
+        shape(grad->shape.begin(), grad->shape.begin() + static_cast<std::ptrdiff_t>(lead));
+  shape.insert(shape.end(), in.begin(), in.end());
+  UOpPtr share = divide_by_lengths(grad, in, out, lead);
+  if (divides(in, out)) return sum_adjoint(window::windows_adjoint(share, in, even_windows(in, out)), nd, shape);
+  std::vector<Ragged> dims;
+  for (size_t i = 0; i < nd; i++)
+    dims.push_back(adaptive_sources(in[i], out[i]));
+  return ragged_sum(share, dims);
+}
+
+// torch's checks of adaptive_avg_pool{2,3}d (the CPU kernels': these ops have no meta function).
+template <size_t ND> void check_adaptive(const at::Tensor& self, c10::IntArrayRef output_size) {
+  const char* name = ND == 2 ? "adaptive_avg_pool2d" : "adaptive_avg_pool3d";
+  TORCH_CHECK(output_size.size() == ND, name, ": output_size must be ", ND);
+  int64_t ndim = self.dim();
+  TORCH_CHECK(ndim == static_cast<int64_t>(ND) + 1 || ndim == static_cast<int64_t>(ND) + 2, name, "(): Expected ",
+              ND + 1, "D or ", ND + 2, "D tensor, but got ", self.sizes());
+  for (int64_t i = 1; i < ndim; i++)
+    TORCH_CHECK(self.size(i) > 0, name, "(): Expected input to have non-zero size for non-batch dimensions, but input",
+                " has sizes ", self.sizes(), " with dimension ", i, " being empty");
+  for (int64_t o : output_size)
+    TORCH_CHECK(o >= 0, name, ": elements of output_size must be greater than or equal to 0 but received {",
+                output_size, "}");
+  check_dtype(self, name, false, false);
+}
+
+template <size_t ND> at::Tensor adaptive_avg_pool_fn(const at::Tensor& self, c10::IntArrayRef output_size) {
+  check_adaptive<ND>(self, output_size);
+  std::vector<int64_t> shape(self.sizes().begin(), self.sizes().end() - ND);
+  shape.insert(shape.end(), output_size.begin(), output_size.end());
+  c10::MemoryFormat format = self.suggest_memory_format();
+  at::Tensor out = empty_tiny(shape, self.scalar_type(), self.device(), format);
+  if (out.numel() == 0) return out;
+  DType dt = to_tiny_dtype(self.scalar_type());
+  write(out, cast(adaptive_avg_pool(cast(read(self), opmath(dt)), Shape(output_size.begin(), output_size.end())), dt));
+  return out;
+}
+
+template <size_t ND> at::Tensor adaptive_avg_pool_backward_fn(const at::Tensor& grad_output, const at::Tensor& self) {
+  const char* name = ND == 2 ? "adaptive_avg_pool2d_backward" : "adaptive_avg_pool3d_backward";
+  TORCH_CHECK(grad_output.dim() == self.dim(), name, "(): Expected dimensions ", self.dim(),
+              " for `grad_output` but got dimensions ", grad_output.dim());
+  TORCH_CHECK(self.scalar_type() == grad_output.scalar_type(), "expected dtype ", self.scalar_type(),
+              " for `grad_output` but got dtype ", grad_output.scalar_type());
+  check_dtype(self, name, false, false);
+  at::Tensor grad_input = empty_tiny(self.sizes(), self.scalar_type(), self.device(), self.suggest_memory_format());
+  if (grad_input.numel() == 0) return grad_input;
+  DType dt = to_tiny_dtype(self.scalar_type());
+  Shape in(self.sizes().end() - ND, self.sizes().end());
+  write(grad_input, cast(adaptive_avg_pool_backward(cast(read(grad_output), opmath(dt)), in), dt));
+  return grad_input;
+}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("max_pool2d_with_indices", TORCH_FN(max_pool2d_with_indices));
+  m.impl("max_pool2d_with_indices.out", TORCH_FN(max_pool2d_with_indices_out));
+  m.impl("max_pool2d_with_indices_backward", TORCH_FN(max_pool2d_with_indices_backward));
+  m.impl("max_pool2d_with_indices_backward.grad_input", TORCH_FN(max_pool2d_with_indices_backward_out));
+  m.impl("avg_pool2d", TORCH_FN((avg_pool_fn<2, &at::meta::avg_pool2d>)));
+  m.impl("avg_pool2d.out", TORCH_FN((avg_pool_out_fn<2, &at::meta::avg_pool2d_outf>)));
+  m.impl("avg_pool2d_backward", TORCH_FN((avg_pool_backward_fn<2, &at::meta::avg_pool2d_backward>)));
+  m.impl("avg_pool2d_backward.grad_input",
+         TORCH_FN((avg_pool_backward_out_fn<2, &at::meta::avg_pool2d_backward_outf>)));
+  m.impl("avg_pool3d", TORCH_FN((avg_pool_fn<3, &at::meta::avg_pool3d>)));
+  m.impl("avg_pool3d.out", TORCH_FN((avg_pool_out_fn<3, &at::meta::avg_pool3d_outf>)));
+  m.impl("avg_pool3d_backward", TORCH_FN((avg_pool_backward_fn<3, &at::meta::avg_pool3d_backward>)));
+  m.impl("avg_pool3d_backward.grad_input",
+         TORCH_FN((avg_pool_backward_out_fn<3, &at::meta::avg_pool3d_backward_outf>)));
+  m.impl("_adaptive_avg_pool2d", TORCH_FN(adaptive_avg_pool_fn<2>));
+  m.impl("_adaptive_avg_pool2d_backward", TORCH_FN(adaptive_avg_pool_backward_fn<2>));
+  m.impl("_adaptive_avg_pool3d", TORCH_FN(adaptive_avg_pool_fn<3>));
+  m.impl("_adaptive_avg_pool3d_backward", TORCH_FN(adaptive_avg_pool_backward_fn<3>));
+}
+
+} // namespace tiny

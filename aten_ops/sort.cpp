@@ -1,0 +1,217 @@
+// Sorting: sort (ascending or descending, along any dim; always stable), topk and kthvalue, and what torch
+// builds from them (argsort, msort, ...).
+//
+// A row of up to kCountingMax elements is sorted by counting, in UOps. An element's place in its sorted
+// row is the number of elements that go before it, rank[i] = #{j : x[j] before x[i]} + #{j < i : x[j]
+// ties x[i]} (ties keep their order, so the sort is stable; NaN goes after every number, as in torch),
+// and the element placed at r is found by a second count, order[r] = sum over i of i * (rank[i] == r).
+// Both counts are reductions over the row for every element: O(n^2) work in two parallel kernels (rank
+// is realized between them), which is the fastest way for short rows.
+//
+// A longer row goes through a bitonic sorting network: the row padded to N = 2^m, then m(m+1)/2
+// compare-exchange stages, each one elementwise kernel that swaps an element with its partner i ^ j.
+// The stages carry the permutation (positions into the row) and compare the elements it points at, with
+// ties broken by position, so the network sorts stably. j and the block size are runtime scalars: every
+// stage runs the same compiled kernel. O(n log^2 n) work in m(m+1)/2 kernels (120 for 2^15).
+//
+// The values are a gather from the row at the sorted positions.
+
+#include <ATen/MemoryOverlap.h>
+#include <ATen/WrapDimUtils.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/native/ReduceOpsUtils.h>
+#include <ATen/native/SortingUtils.h>
+#include <ATen/ops/sort_meta_dispatch.h>
+#include <ATen/ops/topk_meta_dispatch.h>
+#include <torch/library.h>
+
+#include <bit>
+#include <numeric>
+#include <tuple>
+#include <vector>
+
+#include "csrc/tensor_bridge.h"
+
+namespace tiny::aten_ops {
+
+namespace {
+
+UOpPtr full(int64_t v, const Shape& shape) {
+  return expand(reshape(const_int(kIndex, v), Shape(shape.size(), 1)), shape);
+}
+
+UOpPtr coordinate(const Shape& shape, size_t d) {
+  Shape s(shape.size(), 1);
+  s[d] = shape[d];
+  return expand(reshape(iota(shape[d], kIndex), s), shape);
+}
+
+UOpPtr is_nan(const UOpPtr& x) { return alu(Ops::CMPNE, x, x); }
+
+// torch's order: NaN after every number (before every number when descending).
+UOpPtr goes_before(const UOpPtr& a, const UOpPtr& b, bool descending) {
+  UOpPtr lt = descending ? alu(Ops::CMPLT, b, a) : alu(Ops::CMPLT, a, b);
+  if (!is_float(a->dtype)) return lt;
+  UOpPtr nan_first = descending ? alu(Ops::AND, is_nan(a), alu(Ops::NOT, is_nan(b)))
+                                : alu(Ops::AND, is_nan(b), alu(Ops::NOT, is_nan(a)));
+  return alu(Ops::OR, lt, nan_first);
+}
+
+UOpPtr ties(const UOpPtr& a, const UOpPtr& b) {
+  UOpPtr eq = alu(Ops::CMPEQ, a, b);
+  return is_float(a->dtype) ? alu(Ops::OR, eq, alu(Ops::AND, is_nan(a), is_nan(b))) : eq;
+}
+
+// The sorted position of each element of x (rows, n) within its row (int64, rows x n), realized.
+UOpPtr ranks(const UOpPtr& x, bool descending) {
+  int64_t rows = x->shape[0], n = x->shape[1];
+  Shape sq{rows, n, n}; // [row, i, j]
+  UOpPtr xi = expand(reshape(x, {rows, n, 1}), sq), xj = expand(reshape(x, {rows, 1, n}), sq);
+  UOpPtr earlier = alu(Ops::CMPLT, coordinate(sq, 2), coordinate(sq, 1));
+  UOpPtr before = alu(Ops::OR, goes_before(xj, xi, descending), alu(Ops::AND, ties(xj, xi), earlier));
+  return contiguous(reshape(reduce(cast(before, kIndex), Ops::ADD, {2}), {rows, n}));
+}
+
+// For r in [first, first + count): the index of the element of rank r in each row (rows x count).
+UOpPtr order(const UOpPtr& rank, int64_t first, int64_t count) {
+  int64_t rows = rank->shape[0], n = rank->shape[1];
+  Shape sq{rows, count, n}; // [row, r, i]
+  UOpPtr r = alu(Ops::ADD, coordinate(sq, 1), full(first, sq));
+  UOpPtr hit = alu(Ops::CMPEQ, expand(reshape(rank, {rows, 1, n}), sq), r);
+  UOpPtr i = where(hit, coordinate(sq, 2), full(0, sq));
+  return reshape(reduce(i, Ops::ADD, {2}), {rows, count});
+}
+
+// Rows longer than this are sorted by the bitonic network.
+constexpr int64_t kCountingMax = 2048;
+
+UOpPtr broadcast(const UOpPtr& scalar, const Shape& shape) {
+  return expand(reshape(scalar, Shape(shape.size(), 1)), shape);
+}
+
+// The sorted positions of each row of x (rows, n; a realized value), by a bitonic network (rows x n).
+UOpPtr bitonic_order(const UOpPtr& x, bool descending) {
+  int64_t rows = x->shape[0], n = x->shape[1], padded = static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(n)));
+  Shape s{rows, padded};
+  UOpPtr data = reshape(x, {rows * n}), row = coordinate(s, 0), i = coordinate(s, 1);
+  UOpPtr zero = full(0, s), none = full(-1, s);
+  auto element = [&](const UOpPtr& p) { // x[row, p]; positions past the row are padding
+    UOpPtr real = alu(Ops::CMPLT, p, full(n, s));
+    return gather(data, where(real, alu(Ops::ADD, alu(Ops::MUL, row, full(n, s)), p), none));
+  };
+  // Does the element at position a go before the one at b? Padding goes after every element.
+  auto precedes = [&](const UOpPtr& a, const UOpPtr& b) {
+    UOpPtr real_a = alu(Ops::CMPLT, a, full(n, s)), real_b = alu(Ops::CMPLT, b, full(n, s));
+    UOpPtr xa = element(a), xb = element(b);
+    UOpPtr by_value = alu(Ops::OR, goes_before(xa, xb, descending), alu(Ops::AND, ties(xa, xb), alu(Ops::CMPLT, a, b)));
+    UOpPtr both_real = alu(Ops::AND, real_a, alu(Ops::OR, alu(Ops::NOT, real_b), by_value));
+    UOpPtr both_pad = alu(Ops::AND, alu(Ops::NOT, alu(Ops::OR, real_a, real_b)), alu(Ops::CMPLT, a, b));
+    return alu(Ops::OR, both_real, both_pad);
+  };
+  UOpPtr p = i; // p[row, i]: the position of the element now at i
+  for (int64_t k = 2; k <= padded; k *= 2) {
+    for (int64_t j = k / 2; j >= 1; j /= 2) {
+      UOpPtr partner = alu(Ops::XOR, i, broadcast(var_int(kIndex, j), s));
+      UOpPtr other = gather(reshape(p, {rows * padded}), alu(Ops::ADD, alu(Ops::MUL, row, full(padded, s)), partner));
+      // in blocks of k, alternately ascending and descending; the lower of a pair takes the first
+      UOpPtr ascending = alu(Ops::CMPEQ, alu(Ops::AND, i, broadcast(var_int(kIndex, k), s)), zero);
+      UOpPtr takes_first = alu(Ops::CMPEQ, alu(Ops::CMPLT, i, partner), ascending);
+      p = contiguous(where(alu(Ops::CMPEQ, takes_first, precedes(p, other)), p, other));
+    }
+  }
+  return shrink(p, {{0, rows}, {0, n}});
+}
+
+// self with `dim` moved last, as (rows, n); and the way back.
+struct Rows {
+  UOpPtr x;
+  Shape permuted; // self's shape with dim last
+  std::vector<int64_t> perm, inverse;
+  int64_t rows = 1, n = 1;
+
+  Rows(const at::Tensor& self, int64_t dim) {
+    Shape shape = self.dim() == 0 ? Shape{1} : to_shape(self.sizes());
+    for (size_t d = 0; d < shape.size(); d++)
+      if (static_cast<int64_t>(d) != dim) perm.push_back(static_cast<int64_t>(d));
+    perm.push_back(dim);
+    inverse.resize(perm.size());
+    for (size_t i = 0; i < perm.size(); i++)
+      inverse[perm[i]] = static_cast<int64_t>(i);
+    for (int64_t d : perm)
+      permuted.push_back(shape[d]);
+    n = shape[dim];
+    rows = n == 0 ? 0 : prod(shape) / n;
+    x = reshape(permute(reshape(read(self), shape), perm), {rows, n});
+  }
+
+  // A (rows, count) result back in self's layout, with `count` along dim.
+  UOpPtr back(const UOpPtr& v, const at::Tensor& out) const {
+    Shape p = permuted;
+    p.back() = v->shape[1];
+    return reshape(permute(reshape(v, p), inverse), to_shape(out.sizes()));
+  }
+
+  UOpPtr values_at(const UOpPtr& idx) const {
+    int64_t count = idx->shape[1];
+    Shape s{rows, count};
+    UOpPtr pos = alu(Ops::ADD, alu(Ops::MUL, coordinate(s, 0), full(n, s)), idx);
+    return gather(reshape(x, {rows * n}), pos);
+  }
+};
+
+// The elements of rank [first, first + count) of each row of self along dim, into values and indices.
+void write_ranked(const at::Tensor& self, int64_t dim, bool descending, int64_t first, int64_t count,
+                  const at::Tensor& values, const at::Tensor& indices) {
+  if (values.numel() == 0) return;
+  Rows r(self, dim);
+  UOpPtr idx = r.n <= kCountingMax
+                   ? order(ranks(r.x, descending), first, count)
+                   : shrink(bitonic_order(contiguous(r.x), descending), {{0, r.rows}, {first, first + count}});
+  write(values, r.back(r.values_at(idx), values));
+  write(indices, r.back(idx, indices));
+}
+
+std::tuple<at::Tensor&, at::Tensor&> sort_out(const at::Tensor& self, std::optional<bool> stable, int64_t dim,
+                                              bool descending, at::Tensor& values, at::Tensor& indices) {
+  at::meta::sort_outf(self, stable, dim, descending, values, indices);
+  dim = at::maybe_wrap_dim(dim, self.dim(), /*wrap_scalar=*/true);
+  int64_t n = self.dim() == 0 ? 1 : self.size(dim);
+  write_ranked(self, dim, descending, 0, n, values, indices);
+  return {values, indices};
+}
+
+std::tuple<at::Tensor&, at::Tensor&> topk_out(const at::Tensor& self, int64_t k, int64_t dim, bool largest,
+                                              bool /*sorted: the result is always sorted*/, at::Tensor& values,
+                                              at::Tensor& indices) {
+  at::meta::topk_outf(self, k, dim, largest, true, values, indices);
+  dim = at::maybe_wrap_dim(dim, self.dim(), /*wrap_scalar=*/true);
+  write_ranked(self, dim, largest, 0, k, values, indices);
+  return {values, indices};
+}
+
+std::tuple<at::Tensor&, at::Tensor&> kthvalue_out(const at::Tensor& self, int64_t k, int64_t dim_, bool keepdim,
+                                                  at::Tensor& values, at::Tensor& indices) {
+  TORCH_CHECK_NOT_IMPLEMENTED(self.scalar_type() != at::kBool, "\"kthvalue_cpu\" not implemented for 'Bool'");
+  int64_t dim = at::maybe_wrap_dim(dim_, self.dim(), /*wrap_scalar=*/true);
+  int64_t slicesize = self.dim() == 0 ? 1 : self.size(dim);
+  at::native::zero_numel_check_dims(self, dim, "kthvalue()");
+  TORCH_CHECK(k >= 1 && k <= slicesize, "kthvalue(): selected number k out of range for dimension ", dim);
+  at::assert_no_overlap(self, values);
+  at::native::_reduction_with_indices_allocate_or_resize_output(values, indices, self, dim_, keepdim);
+  write_ranked(self, dim, false, k - 1, 1, values, indices);
+  if (!keepdim && self.dim() > 0) {
+    values.squeeze_(dim);
+    indices.squeeze_(dim);
+  }
+  return {values, indices};
+}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("sort.values_stable", TORCH_FN(sort_out));
+  m.impl("topk.values", TORCH_FN(topk_out));
+  m.impl("kthvalue.values", TORCH_FN(kthvalue_out));
+}
+
+} // namespace tiny::aten_ops

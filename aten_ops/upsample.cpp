@@ -1,0 +1,423 @@
+// Interpolation: upsample_nearest{1,2,3}d, _upsample_nearest_exact{1,2,3}d, upsample_linear1d,
+// upsample_bilinear2d, upsample_trilinear3d, upsample_bicubic2d, and their backward ops (what
+// F.interpolate's .vec overloads decompose into).
+//
+// Interpolation is separable: each spatial dim maps `in` input positions to `out` output positions
+// through a few taps, each an input index and a weight that depend on the output position only. The
+// taps are built from iotas with torch's own float formulas (the same float32 or float64 arithmetic,
+// so the same indices and weights). The forward reads the input at the computed indices (GATHER) and
+// combines the taps nested as torch's CPU kernel does (the first dim outermost: w0 * t0 + w1 * t1 + ...
+// where each t interpolates the next dim), all in one elementwise kernel that fuses with its consumer.
+// Integer-factor nearest upsampling (and a size that does not change) needs no gather at all: it is a
+// broadcast view. The backward ops are the transposed maps, dim by dim: a reduce over the output
+// positions of where(index == position, weight * grad, 0) (the where keeps inf/NaN out), or for
+// integer-factor nearest a plain sum over the repeated positions.
+//
+// torch's checks, result sizes and memory formats come from the structured ops' meta functions.
+
+#include <ATen/core/Tensor.h>
+#include <ATen/native/UpSample.h>
+#include <ATen/ops/_upsample_nearest_exact1d_backward_meta_dispatch.h>
+#include <ATen/ops/_upsample_nearest_exact1d_meta_dispatch.h>
+#include <ATen/ops/_upsample_nearest_exact2d_backward_meta_dispatch.h>
+#include <ATen/ops/_upsample_nearest_exact2d_meta_dispatch.h>
+#include <ATen/ops/_upsample_nearest_exact3d_backward_meta_dispatch.h>
+#include <ATen/ops/_upsample_nearest_exact3d_meta_dispatch.h>
+#include <ATen/ops/upsample_bicubic2d_backward_meta_dispatch.h>
+#include <ATen/ops/upsample_bicubic2d_meta_dispatch.h>
+#include <ATen/ops/upsample_bilinear2d_backward_meta_dispatch.h>
+#include <ATen/ops/upsample_bilinear2d_meta_dispatch.h>
+#include <ATen/ops/upsample_linear1d_backward_meta_dispatch.h>
+#include <ATen/ops/upsample_linear1d_meta_dispatch.h>
+#include <ATen/ops/upsample_nearest1d_backward_meta_dispatch.h>
+#include <ATen/ops/upsample_nearest1d_meta_dispatch.h>
+#include <ATen/ops/upsample_nearest2d_backward_meta_dispatch.h>
+#include <ATen/ops/upsample_nearest2d_meta_dispatch.h>
+#include <ATen/ops/upsample_nearest3d_backward_meta_dispatch.h>
+#include <ATen/ops/upsample_nearest3d_meta_dispatch.h>
+#include <ATen/ops/upsample_trilinear3d_backward_meta_dispatch.h>
+#include <ATen/ops/upsample_trilinear3d_meta_dispatch.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <optional>
+#include <vector>
+
+#include "aten_ops/sliding_window.h"
+#include "csrc/tensor_bridge.h"
+
+namespace tiny {
+namespace {
+
+using Scale = std::optional<double>;
+
+enum class Mode { Nearest, NearestExact, Linear, Cubic };
+
+const char* mode_name(Mode m, size_t nd) {
+  static const char* names[4][3] = {
+      {"upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d"},
+      {"_upsample_nearest_exact1d", "_upsample_nearest_exact2d", "_upsample_nearest_exact3d"},
+      {"upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d"},
+      {"", "upsample_bicubic2d", ""}};
+  return names[static_cast<int>(m)][nd - 1];
+}
+
+DType opmath(DType dt) { return dt == DType::Float16 || dt == DType::BFloat16 ? DType::Float32 : dt; }
+
+at::Tensor like_meta(const at::Tensor& meta, const at::Tensor& self) {
+  return empty_tiny(meta.sizes(), meta.strides(), meta.scalar_type(), self.device());
+}
+
+// ---- (out,)-shaped index and weight math on iotas ----
+
+UOpPtr fill(const UOpPtr& c, int64_t n) { return window::expanded(window::reshaped(c, {1}), {n}); }
+UOpPtr fconst(DType dt, double v, int64_t n) { return fill(const_float(dt, v), n); }
+UOpPtr iconst(int64_t v, int64_t n) { return fill(const_int(DType::Int64, v), n); }
+UOpPtr bin(Ops op, const UOpPtr& a, const UOpPtr& b) { return alu(op, a, b); }
+
+// The (int64)floorf(v) of torch's guard_index_and_lambda (floorf: a float64 index rounds to float32 first).
+UOpPtr floor_index(const UOpPtr& v) { return cast(alu(Ops::FLOOR, cast(v, DType::Float32)), DType::Int64); }
+
+struct Tap {
+  UOpPtr index;  // (out,) int64
+  UOpPtr weight; // (out,) in the compute dtype, or null for 1
+};
+
+// How one dim maps: unchanged, a whole-factor repeat (a view), or taps (a reduce).
+struct DimMap {
+  int64_t in, out;
+  int64_t repeat = 0; // > 0: output o reads input o / repeat
+  bool identity = false;
+  std::vector<Tap> taps;
+};
+
+// torch's nearest index of output o (UpSample.h: nearest_idx / nearest_exact_idx), on the host.
+int64_t nearest_index(Mode m, int64_t o, int64_t in, int64_t out, Scale scale) {
+  return m == Mode::Nearest ? at::native::nearest_idx(o, in, out, scale)
+                            : at::native::nearest_exact_idx(o, in, out, scale);
+}
+
+DimMap nearest_map(Mode m, int64_t in, int64_t out, Scale scale) {
+  DimMap d{in, out, 0, false, {}};
+  // The index table, as torch computes it: a whole-factor pattern needs no reduce.
+  bool same = true, repeat = out % in == 0;
+  for (int64_t o = 0; o < out; o++) {
+    int64_t i = nearest_index(m, o, in, out, scale);
+    same = same && i == o;
+    repeat = repeat && i == o / (out / in);
+  }
+  UOpPtr o = iota(out, DType::Int64), pos;
+  if (same && in == out)
+    d.identity = true;
+  else if (repeat)
+    d.repeat = out / in;
+  if (d.identity || d.repeat) {
+    d.taps.push_back({d.identity ? o : bin(Ops::IDIV, o, iconst(d.repeat, out)), nullptr});
+    return d;
+  }
+  float s = at::native::compute_scales_value<float>(scale, in, out);
+  if (m == Mode::Nearest) {
+    // floorf(o * scale) in float32
+    pos = bin(Ops::MUL, cast(o, DType::Float32), fconst(DType::Float32, s, out));
+  } else {
+    // floorf((o + 0.5) * scale): the product is a double, rounded to float by floorf
+    UOpPtr c = bin(Ops::ADD, cast(o, DType::Float64), fconst(DType::Float64, 0.5, out));
+    pos = bin(Ops::MUL, c, fconst(DType::Float64, static_cast<double>(s), out));
+  }
+  d.taps.push_back({bin(Ops::MIN, floor_index(pos), iconst(in - 1, out)), nullptr});
+  return d;
+}
+
+// torch's area_pixel_compute_source_index in the compute dtype dt.
+UOpPtr source_index(int64_t out, double ratio, bool align_corners, bool cubic, DType dt) {
+  UOpPtr o = cast(iota(out, DType::Int64), dt), r = fconst(dt, ratio, out);
+  if (align_corners) return bin(Ops::MUL, r, o);
+  UOpPtr half = fconst(dt, 0.5, out);
+  UOpPtr src = bin(Ops::SUB, bin(Ops::MUL, r, bin(Ops::ADD, o, half)), half);
+  return cubic ? src : bin(Ops::MAX, src, fconst(dt, 0, out));
+}
+
+double ratio(int64_t in, int64_t out, bool align_corners, Scale scale, DType dt) {
+  return dt == DType::Float64 ? at::native::area_pixel_compute_scale<double>(in, out, align_corners, scale)
+                              : at::native::area_pixel_compute_scale<float>(in, out, align_corners, scale);
+}
+
+DimMap linear_map(int64_t in, int64_t out, bool align_corners, Scale scale, DType dt) {
+  DimMap d{in, out, 0, false, {}};
+  if (in == out) { // torch copies
+    d.identity = true;
+    d.taps.push_back({iota(out, DType::Int64), nullptr});
+    return d;
+  }
+  UOpPtr real = source_index(out, ratio(in, out, align_corners, scale, dt), align_corners, false, dt);
+  UOpPtr i0 = bin(Ops::MIN, floor_index(real), iconst(in - 1, out));
+  UOpPtr l1 = bin(Ops::MIN, bin(Ops::MAX, bin(Ops::SUB, real, cast(i0, dt)), fconst(dt, 0, out)), fconst(dt, 1, out));
+  UOpPtr i1 = bin(Ops::ADD, i0, cast(bin(Ops::CMPLT, i0, iconst(in - 1, out)), DType::Int64));
+  d.taps = {{i0, bin(Ops::SUB, fconst(dt, 1, out), l1)}, {i1, l1}};
+  return d;
+}
+
+DimMap cubic_map(int64_t in, int64_t out, bool align_corners, Scale scale, DType dt) {
+  DimMap d{in, out, 0, false, {}};
+  UOpPtr real = source_index(out, ratio(in, out, align_corners, scale, dt), align_corners, true, dt);
+  UOpPtr i = bin(Ops::MIN, floor_index(real), iconst(in - 1, out));
+  UOpPtr t = bin(Ops::MIN, bin(Ops::MAX, bin(Ops::SUB, real, cast(i, dt)), fconst(dt, 0, out)), fconst(dt, 1, out));
+  // get_cubic_upsample_coefficients with A = -0.75, term by term as torch writes them.
+  auto k = [&](double v) { return fconst(dt, v, out); };
+  double A = -0.75;
+  auto conv1 = [&](const UOpPtr& x) { // ((A + 2) * x - (A + 3)) * x * x + 1
+    UOpPtr a = bin(Ops::SUB, bin(Ops::MUL, k(A + 2), x), k(A + 3));
+    return bin(Ops::ADD, bin(Ops::MUL, bin(Ops::MUL, a, x), x), k(1));
+  };
+  auto conv2 = [&](const UOpPtr& x) { // ((A * x - 5 * A) * x + 8 * A) * x - 4 * A
+    UOpPtr a = bin(Ops::SUB, bin(Ops::MUL, k(A), x), k(5 * A));
+    return bin(Ops::SUB, bin(Ops::MUL, bin(Ops::ADD, bin(Ops::MUL, a, x), k(8 * A)), x), k(4 * A));
+  };
+  UOpPtr x2 = bin(Ops::SUB, k(1), t);
+  std::vector<UOpPtr> w{conv2(bin(Ops::ADD, t, k(1))), conv1(t), conv1(x2), conv2(bin(Ops::ADD, x2, k(1)))};
+  for (int64_t j = 0; j < 4; j++) {
+    UOpPtr at = bin(Ops::ADD, i, iconst(j - 1, out));
+    at = bin(Ops::MAX, bin(Ops::MIN, at, iconst(in - 1, out)), iconst(0, out));
+    d.taps.push_back({at, w[static_cast<size_t>(j)]});
+  }
+  return d;
+}
+
+DimMap dim_map(Mode m, int64_t in, int64_t out, bool align_corners, Scale scale, DType dt) {
+  switch (m) {
+  case Mode::Nearest:
+  case Mode::NearestExact:
+    return nearest_map(m, in, out, scale);
+  case Mode::Linear:
+    return linear_map(in, out, align_corners, scale, dt);
+  case Mode::Cubic:
+    return cubic_map(in, out, align_corners, scale, dt);
+  }
+  return {};
+}
+
+// ---- applying a map along one axis ----
+
+Shape with_dims(const Shape& s, size_t axis, std::initializer_list<int64_t> dims) {
+  Shape r(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(axis));
+  r.insert(r.end(), dims);
+  r.insert(r.end(), s.begin() + static_cast<std::ptrdiff_t>(axis) + 1, s.end());
+  return r;
+}
+
+UOpPtr along(const UOpPtr& v, const Shape& shape, size_t axis) {
+  Shape s(shape.size(), 1);
+  s[axis] = v->shape[0];
+  return window::expanded(window::reshaped(v, s), shape);
+}
+
+// sum over the taps of where(index == position, weight * value, 0) over `big`, whose axis
+// `taps_axis` holds the output positions and `pos_axis` the input positions.
+UOpPtr tap_sum(const DimMap& d, const UOpPtr& value, size_t taps_axis, size_t pos_axis) {
+  const Shape& big = value->shape;
+  UOpPtr pos = along(iota(d.in, DType::Int64), big, pos_axis),
+         zero = window::expanded(window::reshaped(const_like(value, 0), Shape(big.size(), 1)), big);
+  UOpPtr sum;
+  for (const Tap& t : d.taps) {
+    UOpPtr v = t.weight ? bin(Ops::MUL, along(t.weight, big, taps_axis), value) : value;
+    UOpPtr term = where(bin(Ops::CMPEQ, along(t.index, big, taps_axis), pos), v, zero);
+    sum = sum ? bin(Ops::ADD, sum, term) : term;
+  }
+  return sum;
+}
+
+// x (lead..., in...) read at the taps of every dim: the taps of dim d combine the values of dim d + 1
+// read at each of their indices. `at` is the flat input index so far, of the result's shape.
+UOpPtr gather_taps(const UOpPtr& flat, const std::vector<DimMap>& maps, size_t d, const UOpPtr& at, size_t lead,
+                   const Shape& in) {
+  if (d == maps.size()) return gather(flat, at);
+  const Shape& shape = at->shape;
+  int64_t stride = 1;
+  for (size_t i = d + 1; i < in.size(); i++)
+    stride *= in[i];
+  UOpPtr sum;
+  for (const Tap& t : maps[d].taps) {
+    UOpPtr offset = along(bin(Ops::MUL, t.index, iconst(stride, t.index->shape[0])), shape, lead + d);
+    UOpPtr v = gather_taps(flat, maps, d + 1, bin(Ops::ADD, at, offset), lead, in);
+    if (t.weight) v = bin(Ops::MUL, v, along(t.weight, shape, lead + d));
+    sum = sum ? bin(Ops::ADD, sum, v) : v;
+  }
+  return sum;
+}
+
+// x (lead..., in...) interpolated to (lead..., out...).
+UOpPtr interpolate(const UOpPtr& x, const std::vector<DimMap>& maps) {
+  size_t nd = maps.size(), lead = x->shape.size() - nd;
+  bool views = true;
+  for (const DimMap& d : maps)
+    views = views && (d.identity || d.repeat);
+  if (views) { // whole-factor repeats: a broadcast view
+    UOpPtr v = x;
+    for (size_t a = lead; a < x->shape.size(); a++) {
+      const DimMap& d = maps[a - lead];
+      if (d.identity) continue;
+      const Shape& s = v->shape;
+      v = window::reshaped(
+          window::expanded(window::reshaped(v, with_dims(s, a, {d.in, 1})), with_dims(s, a, {d.in, d.repeat})),
+          with_dims(s, a, {d.out}));
+    }
+    return v;
+  }
+  Shape result(x->shape.begin(), x->shape.begin() + static_cast<std::ptrdiff_t>(lead)), in;
+  int64_t planes = prod(result), plane = 1;
+  for (const DimMap& d : maps) {
+    result.push_back(d.out);
+    in.push_back(d.in);
+    plane *= d.in;
+  }
+  // The flat index of each result element's plane, times the plane size.
+  Shape lead_ones(result.size(), 1);
+  std::copy(result.begin(), result.begin() + static_cast<std::ptrdiff_t>(lead), lead_ones.begin());
+  UOpPtr base = bin(Ops::MUL, iota(planes, DType::Int64), iconst(plane, planes));
+  base = window::expanded(window::reshaped(base, lead_ones), result);
+  return gather_taps(window::reshaped(x, {prod(x->shape)}), maps, 0, base, lead, in);
+}
+
+// The transpose: g with axis `axis` (of size d.out) sent back to the d.in input positions.
+UOpPtr interpolate_backward(const UOpPtr& g, const DimMap& d, size_t axis) {
+  const Shape& s = g->shape;
+  if (d.identity) return g;
+  int64_t next = static_cast<int64_t>(axis) + 1;
+  if (d.repeat)
+    return window::reshaped(
+        window::reduce_lowered(window::reshaped(g, with_dims(s, axis, {d.in, d.repeat})), Ops::ADD, {next}),
+        with_dims(s, axis, {d.in}));
+  UOpPtr big = window::expanded(window::reshaped(g, with_dims(s, axis, {1, d.out})), with_dims(s, axis, {d.in, d.out}));
+  return window::reshaped(window::reduce_lowered(tap_sum(d, big, axis + 1, axis), Ops::ADD, {next}),
+                          with_dims(s, axis, {d.in}));
+}
+
+struct Request {
+  Mode mode;
+  bool align_corners;
+  std::vector<Scale> scales;
+};
+
+void check_dtype(const at::Tensor& t, Mode m, size_t nd, bool backward) {
+  at::ScalarType st = t.scalar_type();
+  bool nearest = m == Mode::Nearest || m == Mode::NearestExact;
+  // torch's CPU kernels also take uint8 (nearest: an exact gather; linear/cubic: a rounding path of
+  // their own that tiny does not reproduce).
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(st) || (!backward && nearest && st == at::kByte), "\"",
+                              mode_name(m, nd), backward ? "_backward" : "", "\" not implemented for '", st,
+                              "' on tiny");
+}
+
+std::vector<DimMap> maps(const Request& r, const Shape& in, const Shape& out, DType dt) {
+  std::vector<DimMap> m;
+  for (size_t i = 0; i < in.size(); i++)
+    m.push_back(dim_map(r.mode, in[i], out[i], r.align_corners, r.scales[i], dt));
+  return m;
+}
+
+DType compute_dtype(const Request& r, DType dt) {
+  bool nearest = r.mode == Mode::Nearest || r.mode == Mode::NearestExact;
+  return nearest && !is_float(dt) ? dt : opmath(dt);
+}
+
+void write_upsample(const at::Tensor& self, const at::Tensor& out, const Request& r) {
+  size_t nd = r.scales.size();
+  check_dtype(self, r.mode, nd, false);
+  if (out.numel() == 0) return;
+  DType dt = to_tiny_dtype(self.scalar_type()), ct = compute_dtype(r, dt);
+  Shape s(self.sizes().begin(), self.sizes().end()), o(out.sizes().begin(), out.sizes().end());
+  size_t lead = s.size() - nd;
+  std::vector<DimMap> m = maps(r, Shape(s.begin() + static_cast<std::ptrdiff_t>(lead), s.end()),
+                               Shape(o.begin() + static_cast<std::ptrdiff_t>(lead), o.end()), opmath(dt));
+  write(out, cast(interpolate(cast(read(self), ct), m), dt));
+}
+
+void write_upsample_backward(const at::Tensor& grad_output, c10::IntArrayRef input_size, const at::Tensor& grad_input,
+                             const Request& r) {
+  size_t nd = r.scales.size();
+  check_dtype(grad_output, r.mode, nd, true);
+  if (grad_input.numel() == 0) return;
+  DType dt = to_tiny_dtype(grad_output.scalar_type()), ct = opmath(dt);
+  Shape s(input_size.begin(), input_size.end()), o(grad_output.sizes().begin(), grad_output.sizes().end());
+  size_t lead = s.size() - nd;
+  std::vector<DimMap> m = maps(r, Shape(s.begin() + static_cast<std::ptrdiff_t>(lead), s.end()),
+                               Shape(o.begin() + static_cast<std::ptrdiff_t>(lead), o.end()), ct);
+  UOpPtr g = cast(read(grad_output), ct);
+  for (size_t i = 0; i < nd; i++)
+    g = interpolate_backward(g, m[i], lead + i);
+  write(grad_input, cast(g, dt));
+}
+
+// ---- kernels: one template per argument list ----
+
+template <Mode M, auto Meta, class... S>
+at::Tensor upsample(const at::Tensor& self, c10::IntArrayRef output_size, S... scales) {
+  at::Tensor out = like_meta(Meta(self, output_size, scales...), self);
+  write_upsample(self, out, {M, false, {scales...}});
+  return out;
+}
+
+template <Mode M, auto Meta, class... S>
+at::Tensor upsample_aligned(const at::Tensor& self, c10::IntArrayRef output_size, bool align_corners, S... scales) {
+  at::Tensor out = like_meta(Meta(self, output_size, align_corners, scales...), self);
+  write_upsample(self, out, {M, align_corners, {scales...}});
+  return out;
+}
+
+template <Mode M, auto Meta, class... S>
+at::Tensor upsample_backward(const at::Tensor& grad_output, c10::IntArrayRef output_size, c10::IntArrayRef input_size,
+                             S... scales) {
+  at::Tensor grad_input = like_meta(Meta(grad_output, output_size, input_size, scales...), grad_output);
+  write_upsample_backward(grad_output, input_size, grad_input, {M, false, {scales...}});
+  return grad_input;
+}
+
+template <Mode M, auto Meta, class... S>
+at::Tensor upsample_aligned_backward(const at::Tensor& grad_output, c10::IntArrayRef output_size,
+                                     c10::IntArrayRef input_size, bool align_corners, S... scales) {
+  at::Tensor grad_input = like_meta(Meta(grad_output, output_size, input_size, align_corners, scales...), grad_output);
+  write_upsample_backward(grad_output, input_size, grad_input, {M, align_corners, {scales...}});
+  return grad_input;
+}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  using N = Scale;
+  m.impl("upsample_nearest1d", TORCH_FN((upsample<Mode::Nearest, &at::meta::upsample_nearest1d, N>)));
+  m.impl("upsample_nearest2d", TORCH_FN((upsample<Mode::Nearest, &at::meta::upsample_nearest2d, N, N>)));
+  m.impl("upsample_nearest3d", TORCH_FN((upsample<Mode::Nearest, &at::meta::upsample_nearest3d, N, N, N>)));
+  m.impl("_upsample_nearest_exact1d",
+         TORCH_FN((upsample<Mode::NearestExact, &at::meta::_upsample_nearest_exact1d, N>)));
+  m.impl("_upsample_nearest_exact2d",
+         TORCH_FN((upsample<Mode::NearestExact, &at::meta::_upsample_nearest_exact2d, N, N>)));
+  m.impl("_upsample_nearest_exact3d",
+         TORCH_FN((upsample<Mode::NearestExact, &at::meta::_upsample_nearest_exact3d, N, N, N>)));
+  m.impl("upsample_linear1d", TORCH_FN((upsample_aligned<Mode::Linear, &at::meta::upsample_linear1d, N>)));
+  m.impl("upsample_bilinear2d", TORCH_FN((upsample_aligned<Mode::Linear, &at::meta::upsample_bilinear2d, N, N>)));
+  m.impl("upsample_trilinear3d", TORCH_FN((upsample_aligned<Mode::Linear, &at::meta::upsample_trilinear3d, N, N, N>)));
+  m.impl("upsample_bicubic2d", TORCH_FN((upsample_aligned<Mode::Cubic, &at::meta::upsample_bicubic2d, N, N>)));
+
+  m.impl("upsample_nearest1d_backward",
+         TORCH_FN((upsample_backward<Mode::Nearest, &at::meta::upsample_nearest1d_backward, N>)));
+  m.impl("upsample_nearest2d_backward",
+         TORCH_FN((upsample_backward<Mode::Nearest, &at::meta::upsample_nearest2d_backward, N, N>)));
+  m.impl("upsample_nearest3d_backward",
+         TORCH_FN((upsample_backward<Mode::Nearest, &at::meta::upsample_nearest3d_backward, N, N, N>)));
+  m.impl("_upsample_nearest_exact1d_backward",
+         TORCH_FN((upsample_backward<Mode::NearestExact, &at::meta::_upsample_nearest_exact1d_backward, N>)));
+  m.impl("_upsample_nearest_exact2d_backward",
+         TORCH_FN((upsample_backward<Mode::NearestExact, &at::meta::_upsample_nearest_exact2d_backward, N, N>)));
+  m.impl("_upsample_nearest_exact3d_backward",
+         TORCH_FN((upsample_backward<Mode::NearestExact, &at::meta::_upsample_nearest_exact3d_backward, N, N, N>)));
+  m.impl("upsample_linear1d_backward",
+         TORCH_FN((upsample_aligned_backward<Mode::Linear, &at::meta::upsample_linear1d_backward, N>)));
+  m.impl("upsample_bilinear2d_backward",
+         TORCH_FN((upsample_aligned_backward<Mode::Linear, &at::meta::upsample_bilinear2d_backward, N, N>)));
+  m.impl("upsample_trilinear3d_backward",
+         TORCH_FN((upsample_aligned_backward<Mode::Linear, &at::meta::upsample_trilinear3d_backward, N, N, N>)));
+  m.impl("upsample_bicubic2d_backward",
+         TORCH_FN((upsample_aligned_backward<Mode::Cubic, &at::meta::upsample_bicubic2d_backward, N, N>)));
+}
+
+} // namespace tiny

@@ -1,0 +1,304 @@
+"""Convolution, pooling and interpolation against PyTorch CPU: values, gradients, options, layouts,
+dtypes, errors, and the kernels a fused forward launches."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import check, check_devices, counting, on_device
+
+HALF = (torch.float16, torch.bfloat16)
+
+
+def rand(*shape, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if dtype.is_floating_point:
+        return torch.randn(*shape, generator=g).to(dtype)
+    return torch.randint(-5, 5, shape, generator=g, dtype=dtype)
+
+
+def tol(dtype):
+    return {"rtol": 2e-2, "atol": 2e-2} if dtype in HALF else {}
+
+
+def check_grads(fn, *args, rtol=None, atol=None):
+    """fn(*args) and the gradients of its float inputs for the same upstream gradient, tiny vs CPU.
+
+    Gradients compare by value (torch lays out a leaf's .grad like the leaf, whatever the backward
+    kernel returned)."""
+
+    def run(device):
+        inputs = [on_device(a, device) for a in args]
+        wants = [a for a in inputs if isinstance(a, torch.Tensor) and a.is_floating_point()]
+        for a in wants:
+            a.requires_grad_()
+        y = fn(*inputs)
+        upstream = rand(*y.shape, dtype=y.dtype, seed=99).to(device)
+        grads = torch.autograd.grad(y, wants, upstream)
+        return (y.detach(), *(g.contiguous() for g in grads))
+
+    check_devices(run, rtol=rtol, atol=atol)
+
+
+# ---- convolution ----
+
+CONV2D_OPTIONS = [
+    {},
+    {"stride": 2, "padding": 1},
+    {"stride": 3, "padding": 2, "dilation": 2},  # stride larger than the kernel
+    {"padding": 4},  # padding larger than the kernel
+    {"stride": (2, 1), "padding": (1, 0), "dilation": (1, 2)},
+    {"padding": "same", "dilation": 2},
+    {"padding": "valid"},
+]
+
+
+@pytest.mark.parametrize("options", CONV2D_OPTIONS, ids=str)
+def test_conv2d_values_and_gradients_match_cpu(options):
+    check_grads(
+        lambda x, w, b: F.conv2d(x, w, b, **options), rand(2, 3, 9, 7), rand(4, 3, 3, 2, seed=1), rand(4, seed=2)
+    )
+
+
+def test_grouped_depthwise_and_pointwise_conv2d():
+    x = rand(2, 4, 6, 6)
+    check_grads(lambda x, w: F.conv2d(x, w, groups=2, padding=1), x, rand(6, 2, 3, 3, seed=1))
+    check_grads(lambda x, w, b: F.conv2d(x, w, b, groups=4, stride=2), x, rand(8, 1, 3, 3, seed=1), rand(8, seed=2))
+    check_grads(lambda x, w: F.conv2d(x, w), x, rand(5, 4, 1, 1, seed=1))
+
+
+def test_conv1d_and_conv3d_match_cpu():
+    check_grads(
+        lambda x, w, b: F.conv1d(x, w, b, stride=2, padding=1, dilation=2),
+        rand(2, 3, 11),
+        rand(4, 3, 3, seed=1),
+        rand(4, seed=2),
+    )
+    check_grads(lambda x, w: F.conv1d(x, w, groups=3, padding="same"), rand(2, 3, 8), rand(6, 1, 4, seed=1))
+    check_grads(
+        lambda x, w, b: F.conv3d(x, w, b, stride=(1, 2, 1), padding=1),
+        rand(1, 2, 4, 5, 3),
+        rand(3, 2, 2, 3, 2, seed=1),
+        rand(3, seed=2),
+    )
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"stride": 2, "padding": 1, "output_padding": 1},
+        {"stride": 3, "padding": 2, "dilation": 2, "groups": 2},
+        {"stride": (1, 2), "output_padding": (0, 1)},
+    ],
+    ids=str,
+)
+def test_conv_transpose2d_values_and_gradients_match_cpu(options):
+    check_grads(
+        lambda x, w, b: F.conv_transpose2d(x, w, b, **options),
+        rand(2, 4, 5, 4),
+        rand(4, 3, 3, 2, seed=1),
+        rand(3 * options.get("groups", 1), seed=2),
+    )
+
+
+def test_conv_transpose1d_and_3d_match_cpu():
+    check_grads(
+        lambda x, w, b: F.conv_transpose1d(x, w, b, stride=2, padding=1),
+        rand(2, 3, 6),
+        rand(3, 4, 3, seed=1),
+        rand(4, seed=2),
+    )
+    check_grads(lambda x, w: F.conv_transpose3d(x, w, stride=2), rand(1, 2, 3, 2, 3), rand(2, 3, 2, 2, 2, seed=1))
+
+
+def test_conv_reads_non_contiguous_inputs_and_keeps_channels_last():
+    x = rand(2, 3, 8, 8)
+    w = rand(4, 3, 3, 3, seed=1)
+    check(lambda x, w: F.conv2d(x, w, padding=1), x.to(memory_format=torch.channels_last), w)
+    check(lambda x, w: F.conv2d(x, w), x, w.to(memory_format=torch.channels_last))
+    check_grads(lambda x, w: F.conv2d(x[:, :, ::2, 1:], w.transpose(2, 3)), rand(2, 3, 12, 9), w)
+    check_grads(lambda x, w: F.conv2d(x.transpose(1, 3), w, stride=2), rand(2, 9, 7, 3), w)
+
+
+@pytest.mark.parametrize("dtype", (torch.float64,) + HALF, ids=str)
+def test_conv_float64_and_half_precision(dtype):
+    x, w, b = rand(2, 3, 6, 6, dtype=dtype), rand(4, 3, 3, 3, dtype=dtype, seed=1), rand(4, dtype=dtype, seed=2)
+    check(lambda x, w, b: F.conv2d(x, w, b, padding=1), x, w, b, **tol(dtype))
+    check(lambda x, w, b: F.conv_transpose2d(x, w.transpose(0, 1), b, stride=2), x, w, b, **tol(dtype))
+    check_grads(lambda x, w, b: F.conv2d(x, w, b, stride=2), x, w, b, **tol(dtype))
+
+
+def test_integer_convolution_wraps_like_cpu():
+    x, w = rand(2, 3, 6, 6, dtype=torch.int64), rand(4, 3, 3, 3, dtype=torch.int64, seed=1)
+    check(lambda x, w: F.conv2d(x, w, padding=1, dilation=2), x, w)
+    check(lambda x, w: F.conv2d(x, w, stride=2), x.to(torch.int32), w.to(torch.int32))
+    check(lambda x, w: F.conv2d(x, w, dilation=2), x.to(torch.int32), w.to(torch.int32))  # CPU: not implemented
+
+
+def test_empty_batch_convolution():
+    check_grads(
+        lambda x, w, b: F.conv2d(x, w, b, padding=1), rand(0, 3, 5, 5), rand(4, 3, 3, 3, seed=1), rand(4, seed=2)
+    )
+
+
+def test_bad_convolutions_raise_like_cpu():
+    x, w = rand(2, 3, 6, 6), rand(4, 3, 3, 3, seed=1)
+    check(lambda x, w: F.conv2d(x, w), rand(2, 2, 6, 6), w)  # channels
+    check(lambda x, w: F.conv2d(x, w), x, w.double())  # dtypes
+    check(lambda x, w, b: F.conv2d(x, w, b), x, w, rand(4, dtype=torch.float64))
+    check(lambda x, w: F.conv2d(x, w), rand(2, 3, 2, 2), w)  # input smaller than the kernel
+    check(lambda x, w: F.conv2d(x, w, stride=0), x, w)
+    check(lambda x, w: F.conv_transpose2d(x, w, stride=2, output_padding=2), rand(2, 4, 3, 3), w)
+
+
+def test_conv_bias_relu_forward_is_one_kernel():
+    x, w, b = rand(2, 3, 8, 8).to("tiny"), rand(4, 3, 3, 3, seed=1).to("tiny"), rand(4, seed=2).to("tiny")
+    with counting() as c:
+        y = F.relu(F.conv2d(x, w, b, padding=1))
+        torch.tiny.synchronize()
+    assert c["kernels"] == 1
+    torch.testing.assert_close(y.cpu(), F.relu(F.conv2d(x.cpu(), w.cpu(), b.cpu(), padding=1)))
+
+
+# ---- max pooling ----
+
+MAX_POOL_OPTIONS = [
+    {"kernel_size": 2},
+    {"kernel_size": 3, "stride": 2, "padding": 1},
+    {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True},
+    {"kernel_size": (3, 2), "stride": (1, 2), "dilation": (2, 1), "padding": (1, 0)},
+    {"kernel_size": 2, "stride": 3, "ceil_mode": True},
+]
+
+
+@pytest.mark.parametrize("options", MAX_POOL_OPTIONS, ids=str)
+def test_max_pool2d_values_indices_and_gradients_match_cpu(options):
+    x = rand(2, 3, 9, 8)
+    check(lambda x: F.max_pool2d(x, return_indices=True, **options), x)
+    check_grads(lambda x: F.max_pool2d(x, **options), x)
+
+
+def test_max_pool2d_picks_torchs_index_for_ties_infinities_and_nans():
+    x = torch.tensor(
+        [[[[1.0, 1.0, 0.0, 2.0], [1.0, 0.0, 2.0, 2.0], [-float("inf")] * 4, [0.0, float("nan"), 3.0, float("nan")]]]]
+    )
+    check(lambda x: F.max_pool2d(x, 2, return_indices=True), x)
+    check(lambda x: F.max_pool2d(x, 3, stride=1, padding=1, return_indices=True), x)
+    check(lambda x: F.max_pool2d(x, 2, stride=1, return_indices=True), torch.full((1, 1, 3, 3), -float("inf")))
+    ties = torch.randint(0, 3, (2, 2, 7, 7), generator=torch.Generator().manual_seed(0)).float()
+    check_grads(lambda x: F.max_pool2d(x, 3, stride=2, padding=1), ties)  # overlapping windows
+
+
+def test_max_pool2d_layouts_unbatched_and_integers():
+    x = rand(2, 3, 8, 8)
+    check(lambda x: F.max_pool2d(x, 2, return_indices=True), x.to(memory_format=torch.channels_last))
+    check_grads(lambda x: F.max_pool2d(x[:, :, 1:, ::2], 2), rand(2, 3, 9, 16))
+    check_grads(lambda x: F.max_pool2d(x, 2), rand(3, 8, 8))
+    check_grads(lambda x: F.max_pool1d(x, 3, stride=2), rand(2, 3, 9))
+    for dtype in (torch.int64, torch.int32, torch.uint8):
+        check(lambda x: F.max_pool2d(x, 2, return_indices=True), rand(2, 3, 8, 8, dtype=torch.int64).abs().to(dtype))
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_pooling_half_precision(dtype):
+    x = rand(2, 3, 8, 8, dtype=dtype)
+    check_grads(lambda x: F.max_pool2d(x, 3, stride=2, padding=1), x, **tol(dtype))
+    check_grads(lambda x: F.avg_pool2d(x, 3, stride=2, padding=1), x, **tol(dtype))
+    check_grads(lambda x: F.adaptive_avg_pool2d(x, 3), x, **tol(dtype))
+
+
+def test_max_pool2d_of_a_product_is_one_kernel():
+    x = rand(2, 3, 8, 8).to("tiny")
+    with counting() as c:
+        y = F.max_pool2d(x * 2, 2)
+        torch.tiny.synchronize()
+    assert c["kernels"] == 1
+    torch.testing.assert_close(y.cpu(), F.max_pool2d(x.cpu() * 2, 2))
+
+
+def test_bad_pooling_raises_like_cpu():
+    x = rand(2, 3, 8, 8)
+    check(lambda x: F.max_pool2d(x, 2, padding=2), x)  # padding over half the kernel
+    check(lambda x: F.max_pool2d(x, 0), x)
+    check(lambda x: F.max_pool2d(x, 9), x)  # output too small
+    check(lambda x: F.avg_pool2d(x, 2, padding=3), x)
+    check(lambda x: F.adaptive_avg_pool2d(x, (2, 2, 2)), x)
+    check(lambda x: F.max_pool2d(x, 2), x > 0)  # bool
+
+
+# ---- average pooling ----
+
+AVG_POOL_OPTIONS = [
+    {"kernel_size": 2},
+    {"kernel_size": 3, "stride": 2, "padding": 1},
+    {"kernel_size": 3, "stride": 2, "padding": 1, "count_include_pad": False},
+    {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True},
+    {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True, "count_include_pad": False},
+    {"kernel_size": (3, 2), "stride": (2, 3), "divisor_override": 5},
+]
+
+
+@pytest.mark.parametrize("options", AVG_POOL_OPTIONS, ids=str)
+def test_avg_pool2d_values_and_gradients_match_cpu(options):
+    check_grads(lambda x: F.avg_pool2d(x, **options), rand(2, 3, 9, 8))
+
+
+def test_avg_pool_1d_3d_integers_and_layouts():
+    check_grads(lambda x: F.avg_pool1d(x, 3, stride=2, padding=1, ceil_mode=True), rand(2, 3, 10))
+    check_grads(lambda x: F.avg_pool3d(x, 2, stride=(1, 2, 2), padding=1, count_include_pad=False), rand(1, 2, 4, 5, 6))
+    check(lambda x: F.avg_pool2d(x, 3, stride=2, padding=1), rand(2, 3, 8, 8, dtype=torch.int64))
+    check(lambda x: F.avg_pool2d(x, 2), rand(2, 3, 8, 8).to(memory_format=torch.channels_last))
+    check(lambda x: F.avg_pool2d(x, 2), rand(2, 3, 8, 8, dtype=torch.int32))  # CPU: not implemented
+
+
+# ---- adaptive average pooling ----
+
+
+@pytest.mark.parametrize("size", [1, 3, (4, 5), (7, 9), (2, 1)], ids=str)
+def test_adaptive_avg_pool2d_values_and_gradients_match_cpu(size):
+    check_grads(lambda x: F.adaptive_avg_pool2d(x, size), rand(2, 3, 6, 8))
+
+
+def test_adaptive_avg_pool_3d_unbatched_and_layouts():
+    check_grads(lambda x: F.adaptive_avg_pool3d(x, (2, 3, 4)), rand(1, 2, 5, 6, 7))
+    check_grads(lambda x: F.adaptive_avg_pool2d(x, (3, 5)), rand(3, 7, 7))
+    check(lambda x: F.adaptive_avg_pool2d(x, 3), rand(2, 3, 7, 7).to(memory_format=torch.channels_last))
+
+
+# ---- interpolation ----
+
+SIZES = [{"scale_factor": 2}, {"size": (9, 4)}, {"scale_factor": 1.7}, {"scale_factor": 0.5}, {"size": (5, 7)}]
+
+
+@pytest.mark.parametrize("size", SIZES, ids=str)
+@pytest.mark.parametrize("mode", ["nearest", "nearest-exact", "bilinear", "bicubic"])
+def test_interpolate2d_values_and_gradients_match_cpu(mode, size):
+    aligns = [False, True] if mode in ("bilinear", "bicubic") else [None]
+    for align in aligns:
+        check_grads(lambda x, a=align: F.interpolate(x, mode=mode, align_corners=a, **size), rand(2, 3, 5, 7))
+
+
+def test_interpolate_1d_3d_and_layouts():
+    check_grads(lambda x: F.interpolate(x, size=11, mode="linear"), rand(2, 3, 5))
+    check_grads(lambda x: F.interpolate(x, scale_factor=3, mode="nearest"), rand(2, 3, 5))
+    check_grads(lambda x: F.interpolate(x, size=(3, 6, 9), mode="trilinear", align_corners=True), rand(1, 2, 4, 5, 6))
+    check_grads(lambda x: F.interpolate(x, scale_factor=(1, 2, 1.5), mode="nearest"), rand(1, 2, 2, 3, 4))
+    x = rand(2, 3, 5, 7).to(memory_format=torch.channels_last)
+    check(lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"), x)
+    check(lambda x: F.interpolate(x, size=(6, 6), mode="nearest"), (rand(1, 2, 4, 4) * 50).to(torch.uint8))
+
+
+@pytest.mark.parametrize("dtype", (torch.float64,) + HALF, ids=str)
+def test_interpolate_float64_and_half_precision(dtype):
+    x = rand(2, 3, 5, 7, dtype=dtype)
+    for mode in ("nearest", "bilinear", "bicubic"):
+        check_grads(lambda x, m=mode: F.interpolate(x, size=(8, 9), mode=m), x, **tol(dtype))
+
+
+def test_integer_factor_nearest_upsampling_fuses_into_its_consumer():
+    x = rand(2, 3, 4, 4).to("tiny")
+    with counting() as c:
+        y = F.interpolate(x, scale_factor=2) + 1
+        torch.tiny.synchronize()
+    assert c["kernels"] == 1
+    torch.testing.assert_close(y.cpu(), F.interpolate(x.cpu(), scale_factor=2) + 1)

@@ -1,0 +1,471 @@
+"""Normalization, losses and activations on tiny, forward and backward, against PyTorch CPU.
+
+Gradients are compared by running the same function on both devices with requires_grad inputs and
+the same upstream gradient, then comparing outputs and every input's .grad.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import check, check_devices, counting
+
+A = torch.ops.aten
+
+
+def _seeded(shape, seed, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=g).to(dtype)
+
+
+def run_with_grads(fn, *leaves):
+    """fn(*leaves) and the leaves' gradients for a fixed upstream gradient, as fn(device) for
+    check_devices. Floating leaves require grad; fn may view them (transpose, slice) first."""
+
+    def run(device):
+        xs = [t.detach().to(device).requires_grad_(t.is_floating_point()) for t in leaves]
+        out = fn(*xs)
+        outs = [out] if isinstance(out, torch.Tensor) else [o for o in out if isinstance(o, torch.Tensor)]
+        diff = [o for o in outs if o.requires_grad]
+        ups = [_seeded(o.shape, 100 + i, o.dtype).to(device) for i, o in enumerate(diff)]
+        torch.autograd.backward(diff, ups)
+        return [o.detach() for o in outs], [x.grad for x in xs if x.requires_grad]
+
+    return run
+
+
+def check_grads(fn, *leaves, rtol=None, atol=None, allow_fallback=False):
+    check_devices(run_with_grads(fn, *leaves), rtol=rtol, atol=atol, allow_fallback=allow_fallback)
+
+
+REDUCED = (torch.float16, torch.bfloat16)
+
+
+def tol(dtype):
+    return {"rtol": 2e-2, "atol": 2e-2} if dtype in REDUCED else {"rtol": 1e-5, "atol": 1e-5}
+
+
+# ---------------------------------------------------------------------------------------------
+# Activations
+
+ACTIVATIONS = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+    "mish": F.mish,
+    "leaky_relu": lambda x: F.leaky_relu(x, 0.2),
+    "elu": lambda x: F.elu(x, 0.7),
+    "selu": F.selu,
+    "celu": lambda x: F.celu(x, 1.3),
+    "hardtanh": lambda x: F.hardtanh(x, -0.5, 0.8),
+    "relu6": F.relu6,
+    "hardswish": F.hardswish,
+    "hardsigmoid": F.hardsigmoid,
+    "softplus": lambda x: F.softplus(x, beta=2.0, threshold=1.5),
+    "logsigmoid": F.logsigmoid,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+    "threshold": lambda x: F.threshold(x, 0.1, -2.0),
+}
+
+
+def activation_input(dtype=torch.float32):
+    # values on both sides of every kink (+-3, 0, the thresholds above), none exactly on one
+    return (_seeded((6, 7), 0) * 3).to(dtype)
+
+
+@pytest.mark.parametrize("name", ACTIVATIONS)
+def test_activation_forward_and_gradient_match_cpu(name):
+    check_grads(ACTIVATIONS[name], activation_input())
+
+
+@pytest.mark.parametrize("name", ["gelu", "hardswish", "elu"])
+def test_activation_on_a_transposed_input(name):
+    check_grads(lambda x: ACTIVATIONS[name](x.t()), activation_input())
+
+
+@pytest.mark.parametrize("dtype", REDUCED, ids=str)
+@pytest.mark.parametrize("name", ["gelu", "mish", "softplus"])
+def test_activation_in_reduced_precision(name, dtype):
+    check_grads(ACTIVATIONS[name], activation_input(dtype), **tol(dtype))
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: F.leaky_relu(x, 0.1, inplace=True),
+        lambda x: F.elu(x, inplace=True),
+        lambda x: F.hardtanh(x, -1.0, 2.0, inplace=True),
+        lambda x: F.silu(x, inplace=True),
+        lambda x: F.hardswish(x, inplace=True),
+        lambda x: F.hardsigmoid(x, inplace=True),
+        lambda x: F.mish(x, inplace=True),
+        lambda x: F.threshold(x, 0.5, 1.5, inplace=True),
+        lambda x: torch.ops.aten.gelu_(x, approximate="tanh"),
+    ],
+    ids=["leaky_relu", "elu", "hardtanh", "silu", "hardswish", "hardsigmoid", "mish", "threshold", "gelu"],
+)
+def test_inplace_activation_writes_its_input(fn):
+    check(fn, activation_input())
+    # through autograd: the in-place op on a non-leaf, backward from its result
+    check_grads(lambda x: fn(x * 1.0), activation_input())
+
+
+def test_activation_out_forms_match_cpu():
+    x, out = activation_input(), torch.empty(6, 7)
+    check(lambda x, o: torch._C._nn.gelu(x, out=o), x, out)
+    check(lambda x, o: torch._C._nn.softplus(x, 2.0, 3.0, out=o), x, out)
+    check(lambda x, o: torch._C._nn.hardtanh(x, -1.0, 1.0, out=o), x, torch.empty(0))
+    g = _seeded((6, 7), 1)
+    check(lambda g, x, o: A.gelu_backward.grad_input(g, x, approximate="none", grad_input=o), g, x, out)
+    check(lambda g, x, o: A.threshold_backward.grad_input(g, x, 0.0, grad_input=o), g, x, out)
+
+
+def test_activation_backward_ops_broadcast_and_promote_like_cpu():
+    x, g = activation_input(), _seeded((7,), 2, torch.float64)
+    check(A.silu_backward, g.float(), x)
+    check(A.tanh_backward, g, x)
+    check(lambda g, x: A.threshold_backward(g, x, 0.5), g, x)
+    check(lambda g, x: A.hardtanh_backward(g, x, -1.0, 1.0), g, x)
+
+
+def test_activation_integer_inputs_behave_like_cpu():
+    i = torch.tensor([-3, -1, 0, 2, 5])
+    check(lambda x: F.hardtanh(x, -1.5, 2.5), i)
+    check(lambda x: F.threshold(x, 1, 7), i)
+    check(lambda x: A.threshold_backward(x, x, 0), i)
+    for fn in (F.gelu, F.silu, F.leaky_relu, F.elu, F.hardswish, F.hardsigmoid, F.softplus, F.mish, F.logsigmoid):
+        check(fn, i)  # CPU raises NotImplementedError
+    check(lambda x: F.hardtanh(x), torch.tensor([True, False]))
+    check(lambda x: F.hardtanh(x, -1.0, 1.0), torch.tensor([1, 2], dtype=torch.uint8))
+
+
+def test_activation_errors_match_cpu():
+    x = activation_input()
+    check(lambda x: F.gelu(x, approximate="exact"), x)
+    check(lambda g, x: A.leaky_relu_backward(g, x, -0.1, True), x, x)
+    check(lambda g, x: A.elu_backward(g, -1.0, 1.0, 1.0, True, x), x, x)
+
+
+def test_log_sigmoid_forward_returns_the_cpu_buffer():
+    check(A.log_sigmoid_forward, activation_input())
+
+
+def test_activation_scalars_are_runtime_arguments():
+    x = torch.randn(4, 5, device="tiny")
+    torch.tiny.synchronize()
+    F.leaky_relu(x, 0.01).cpu()
+    with counting() as c:
+        for slope in (0.02, 0.3, 0.7):
+            F.leaky_relu(x, slope).cpu()
+    assert c["compiles"] == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Batch norm
+
+
+def bn_inputs(c=3, dtype=torch.float32):
+    x = _seeded((4, c, 5, 6), 10).to(dtype) * 2 + 1
+    w, b = _seeded((c,), 11) + 1, _seeded((c,), 12)
+    return x, w, b
+
+
+@pytest.mark.parametrize("affine", [True, False], ids=["affine", "plain"])
+def test_batch_norm_training_forward_and_gradients(affine):
+    x, w, b = bn_inputs()
+
+    def fn(x, w, b):
+        rm, rv = torch.zeros(3, device=x.device), torch.ones(3, device=x.device)
+        y = F.batch_norm(x, rm, rv, w if affine else None, b if affine else None, training=True, momentum=0.3)
+        return y, rm, rv
+
+    check_grads(fn, x, w, b, rtol=1e-5, atol=1e-5)
+
+
+def test_batch_norm_eval_forward_and_gradients():
+    x, w, b = bn_inputs()
+    rm, rv = _seeded((3,), 13), _seeded((3,), 14).abs() + 0.5
+
+    def fn(x, w, b, rm, rv):
+        return F.batch_norm(x, rm.detach(), rv.detach(), w, b, training=False, eps=1e-3)
+
+    check_grads(fn, x, w, b, rm, rv)
+
+
+def test_batch_norm_saved_statistics_match_cpu():
+    x, w, b = bn_inputs()
+    rm, rv = torch.zeros(3), torch.ones(3)
+    check(lambda *a: A.native_batch_norm(*a, True, 0.1, 1e-5), x, w, b, rm, rv)
+    check(lambda *a: A.native_batch_norm(*a, False, 0.1, 1e-5), x, w, b, rm, rv)
+    check(lambda x: A.native_batch_norm(x, None, None, None, None, True, 0.1, 1e-5), x[:, :, 0])
+    check(lambda *a: A._native_batch_norm_legit(*a, True, 0.1, 1e-5), x, w, b, rm, rv)
+    check(lambda x, w, b: A._native_batch_norm_legit.no_stats(x, w, b, True, 0.1, 1e-5), x, w, b)
+    check(lambda *a: A._native_batch_norm_legit_no_training(*a, 0.1, 1e-5), x, w, b, rm, rv)
+    check(lambda *a: A._batch_norm_with_update(*a, 0.1, 1e-5), x, w, b, rm, rv)
+    check(lambda *a: A._batch_norm_no_update(*a, 0.1, 1e-5), x, w, b, rm, rv)
+
+
+def test_batch_norm_backward_ops_match_cpu():
+    x, w, _ = bn_inputs()
+    g = _seeded(x.shape, 15)
+    mean, invstd = x.mean((0, 2, 3)), 1 / (x.var((0, 2, 3), unbiased=False) + 1e-5).sqrt()
+    rm, rv = _seeded((3,), 13), _seeded((3,), 14).abs() + 0.5
+    for train in (True, False):
+        check(lambda *a, t=train: A.native_batch_norm_backward(*a, t, 1e-5, [True] * 3), g, x, w, rm, rv, mean, invstd)
+    check(lambda *a: A.native_batch_norm_backward(*a, True, 1e-5, [True, False, True]), g, x, w, rm, rv, mean, invstd)
+    reserve = torch.empty(0, dtype=torch.uint8)
+    check(
+        lambda *a: A.batch_norm_backward(*a[:-1], True, 1e-5, [True] * 3, a[-1]), g, x, w, rm, rv, mean, invstd, reserve
+    )
+
+
+def test_batch_norm_channels_last_keeps_its_memory_format():
+    x, w, b = bn_inputs()
+    x = x.to(memory_format=torch.channels_last)
+    check(lambda *a: A.native_batch_norm(*a, True, 0.1, 1e-5), x, w, b, torch.zeros(3), torch.ones(3))
+    check_grads(lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True), x, w, b)
+
+
+def test_batch_norm_mixed_half_input_with_float_parameters():
+    x, w, b = bn_inputs(dtype=torch.bfloat16)
+    check(lambda *a: A.native_batch_norm(*a, True, 0.1, 1e-5), x, w, b, torch.zeros(3), torch.ones(3), **tol(x.dtype))
+    check(lambda *a: A.native_batch_norm(*a, True, 0.1, 1e-5), x.double(), w, b, torch.zeros(3), torch.ones(3))
+
+
+@pytest.mark.parametrize("dtype", REDUCED, ids=str)
+def test_batch_norm_in_reduced_precision(dtype):
+    x, w, b = bn_inputs(dtype=dtype)
+    check_grads(
+        lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True), x, w.to(dtype), b.to(dtype), **tol(dtype)
+    )
+
+
+def test_batch_norm_errors_match_cpu():
+    x, w, b = bn_inputs()
+    check(lambda x: A.native_batch_norm(x, None, None, None, None, True, 0.1, 1e-5), x[:0])
+    check(lambda x: A.native_batch_norm(x.long(), None, None, None, None, True, 0.1, 1e-5), x)
+
+
+def test_batchnorm_module_running_stats_after_training_steps():
+    def train(device, momentum):
+        torch.manual_seed(0)
+        m = torch.nn.BatchNorm2d(3, momentum=momentum).to(device)
+        for step in range(3):
+            x = (_seeded((4, 3, 5, 5), 20 + step) * (step + 1)).to(device)
+            m(x).sum().backward()
+        m.eval()
+        y = m(_seeded((2, 3, 5, 5), 30).to(device))
+        return y, m.running_mean, m.running_var, m.num_batches_tracked, m.weight.grad, m.bias.grad
+
+    check_devices(lambda d: train(d, 0.1), rtol=1e-5, atol=1e-5)
+    check_devices(lambda d: train(d, None), rtol=1e-5, atol=1e-5)
+
+
+def test_batchnorm2d_train_step_runs_without_fallback():
+    m = torch.nn.BatchNorm2d(3).to("tiny")
+    x = _seeded((4, 3, 5, 5), 40).to("tiny").requires_grad_()
+    before = torch.tiny.stats()["fallbacks"]
+    m(x).square().sum().backward()
+    torch.tiny.synchronize()
+    assert torch.tiny.stats()["fallbacks"] == before
+    assert x.grad is not None and m.weight.grad is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# Layer norm and group norm
+
+
+@pytest.mark.parametrize("affine", [True, False], ids=["affine", "plain"])
+@pytest.mark.parametrize("shape", [(5,), (4, 5)], ids=["last", "last2"])
+def test_layer_norm_forward_and_gradients(shape, affine):
+    x = _seeded((3, 4, 5), 50) * 3 + 1
+    w, b = _seeded(shape, 51) + 1, _seeded(shape, 52)
+    check_grads(lambda x, w, b: F.layer_norm(x, shape, w if affine else None, b if affine else None, 1e-4), x, w, b)
+
+
+def test_layer_norm_transposed_input_and_saved_statistics():
+    x = _seeded((5, 4, 3), 53)
+    w, b = _seeded((5,), 54), _seeded((5,), 55)
+    check_grads(lambda x, w, b: F.layer_norm(x.transpose(0, 2), (5,), w, b), x, w, b)
+    check(lambda x, w, b: A.native_layer_norm(x, [5], w, b, 1e-5), x.transpose(0, 2), w, b)
+    check(lambda x, w: A.native_layer_norm(x, [5], w, w, 1e-5), x.transpose(0, 2).bfloat16(), w, **tol(torch.bfloat16))
+
+
+def test_layer_norm_in_reduced_precision():
+    x = _seeded((3, 8), 56, torch.float16)
+    w = _seeded((8,), 57, torch.float16)
+    check_grads(lambda x, w: F.layer_norm(x, (8,), w, w), x, w, **tol(torch.float16))
+
+
+def test_layer_norm_errors_match_cpu():
+    x = _seeded((3, 4), 58)
+    check(lambda x: F.layer_norm(x, (5,)), x)
+    check(lambda x: F.layer_norm(x, (4,), torch.ones(3, device=x.device)), x)
+
+
+def test_layer_norm_over_the_last_dim_is_at_most_three_kernels():
+    x = torch.randn(16, 64, device="tiny")
+    w, b = torch.randn(64, device="tiny"), torch.randn(64, device="tiny")
+    torch.tiny.synchronize()
+    with counting() as c:
+        y = F.layer_norm(x, (64,), w, b)
+        torch.tiny.synchronize()
+    assert c["kernels"] <= 3
+    torch.testing.assert_close(y.cpu(), F.layer_norm(x.cpu(), (64,), w.cpu(), b.cpu()))
+
+
+@pytest.mark.parametrize("affine", [True, False], ids=["affine", "plain"])
+def test_group_norm_forward_and_gradients(affine):
+    x = _seeded((2, 6, 3, 4), 60) * 2 - 1
+    w, b = _seeded((6,), 61) + 1, _seeded((6,), 62)
+    check_grads(lambda x, w, b: F.group_norm(x, 3, w if affine else None, b if affine else None), x, w, b)
+
+
+def test_group_norm_in_reduced_precision():
+    x, w = _seeded((2, 4, 3), 69, torch.bfloat16), _seeded((4,), 69, torch.bfloat16)
+    check_grads(lambda x, w: F.group_norm(x, 2, w, w), x, w, **tol(torch.bfloat16))
+
+
+def test_group_norm_ops_match_cpu():
+    x = _seeded((2, 6, 3, 4), 63)
+    w, b = _seeded((6,), 64), _seeded((6,), 65)
+    check(lambda x, w, b: A.native_group_norm(x, w, b, 2, 6, 12, 2, 1e-5), x, w, b)
+    check(
+        lambda x, w, b: A.native_group_norm(x, w, b, 2, 6, 12, 2, 1e-5), x.to(memory_format=torch.channels_last), w, b
+    )
+    g, mean, rstd = _seeded(x.shape, 66), _seeded((2, 2), 67), _seeded((2, 2), 68).abs()
+    check(lambda *a: A.native_group_norm_backward(*a, 2, 6, 12, 2, [True, True, True]), g, x, mean, rstd, w)
+    check(lambda *a: A.native_group_norm_backward(*a, None, 2, 6, 12, 2, [True, True, True]), g, x, mean, rstd)
+    check(lambda x: F.group_norm(x, 4), x)  # 6 channels in 4 groups: CPU raises
+
+
+# ---------------------------------------------------------------------------------------------
+# Losses
+
+REDUCTIONS = ["none", "mean", "sum"]
+
+
+def logits_and_target(n=6, c=5, seed=70):
+    x = _seeded((n, c), seed) * 2
+    t = torch.randint(0, c, (n,), generator=torch.Generator().manual_seed(seed))
+    return x, t
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_cross_entropy_with_class_weights_and_ignore_index(reduction):
+    x, t = logits_and_target()
+    t[2] = -100
+    w = _seeded((5,), 71).abs() + 0.1
+    check_grads(lambda x, t, w: F.cross_entropy(x, t, weight=w.detach(), reduction=reduction), x, t, w)
+    t[1] = 3
+    check_grads(lambda x, t: F.cross_entropy(x, t, ignore_index=3, reduction=reduction), x, t)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_cross_entropy_label_smoothing_and_probability_targets(reduction):
+    x, t = logits_and_target()
+    w = _seeded((5,), 72).abs() + 0.1
+    p = torch.softmax(_seeded((6, 5), 73), 1)
+    check_grads(lambda x, t, w: F.cross_entropy(x, t, w.detach(), label_smoothing=0.2, reduction=reduction), x, t, w)
+    check_grads(lambda x, p: F.cross_entropy(x, p.detach(), reduction=reduction), x, p)
+    check_grads(lambda x, p: F.cross_entropy(x, p.detach(), label_smoothing=0.1, reduction=reduction), x, p)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_cross_entropy_spatial_targets(reduction):
+    x = _seeded((2, 4, 3, 3), 74)
+    t = torch.randint(0, 4, (2, 3, 3), generator=torch.Generator().manual_seed(75))
+    t[0, 1, 1] = -100
+    w = _seeded((4,), 76).abs()
+    check_grads(lambda x, t, w: F.cross_entropy(x, t, w.detach(), reduction=reduction), x, t, w)
+    check_grads(lambda x, t: F.cross_entropy(x, t, reduction=reduction), x[:, :, 0], t[:, 0])  # (N, C, L)
+
+
+def test_nll_loss_ops_match_cpu():
+    x, t = logits_and_target()
+    w = _seeded((5,), 77).abs()
+    for r in range(3):
+        check(lambda *a, r=r: A.nll_loss_forward(*a, r, -100), x, t, w)
+        check(lambda x, t, r=r: A.nll_loss_forward(x, t, None, r, 1), x[0], t[0])  # no batch dim
+        check(lambda x, t, r=r: A.nll_loss2d_forward(x, t, None, r, 2), x.reshape(1, 5, 2, 3), t.reshape(1, 2, 3))
+    check(lambda x, t: A.nll_loss_forward(x, t, None, 1, -100), x, t.to(torch.uint8))
+    check(lambda x, t: A.nll_loss_forward(x[:0], t[:0], None, 1, -100), x, t)  # mean of nothing: nan
+    g, g6, tw = torch.tensor(2.0), torch.ones(6), torch.tensor(4.0)
+    check(lambda g, x, t, w, tw: A.nll_loss_backward(g, x, t, w, 1, -100, tw), g, x, t, w, tw)
+    check(lambda g, x, t, tw: A.nll_loss_backward(g, x, t, None, 0, 1, tw), g6, x, t, tw)
+    check(
+        lambda g, x, t, tw: A.nll_loss2d_backward(g, x, t, None, 1, -100, tw),
+        g,
+        x.reshape(1, 5, 2, 3),
+        t.reshape(1, 2, 3),
+        tw,
+    )
+
+
+def test_nll_loss_in_reduced_precision():
+    x, t = logits_and_target()
+    check_grads(lambda x, t: F.cross_entropy(x, t), x.bfloat16(), t, **tol(torch.bfloat16))
+
+
+def test_out_of_range_targets_raise_at_the_call():
+    x, t = logits_and_target()
+    for bad in (5, 12, -3):
+        t2 = t.clone()
+        t2[4] = bad
+        check(lambda x, t: F.cross_entropy(x, t), x, t2)
+        check(lambda x, t: F.nll_loss(x, t, reduction="none"), x, t2)
+    check(lambda x, t: F.cross_entropy(x, t), x.reshape(1, 5, 2, 3), torch.full((1, 2, 3), 7))
+    check(lambda x, t: F.nll_loss(x, t.int()), x, t)  # int32 targets: CPU raises
+    check(lambda x, t: F.nll_loss(x, t), x, t[:3])  # size mismatch
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_regression_losses_forward_and_gradients(reduction):
+    x, y = _seeded((4, 5), 80), _seeded((4, 5), 81)
+    check_grads(lambda x, y: F.mse_loss(x, y, reduction=reduction), x, y)
+    check_grads(lambda x, y: F.smooth_l1_loss(x, y, reduction=reduction, beta=0.5), x, y)
+    check_grads(lambda x, y: F.huber_loss(x, y, reduction=reduction, delta=0.7), x, y)
+    check_grads(lambda x, y: F.l1_loss(x, y, reduction=reduction), x, y, allow_fallback=True)
+
+
+def test_regression_losses_special_cases():
+    x, y = _seeded((4, 5), 82), _seeded((4, 5), 83)
+    y[0] = x[0]  # zero differences: the gradient's kink
+    check_grads(lambda x, y: A.smooth_l1_loss(x, y, 1, 0.0), x, y)  # (F.smooth_l1_loss calls l1_loss for beta=0)
+    check_grads(lambda x, y: F.mse_loss(x.t(), y.t()), x, y)
+    check_grads(lambda x, y: F.mse_loss(x, y), x.half(), y.half(), **tol(torch.float16))
+    check(lambda x, y: A.mse_loss(x, y, 1), x, y[:1].double())  # broadcast and promote
+    check(lambda x, y: A.smooth_l1_loss(x, y, 1, -1.0), x, y)
+    check(lambda x, y: A.huber_loss(x, y, 1, 0.0), x, y)
+    check(lambda x, y: A.mse_loss(x, y, 1), x.long(), y.long())
+    out = torch.empty(3)
+    check(lambda x, y, o: A.mse_loss.out(x, y, 1, out=o), x, y, out)
+    check(lambda x, y, o: A.huber_loss.out(x, y, 0, 1.0, out=o), x, y, out)
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_binary_cross_entropy_forward_and_gradients(reduction):
+    p, y = torch.sigmoid(_seeded((4, 5), 90)), torch.rand(4, 5, generator=torch.Generator().manual_seed(91))
+    w = _seeded((5,), 92).abs()
+    check_grads(lambda p, y: F.binary_cross_entropy(p, y.detach(), reduction=reduction), p, y)
+    check_grads(lambda p, y, w: F.binary_cross_entropy(p, y.detach(), w.detach(), reduction=reduction), p, y, w)
+    logits, pw = _seeded((4, 5), 93) * 3, _seeded((5,), 94).abs()
+    check_grads(lambda x, y: F.binary_cross_entropy_with_logits(x, y.detach(), reduction=reduction), logits, y)
+    check_grads(
+        lambda x, y, w, pw: F.binary_cross_entropy_with_logits(
+            x, y.detach(), w.detach(), pos_weight=pw.detach(), reduction=reduction
+        ),
+        logits,
+        y,
+        w,
+        pw,
+    )
+
+
+def test_binary_cross_entropy_edges_match_cpu():
+    p, y = torch.tensor([0.0, 1.0, 0.5, 1e-30]), torch.tensor([0.0, 1.0, 1.0, 1.0])
+    check_grads(lambda p, y: F.binary_cross_entropy(p, y.detach()), p, y)
+    check(lambda p, y: F.binary_cross_entropy(p, y), torch.tensor([0.5, 1.5]), torch.tensor([0.5, 0.5]))
+    check(lambda p, y: F.binary_cross_entropy(p, y), torch.tensor([0.5, float("nan")]), torch.tensor([0.5, 0.5]))
+    check(lambda p, y: F.binary_cross_entropy(p, y), torch.tensor([0.5, 0.5]), torch.tensor([0.5, -0.5]))
