@@ -17,14 +17,23 @@ SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 CXX_SOURCES = $(wildcard compiler/*.h compiler/*.cpp runtime/*.h runtime/*.cpp csrc/*.h csrc/*.cpp \
                          aten_ops/*.h aten_ops/*.cpp tests/*.h tests/*.cpp)
 
-.PHONY: demo test build setup core extension format lint clean
+.PHONY: demo test test-upstream build setup core extension format lint clean
 
 demo: build
 	$(PY) examples/demo.py
 
 test: build
 	ctest --test-dir build/cmake --output-on-failure
-	$(PY) -m pytest -q torch_tests || [ $$? -eq 5 ]  # 5: no tests collected
+	$(PY) -m pytest -q torch_tests --ignore=torch_tests/upstream || [ $$? -eq 5 ]  # 5: no tests collected
+
+# The whole upstream OpInfo suite: every dtype and test kind, natively and with the CPU fallback (README).
+test-upstream: build $(STAMPS)/upstream
+	$(PY) torch_tests/upstream/run.py --slice full
+
+# torch.testing._internal (the upstream OpInfo suite) imports expecttest.
+$(STAMPS)/upstream: $(STAMPS)/venv
+	@$(PY) -c 'import expecttest' >/dev/null 2>&1 || $(PIP) install expecttest
+	@touch $@
 
 build: setup core extension
 
