@@ -298,6 +298,7 @@ private:
 
   const Kernel& k_;
   std::unordered_map<const UOp*, std::string> names_;
+  std::unordered_map<const UOp*, size_t> where_; // the scope each named value is declared in
   std::unordered_map<const UOp*, std::vector<int64_t>> deps_; // loop ids each node varies with
   std::deque<Scope> scopes_;
   std::vector<UOpPtr> reduces_; // every REDUCE, sources first
@@ -334,8 +335,20 @@ private:
     return 0;
   }
 
+  // A node is emitted once per scope that can see it: one computed in a loop body that has closed
+  // (another reduction over the same loop variables) is computed again.
+  bool visible(const UOpPtr& n) {
+    auto it = names_.find(n.get());
+    if (it == names_.end()) return false;
+    auto w = where_.find(n.get());
+    if (w == where_.end() || std::find(open_.begin(), open_.end(), w->second) != open_.end()) return true;
+    names_.erase(it);
+    where_.erase(w);
+    return false;
+  }
+
   void emit(const UOpPtr& n) {
-    if (names_.count(n.get())) return;
+    if (visible(n)) return;
     switch (n->op) {
     case Ops::CONST:
       names_[n.get()] = literal(n);
@@ -370,6 +383,7 @@ private:
     }
     std::string v = "v" + std::to_string(next_++);
     names_[n.get()] = v;
+    where_[n.get()] = open_[home(n)];
     std::string e;
     if (n->op == Ops::LOAD) {
       e = from_storage(n->dtype, ref(n->src[0]) + "[" + ref(n->src[1]) + "]");
@@ -424,6 +438,7 @@ private:
     for (const UOpPtr& m : group) {
       std::string acc = "acc" + std::to_string(next_++);
       names_[m.get()] = acc;
+      where_[m.get()] = open_[at];
       target.code << ind << reg_type(m->dtype) << " " << acc << " = " << reduce_identity(m->reduce_arg().op, m->dtype)
                   << ";\n";
     }

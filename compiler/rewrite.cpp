@@ -101,7 +101,8 @@ UOpPtr graph_rewrite(const UOpPtr& root, const PatternMatcher& pm) {
 }
 
 UOpPtr substitute(const UOpPtr& root, const std::function<UOpPtr(const UOpPtr&)>& lookup) {
-  // Replacements are final: a substituted node is not searched again.
+  // Replacements are final: a substituted node is not searched again. A node rebuilt over new sources is
+  // looked up once more.
   std::unordered_map<const UOp*, std::pair<UOpPtr, UOpPtr>> done;
   std::vector<std::pair<UOpPtr, bool>> stack{{root, false}};
   while (!stack.empty()) {
@@ -124,7 +125,11 @@ UOpPtr substitute(const UOpPtr& root, const std::function<UOpPtr(const UOpPtr&)>
     std::vector<UOpPtr> src;
     for (const UOpPtr& s : n->src)
       src.push_back(done.at(s.get()).second);
-    done[n.get()] = {n, with_src(n, std::move(src))};
+    // A node rebuilt over new sources can be one the lookup replaces (hash-consing makes it the
+    // same node as one met elsewhere, e.g. a realized reduction over a source that was copied).
+    UOpPtr rebuilt = with_src(n, std::move(src));
+    UOpPtr r = rebuilt == n ? nullptr : lookup(rebuilt);
+    done[n.get()] = {n, r ? r : rebuilt};
     stack.pop_back();
   }
   return done.at(root.get()).second;
@@ -139,6 +144,7 @@ bool is_c(const UOpPtr& n, int64_t v) { return n->op == Ops::CONST && n->const_i
 bool index_math(const UOpPtr& n) { return n->dtype == kIndex && n->shape.empty(); }
 
 UOpPtr fold_const(const UOpPtr& n) {
+  if (n->op == Ops::WHERE && is_c(n->src[0])) return n->src[0]->const_i() ? n->src[1] : n->src[2];
   if (n->dtype != kIndex && n->dtype != DType::Bool) return nullptr;
   for (const UOpPtr& s : n->src)
     if (!is_c(s) || (s->dtype != kIndex && s->dtype != DType::Bool)) return nullptr;

@@ -227,6 +227,19 @@ private:
 
   void realize(const UOpPtr& n) {
     if (n->op == Ops::BUFFER) return;
+    // A storage holds its value reshaped flat; readers compose their views onto the value itself,
+    // so the value is what gets realized (a reshape of it is the same buffer).
+    if (n->op == Ops::VIEW && n->src[0]->op != Ops::BUFFER && n->st().is_contiguous() &&
+        prod(n->shape) == prod(n->src[0]->shape)) {
+      const UOpPtr& inner = n->src[0];
+      if (!realized_.count(inner.get())) realize(inner);
+      UOpPtr b = realized_.at(inner.get());
+      if (b->op == Ops::VIEW && b->st().is_contiguous() && prod(b->shape) == prod(b->src[0]->shape)) b = b->src[0];
+      if (b->op == Ops::BUFFER) {
+        realized_[n.get()] = b->shape == n->shape ? b : reshape(b, n->shape);
+        return;
+      }
+    }
     UOpPtr b;
     if (n->op == Ops::ASSIGN || n->op == Ops::SCATTER)
       b = materialize_write(n);
@@ -266,6 +279,8 @@ private:
     Kernel k;
     for (;;) {
       k = lower();
+      if (debug_level() >= 5)
+        std::fprintf(stderr, "tiny: lowered %s, %zu reductions to realize first\n", k.name.c_str(), k.must_realize.size());
       if (k.must_realize.empty()) break;
       for (const UOpPtr& m : k.must_realize)
         if (!realized_.count(m.get())) {

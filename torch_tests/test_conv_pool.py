@@ -4,6 +4,7 @@ dtypes, errors, and the kernels a fused forward launches."""
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 from conftest import check, check_devices, counting, on_device
 
 HALF = (torch.float16, torch.bfloat16)
@@ -302,3 +303,24 @@ def test_integer_factor_nearest_upsampling_fuses_into_its_consumer():
         torch.tiny.synchronize()
     assert c["kernels"] == 1
     torch.testing.assert_close(y.cpu(), F.interpolate(x.cpu(), scale_factor=2) + 1)
+
+
+def test_stacked_conv_block_values_and_gradients_match_cpu():
+    """conv-relu-conv-relu-batchnorm-maxpool: each conv reads the previous one's realized output."""
+
+    def run(dev):
+        torch.manual_seed(0)
+        block = nn.Sequential(
+            nn.Conv2d(1, 4, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(4, 4, 3, padding=1),
+            nn.ReLU(),
+            nn.BatchNorm2d(4),
+            nn.MaxPool2d(2),
+        ).to(dev)
+        x = rand(3, 1, 10, 10).to(dev)
+        y = block(x)
+        y.square().sum().backward()
+        return y.detach(), [p.grad for p in block.parameters()]
+
+    check_devices(run, rtol=1e-4, atol=1e-4)
