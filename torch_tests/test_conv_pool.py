@@ -4,8 +4,8 @@ dtypes, errors, and the kernels a fused forward launches."""
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
 from conftest import check, check_devices, counting, on_device
+from torch import nn
 
 HALF = (torch.float16, torch.bfloat16)
 
@@ -323,4 +323,4 @@ def test_stacked_conv_block_values_and_gradients_match_cpu():
         y.square().sum().backward()
         return y.detach(), [p.grad for p in block.parameters()]
 
-    check_devices(run, rtol=1e-4, atol=1e-4)
+    check_devices(run, rtol=1e-3, atol=1e-3)
