@@ -160,6 +160,24 @@ UOpPtr clamp(const Call& c) {
   return x;
 }
 
+// self + value * t1 * t2 and self + value * t1 / t2, in torch's order of operations.
+Build pointwise_combine(Ops op) {
+  return [op](const Call& c) {
+    UOpPtr t1 = c.in.at(1);
+    if (c.has("value")) t1 = bin(Ops::MUL, c.constant(c.params.at("value").toScalar()), t1);
+    return bin(Ops::ADD, c.a(), op == Ops::MUL ? bin(Ops::MUL, t1, c.in.at(2)) : bin(Ops::FDIV, t1, c.in.at(2)));
+  };
+}
+
+// torch's lerp: from whichever end is nearer, so that weight 1 gives `end` exactly.
+UOpPtr lerp(const Call& c) {
+  const UOpPtr &self = c.a(), &end = c.b(), &w = c.in.at(2);
+  UOpPtr diff = bin(Ops::SUB, end, self);
+  UOpPtr near_self = bin(Ops::CMPLT, un(Ops::ABS, w), c.constant(0.5));
+  return where(near_self, bin(Ops::ADD, self, bin(Ops::MUL, w, diff)),
+               bin(Ops::SUB, end, bin(Ops::MUL, diff, bin(Ops::SUB, c.constant(1.0), w))));
+}
+
 UOpPtr logical(Ops op, const Call& c) { return bin(op, to_bool(c.a(), c), to_bool(c.b(), c)); }
 
 void check_not_float(const Call& c, const char* name) {
@@ -267,6 +285,20 @@ const std::unordered_map<std::string, Op>& table() {
       {"bitwise_right_shift", {K::Binary, binary(Ops::SHR), [](const Call& c) { check_not_float(c, "rshift"); }}},
       {"__lshift__", {K::Binary, binary(Ops::SHL), [](const Call& c) { check_not_float(c, "lshift"); }}},
       {"__rshift__", {K::Binary, binary(Ops::SHR), [](const Call& c) { check_not_float(c, "rshift"); }}},
+      {"addcmul", {K::Binary, pointwise_combine(Ops::MUL)}},
+      {"addcdiv",
+       {K::Binary, pointwise_combine(Ops::FDIV),
+        [](const Call& c) {
+          TORCH_CHECK(!(at::isIntegralType(c.tensors.at(1).scalar_type(), true) &&
+                        at::isIntegralType(c.tensors.at(2).scalar_type(), true)),
+                      "Integer division with addcdiv is no longer supported, and in a future release addcdiv will "
+                      "perform a true division of tensor1 and tensor2. The historic addcdiv behavior can be "
+                      "implemented as (input + value * torch.trunc(tensor1 / tensor2)).to(input.dtype) for "
+                      "integer inputs and as (input + value * tensor1 / tensor2) for float inputs. The future "
+                      "addcdiv behavior is just the latter implementation: (input + value * tensor1 / tensor2), "
+                      "for all dtypes.");
+        }}},
+      {"lerp", {K::Binary, lerp}},
       {"where", {K::Where, [](const Call& c) { return where(c.in.at(0), c.in.at(1), c.in.at(2)); }}},
   };
   return t;
@@ -283,7 +315,7 @@ std::string family(const c10::FunctionSchema& s) {
 
 bool is_operand(const std::string& name) {
   return name == "self" || name == "other" || name == "exponent" || name == "min" || name == "max" ||
-         name == "condition";
+         name == "condition" || name == "tensor1" || name == "tensor2" || name == "end" || name == "weight";
 }
 
 at::Tensor wrap_scalar(const at::Scalar& s) {
@@ -619,6 +651,18 @@ constexpr const char* kOverloads[] = {
     "__irshift__.Scalar",
     "where.self",
     "where.self_out",
+    "addcmul",
+    "addcmul_",
+    "addcmul.out",
+    "addcdiv",
+    "addcdiv_",
+    "addcdiv.out",
+    "lerp.Scalar",
+    "lerp_.Scalar",
+    "lerp.Scalar_out",
+    "lerp.Tensor",
+    "lerp_.Tensor",
+    "lerp.Tensor_out",
 };
 
 } // namespace

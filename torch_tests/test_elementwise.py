@@ -511,3 +511,29 @@ def test_cpu_zero_dim_tensor_is_accepted_as_a_scalar_operand():
     cpu_scalar = torch.tensor(2.5)
     check(lambda t: t * cpu_scalar + torch.tensor(1), lhs(torch.float32))
     check(lambda t: torch.where(t > 0, t, torch.tensor(0.0)), lhs(torch.float32))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=dtype_name)
+def test_addcmul_addcdiv_and_lerp_in_every_form(dtype):
+    """The optimizers' pointwise ops (Adam's foreach path): functional, in-place, out=, scalar and tensor weights."""
+    g = torch.Generator().manual_seed(0)
+    a, b, c = (torch.randn(4, 6, generator=g).to(dtype) for _ in range(3))
+    w = torch.rand(6, generator=g).to(dtype)
+    tol = {"rtol": 2e-2, "atol": 2e-2} if dtype is torch.bfloat16 else {"rtol": 1e-5, "atol": 1e-6}
+    check(lambda a, b, c: torch.addcmul(a, b, c, value=0.3), a, b, c, **tol)
+    check(lambda a, b, c: torch.addcdiv(a, b, c.abs() + 1, value=-0.7), a, b, c, **tol)
+    check(lambda a, b, c, w: (torch.lerp(a, b, 0.9), torch.lerp(a, b, w), torch.lerp(a, b, 0.2)), a, b, c, w, **tol)
+    check(lambda a, b, c: a.clone().addcmul_(b, c).addcdiv_(b, c.abs() + 1, value=2).lerp_(c, 0.1), a, b, c, **tol)
+    check(
+        lambda a, b, c, out: torch.addcmul(a, b.t()[:, :4].t(), c, out=out),
+        a,
+        b.repeat(1, 2)[:, :6].contiguous(),
+        c,
+        torch.empty(0, dtype=dtype),
+        **tol,
+    )
+
+
+def test_integer_addcdiv_raises_like_torch():
+    ints = torch.ones(2, dtype=torch.int64)
+    check(lambda a, b, c: torch.addcdiv(a, b, c), ints, ints, ints)
