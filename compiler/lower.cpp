@@ -106,6 +106,7 @@ public:
   std::vector<BufferRef> buffers;
   std::unordered_map<const BufferBase*, UOpPtr> params;
   int64_t next_range = 0; // loop ids: the kernel's own loops first, then one per reduced axis
+  Shape kernel_loops;     // the kernel's own loop sizes (outermost first)
   std::vector<UOpPtr> must_realize;
   std::vector<int64_t> ivars;
   std::vector<double> fvars;
@@ -142,6 +143,23 @@ private:
       for (const UOpPtr& n : toposort(graph_rewrite(i, symbolic)))
         if (n->op == Ops::RANGE && std::find(ranges.begin(), ranges.end(), n.get()) != ranges.end()) return true;
     return false;
+  }
+
+  // Whether a value indexed by idx would be computed again by a kernel loop it does not depend on
+  // that encloses one it does.
+  bool recomputed(const std::vector<UOpPtr>& idx) const {
+    std::vector<bool> dep(kernel_loops.size(), false);
+    for (const UOpPtr& i : idx)
+      for (const UOpPtr& n : toposort(graph_rewrite(i, symbolic)))
+        if (n->op == Ops::RANGE && std::get<int64_t>(n->arg) < static_cast<int64_t>(dep.size()))
+          dep[std::get<int64_t>(n->arg)] = true;
+    int64_t repeats = 1;
+    bool inner_dep = false;
+    for (size_t g = dep.size(); g-- > 0;) {
+      inner_dep = inner_dep || dep[g];
+      if (inner_dep && !dep[g]) repeats *= kernel_loops[g];
+    }
+    return repeats > 1;
   }
 
   UOpPtr load(const UOpPtr& buf, const UOpPtr& flat, const UOpPtr& valid) {
@@ -190,6 +208,11 @@ private:
       // Inside another reduction's loop, a reduction whose index moves with that loop would be
       // recomputed every iteration: it has to be realized on its own.
       if (!active_.empty() && varies_with(idx, active_)) must_realize.push_back(n);
+      // Read through a broadcast whose loop runs outside the loops it depends on (a per-channel
+      // batch-norm statistic in an (N, C, H, W) kernel), it would be recomputed for each of those
+      // iterations: realized on its own instead.
+      else if (active_.empty() && recomputed(idx))
+        must_realize.push_back(n);
       std::vector<UOpPtr> src_idx = idx, srcs{nullptr};
       size_t mark = active_.size();
       // Every evaluation of one reduction shares its loop variables: evaluations at other output
@@ -309,6 +332,7 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
   Lowerer lw;
   lw.param(out);
   lw.next_range = static_cast<int64_t>(loops.size());
+  lw.kernel_loops = kloops;
   std::vector<UOpPtr> ranges;
   for (size_t g = 0; g < groups.size(); g++)
     ranges.push_back(UOp::make(Ops::RANGE, kIndex, {idx_const(kloops[g])}, static_cast<int64_t>(g)));

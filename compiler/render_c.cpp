@@ -298,7 +298,7 @@ private:
 
   const Kernel& k_;
   std::unordered_map<const UOp*, std::string> names_;
-  std::unordered_map<const UOp*, size_t> where_; // the scope each named value is declared in
+  std::unordered_map<const UOp*, size_t> where_;              // the scope each named value is declared in
   std::unordered_map<const UOp*, std::vector<int64_t>> deps_; // loop ids each node varies with
   std::deque<Scope> scopes_;
   std::vector<UOpPtr> reduces_; // every REDUCE, sources first

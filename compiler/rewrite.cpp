@@ -36,6 +36,9 @@ PatternMatcher PatternMatcher::operator+(const PatternMatcher& other) const {
 
 UOpPtr with_src(const UOpPtr& n, std::vector<UOpPtr> src) {
   if (src == n->src) return n;
+  // a view over a new view composes into one (a realized value read through a view: masked
+  // reads then load guarded)
+  if (n->op == Ops::VIEW) return view(src[0], n->st());
   return UOp::make(n->op, n->dtype, std::move(src), n->arg);
 }
 
@@ -296,10 +299,11 @@ UOpPtr simplify_mul(const UOpPtr& n) {
 UOpPtr simplify_divmod(const UOpPtr& n) {
   if (!index_math(n)) return nullptr;
   const UOpPtr &x = n->src[0], &d = n->src[1];
-  if (!is_c(d) || d->const_i() <= 0 || x->vmin < 0) return nullptr;
+  if (!is_c(d) || d->const_i() <= 0) return nullptr;
   int64_t c = d->const_i();
   bool div = n->op == Ops::IDIV;
-  if (c == 1) return div ? x : idx_const(0);
+  if (c == 1) return div ? x : idx_const(0); // whatever the sign
+  if (x->vmin < 0) return nullptr;
   if (x->vmax < c) return div ? idx_const(0) : x;
   if (div && x->op == Ops::IDIV && is_c(x->src[1]) && x->src[1]->const_i() > 0)
     return UOp::make(Ops::IDIV, kIndex, {x->src[0], idx_const(x->src[1]->const_i() * c)});

@@ -109,3 +109,11 @@ TEST(Symbolic, SplitDigitsRecombine) {
   auto e = add(mul(imod(idiv(g, 4), 3), 4), imod(g, 4));
   EXPECT_EQ(graph_rewrite(e, symbolic), imod(g, 12));
 }
+
+TEST(Symbolic, DigitsOfAPossiblyNegativeIndexRecombine) {
+  // A padded read's flat index (it goes below 0 where the mask hides it) split into the digits of a
+  // (2, 3, 4) buffer and put back together: C's truncating / and % recombine for any sign.
+  auto x = add(range(30, 0), idx_const(-5));
+  auto digits = add(add(mul(idiv(x, 12), 12), mul(imod(idiv(x, 4), 3), 4)), imod(idiv(x, 1), 4));
+  EXPECT_EQ(graph_rewrite(digits, symbolic), graph_rewrite(x, symbolic));
+}
