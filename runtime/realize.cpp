@@ -280,7 +280,8 @@ private:
     for (;;) {
       k = lower();
       if (debug_level() >= 5)
-        std::fprintf(stderr, "tiny: lowered %s, %zu reductions to realize first\n", k.name.c_str(), k.must_realize.size());
+        std::fprintf(stderr, "tiny: lowered %s, %zu reductions to realize first\n", k.name.c_str(),
+                     k.must_realize.size());
       if (k.must_realize.empty()) break;
       for (const UOpPtr& m : k.must_realize)
         if (!realized_.count(m.get())) {
