@@ -128,7 +128,7 @@ UOpPtr conv_forward(const UOpPtr& x, const UOpPtr& w, const Shape& out, const wi
     order.push_back(4 + nd + i);
   win = window::permuted(window::expanded(win, concat({{N, G, Og, Cg}, out, g.kernel})), order);
   UOpPtr wv = window::expanded(window::reshaped(w, concat({{1, G, Og}, ones, {Cg}, g.kernel})), full);
-  UOpPtr r = window::reduce_lowered(alu(Ops::MUL, win, wv), Ops::ADD, range(3 + nd, 4 + 2 * nd));
+  UOpPtr r = reduce(alu(Ops::MUL, win, wv), Ops::ADD, range(3 + nd, 4 + 2 * nd));
   return window::reshaped(r, concat({{N, G * Og}, out}));
 }
 
@@ -151,7 +151,7 @@ UOpPtr conv_input_grad(const UOpPtr& go, const UOpPtr& w, const Shape& in, const
     w_order.push_back(3 + i);
   UOpPtr wv = window::permuted(window::reshaped(w, concat({{G, Og, Cg}, g.kernel})), w_order); // (G, Cg, Og, kernel...)
   wv = window::expanded(window::reshaped(wv, concat({{1, G, Cg}, ones, {Og}, g.kernel})), full);
-  UOpPtr r = window::reduce_lowered(alu(Ops::MUL, u, wv), Ops::ADD, range(3 + nd, 4 + 2 * nd));
+  UOpPtr r = reduce(alu(Ops::MUL, u, wv), Ops::ADD, range(3 + nd, 4 + 2 * nd));
   return window::reshaped(r, concat({{N, G * Cg}, in}));
 }
 
@@ -170,8 +170,7 @@ UOpPtr conv_weight_grad(const UOpPtr& x, const UOpPtr& go, const window::Geometr
   order.push_back(0);
   for (int64_t i = 0; i < nd; i++)
     order.push_back(4 + i);
-  UOpPtr r =
-      window::reduce_lowered(window::permuted(alu(Ops::MUL, win, gv), order), Ops::ADD, range(3 + nd, 4 + 2 * nd));
+  UOpPtr r = reduce(window::permuted(alu(Ops::MUL, win, gv), order), Ops::ADD, range(3 + nd, 4 + 2 * nd));
   return window::reshaped(r, concat({{G * Og, Cg}, g.kernel}));
 }
 
@@ -179,7 +178,7 @@ UOpPtr bias_grad(const UOpPtr& go) {
   std::vector<int64_t> axes{0};
   for (size_t d = 2; d < go->shape.size(); d++)
     axes.push_back(static_cast<int64_t>(d));
-  return window::reshaped(window::reduce_lowered(go, Ops::ADD, axes), {go->shape[1]});
+  return window::reshaped(reduce(go, Ops::ADD, axes), {go->shape[1]});
 }
 
 UOpPtr read_as(const at::Tensor& t, DType dt) { return cast(read(t), dt); }

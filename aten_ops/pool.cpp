@@ -82,7 +82,7 @@ UOpPtr positions(int64_t n, int64_t scale, int64_t shift, const Shape& shape, si
 }
 
 UOpPtr reduce_to(const UOpPtr& x, Ops op, const std::vector<int64_t>& axes, const Shape& shape) {
-  return window::reshaped(window::reduce_lowered(x, op, axes), shape);
+  return window::reshaped(reduce(x, op, axes), shape);
 }
 
 // Sums over the kernel axes in the order of the output positions (as torch's CPU kernels add into the
@@ -131,7 +131,7 @@ std::pair<UOpPtr, UOpPtr> max_pool(const UOpPtr& x, const Shape& out, const wind
   std::vector<int64_t> kernel_axes = range(static_cast<int64_t>(lead + nd), static_cast<int64_t>(lead + 2 * nd));
   Shape result(x->shape.begin(), x->shape.begin() + static_cast<std::ptrdiff_t>(lead));
   result.insert(result.end(), out.begin(), out.end());
-  UOpPtr m = window::reduce_lowered(win, Ops::MAX, kernel_axes);
+  UOpPtr m = reduce(win, Ops::MAX, kernel_axes);
   // The flat index into the input plane of each window element.
   UOpPtr pos;
   int64_t plane_stride = 1;

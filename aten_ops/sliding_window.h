@@ -17,14 +17,6 @@
 
 namespace tiny::window {
 
-// reduce() of x in the form the lowering puts it in first (views pushed through elementwise ops).
-// When a later kernel reads this reduction inside a reduction of its own, the scheduler realizes it
-// first under the node the lowering saw; were that a rewritten copy of this node, the graph would
-// never contain it and the scheduler would lower the same kernel forever.
-inline UOpPtr reduce_lowered(const UOpPtr& x, Ops op, const std::vector<int64_t>& axes) {
-  return reduce(graph_rewrite(x, push_views), op, axes);
-}
-
 // Movements applied to x's own view. The compiler's builders compose a movement of a VIEW as a new
 // view on top of it when its top view is not contiguous, which adds a division and a modulo per dim
 // to the kernel's index math; ShapeTracker's own movements change the top view when they can.

@@ -284,12 +284,10 @@ UOpPtr interpolate_backward(const UOpPtr& g, const DimMap& d, size_t axis) {
   if (d.identity) return g;
   int64_t next = static_cast<int64_t>(axis) + 1;
   if (d.repeat)
-    return window::reshaped(
-        window::reduce_lowered(window::reshaped(g, with_dims(s, axis, {d.in, d.repeat})), Ops::ADD, {next}),
-        with_dims(s, axis, {d.in}));
+    return window::reshaped(reduce(window::reshaped(g, with_dims(s, axis, {d.in, d.repeat})), Ops::ADD, {next}),
+                            with_dims(s, axis, {d.in}));
   UOpPtr big = window::expanded(window::reshaped(g, with_dims(s, axis, {1, d.out})), with_dims(s, axis, {d.in, d.out}));
-  return window::reshaped(window::reduce_lowered(tap_sum(d, big, axis + 1, axis), Ops::ADD, {next}),
-                          with_dims(s, axis, {d.in}));
+  return window::reshaped(reduce(tap_sum(d, big, axis + 1, axis), Ops::ADD, {next}), with_dims(s, axis, {d.in}));
 }
 
 struct Request {

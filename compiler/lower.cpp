@@ -422,6 +422,54 @@ UOpPtr contiguous_reduce_layout(const UOpPtr& value_in) {
   });
 }
 
+namespace {
+
+// Ops in a value, down to its reads (a reduction or data-dependent read inside counts as one).
+int64_t elementwise_cost(const UOpPtr& v) {
+  int64_t ops = 0;
+  std::vector<UOpPtr> stack{v};
+  std::unordered_map<const UOp*, bool> seen;
+  while (!stack.empty()) {
+    UOpPtr n = stack.back();
+    stack.pop_back();
+    if (seen[n.get()]) continue;
+    seen[n.get()] = true;
+    if (n->op == Ops::REDUCE || n->op == Ops::GATHER || n->op == Ops::SCATTER) {
+      ops++;
+      continue;
+    }
+    if (n->op == Ops::BUFFER || n->op == Ops::CONST || n->op == Ops::DEFINE_VAR || n->op == Ops::IOTA ||
+        n->op == Ops::CONTIGUOUS)
+      continue;
+    if (n->op != Ops::VIEW) ops++;
+    for (const UOpPtr& s : n->src)
+      stack.push_back(s);
+  }
+  return ops;
+}
+
+} // namespace
+
+UOpPtr realize_reused_values(const UOpPtr& value) {
+  std::unordered_map<const UOp*, UOpPtr> replace;
+  for (const UOpPtr& r : toposort(value)) {
+    if (r->op != Ops::REDUCE) continue;
+    for (const UOpPtr& m : toposort(r->src[0])) {
+      if (m->op != Ops::VIEW || replace.count(m.get())) continue;
+      const UOpPtr& x = m->src[0];
+      if (!(is_alu(x->op) || x->op == Ops::CAST) || prod(m->shape) < 2 * prod(x->shape)) continue;
+      int64_t cost = elementwise_cost(x);
+      if (cost < 2) continue; // one op (relu(x)) is cheaper to recompute than to write and read back
+      replace[m.get()] = view(contiguous(x), m->st());
+    }
+  }
+  if (replace.empty()) return value;
+  return substitute(value, [&](const UOpPtr& n) -> UOpPtr {
+    auto it = replace.find(n.get());
+    return it == replace.end() ? nullptr : it->second;
+  });
+}
+
 Kernel lower_scatter(const BufferRef& out, const UOpPtr& index, const UOpPtr& value, int64_t combine) {
   // One thread walks the elements in order, as torch's CPU kernels do: writes to one place combine
   // deterministically. The leading loop of size 1 is the (unsplit) parallel loop.

@@ -40,6 +40,12 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
 // for the copy: the CONTIGUOUS nodes it inserts are realized before the kernel is lowered.
 UOpPtr contiguous_reduce_layout(const UOpPtr& value);
 
+// A computed value (two or more elementwise ops) that a reduction reads through a broadcasting or
+// windowed view would be recomputed for every reuse (a gradient read by a convolution's weight
+// gradient, once per filter tap and channel): it is wrapped in CONTIGUOUS, realized first. Runs on
+// the graph before views are pushed to the leaves.
+UOpPtr realize_reused_values(const UOpPtr& value);
+
 // The kernel that scatters `value` into `out` at the flat positions `index` (same shape as value),
 // combining with the old value by `combine` (an Ops value as int64; -1 replaces), in element order.
 Kernel lower_scatter(const BufferRef& out, const UOpPtr& index, const UOpPtr& value, int64_t combine);

@@ -159,9 +159,12 @@ ShapeTracker ShapeTracker::reshape(const Shape& shape) const {
   if (prod(shape) != prod(top.shape)) throw std::invalid_argument("reshape: element count differs");
   if (!top.mask) {
     if (auto st = reshape_strides(top.shape, top.strides, shape)) {
+      // the reshaped top view may now compose with the one below (a reshape round trip)
       ShapeTracker out = *this;
-      out.views.back() = View{shape, *st, top.offset, std::nullopt};
-      return out;
+      out.views.pop_back();
+      View v{shape, *st, top.offset, std::nullopt};
+      if (out.views.empty()) return ShapeTracker{{v}};
+      return out.push(std::move(v));
     }
   }
   ShapeTracker out = *this;

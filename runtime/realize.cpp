@@ -183,6 +183,11 @@ private:
     for (const UOpPtr& r : roots) {
       uses_[r.get()]++; // the storage holds it
       is_root_[r.get()] = true;
+      // A storage holds its value reshaped flat while other kernels read the value itself: it is
+      // realized where it first appears, before any of them recomputes it.
+      if (r->op == Ops::VIEW && r->src[0]->op != Ops::BUFFER && r->st().is_contiguous() &&
+          prod(r->shape) == prod(r->src[0]->shape))
+        is_root_[r->src[0].get()] = true;
       for (const UOpPtr& n : toposort(r)) {
         if (seen[n.get()]) continue;
         seen[n.get()] = true;
@@ -205,7 +210,8 @@ private:
   // Views are pushed to the leaves first, as lowering reads them: a reduction the kernel reports in
   // must_realize is then a node of this graph, and the next try finds it realized.
   UOpPtr prepare(const UOpPtr& value) {
-    UOpPtr v = contiguous_reduce_layout(resolve(graph_rewrite(resolve(value), push_views)));
+    UOpPtr v = realize_reused_values(resolve(value));
+    v = contiguous_reduce_layout(resolve(graph_rewrite(v, push_views)));
     for (const UOpPtr& n : toposort(v))
       if (n->op == Ops::CONTIGUOUS && !realized_.count(n.get())) {
         keep_.push_back(n);
