@@ -147,7 +147,9 @@ public:
   std::vector<UOpPtr> run(const std::vector<UOpPtr>& roots) {
     count_uses(roots);
     for (const UOpPtr& n : order_)
-      if (n->op == Ops::ASSIGN || n->op == Ops::SCATTER || n->op == Ops::CONTIGUOUS || is_root_.count(n.get()))
+      // A reduction several nodes read (a gradient the optimizer's updates all use) is computed once.
+      if (n->op == Ops::ASSIGN || n->op == Ops::SCATTER || n->op == Ops::CONTIGUOUS || is_root_.count(n.get()) ||
+          (n->op == Ops::REDUCE && uses_[n.get()] > 1))
         realize(n);
     std::vector<UOpPtr> out;
     for (const UOpPtr& r : roots) {

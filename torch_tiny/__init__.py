@@ -27,6 +27,21 @@ def _register() -> None:
     torch._register_device_module("tiny", device)
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
     _print_from_cpu()
+    _sync_after_optimizer_steps()
+
+
+def _sync_after_optimizer_steps() -> None:
+    # A training loop that never calls .item() would otherwise grow one lazy graph without bound: the
+    # end of each optimizer step on tiny parameters realizes the step's work (torch's global hook).
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    from torch_tiny import device
+
+    def hook(optimizer, args, kwargs):
+        if any(p.device.type == "tiny" for group in optimizer.param_groups for p in group["params"]):
+            device.synchronize()
+
+    register_optimizer_step_post_hook(hook)
 
 
 def _print_from_cpu() -> None:
