@@ -271,9 +271,11 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
     stack.pop_back();
     if (seen[n.get()]) continue;
     seen[n.get()] = true;
-    if (n->op == Ops::VIEW)
+    if (n->op == Ops::VIEW) {
       accesses.push_back(&n->st().views.back());
-    else if (n->op == Ops::BUFFER || n->op == Ops::IOTA)
+      // a reduction reshaped to the kernel's rank reads at its own: its reads' layout is unknown here
+      opaque = opaque || (n->src[0]->op == Ops::REDUCE && n->src[0]->shape.size() != value->shape.size());
+    } else if (n->op == Ops::BUFFER || n->op == Ops::IOTA)
       opaque = opaque || n->shape != value->shape;
     else if (n->op == Ops::GATHER)
       stack.push_back(n->src[1]); // the data is read at computed places
