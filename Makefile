@@ -19,8 +19,10 @@ CXX_SOURCES = $(wildcard compiler/*.h compiler/*.cpp runtime/*.h runtime/*.cpp c
 
 .PHONY: demo test test-upstream build setup core extension format lint clean
 
+# The demo, short: 40 training steps of the Fashion-MNIST CNN on tiny, accuracy on 20 test batches, the
+# loss curve in mnist_loss.png (a few minutes). The whole epoch: .venv/bin/python examples/mnist.py
 demo: build
-	$(PY) examples/demo.py
+	$(PY) examples/mnist.py --steps 40 --test-batches 20
 
 test: build
 	ctest --test-dir build/cmake --output-on-failure
