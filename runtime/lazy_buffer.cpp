@@ -105,9 +105,19 @@ UOpPtr LazyBuffer::content_locked(DType dtype) {
     int64_t n = static_cast<int64_t>(nbytes_ / itemsize(dtype));
     content_ = buffer(std::make_shared<Buffer>(device_, dtype, n));
   }
-  if (itemsize(content_->dtype) != itemsize(dtype))
-    throw std::runtime_error("tiny: reading a storage of " + std::string(name(content_->dtype)) + " as " +
-                             std::string(name(dtype)) + " (a different element size) is not supported yet");
+  if (itemsize(content_->dtype) != itemsize(dtype)) {
+    // A storage filled as bytes (torch.load with map_location="tiny") and now read as its tensors'
+    // type: its bytes become a buffer of that type.
+    if (nbytes_ % itemsize(dtype) != 0)
+      throw std::runtime_error("tiny: reading a storage of " + std::string(name(content_->dtype)) + " as " +
+                               std::string(name(dtype)) + " (a different element size) is not supported yet");
+    std::vector<char> bytes(nbytes_);
+    copy_out_bytes(bytes.data());
+    auto buf = std::make_shared<Buffer>(device_, dtype, static_cast<int64_t>(nbytes_ / itemsize(dtype)));
+    device_.allocator().copy_in(buf->ptr(), bytes.data(), buf->nbytes());
+    content_ = buffer(buf);
+    mark_pending();
+  }
   return content_;
 }
 

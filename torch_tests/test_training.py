@@ -1,0 +1,385 @@
+"""Training end to end against PyTorch CPU: the same model, initial weights, data and optimizer give the
+same per-step losses and final weights on tiny; the demo CNN's step runs without fallbacks; a long loop
+keeps memory flat with or without syncs in it; gradient clipping, lr schedules and checkpoints behave
+as on the CPU; and the MNIST demo runs end to end in a short mode."""
+
+import copy
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import DEVICE, counting
+from torch import nn
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Losses and weights after 20 steps differ from the CPU's by ~2e-7 (float32 summation order). The learning
+# rates are moderate on purpose: with 5-10x larger ones the CNN's trajectory amplifies last-bit gradient
+# differences (tiny's per-step gradients are as close to float64 as the CPU's) to ~1e-4 in the weights,
+# which would force tolerances that hide real bugs.
+LOSS_TOL = {"rtol": 1e-4, "atol": 1e-6}
+PARAM_TOL = {"rtol": 1e-4, "atol": 1e-5}
+
+
+def small_cnn():
+    """conv-relu-conv-relu-batchnorm-maxpool, flatten, linear: 1x8x8 images, 5 classes."""
+    return nn.Sequential(
+        nn.Conv2d(1, 4, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(4, 4, 3, padding=1),
+        nn.ReLU(),
+        nn.BatchNorm2d(4),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(4 * 4 * 4, 5),
+    )
+
+
+def small_mlp():
+    """linear-relu-linear: 16 features in, 4 regression targets out."""
+    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+
+
+OPTIMIZERS = {
+    "sgd_nesterov": lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9, nesterov=True, weight_decay=1e-4),
+    "adam": lambda params: torch.optim.Adam(params, lr=1e-3),
+    "adamw": lambda params: torch.optim.AdamW(params, lr=1e-3),
+    "rmsprop": lambda params: torch.optim.RMSprop(params, lr=1e-3),
+}
+
+
+def cnn_batches(steps, batch=8, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return [
+        (torch.randn(batch, 1, 8, 8, generator=g), torch.randint(0, 5, (batch,), generator=g)) for _ in range(steps)
+    ]
+
+
+def mlp_batches(steps, batch=16, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(batch, 16, generator=g), torch.randn(batch, 4, generator=g)) for _ in range(steps)]
+
+
+TASKS = {
+    "cnn": (small_cnn, cnn_batches, F.cross_entropy),
+    "mlp": (small_mlp, mlp_batches, F.mse_loss),
+}
+
+
+def initial_model(build, seed=0):
+    """The model built on the CPU under a fixed seed: every device starts from copies of these weights."""
+    torch.manual_seed(seed)
+    return build()
+
+
+def train(model, opt, batches, loss_fn, device):
+    """One optimizer step per batch; the per-step losses as floats (each .item() is a sync on tiny)."""
+    model.train()
+    losses = []
+    for x, y in batches:
+        loss = loss_fn(model(x.to(device)), y.to(device))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def train_copy(model, make_opt, batches, loss_fn, device):
+    """Train a deep copy of model on device; return (losses, final parameters on the CPU, the copy)."""
+    model = copy.deepcopy(model).to(device)
+    losses = train(model, make_opt(model.parameters()), batches, loss_fn, device)
+    return losses, [p.detach().cpu() for p in model.parameters()], model
+
+
+def assert_losses_match(tiny_losses, cpu_losses):
+    worst = max(abs(t - c) / max(abs(c), 1e-12) for t, c in zip(tiny_losses, cpu_losses, strict=True))
+    torch.testing.assert_close(
+        torch.tensor(tiny_losses, dtype=torch.float64),
+        torch.tensor(cpu_losses, dtype=torch.float64),
+        **LOSS_TOL,
+        msg=lambda m: (
+            f"per-step losses differ from the CPU's (worst relative {worst:.2e}):\n"
+            f"tiny {tiny_losses}\ncpu  {cpu_losses}\n{m}"
+        ),
+    )
+
+
+def assert_params_match(tiny_params, cpu_params, names):
+    for name, t, c in zip(names, tiny_params, cpu_params, strict=True):
+        torch.testing.assert_close(t, c, **PARAM_TOL, msg=lambda m, name=name: f"parameter {name}: {m}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Training matches the CPU step by step
+
+
+@pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
+@pytest.mark.parametrize("task", list(TASKS))
+def test_twenty_training_steps_match_cpu_losses_and_final_weights(task, optimizer):
+    build, make_batches, loss_fn = TASKS[task]
+    model = initial_model(build)
+    batches = make_batches(20)
+    cpu_losses, cpu_params, cpu_model = train_copy(model, OPTIMIZERS[optimizer], batches, loss_fn, "cpu")
+    tiny_losses, tiny_params, tiny_model = train_copy(model, OPTIMIZERS[optimizer], batches, loss_fn, DEVICE)
+    assert all(p.device.type == DEVICE for p in tiny_model.parameters())
+    assert_losses_match(tiny_losses, cpu_losses)
+    assert_params_match(tiny_params, cpu_params, [n for n, _ in model.named_parameters()])
+    # batch norm's running statistics follow the same batches
+    for (name, t), c in zip(tiny_model.named_buffers(), cpu_model.buffers(), strict=True):
+        assert t.device.type == DEVICE, f"buffer {name} on {t.device}"
+        torch.testing.assert_close(t.cpu(), c, **PARAM_TOL, msg=lambda m, name=name: f"buffer {name}: {m}")
+
+
+def test_demo_model_training_step_runs_without_fallbacks(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "examples"))
+    from mnist import build_model
+
+    model = initial_model(build_model)
+    g = torch.Generator().manual_seed(2)
+    x, y = torch.randn(4, 1, 28, 28, generator=g), torch.randint(0, 10, (4,), generator=g)
+    tiny_model = copy.deepcopy(model).to(DEVICE)
+    opt = torch.optim.Adam(tiny_model.parameters(), lr=1e-3)
+    xt, yt = x.to(DEVICE), y.to(DEVICE)
+    with counting() as c:
+        loss = F.cross_entropy(tiny_model(xt), yt)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        tiny_loss = loss.item()
+        torch.tiny.synchronize()
+    assert c["fallbacks"] == 0, f"the step ran {c['fallbacks']} op(s) through the CPU fallback: {c['fallback_ops']}"
+    assert c["kernels"] > 0
+    cpu_losses = train(model, torch.optim.Adam(model.parameters(), lr=1e-3), [(x, y)], F.cross_entropy, "cpu")
+    assert_losses_match([tiny_loss], cpu_losses)
+    assert_params_match(
+        [p.detach().cpu() for p in tiny_model.parameters()],
+        [p.detach() for p in model.parameters()],
+        [n for n, _ in model.named_parameters()],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory over a long loop
+
+
+def rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def long_adam_loop(steps, item_each_step, marks=(50,)):
+    """Train a small MLP with Adam on tiny for `steps` steps, cycling 4 batches already on the device.
+
+    Returns the counters and RSS at each step in marks and at the last step (before any sync after the
+    loop), and, only when the loop's work ran as it went, the final loss after one sync, how many kernels
+    that sync ran and the final weights. When nothing ran during the loop, the deferred graph is dropped
+    unrealized (realizing 200 steps at once could take a very long time)."""
+    model = copy.deepcopy(initial_model(small_mlp)).to(DEVICE)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    batches = [(x.to(DEVICE), y.to(DEVICE)) for x, y in mlp_batches(4)]
+    torch.tiny.synchronize()
+    torch.tiny.reset_stats()
+    seen = {}
+    for step in range(1, steps + 1):
+        x, y = batches[step % len(batches)]
+        loss = F.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if item_each_step:
+            loss.item()
+        if step in marks or step == steps:
+            stats = torch.tiny.stats()
+            seen[step] = {"live_buffers": stats["live_buffers"], "kernels": stats["kernels"], "rss": rss_bytes()}
+    first, last = seen[marks[0]], seen[steps]
+    if last["kernels"] == first["kernels"]:
+        return seen, None
+    before = torch.tiny.stats()["kernels"]
+    final_loss = loss.item()
+    final_sync_kernels = torch.tiny.stats()["kernels"] - before
+    return seen, (final_loss, final_sync_kernels, [p.detach().cpu() for p in model.parameters()])
+
+
+def cpu_adam_loop(steps):
+    model = copy.deepcopy(initial_model(small_mlp))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    batches = mlp_batches(4)
+    for step in range(1, steps + 1):
+        x, y = batches[step % len(batches)]
+        loss = F.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return loss.item(), [p.detach() for p in model.parameters()]
+
+
+RSS_GROWTH_LIMIT = 4 * 2**20  # measured: ~0.01 MB over 150 steps; ~5 MB when every step stays lazy
+
+
+@pytest.mark.parametrize("item_each_step", [True, False], ids=["item_each_step", "no_sync_in_loop"])
+def test_memory_stays_flat_over_200_adam_steps(item_each_step):
+    steps, mark = 200, 50
+    seen, finished = long_adam_loop(steps, item_each_step, marks=(mark,))
+    at_mark, at_end = seen[mark], seen[steps]
+    assert at_end["live_buffers"] == at_mark["live_buffers"], (
+        f"live buffers grew from {at_mark['live_buffers']} at step {mark} to {at_end['live_buffers']} at step {steps}"
+    )
+    growth = at_end["rss"] - at_mark["rss"]
+    # The steps' work must run while the loop goes, not pile up into one graph for the final sync.
+    assert finished is not None, (
+        f"no kernel ran between step {mark} and step {steps}: every step's work is deferred to one lazy graph "
+        f"(RSS grew by {growth / 2**20:.1f} MB meanwhile)"
+    )
+    assert growth < RSS_GROWTH_LIMIT, f"RSS grew by {growth / 2**20:.1f} MB between step {mark} and step {steps}"
+    final_loss, final_sync_kernels, params = finished
+    per_step = (at_end["kernels"] - at_mark["kernels"]) / (steps - mark)
+    assert final_sync_kernels <= max(2 * per_step, 1), (
+        f"the sync after the loop ran {final_sync_kernels} kernels; one step runs about {per_step:.0f}"
+    )
+    cpu_loss, cpu_params = cpu_adam_loop(steps)
+    assert_losses_match([final_loss], [cpu_loss])
+    assert_params_match(params, cpu_params, [n for n, _ in small_mlp().named_parameters()])
+
+
+# ---------------------------------------------------------------------------------------------
+# Gradient clipping and learning-rate schedules
+
+
+@pytest.mark.parametrize("norm_type", [2.0, math.inf], ids=["l2", "inf"])
+def test_clip_grad_norm_gives_the_cpu_total_norm_and_clipped_gradients(norm_type):
+    model = initial_model(small_mlp)
+    x, y = mlp_batches(1)[0]
+    grads, norms = {}, {}
+    for device in ("cpu", DEVICE):
+        m = copy.deepcopy(model).to(device)
+        (100 * F.mse_loss(m(x.to(device)), y.to(device))).backward()
+        norms[device] = torch.nn.utils.clip_grad_norm_(m.parameters(), max_norm=0.5, norm_type=norm_type)
+        grads[device] = [p.grad for p in m.parameters()]
+    assert norms["cpu"] > 0.5, "the gradients must be large enough to be clipped"
+    assert norms[DEVICE].device.type == DEVICE
+    torch.testing.assert_close(norms[DEVICE].cpu(), norms["cpu"], msg=lambda m: f"total norm: {m}")
+    for i, (t, c) in enumerate(zip(grads[DEVICE], grads["cpu"], strict=True)):
+        assert t.device.type == DEVICE
+        torch.testing.assert_close(t.cpu(), c, msg=lambda m, i=i: f"clipped grad of parameter {i}: {m}")
+    clipped = torch.linalg.vector_norm(torch.cat([g.cpu().flatten() for g in grads[DEVICE]]), norm_type)
+    assert clipped <= 0.5 * (1 + 1e-4), f"norm after clipping {clipped.item()}"
+
+
+def test_step_lr_schedule_steps_the_learning_rate_and_losses_like_cpu():
+    model = initial_model(small_mlp)
+    batches = mlp_batches(7)
+    runs = {}
+    for device in ("cpu", DEVICE):
+        m = copy.deepcopy(model).to(device)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+        lrs = []
+        losses = []
+        for batch in batches:
+            losses += train(m, opt, [batch], F.mse_loss, device)
+            sched.step()
+            lrs.append(opt.param_groups[0]["lr"])
+        runs[device] = (lrs, losses, sched.get_last_lr())
+    assert runs[DEVICE][0] == runs["cpu"][0], f"lr per step: tiny {runs[DEVICE][0]}, CPU {runs['cpu'][0]}"
+    assert runs[DEVICE][2] == runs["cpu"][2]
+    assert len(set(runs["cpu"][0])) > 2, "the schedule must actually change the lr"
+    assert_losses_match(runs[DEVICE][1], runs["cpu"][1])
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints
+
+
+def tensors_in(obj, path="checkpoint"):
+    """(path, tensor) for every tensor in nested dicts and lists."""
+    if isinstance(obj, torch.Tensor):
+        yield path, obj
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from tensors_in(v, f"{path}[{k!r}]")
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            yield from tensors_in(v, f"{path}[{i}]")
+
+
+def trained_cnn_and_adam(device, steps=3):
+    model = copy.deepcopy(initial_model(small_cnn)).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    train(model, opt, cnn_batches(steps), F.cross_entropy, device)
+    return model, opt
+
+
+@pytest.mark.parametrize("map_location", ["cpu", DEVICE, None], ids=["to_cpu", "to_tiny", "no_map_location"])
+def test_model_and_optimizer_state_dicts_round_trip_through_a_file(tmp_path, map_location):
+    model, opt = trained_cnn_and_adam(DEVICE)
+    saved = {"model": model.state_dict(), "optimizer": opt.state_dict()}
+    path = tmp_path / "checkpoint.pt"
+    torch.save(saved, path)
+    loaded = torch.load(path, map_location=map_location)
+
+    original = dict(tensors_in(saved))
+    restored = dict(tensors_in(loaded))
+    assert restored.keys() == original.keys()
+    assert any("exp_avg_sq" in p for p in original), "the optimizer state must have been saved"
+    for p, t in restored.items():
+        expected_device = original[p].device.type if map_location is None else map_location
+        assert t.device.type == expected_device, f"{p}: loaded on {t.device}, expected {expected_device}"
+        assert t.dtype == original[p].dtype and t.shape == original[p].shape, p
+        assert torch.equal(t.cpu(), original[p].cpu()), f"{p}: loaded values differ from the saved ones"
+    assert loaded["optimizer"]["param_groups"] == saved["optimizer"]["param_groups"]
+
+    fresh = small_cnn().to(DEVICE)
+    fresh.load_state_dict(loaded["model"])
+    for name, t in fresh.state_dict().items():
+        assert t.device.type == DEVICE, f"{name} on {t.device} after load_state_dict"
+        assert torch.equal(t.cpu(), saved["model"][name].cpu()), name
+
+
+def test_model_loaded_from_a_cpu_checkpoint_continues_training_like_cpu(tmp_path):
+    model, opt = trained_cnn_and_adam("cpu")
+    path = tmp_path / "cpu_checkpoint.pt"
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, path)
+    batches = cnn_batches(4, seed=7)
+    losses = {}
+    for device in ("cpu", DEVICE):
+        ckpt = torch.load(path, map_location=device)
+        m = small_cnn().to(device)
+        m.load_state_dict(ckpt["model"])
+        o = torch.optim.Adam(m.parameters(), lr=1e-2)
+        o.load_state_dict(ckpt["optimizer"])
+        losses[device] = train(m, o, batches, F.cross_entropy, device)
+        state = o.state[next(iter(m.parameters()))]
+        assert state["exp_avg"].device.type == device
+    assert_losses_match(losses[DEVICE], losses["cpu"])
+
+
+# ---------------------------------------------------------------------------------------------
+# The demo
+
+
+def test_mnist_demo_short_run_prints_accuracy_writes_a_png_and_has_no_fallbacks(tmp_path):
+    plot = tmp_path / "loss.png"
+    args = ["--device", DEVICE, "--steps", "3", "--batch-size", "16", "--test-batches", "2", "--plot", str(plot)]
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "mnist.py"), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"mnist.py exited with {proc.returncode}:\n{out[-3000:]}"
+    assert re.search(r"test accuracy \d+(\.\d+)?%", out), f"no test accuracy line:\n{out[-3000:]}"
+    assert plot.exists(), f"no plot at {plot}"
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", "the plot is not a PNG"
+    fallbacks = re.search(r"tiny: \d+ kernels, (\d+) fallbacks", out)
+    assert fallbacks, f"no tiny stats line:\n{out[-3000:]}"
+    assert fallbacks.group(1) == "0", f"the demo ran ops through the CPU fallback: {fallbacks.group(0)}..."
