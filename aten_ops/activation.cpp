@@ -23,6 +23,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "aten_ops/builders.h"
 #include "csrc/tensor_bridge.h"
 
 namespace tiny::aten_ops {
@@ -66,14 +67,6 @@ struct Activation {
 };
 
 // ---- value builders ----
-
-UOpPtr add(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::ADD, a, b); }
-UOpPtr sub(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::SUB, a, b); }
-UOpPtr mul(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::MUL, a, b); }
-UOpPtr div(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::FDIV, a, b); }
-UOpPtr lt(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::CMPLT, a, b); }
-UOpPtr le(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::CMPLE, a, b); }
-UOpPtr exp(const UOpPtr& a) { return alu(Ops::EXP, a); }
 
 UOpPtr sigmoid(const Call& c, const UOpPtr& x) { return alu(Ops::RECIP, add(c.constant(1.0), exp(alu(Ops::NEG, x)))); }
 
@@ -293,9 +286,6 @@ at::TensorIterator make_iterator(Kind kind, const at::Tensor& out, const std::ve
         .enforce_safe_casting_to_output(true);
   return cfg.build();
 }
-
-// torch computes float16/bfloat16 in float32 and rounds once at the end.
-DType opmath(DType dt) { return dt == DType::Float16 || dt == DType::BFloat16 ? DType::Float32 : dt; }
 
 UOpPtr operand(const at::Tensor& t, DType compute, const Shape& shape) {
   TORCH_CHECK(t.is_privateuseone(), "Expected all tensors to be on the same device, but found at least two devices, ",

@@ -29,8 +29,6 @@
 namespace tiny {
 namespace {
 
-DType opmath(DType dt) { return dt == DType::Float16 || dt == DType::BFloat16 ? DType::Float32 : dt; }
-
 Shape ints(c10::IntArrayRef a) { return Shape(a.begin(), a.end()); }
 
 struct Conv {

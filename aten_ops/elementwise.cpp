@@ -370,9 +370,6 @@ UOpPtr operand(const at::Tensor& t, DType compute, const Shape& shape) {
   return expand(reshape(v, padded), shape);
 }
 
-// torch computes float16/bfloat16 ops in float32 and rounds once at the end.
-DType opmath(DType dt) { return dt == DType::Float16 || dt == DType::BFloat16 ? DType::Float32 : dt; }
-
 void elementwise_kernel(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = handle.schema();
   const Op& op = table().at(family(schema));

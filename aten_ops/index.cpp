@@ -42,6 +42,7 @@
 #include <string_view>
 #include <vector>
 
+#include "aten_ops/builders.h"
 #include "csrc/tensor_bridge.h"
 
 namespace tiny::aten_ops {
@@ -56,9 +57,6 @@ UOpPtr full(int64_t v, const Shape& shape) {
   UOpPtr c = const_int(kIndex, v);
   return shape.empty() ? c : expand(reshape(c, Shape(shape.size(), 1)), shape);
 }
-
-UOpPtr add(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::ADD, a, b); }
-UOpPtr mul(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::MUL, a, b); }
 
 // The coordinate along `d` of every element of `shape`.
 UOpPtr coordinate(const Shape& shape, size_t d) {

@@ -31,6 +31,7 @@
 #include <optional>
 #include <vector>
 
+#include "aten_ops/builders.h"
 #include "csrc/tensor_bridge.h"
 
 namespace tiny::aten_ops {
@@ -42,16 +43,6 @@ using at::Reduction::None;
 using at::Reduction::Sum;
 
 // ---- building blocks ----
-
-UOpPtr add(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::ADD, a, b); }
-UOpPtr sub(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::SUB, a, b); }
-UOpPtr mul(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::MUL, a, b); }
-UOpPtr div(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::FDIV, a, b); }
-UOpPtr lt(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::CMPLT, a, b); }
-UOpPtr le(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::CMPLE, a, b); }
-
-// torch computes float16/bfloat16 in float32.
-DType opmath(DType dt) { return dt == DType::Float16 || dt == DType::BFloat16 ? DType::Float32 : dt; }
 
 // A literal of the formula (the 0.5 in huber), or a count: folded by the compiler.
 UOpPtr fixed(DType dt, double v, const Shape& shape) {

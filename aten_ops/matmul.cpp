@@ -13,9 +13,6 @@
 namespace tiny {
 namespace {
 
-// torch accumulates float16/bfloat16 products in float32.
-DType opmath(DType dt) { return dt == DType::Float16 || dt == DType::BFloat16 ? DType::Float32 : dt; }
-
 // sum over k of a[..., m, k] * b[..., k, n] for a: (B, M, K), b: (B, K, N); reduce_batch also sums
 // over B (addbmm). Result (B, M, N), or (M, N) when the batch is reduced.
 UOpPtr batched_product(const UOpPtr& a, const UOpPtr& b, bool reduce_batch) {

@@ -310,9 +310,6 @@ UOpPtr mode_pad_backward(const UOpPtr& grad, const Shape& in_shape, const Ranges
   return sum;
 }
 
-// torch computes float16/bfloat16 in float32 and rounds once.
-DType opmath(DType dt) { return dt == DType::Float16 || dt == DType::BFloat16 ? DType::Float32 : dt; }
-
 void write_mode_pad(const at::Tensor& out, const at::Tensor& self, c10::IntArrayRef padding, PadMode mode) {
   if (out.numel() == 0) return;
   write(out, mode_pad(read(self), dim_pads(self.dim(), padding), mode));

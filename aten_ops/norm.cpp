@@ -28,6 +28,7 @@
 #include <tuple>
 #include <vector>
 
+#include "aten_ops/builders.h"
 #include "csrc/tensor_bridge.h"
 
 namespace tiny::aten_ops {
@@ -36,13 +37,6 @@ namespace {
 
 using at::native::check_mixed_data_type;
 using at::native::is_mixed_type;
-
-UOpPtr add(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::ADD, a, b); }
-UOpPtr sub(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::SUB, a, b); }
-UOpPtr mul(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::MUL, a, b); }
-UOpPtr div(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::FDIV, a, b); }
-
-DType opmath(DType dt) { return dt == DType::Float16 || dt == DType::BFloat16 ? DType::Float32 : dt; }
 
 UOpPtr fixed(DType dt, double v, const Shape& shape) {
   UOpPtr c = const_float(dt, v);

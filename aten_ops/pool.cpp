@@ -28,13 +28,15 @@
 #include <optional>
 #include <tuple>
 
+#include "aten_ops/builders.h"
 #include "aten_ops/sliding_window.h"
 #include "csrc/tensor_bridge.h"
 
 namespace tiny {
 namespace {
 
-DType opmath(DType dt) { return dt == DType::Float16 || dt == DType::BFloat16 ? DType::Float32 : dt; }
+using aten_ops::add;
+using aten_ops::mul;
 
 at::Tensor like_meta(const at::Tensor& meta, const at::Tensor& self) {
   return empty_tiny(meta.sizes(), meta.strides(), meta.scalar_type(), self.device());
@@ -70,8 +72,6 @@ UOpPtr broadcast(const UOpPtr& v, const Shape& shape, size_t at) {
 }
 
 UOpPtr index_const(int64_t v) { return const_int(DType::Int64, v); }
-UOpPtr add(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::ADD, a, b); }
-UOpPtr mul(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::MUL, a, b); }
 UOpPtr full(const UOpPtr& c, const Shape& shape) { return broadcast(c, shape, 0); }
 
 // iota(n) * scale + shift as int64, on axis `at` of `shape`.

@@ -60,9 +60,6 @@ at::Tensor like_meta(const at::Tensor& meta, const at::Tensor& self) {
   return empty_tiny(meta.sizes(), meta.strides(), meta.scalar_type(), self.device());
 }
 
-// torch's CPU kernels compute float16/bfloat16 in float32 and round once.
-DType opmath(DType dt) { return dt == DType::Float16 || dt == DType::BFloat16 ? DType::Float32 : dt; }
-
 // A compile-time constant broadcast to `shape` (identities, counts: never a new value per call).
 UOpPtr fixed(DType dt, double v, const Shape& shape) {
   UOpPtr c = is_float(dt) ? const_float(dt, v) : const_int(dt, static_cast<int64_t>(v));

@@ -62,8 +62,6 @@ const char* mode_name(Mode m, size_t nd) {
   return names[static_cast<int>(m)][nd - 1];
 }
 
-DType opmath(DType dt) { return dt == DType::Float16 || dt == DType::BFloat16 ? DType::Float32 : dt; }
-
 at::Tensor like_meta(const at::Tensor& meta, const at::Tensor& self) {
   return empty_tiny(meta.sizes(), meta.strides(), meta.scalar_type(), self.device());
 }

@@ -22,6 +22,9 @@ inline size_t itemsize(DType dt) { return info(dt).itemsize; }
 inline bool is_float(DType dt) { return info(dt).is_float; }
 inline bool is_int(DType dt) { return !is_float(dt) && dt != DType::Bool && dt != DType::Void; }
 inline std::string_view name(DType dt) { return info(dt).name; }
+// The type arithmetic on dt is done in: float16 and bfloat16 compute in float32 and round once at
+// the end (torch's CPU kernels do the same).
+inline DType opmath(DType dt) { return dt == DType::Float16 || dt == DType::BFloat16 ? DType::Float32 : dt; }
 
 // The type used for index arithmetic in kernels.
 constexpr DType kIndex = DType::Int64;
