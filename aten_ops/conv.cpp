@@ -110,47 +110,42 @@ std::vector<int64_t> range(int64_t begin, int64_t end) {
   return r;
 }
 
-// out[n, g*Og + o, y] = sum_{c, k} x[n, g*Cg + c, y * stride + k * dilation - padding] * w[g*Og + o, c, k]
-// for x (N, G*Cg, in...), w (G*Og, Cg, kernel...) and the output positions `out`.
-UOpPtr conv_forward(const UOpPtr& x, const UOpPtr& w, const Shape& out, const window::Geometry& g, int64_t groups) {
-  int64_t N = x->shape[0], G = groups, Cg = w->shape[1], Og = w->shape[0] / G, nd = static_cast<int64_t>(g.dims());
-  Shape ones(g.dims(), 1);
-  Shape full = concat({{N, G, Og}, out, {Cg}, g.kernel});
-  UOpPtr win = window::windows(window::pad_for_windows(x, out, g), out, g); // (N, C, out..., kernel...)
-  win = window::reshaped(win, concat({{N, G, 1, Cg}, out, g.kernel}));
+// out[n, g*Co + o, y] = sum_{c, k} win[n, g*Cr + c, y..., k...] * filters[g, o, c, k...]: windows
+// (N, G*Cr, positions..., kernel...) against per-group filters (G, Co, Cr, kernel...).
+UOpPtr grouped_correlation(const UOpPtr& win, const UOpPtr& filters, const Shape& positions, const Shape& kernel) {
+  int64_t N = win->shape[0], G = filters->shape[0], Co = filters->shape[1], Cr = filters->shape[2];
+  int64_t nd = static_cast<int64_t>(kernel.size());
+  Shape full = concat({{N, G, Co}, positions, {Cr}, kernel});
+  UOpPtr u = window::reshaped(win, concat({{N, G, 1, Cr}, positions, kernel}));
   std::vector<int64_t> order{0, 1, 2};
   for (int64_t i = 0; i < nd; i++)
     order.push_back(4 + i);
   order.push_back(3);
   for (int64_t i = 0; i < nd; i++)
     order.push_back(4 + nd + i);
-  win = window::permuted(window::expanded(win, concat({{N, G, Og, Cg}, out, g.kernel})), order);
-  UOpPtr wv = window::expanded(window::reshaped(w, concat({{1, G, Og}, ones, {Cg}, g.kernel})), full);
-  UOpPtr r = reduce(alu(Ops::MUL, win, wv), Ops::ADD, range(3 + nd, 4 + 2 * nd));
-  return window::reshaped(r, concat({{N, G * Og}, out}));
+  u = window::permuted(window::expanded(u, concat({{N, G, Co, Cr}, positions, kernel})), order);
+  UOpPtr fv = window::expanded(window::reshaped(filters, concat({{1, G, Co}, Shape(nd, 1), {Cr}, kernel})), full);
+  UOpPtr r = reduce(alu(Ops::MUL, u, fv), Ops::ADD, range(3 + nd, 4 + 2 * nd));
+  return window::reshaped(r, concat({{N, G * Co}, positions}));
+}
+
+// out[n, g*Og + o, y] = sum_{c, k} x[n, g*Cg + c, y * stride + k * dilation - padding] * w[g*Og + o, c, k]
+// for x (N, G*Cg, in...), w (G*Og, Cg, kernel...) and the output positions `out`.
+UOpPtr conv_forward(const UOpPtr& x, const UOpPtr& w, const Shape& out, const window::Geometry& g, int64_t groups) {
+  int64_t G = groups, Cg = w->shape[1], Og = w->shape[0] / G;
+  UOpPtr win = window::windows(window::pad_for_windows(x, out, g), out, g); // (N, C, out..., kernel...)
+  return grouped_correlation(win, window::reshaped(w, concat({{G, Og, Cg}, g.kernel})), out, g.kernel);
 }
 
 // The gradient of conv_forward with respect to x, of spatial size `in`: for grad_output go (N, G*Og, out...).
 UOpPtr conv_input_grad(const UOpPtr& go, const UOpPtr& w, const Shape& in, const window::Geometry& g, int64_t groups) {
-  int64_t N = go->shape[0], G = groups, Cg = w->shape[1], Og = w->shape[0] / G, nd = static_cast<int64_t>(g.dims());
-  Shape ones(g.dims(), 1);
-  Shape full = concat({{N, G, Cg}, in, {Og}, g.kernel});
+  int64_t G = groups, Cg = w->shape[1], Og = w->shape[0] / G, nd = static_cast<int64_t>(g.dims());
   UOpPtr u = window::windows_adjoint(go, in, g); // (N, G*Og, in..., kernel...)
-  u = window::reshaped(u, concat({{N, G, 1, Og}, in, g.kernel}));
-  std::vector<int64_t> order{0, 1, 2};
-  for (int64_t i = 0; i < nd; i++)
-    order.push_back(4 + i);
-  order.push_back(3);
-  for (int64_t i = 0; i < nd; i++)
-    order.push_back(4 + nd + i);
-  u = window::permuted(window::expanded(u, concat({{N, G, Cg, Og}, in, g.kernel})), order);
   std::vector<int64_t> w_order{0, 2, 1};
   for (int64_t i = 0; i < nd; i++)
     w_order.push_back(3 + i);
-  UOpPtr wv = window::permuted(window::reshaped(w, concat({{G, Og, Cg}, g.kernel})), w_order); // (G, Cg, Og, kernel...)
-  wv = window::expanded(window::reshaped(wv, concat({{1, G, Cg}, ones, {Og}, g.kernel})), full);
-  UOpPtr r = reduce(alu(Ops::MUL, u, wv), Ops::ADD, range(3 + nd, 4 + 2 * nd));
-  return window::reshaped(r, concat({{N, G * Cg}, in}));
+  UOpPtr wt = window::permuted(window::reshaped(w, concat({{G, Og, Cg}, g.kernel})), w_order); // (G, Cg, Og, kernel...)
+  return grouped_correlation(u, wt, in, g.kernel);
 }
 
 // The gradient of conv_forward with respect to w (G*Og, Cg, kernel...), for grad_output go (N, G*Og, out...).
