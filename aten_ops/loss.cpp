@@ -44,13 +44,6 @@ using at::Reduction::Sum;
 
 // ---- building blocks ----
 
-// A literal of the formula (the 0.5 in huber), or a count: folded by the compiler.
-UOpPtr fixed(DType dt, double v, const Shape& shape) {
-  UOpPtr c = is_float(dt) ? const_float(dt, v) : const_int(dt, static_cast<int64_t>(v));
-  return shape.empty() ? c : expand(reshape(c, Shape(shape.size(), 1)), shape);
-}
-UOpPtr like(const UOpPtr& x, double v) { return fixed(x->dtype, v, x->shape); }
-
 // x (numpy-broadcastable to shape) as a UOp of `shape`.
 UOpPtr broadcast(const UOpPtr& x, const Shape& shape) {
   Shape padded(shape.size() - x->shape.size(), 1);
@@ -76,17 +69,6 @@ std::vector<int64_t> all_axes(const UOpPtr& x) {
   for (size_t i = 0; i < axes.size(); i++)
     axes[i] = static_cast<int64_t>(i);
   return axes;
-}
-
-// The sum of x over `axes`, keeping them as size 1; a sum over no elements is 0.
-UOpPtr sum_keep(const UOpPtr& x, const std::vector<int64_t>& axes) {
-  Shape kept = x->shape;
-  int64_t n = 1;
-  for (int64_t a : axes) {
-    n *= x->shape[a];
-    kept[a] = 1;
-  }
-  return n > 0 ? reduce(x, Ops::ADD, axes) : fixed(x->dtype, 0, kept);
 }
 
 UOpPtr sum_all(const UOpPtr& x) { return reshape(sum_keep(x, all_axes(x)), {}); }

@@ -38,26 +38,9 @@ namespace {
 using at::native::check_mixed_data_type;
 using at::native::is_mixed_type;
 
-UOpPtr fixed(DType dt, double v, const Shape& shape) {
-  UOpPtr c = const_float(dt, v);
-  return shape.empty() ? c : expand(reshape(c, Shape(shape.size(), 1)), shape);
-}
-UOpPtr like(const UOpPtr& x, double v) { return fixed(x->dtype, v, x->shape); }
-
 const at::Tensor& value_or_undefined(const std::optional<at::Tensor>& t) {
   static const at::Tensor undefined;
   return t ? *t : undefined;
-}
-
-// The sum over `axes` (kept as size 1); a sum over no elements is 0.
-UOpPtr sum(const UOpPtr& x, const std::vector<int64_t>& axes) {
-  Shape kept = x->shape;
-  int64_t n = 1;
-  for (int64_t a : axes) {
-    n *= x->shape[a];
-    kept[a] = 1;
-  }
-  return n > 0 ? reduce(x, Ops::ADD, axes) : fixed(x->dtype, 0, kept);
 }
 
 // A statistic computed once, into a buffer of its own (a realize boundary): the kernels that read it,
@@ -145,9 +128,9 @@ void write_batch_norm(const BatchNormArgs& a, const at::Tensor& out, const at::T
   UOpPtr mean, invstd;
   if (a.train) {
     double n = static_cast<double>(full[0] * full[2]);
-    mean = once(div(sum(x, {0, 2}), fixed(dt, n, per_channel)));
+    mean = once(div(sum_keep(x, {0, 2}), fixed(dt, n, per_channel)));
     UOpPtr dev = sub(x, expand(mean, full));
-    UOpPtr m2 = once(sum(mul(dev, dev), {0, 2}));
+    UOpPtr m2 = once(sum_keep(mul(dev, dev), {0, 2}));
     UOpPtr var = div(m2, fixed(dt, n, per_channel));
     // torch's InvStd: 0 where var and eps are both 0
     invstd = alu(Ops::RECIP, alu(Ops::SQRT, add(var, runtime(a.eps, dt, per_channel))));
@@ -332,8 +315,8 @@ Tensors3 batch_norm_backward_impl(const at::Tensor& grad_out, const at::Tensor& 
           : alu(Ops::RECIP, alu(Ops::SQRT, add(channel(running_var, dt, per_channel), runtime(eps, dt, per_channel))));
   UOpPtr w = weight.defined() ? channel(weight, dt, per_channel) : fixed(dt, 1, per_channel);
   UOpPtr centered = sub(x, expand(mean, full));
-  UOpPtr sum_g = once(sum(g, {0, 2}));
-  UOpPtr dot = once(sum(mul(centered, g), {0, 2}));
+  UOpPtr sum_g = once(sum_keep(g, {0, 2}));
+  UOpPtr dot = once(sum_keep(mul(centered, g), {0, 2}));
   if (mask[0]) {
     UOpPtr scale = mul(invstd, w);
     if (train) {
@@ -394,9 +377,9 @@ Tensors3 native_layer_norm(const at::Tensor& input, c10::IntArrayRef normalized_
   DType dt = opmath(to_tiny_dtype(input.scalar_type()));
   Shape full{s.m, s.n}, row{s.m, 1};
   UOpPtr x = reshape(cast(read(input), dt), full);
-  UOpPtr mean = once(div(sum(x, {1}), fixed(dt, static_cast<double>(s.n), row)));
+  UOpPtr mean = once(div(sum_keep(x, {1}), fixed(dt, static_cast<double>(s.n), row)));
   UOpPtr dev = sub(x, expand(mean, full));
-  UOpPtr var = div(sum(mul(dev, dev), {1}), fixed(dt, static_cast<double>(s.n), row));
+  UOpPtr var = div(sum_keep(mul(dev, dev), {1}), fixed(dt, static_cast<double>(s.n), row));
   UOpPtr rstd = once(alu(Ops::RECIP, alu(Ops::SQRT, add(alu(Ops::MAX, var, like(var, 0)), runtime(eps, dt, row)))));
   UOpPtr y = mul(dev, expand(rstd, full));
   if (weight.defined()) y = mul(y, expand(reshape(cast(read(weight), dt), {1, s.n}), full));
@@ -432,7 +415,7 @@ Tensors3 native_layer_norm_backward(const at::Tensor& grad_out, const at::Tensor
   UOpPtr gamma = weight.defined() ? expand(reshape(cast(read(weight), dt), col), full) : nullptr;
   if (mask[0] && s.m > 0) {
     UOpPtr dyg = gamma ? mul(dy, gamma) : dy;
-    UOpPtr ds = once(sum(mul(dyg, x), {1})), db = once(sum(dyg, {1}));
+    UOpPtr ds = once(sum_keep(mul(dyg, x), {1})), db = once(sum_keep(dyg, {1}));
     UOpPtr scale = fixed(dt, 1.0 / static_cast<double>(s.n), row);
     UOpPtr rstd3 = mul(mul(rstd, rstd), rstd);
     UOpPtr b = mul(mul(sub(mul(db, mean), ds), rstd3), scale);
@@ -440,8 +423,8 @@ Tensors3 native_layer_norm_backward(const at::Tensor& grad_out, const at::Tensor
     store(grad_input, add(add(mul(dyg, expand(rstd, full)), mul(expand(b, full), x)), expand(c, full)));
   }
   UOpPtr xhat = mul(sub(x, expand(mean, full)), expand(rstd, full));
-  store(grad_weight, sum(mul(dy, xhat), {0}));
-  store(grad_bias, sum(dy, {0}));
+  store(grad_weight, sum_keep(mul(dy, xhat), {0}));
+  store(grad_bias, sum_keep(dy, {0}));
   return {grad_input, grad_weight, grad_bias};
 }
 
@@ -500,9 +483,9 @@ Tensors3 native_group_norm(const at::Tensor& input, const std::optional<at::Tens
   Shape full = s.full(), stat = s.stat();
   double d = static_cast<double>(s.cg * s.hw);
   UOpPtr x = reshape(cast(read(input), dt), full);
-  UOpPtr mean = once(div(sum(x, {2, 3}), fixed(dt, d, stat)));
+  UOpPtr mean = once(div(sum_keep(x, {2, 3}), fixed(dt, d, stat)));
   UOpPtr dev = sub(x, expand(mean, full));
-  UOpPtr var = div(sum(mul(dev, dev), {2, 3}), fixed(dt, d, stat));
+  UOpPtr var = div(sum_keep(mul(dev, dev), {2, 3}), fixed(dt, d, stat));
   UOpPtr rstd = once(alu(Ops::RECIP, alu(Ops::SQRT, add(alu(Ops::MAX, var, like(var, 0)), runtime(eps, dt, stat)))));
   UOpPtr y = mul(dev, expand(rstd, full));
   if (weight.defined()) y = mul(y, group_channel(weight, dt, s));
@@ -545,10 +528,11 @@ Tensors3 native_group_norm_backward(const at::Tensor& grad_out, const at::Tensor
   }
   UOpPtr x = reshape(cast(read(input), dt), full), dy = reshape(cast(read(grad_out), dt), full);
   UOpPtr mean = reshape(cast(read(mean_t), dt), stat), rstd = reshape(cast(read(rstd_t), dt), stat);
-  UOpPtr ds = once(sum(mul(dy, x), {3})), db = once(sum(dy, {3})); // (N, G, C/G, 1)
+  UOpPtr ds = once(sum_keep(mul(dy, x), {3})), db = once(sum_keep(dy, {3})); // (N, G, C/G, 1)
   if (mask[0]) {
     UOpPtr gamma = weight.defined() ? expand(reshape(cast(read(weight), dt), {1, group, s.cg, 1}), nc) : nullptr;
-    UOpPtr dsg = once(sum(gamma ? mul(ds, gamma) : ds, {2})), dbg = once(sum(gamma ? mul(db, gamma) : db, {2}));
+    UOpPtr dsg = once(sum_keep(gamma ? mul(ds, gamma) : ds, {2})),
+           dbg = once(sum_keep(gamma ? mul(db, gamma) : db, {2}));
     UOpPtr scale = fixed(dt, 1.0 / static_cast<double>(s.cg * s.hw), stat);
     UOpPtr rstd3 = mul(mul(rstd, rstd), rstd);
     UOpPtr b = mul(mul(sub(mul(dbg, mean), dsg), rstd3), scale);
@@ -559,9 +543,9 @@ Tensors3 native_group_norm_backward(const at::Tensor& grad_out, const at::Tensor
   }
   if (mask[1]) {
     UOpPtr v = mul(sub(ds, mul(db, expand(mean, nc))), expand(rstd, nc));
-    store(grad_weight, sum(v, {0}));
+    store(grad_weight, sum_keep(v, {0}));
   }
-  if (mask[2]) store(grad_bias, sum(db, {0}));
+  if (mask[2]) store(grad_bias, sum_keep(db, {0}));
   return {grad_input, grad_weight, grad_bias};
 }
 
