@@ -20,6 +20,19 @@ INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 ALL_DTYPES = FLOAT_DTYPES + INT_DTYPES + (torch.bool,)
 
 
+def rand(*shape, dtype=torch.float32, seed=0):
+    """Seeded CPU values: normal floats, small ints in [-5, 5)."""
+    g = torch.Generator().manual_seed(seed)
+    if dtype.is_floating_point:
+        return torch.randn(*shape, generator=g).to(dtype)
+    return torch.randint(-5, 5, shape, generator=g, dtype=dtype)
+
+
+def tol(dtype):
+    """float16/bfloat16 results round differently from torch's float32-then-round: a looser check."""
+    return {"rtol": 2e-2, "atol": 2e-2} if dtype in (torch.float16, torch.bfloat16) else {}
+
+
 def dtype_name(dtype):
     return str(dtype).removeprefix("torch.")
 

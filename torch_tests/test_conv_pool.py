@@ -4,21 +4,10 @@ dtypes, errors, and the kernels a fused forward launches."""
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import check, check_devices, counting, on_device
+from conftest import check, check_devices, counting, on_device, rand, tol
 from torch import nn
 
 HALF = (torch.float16, torch.bfloat16)
-
-
-def rand(*shape, dtype=torch.float32, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    if dtype.is_floating_point:
-        return torch.randn(*shape, generator=g).to(dtype)
-    return torch.randint(-5, 5, shape, generator=g, dtype=dtype)
-
-
-def tol(dtype):
-    return {"rtol": 2e-2, "atol": 2e-2} if dtype in HALF else {}
 
 
 def check_grads(fn, *args, rtol=None, atol=None):

@@ -3,21 +3,10 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import check, counting
+from conftest import check, counting, rand, tol
 
 FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 DTYPES = FLOATS + (torch.int32, torch.int64)
-
-
-def rand(*shape, dtype=torch.float32, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    if dtype.is_floating_point:
-        return torch.randn(*shape, generator=g).to(dtype)
-    return torch.randint(-5, 5, shape, generator=g, dtype=dtype)
-
-
-def tol(dtype):
-    return {"rtol": 2e-2, "atol": 2e-2} if dtype in (torch.float16, torch.bfloat16) else {}
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
