@@ -140,6 +140,11 @@ ScheduleCache& schedule_cache() {
 
 // ---- scheduling ----
 
+// A view that only reshapes its source (row-major, every element once).
+bool is_reshape(const UOpPtr& n) {
+  return n->op == Ops::VIEW && n->st().is_contiguous() && prod(n->shape) == prod(n->src[0]->shape);
+}
+
 class Scheduler {
 public:
   explicit Scheduler(const GraphKey* key) : key_(key) {}
@@ -187,9 +192,7 @@ private:
       is_root_[r.get()] = true;
       // A storage holds its value reshaped flat while other kernels read the value itself: it is
       // realized where it first appears, before any of them recomputes it.
-      if (r->op == Ops::VIEW && r->src[0]->op != Ops::BUFFER && r->st().is_contiguous() &&
-          prod(r->shape) == prod(r->src[0]->shape))
-        is_root_[r->src[0].get()] = true;
+      if (is_reshape(r) && r->src[0]->op != Ops::BUFFER) is_root_[r->src[0].get()] = true;
       for (const UOpPtr& n : toposort(r)) {
         if (seen[n.get()]) continue;
         seen[n.get()] = true;
@@ -237,12 +240,11 @@ private:
     if (n->op == Ops::BUFFER) return;
     // A storage holds its value reshaped flat; readers compose their views onto the value itself,
     // so the value is what gets realized (a reshape of it is the same buffer).
-    if (n->op == Ops::VIEW && n->src[0]->op != Ops::BUFFER && n->st().is_contiguous() &&
-        prod(n->shape) == prod(n->src[0]->shape)) {
+    if (is_reshape(n) && n->src[0]->op != Ops::BUFFER) {
       const UOpPtr& inner = n->src[0];
       if (!realized_.count(inner.get())) realize(inner);
       UOpPtr b = realized_.at(inner.get());
-      if (b->op == Ops::VIEW && b->st().is_contiguous() && prod(b->shape) == prod(b->src[0]->shape)) b = b->src[0];
+      if (is_reshape(b)) b = b->src[0];
       if (b->op == Ops::BUFFER) {
         realized_[n.get()] = b->shape == n->shape ? b : reshape(b, n->shape);
         return;
