@@ -110,21 +110,24 @@ std::vector<int64_t> range(int64_t begin, int64_t end) {
   return r;
 }
 
-// out[n, g*Co + o, y] = sum_{c, k} win[n, g*Cr + c, y..., k...] * filters[g, o, c, k...]: windows
-// (N, G*Cr, positions..., kernel...) against per-group filters (G, Co, Cr, kernel...).
+// out[n, g*Co + o, y] = sum_{k, c} win[n, g*Cr + c, y..., k...] * filters[g, o, c, k...]: windows
+// (N, G*Cr, positions..., kernel...) against per-group filters (G, Co, Cr, kernel...). The channels
+// are the innermost reduced axis: the padding tests of a tap stay outside their loop.
 UOpPtr grouped_correlation(const UOpPtr& win, const UOpPtr& filters, const Shape& positions, const Shape& kernel) {
   int64_t N = win->shape[0], G = filters->shape[0], Co = filters->shape[1], Cr = filters->shape[2];
   int64_t nd = static_cast<int64_t>(kernel.size());
-  Shape full = concat({{N, G, Co}, positions, {Cr}, kernel});
+  Shape full = concat({{N, G, Co}, positions, kernel, {Cr}});
   UOpPtr u = window::reshaped(win, concat({{N, G, 1, Cr}, positions, kernel}));
-  std::vector<int64_t> order{0, 1, 2};
-  for (int64_t i = 0; i < nd; i++)
+  std::vector<int64_t> order{0, 1, 2}, f_order{0, 1};
+  for (int64_t i = 0; i < 2 * nd; i++)
     order.push_back(4 + i);
   order.push_back(3);
   for (int64_t i = 0; i < nd; i++)
-    order.push_back(4 + nd + i);
+    f_order.push_back(3 + i);
+  f_order.push_back(2);
   u = window::permuted(window::expanded(u, concat({{N, G, Co, Cr}, positions, kernel})), order);
-  UOpPtr fv = window::expanded(window::reshaped(filters, concat({{1, G, Co}, Shape(nd, 1), {Cr}, kernel})), full);
+  UOpPtr fv = window::expanded(
+      window::reshaped(window::permuted(filters, f_order), concat({{1, G, Co}, Shape(nd, 1), kernel, {Cr}})), full);
   UOpPtr r = reduce(alu(Ops::MUL, u, fv), Ops::ADD, range(3 + nd, 4 + 2 * nd));
   return window::reshaped(r, concat({{N, G * Co}, positions}));
 }

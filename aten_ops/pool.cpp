@@ -157,7 +157,10 @@ std::pair<UOpPtr, UOpPtr> max_pool(const UOpPtr& x, const Shape& out, const wind
 
 UOpPtr max_pool_backward(const UOpPtr& grad, const UOpPtr& indices, const Shape& in, const window::Geometry& g) {
   size_t nd = g.dims(), lead = grad->shape.size() - nd;
-  UOpPtr u = window::windows_adjoint(grad, in, g), ui = window::windows_adjoint(indices, in, g);
+  // Windows that tile the input (MaxPool2d(2)): each position is in one window, nothing to sum.
+  bool tiled = window::tiles(g);
+  UOpPtr u = tiled ? window::tiled_adjoint(grad, in, g) : window::windows_adjoint(grad, in, g);
+  UOpPtr ui = tiled ? window::tiled_adjoint(indices, in, g) : window::windows_adjoint(indices, in, g);
   UOpPtr pos;
   int64_t plane_stride = 1;
   for (size_t i = nd; i-- > 0;) {
@@ -166,6 +169,7 @@ UOpPtr max_pool_backward(const UOpPtr& grad, const UOpPtr& indices, const Shape&
     plane_stride *= in[i];
   }
   UOpPtr picked = where(alu(Ops::CMPEQ, ui, pos), u, full(const_like(u, 0), u->shape));
+  if (tiled) return picked;
   Shape shape(grad->shape.begin(), grad->shape.begin() + static_cast<std::ptrdiff_t>(lead));
   shape.insert(shape.end(), in.begin(), in.end());
   return sum_adjoint(picked, nd, shape);

@@ -98,6 +98,30 @@ inline UOpPtr windows(const UOpPtr& x, const Shape& out, const Geometry& g) {
 // The adjoint of windows(pad_for_windows(x)): v (lead..., out...) -> (lead..., in..., kernel...) with
 // element [.., h, k] = v[.., (h + padding - k * dilation) / stride] where that divides evenly and lies
 // in [0, out), else 0. Summing over k gives the gradient of x for a gradient v of the windows' result.
+// Whether windows tile each line (stride == kernel, no dilation): every input position is in at most one.
+inline bool tiles(const Geometry& g) {
+  for (size_t i = 0; i < g.dims(); i++)
+    if (g.stride[i] != g.kernel[i] || g.dilation[i] != 1) return false;
+  return true;
+}
+
+// For windows that tile (see tiles): v (lead..., out...) moved to the input positions its windows
+// cover, (lead..., in...): each window's value repeated over it, zero where no window reaches.
+inline UOpPtr tiled_adjoint(const UOpPtr& v, const Shape& in, const Geometry& g) {
+  size_t nd = g.dims(), lead = v->shape.size() - nd;
+  Shape split(v->shape.begin(), v->shape.begin() + static_cast<std::ptrdiff_t>(lead)), repeated = split, joined = split;
+  std::vector<std::pair<int64_t, int64_t>> pads;
+  for (size_t i = 0; i < nd; i++) {
+    int64_t o = v->shape[lead + i], s = g.stride[i];
+    split.insert(split.end(), {o, 1});
+    repeated.insert(repeated.end(), {o, s});
+    joined.push_back(o * s);
+    // position h reads joined index h + padding
+    pads.emplace_back(-g.padding[i], in[i] + g.padding[i] - o * s);
+  }
+  return pad_spatial(reshaped(expanded(reshaped(v, split), repeated), joined), pads);
+}
+
 inline UOpPtr windows_adjoint(const UOpPtr& v, const Shape& in, const Geometry& g) {
   size_t nd = g.dims(), lead = v->shape.size() - nd;
   // Spread: v[o] moves to o * stride, with zeros between.

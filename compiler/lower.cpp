@@ -1,6 +1,7 @@
 #include "compiler/lower.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <stdexcept>
 #include <unordered_map>
@@ -256,6 +257,144 @@ private:
 
 } // namespace
 
+namespace {
+
+constexpr int64_t kLanes = 16;
+
+// Whether every buffer a reduction reads walks each reduced axis contiguously (or not at all).
+bool reads_reduced_contiguously(const UOpPtr& r) {
+  for (const UOpPtr& m : toposort(r->src[0]))
+    if (m->op == Ops::VIEW && m->src[0]->op == Ops::BUFFER)
+      for (int64_t a : r->reduce_arg().axes) {
+        int64_t st = m->st().views.back().strides[a];
+        if (m->st().views.size() != 1 || (st != 0 && st != 1)) return false;
+      }
+  return true;
+}
+
+// The kernel computing blocks of outputs: up[g] outputs of loop group g together (for the lane group,
+// up[g] vectors of kLanes lanes each).
+Kernel lower_blocked(const BufferRef& out, const View& out_region, const UOpPtr& value,
+                     const std::vector<std::vector<size_t>>& groups, const Shape& loops, const Shape& up,
+                     int64_t lane_group) {
+  Shape kloops = loops;
+  for (size_t g = 0; g < loops.size(); g++)
+    kloops[g] = loops[g] / up[g] / (static_cast<int64_t>(g) == lane_group ? kLanes : 1);
+
+  Lowerer lw;
+  lw.param(out);
+  int64_t lane_id = static_cast<int64_t>(loops.size());
+  UOpPtr lane = UOp::make(Ops::RANGE, kIndex, {idx_const(kLanes)}, lane_id);
+  lw.next_range = lane_id + 1;
+  lw.kernel_loops = kloops;
+  std::vector<UOpPtr> ranges;
+  for (size_t g = 0; g < groups.size(); g++)
+    ranges.push_back(UOp::make(Ops::RANGE, kIndex, {idx_const(kloops[g])}, static_cast<int64_t>(g)));
+  // One store per element of the block: offsets u (row-major over the upcast loops).
+  std::vector<UOpPtr> stores;
+  for (int64_t block = 0, nblock = prod(up); block < nblock; block++) {
+    std::vector<UOpPtr> idx(value->shape.size(), idx_const(0));
+    int64_t rest = block;
+    for (size_t g = groups.size(); g-- > 0;) {
+      int64_t u = rest % up[g];
+      rest /= up[g];
+      UOpPtr r;
+      if (static_cast<int64_t>(g) == lane_group)
+        r = ranges[g] * idx_const(up[g] * kLanes) + idx_const(u * kLanes) + lane;
+      else
+        r = up[g] == 1 ? ranges[g] : ranges[g] * idx_const(up[g]) + idx_const(u);
+      // the index of each original dim in the group, from the group's loop variable
+      int64_t suffix = 1;
+      for (size_t k = groups[g].size(); k-- > 0;) {
+        size_t d = groups[g][k];
+        UOpPtr q = suffix == 1 ? r : UOp::make(Ops::IDIV, kIndex, {r, idx_const(suffix)});
+        idx[d] = k == 0 ? q : UOp::make(Ops::MOD, kIndex, {q, idx_const(value->shape[d])});
+        suffix *= value->shape[d];
+      }
+    }
+    UOpPtr v = lw.eval(value, idx);
+    auto [flat, valid] = view_index(ShapeTracker{{out_region}}, idx);
+    stores.push_back(UOp::make(Ops::STORE, DType::Void, {lw.param(out), flat, v}));
+  }
+  UOpPtr ast = graph_rewrite(UOp::make(Ops::SINK, DType::Void, stores), symbolic);
+
+  bool reduces = false;
+  for (const UOpPtr& n : toposort(ast))
+    reduces = reduces || n->op == Ops::REDUCE;
+  std::string name = reduces ? "R" : "E";
+  for (int64_t s : kloops)
+    name += "_" + std::to_string(s);
+  Kernel k{name, ast, lw.buffers, kloops, lw.ivars, lw.fvars, lw.var_nodes, lw.must_realize};
+  if (lane_group >= 0) {
+    k.lane_range = lane_id;
+    k.lanes = kLanes;
+    k.name += "_v" + std::to_string(kLanes);
+  }
+  return k;
+}
+
+// Whether a kernel's lanes vectorize its reduce loops: every load there reads the lanes contiguously
+// (one vector load) or is the same for all of them, at a place valid for all lanes or none.
+bool lanes_pay(const Kernel& k) {
+  const UOp* lane = nullptr;
+  for (const UOpPtr& n : toposort(k.ast))
+    if (n->op == Ops::RANGE && std::get<int64_t>(n->arg) == k.lane_range) lane = n.get();
+  if (!lane) return false;
+  for (const UOpPtr& r : toposort(k.ast)) {
+    if (r->op != Ops::REDUCE) continue;
+    for (const UOpPtr& n : toposort(r->src[0])) {
+      if (n->op != Ops::LOAD) continue;
+      auto split = lane_split(n->src[1], lane);
+      if (!split || (split->second != 0 && split->second != 1)) return false;
+      if (split->second == 1 && (is_float(n->dtype) && itemsize(n->dtype) == 2)) return false;
+      if (n->src.size() > 2) {
+        auto valid = lane_split(n->src[2], lane);
+        if (!valid || valid->second != 0) return false;
+      }
+    }
+  }
+  return true;
+}
+
+} // namespace
+
+std::optional<std::pair<UOpPtr, int64_t>> lane_split(const UOpPtr& idx, const UOp* lane) {
+  std::unordered_map<const UOp*, bool> memo;
+  std::function<bool(const UOpPtr&)> uses = [&](const UOpPtr& n) {
+    if (n.get() == lane) return true;
+    if (auto it = memo.find(n.get()); it != memo.end()) return it->second;
+    bool u = false;
+    for (const UOpPtr& s : n->src)
+      u = u || uses(s);
+    return memo[n.get()] = u;
+  };
+  if (!uses(idx)) return std::pair{idx, int64_t{0}};
+  std::vector<UOpPtr> terms, stack{idx};
+  while (!stack.empty()) {
+    UOpPtr t = stack.back();
+    stack.pop_back();
+    if (t->op == Ops::ADD && t->dtype == kIndex)
+      stack.insert(stack.end(), t->src.begin(), t->src.end());
+    else
+      terms.push_back(t);
+  }
+  UOpPtr base;
+  int64_t stride = 0;
+  for (const UOpPtr& t : terms) {
+    if (t.get() == lane)
+      stride += 1;
+    else if (t->op == Ops::MUL && t->src[0].get() == lane && t->src[1]->is_const())
+      stride += t->src[1]->const_i();
+    else if (t->op == Ops::MUL && t->src[1].get() == lane && t->src[0]->is_const())
+      stride += t->src[0]->const_i();
+    else if (uses(t))
+      return std::nullopt;
+    else
+      base = base ? base + t : t;
+  }
+  return std::pair{base ? base : idx_const(0), stride};
+}
+
 Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& value_in) {
   if (value_in->shape != out_region.shape) throw std::logic_error("lower_kernel: value shape differs from region");
   UOpPtr value = graph_rewrite(value_in, push_views);
@@ -298,80 +437,132 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
   }
   if (loops.empty()) loops.push_back(1);
 
-  // Upcast: in kernels that reduce, the two innermost output loops are unrolled into a block of
-  // outputs (up to 4 x 16) computed together, so each value loaded in the reduce loop is reused
-  // across the block and the accumulators live in registers (a register-blocked matmul).
-  // Two block shapes: when every read walks the reduced axis contiguously (a row times a column
-  // stored as a row, as in x @ w.t()), a 4 x 4 block whose reduce loop vectorizes along that axis;
-  // otherwise a 4 x 16 block that vectorizes across the block's accumulators.
-  bool has_reduce = false, contiguous_reduce = true;
+  // Upcast: in kernels that reduce, output loops are unrolled into a block of outputs computed
+  // together, so each value loaded in the reduce loop is reused across the block and the
+  // accumulators live in registers (a register-blocked matmul). Three block shapes, first that fits:
+  // - lanes: one output loop along which every read in the reduce loops is contiguous or broadcast
+  //   becomes vector lanes (16 outputs, up to 2 vectors), another loop unrolls up to 8 rows: x @ w
+  //   with w row-major is a block of 8 x 32 outputs, 16 vector accumulators;
+  // - when every read walks the reduced axis contiguously (a row times a column stored as a row, as
+  //   in x @ w.t()), a 4 x 4 block whose reduce loop vectorizes along that axis;
+  // - otherwise a 4 x 16 block that the C compiler may vectorize across the block's accumulators.
+  bool has_reduce = false, contiguous_reduce = true, bitcast = false;
   for (const UOpPtr& n : toposort(value)) {
+    bitcast = bitcast || n->op == Ops::BITCAST;
     if (n->op != Ops::REDUCE) continue;
     has_reduce = true;
-    for (const UOpPtr& m : toposort(n->src[0]))
-      if (m->op == Ops::VIEW && m->src[0]->op == Ops::BUFFER)
-        for (int64_t a : n->reduce_arg().axes) {
-          int64_t st = m->st().views.back().strides[a];
-          contiguous_reduce = contiguous_reduce && m->st().views.size() == 1 && (st == 0 || st == 1);
-        }
+    contiguous_reduce = contiguous_reduce && reads_reduced_contiguously(n);
   }
+  auto pick = [&](size_t g, std::initializer_list<int64_t> sizes) {
+    for (int64_t u : sizes)
+      if (loops[g] % u == 0 && loops[g] > u) return u;
+    return int64_t{1};
+  };
+  // the outermost loop is split across threads: keep it long; an inner one may unroll whole
+  auto rows = [&](size_t g, std::initializer_list<int64_t> sizes) {
+    if (g == 0) return loops[g] >= 64 ? pick(g, sizes) : int64_t{1};
+    for (int64_t u : sizes)
+      if (loops[g] % u == 0) return u;
+    return int64_t{1};
+  };
+  if (has_reduce && !contiguous_reduce && !bitcast)
+    for (size_t g = loops.size(); g-- > 0;) {
+      if (loops[g] % kLanes != 0) continue;
+      Shape up(loops.size(), 1);
+      // two vectors when the loop keeps two iterations (the outermost: enough to share among threads)
+      up[g] = loops[g] % (2 * kLanes) == 0 && loops[g] / (2 * kLanes) >= (g > 0 ? 1 : 2) ? 2 : 1;
+      // rows: the loop that unrolls furthest (the innermost of equals), then, while that leaves at most
+      // 8 accumulators, a second one as far as 24 (registers: 32 vectors)
+      for (int64_t budget : {16, 24}) {
+        size_t row = g;
+        int64_t acc = prod(up), best = 1;
+        for (size_t h = loops.size(); h-- > 0;) {
+          if (h == g || up[h] > 1) continue;
+          int64_t u = rows(h, {8, 4, 3, 2});
+          if (u > best && acc * u <= budget) row = h, best = u;
+        }
+        if (row == g || (budget == 24 && acc > 8)) break;
+        up[row] = best;
+      }
+      Kernel k = lower_blocked(out, out_region, value, groups, loops, up, static_cast<int64_t>(g));
+      if (lanes_pay(k)) return k;
+    }
   Shape up(loops.size(), 1);
   if (has_reduce && loops.size() >= 2) {
-    auto pick = [&](size_t g, std::initializer_list<int64_t> sizes) {
-      for (int64_t u : sizes)
-        if (loops[g] % u == 0 && loops[g] > u) return u;
-      return int64_t{1};
-    };
     size_t last = loops.size() - 1, second = loops.size() - 2;
     up[last] = contiguous_reduce ? pick(last, {4, 2}) : pick(last, {16, 8, 4});
-    // the outermost loop is split across threads: keep it long
-    if (second > 0 || loops[second] >= 64) up[second] = pick(second, {4, 2});
+    up[second] = rows(second, {4, 2});
   }
-  Shape kloops = loops;
-  for (size_t g = 0; g < loops.size(); g++)
-    kloops[g] = loops[g] / up[g];
-
-  Lowerer lw;
-  lw.param(out);
-  lw.next_range = static_cast<int64_t>(loops.size());
-  lw.kernel_loops = kloops;
-  std::vector<UOpPtr> ranges;
-  for (size_t g = 0; g < groups.size(); g++)
-    ranges.push_back(UOp::make(Ops::RANGE, kIndex, {idx_const(kloops[g])}, static_cast<int64_t>(g)));
-  // One store per element of the upcast block: offsets u (row-major over the upcast loops).
-  std::vector<UOpPtr> stores;
-  for (int64_t block = 0, nblock = prod(up); block < nblock; block++) {
-    std::vector<UOpPtr> idx(value->shape.size(), idx_const(0));
-    int64_t rest = block;
-    for (size_t g = groups.size(); g-- > 0;) {
-      int64_t u = rest % up[g];
-      rest /= up[g];
-      UOpPtr r = up[g] == 1 ? ranges[g] : ranges[g] * idx_const(up[g]) + idx_const(u);
-      // the index of each original dim in the group, from the group's loop variable
-      int64_t suffix = 1;
-      for (size_t k = groups[g].size(); k-- > 0;) {
-        size_t d = groups[g][k];
-        UOpPtr q = suffix == 1 ? r : UOp::make(Ops::IDIV, kIndex, {r, idx_const(suffix)});
-        idx[d] = k == 0 ? q : UOp::make(Ops::MOD, kIndex, {q, idx_const(value->shape[d])});
-        suffix *= value->shape[d];
-      }
-    }
-    UOpPtr v = lw.eval(value, idx);
-    auto [flat, valid] = view_index(ShapeTracker{{out_region}}, idx);
-    stores.push_back(UOp::make(Ops::STORE, DType::Void, {lw.param(out), flat, v}));
-  }
-  UOpPtr ast = graph_rewrite(UOp::make(Ops::SINK, DType::Void, stores), symbolic);
-  loops = kloops;
-
-  bool reduces = false;
-  for (const UOpPtr& n : toposort(ast))
-    reduces = reduces || n->op == Ops::REDUCE;
-  std::string name = reduces ? "R" : "E";
-  for (int64_t s : loops)
-    name += "_" + std::to_string(s);
-  return Kernel{
-      name, ast, lw.buffers, loops, lw.ivars, lw.fvars, lw.var_nodes, lw.must_realize, has_reduce && contiguous_reduce};
+  Kernel k = lower_blocked(out, out_region, value, groups, loops, up, -1);
+  k.vectorize_reduce = has_reduce && contiguous_reduce;
+  return k;
 }
+
+namespace {
+
+// A reduction's output dim d can be vector lanes when every read is contiguous or broadcast along it;
+// small reads that stride along d (a convolution's filters along the output channels) are read from
+// copies laid out with d innermost. Records those copies in `replace` and returns true when some
+// dim d works.
+bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replace) {
+  const UOpPtr& src = n->src[0];
+  const auto& axes = n->reduce_arg().axes;
+  auto reduced = [&](size_t d) { return std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) != axes.end(); };
+  std::vector<UOpPtr> reads;
+  for (const UOpPtr& m : toposort(src))
+    if (m->op == Ops::VIEW && m->src[0]->op == Ops::BUFFER) reads.push_back(m);
+  int64_t work = prod(src->shape);
+  // without its broadcast dims: what a copy of read m would hold
+  auto unbroadcast = [](const UOpPtr& m) {
+    const View& v = m->st().views.back();
+    std::vector<std::pair<int64_t, int64_t>> keep;
+    for (size_t e = 0; e < v.shape.size(); e++)
+      keep.push_back({0, v.strides[e] == 0 ? 1 : v.shape[e]});
+    return shrink(m, keep);
+  };
+  for (size_t d = src->shape.size(); d-- > 0;) {
+    if (reduced(d) || src->shape[d] % kLanes != 0) continue;
+    std::vector<UOpPtr> copies;
+    bool ok = true;
+    for (const UOpPtr& m : reads) {
+      const View& v = m->st().views.back();
+      bool single = m->st().views.size() == 1;
+      bool lane_masked = v.mask && (*v.mask)[d] != std::pair<int64_t, int64_t>{0, v.shape[d]};
+      if (m->shape == src->shape && !lane_masked && (v.strides[d] == 0 || (single && v.strides[d] == 1))) continue;
+      // a copy pays when each element is reused enough; windows and pads would be copied expanded
+      if (m->shape != src->shape || v.mask || !single || work < 16 * prod(unbroadcast(m)->shape)) {
+        ok = false;
+        break;
+      }
+      copies.push_back(m);
+    }
+    if (!ok) continue;
+    // A padded window read (a convolution's input) reads a padded copy instead: no masks in the loop.
+    for (const UOpPtr& m : reads) {
+      const auto& vs = m->st().views;
+      if (vs.size() < 2 || vs.back().mask || replace.count(m.get())) continue;
+      std::vector<View> inner(vs.begin(), vs.end() - 1);
+      bool masked = false;
+      for (const View& v : inner)
+        masked = masked || v.mask.has_value();
+      if (masked && work >= 8 * prod(inner.back().shape))
+        replace[m.get()] = view(contiguous(view(m->src[0], ShapeTracker{inner})), ShapeTracker{{vs.back()}});
+    }
+    for (const UOpPtr& m : copies) {
+      std::vector<int64_t> order, back(m->shape.size());
+      for (size_t e = 0; e < m->shape.size(); e++)
+        if (e != d) order.push_back(static_cast<int64_t>(e));
+      order.push_back(static_cast<int64_t>(d));
+      for (size_t i = 0; i < order.size(); i++)
+        back[order[i]] = static_cast<int64_t>(i);
+      replace[m.get()] = expand(permute(contiguous(permute(unbroadcast(m), order)), back), m->shape);
+    }
+    return true;
+  }
+  return false;
+}
+
+} // namespace
 
 UOpPtr contiguous_reduce_layout(const UOpPtr& value_in) {
   const UOpPtr& value = value_in;
@@ -379,6 +570,7 @@ UOpPtr contiguous_reduce_layout(const UOpPtr& value_in) {
   for (const UOpPtr& n : toposort(value)) {
     if (n->op != Ops::REDUCE || n->reduce_arg().op != Ops::ADD) continue;
     const UOpPtr& src = n->src[0];
+    if (!reads_reduced_contiguously(n) && lane_copies(n, replace)) continue;
     int64_t work = prod(src->shape);
     for (const UOpPtr& m : toposort(src)) {
       if (m->op != Ops::VIEW || m->src[0]->op != Ops::BUFFER || m->shape != src->shape || replace.count(m.get()))

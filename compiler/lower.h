@@ -4,9 +4,11 @@
 // buffer arguments. The pipeline, in order:
 //   1. push_views      views move through elementwise ops onto the buffers they read
 //   2. coalesce        output dims that every access walks contiguously merge into one loop
-//   3. index           each view becomes an index expression over the loop variables
-//   4. symbolic        index math folds (constant folding, div/mod of aligned sums, digit merging)
+//   3. upcast/lanes    blocks of outputs computed together (register blocking), one dim as vector lanes
+//   4. index           each view becomes an index expression over the loop variables
+//   5. symbolic        index math folds (constant folding, div/mod of aligned sums, digit merging)
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,15 +31,27 @@ struct Kernel {
   // Reduce loops may be reordered and vectorized along the reduced axis (every read is contiguous
   // there); otherwise blocks of accumulators vectorize across outputs.
   bool vectorize_reduce = false;
+  // Lanes: a RANGE id (lane_range, not a loop) numbering `lanes` adjacent outputs that the renderer
+  // computes as one vector value (-1: none). Every node that depends on it is a vector.
+  int64_t lane_range = -1;
+  int64_t lanes = 1;
 };
+
+// idx = base + stride * lane with base free of `lane`: {base, stride}; nullopt when idx is not of that
+// form. An idx free of lane is {idx, 0}.
+std::optional<std::pair<UOpPtr, int64_t>> lane_split(const UOpPtr& idx, const UOp* lane);
 
 // The kernel that writes `value` (a tensor-level graph over BUFFER and CONST leaves, shape
 // out_region.shape) into the elements `out_region` names of the flat buffer `out`.
 Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& value);
 
-// A reduction whose reads walk the reduced axis with a stride (a @ b with b row-major) reads a copy
-// laid out with that axis innermost instead, when the reduction reuses each element enough to pay
-// for the copy: the CONTIGUOUS nodes it inserts are realized before the kernel is lowered.
+// Layout copies for reductions, when the reduction reuses each element enough to pay for the copy
+// (the CONTIGUOUS nodes it inserts are realized before the kernel is lowered):
+// - an output dim that every read walks contiguously or not at all becomes vector lanes; small reads
+//   that stride along it (a convolution's filters along the output channels) read a copy laid out
+//   with that dim innermost;
+// - else a read that walks the reduced axis with a stride (and no output dim contiguously) reads a
+//   copy laid out with the reduced axes innermost.
 UOpPtr contiguous_reduce_layout(const UOpPtr& value);
 
 // A computed value (two or more elementwise ops) that a reduction reads through a broadcasting or

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <deque>
+#include <functional>
 #include <sstream>
 #include <stdexcept>
 #include <unordered_map>
@@ -94,6 +95,21 @@ std::string literal(const UOpPtr& c) {
 }
 
 const char* fsuffix(DType dt) { return is_f64(dt) ? "" : "f"; }
+
+// Vector lanes: one ext_vector_type per register type (bool lanes are bytes).
+constexpr const char* kVectorTypes[] = {"float", "double", "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t"};
+
+std::string lane_elem(DType dt) { return dt == DType::Bool ? "uint8_t" : reg_type(dt); }
+std::string vec_type(DType dt) { return "tv_" + lane_elem(dt); }
+
+// Ops computed on whole vectors (the others lane by lane): C's arithmetic on these types means the
+// same on vectors.
+bool native_lanes(DType dt) {
+  return dt == DType::Float32 || dt == DType::Float64 || dt == DType::Int32 || dt == DType::Int64;
+}
+
+// Whether a buffer of dt holds its register type (loads and stores of whole vectors).
+bool plain_storage(DType dt) { return dt != DType::Bool && reg_type(dt) == std::string(info(dt).c_name); }
 
 // Rounds a float register value to the precision of a half dtype.
 std::string round_to(DType dt, const std::string& e) {
@@ -268,13 +284,23 @@ public:
       emit(st);
 
     std::ostringstream os;
-    os << kPrelude << "\nvoid " << fn
+    os << kPrelude;
+    if (k_.lane_range >= 0)
+      for (const char* t : kVectorTypes)
+        os << "typedef " << t << " tv_" << t << " __attribute__((ext_vector_type(" << k_.lanes << ")));\n";
+    os << "\nvoid " << fn
        << "(void* const* bufs, const int64_t* ivars, const double* fvars, int64_t begin, int64_t end) {\n"
        << "  (void)ivars; (void)fvars;\n";
     for (size_t i = 0; i < k_.buffers.size(); i++) {
       const char* t = info(k_.buffers[i]->dtype).c_name.data();
       os << "  " << (i == 0 ? "" : "const ") << t << "* restrict b" << i << " = (" << (i == 0 ? "" : "const ") << t
          << "*)bufs[" << i << "];\n";
+    }
+    if (k_.lane_range >= 0) {
+      os << "  const tv_int64_t tiny_lane = (tv_int64_t){";
+      for (int64_t l = 0; l < k_.lanes; l++)
+        os << (l ? ", " : "") << l;
+      os << "};\n  (void)tiny_lane;\n";
     }
     os << scopes_[0].code.str();
     for (size_t d = 0; d < k_.loops.size(); d++) {
@@ -304,9 +330,40 @@ private:
   std::vector<UOpPtr> reduces_; // every REDUCE, sources first
   std::vector<size_t> open_;    // scopes enclosing the code being emitted, outermost first
   int next_ = 0;
+  const UOp* lane_node_ = nullptr;
+  std::vector<UOpPtr> keep_;
 
   static std::string indent(int depth) { return std::string(2 * depth, ' '); }
   const std::string& ref(const UOpPtr& n) { return names_.at(n.get()); }
+
+  const std::vector<int64_t>& deps(const UOpPtr& n) {
+    if (!deps_.count(n.get())) {
+      for (const UOpPtr& s : n->src)
+        deps(s);
+      compute_deps(n);
+    }
+    return deps_.at(n.get());
+  }
+
+  // Whether n is a vector: it depends on the lane variable.
+  bool vec(const UOpPtr& n) {
+    const auto& d = deps(n);
+    return k_.lane_range >= 0 && std::find(d.begin(), d.end(), k_.lane_range) != d.end();
+  }
+
+  // Lane l of n (n itself when it is the same for every lane).
+  std::string lane(const UOpPtr& n, int64_t l) { return vec(n) ? ref(n) + "[" + std::to_string(l) + "]" : ref(n); }
+
+  // A vector built lane by lane from the scalar expression each lane's values give.
+  std::string per_lane(DType dt, const std::function<std::string(int64_t)>& expr) {
+    std::string e = "(" + vec_type(dt) + "){";
+    for (int64_t l = 0; l < k_.lanes; l++)
+      e += (l ? ", " : "") + std::string("(") + lane_elem(dt) + ")(" + expr(l) + ")";
+    return e + "}";
+  }
+
+  // An operand of a whole-vector op: a scalar is converted to the lanes' type (then broadcast).
+  std::string operand(const UOpPtr& n) { return vec(n) ? ref(n) : "(" + lane_elem(n->dtype) + ")(" + ref(n) + ")"; }
 
   void compute_deps(const UOpPtr& n) {
     std::vector<int64_t> d;
@@ -328,10 +385,10 @@ private:
   }
 
   // The innermost open scope that n must live in (its position in open_).
-  size_t home(const UOpPtr& n) const {
-    const auto& deps = deps_.at(n.get());
+  size_t home(const UOpPtr& n) {
+    const auto& d = deps(n);
     for (size_t i = open_.size(); i-- > 1;)
-      if (scope_has(scopes_[open_[i]], deps)) return i;
+      if (scope_has(scopes_[open_[i]], d)) return i;
     return 0;
   }
 
@@ -354,7 +411,8 @@ private:
       names_[n.get()] = literal(n);
       return;
     case Ops::RANGE:
-      names_[n.get()] = "r" + std::to_string(std::get<int64_t>(n->arg));
+      names_[n.get()] =
+          std::get<int64_t>(n->arg) == k_.lane_range ? "tiny_lane" : "r" + std::to_string(std::get<int64_t>(n->arg));
       return;
     case Ops::PARAM:
       names_[n.get()] = "b" + std::to_string(std::get<int64_t>(n->arg));
@@ -368,10 +426,14 @@ private:
     default:
       break;
     }
+    if (n->op == Ops::LOAD && vec(n)) return emit_vector_load(n);
+    if (n->op == Ops::STORE && (vec(n->src[1]) || vec(n->src[2]) || (n->src.size() > 3 && vec(n->src[3]))))
+      return emit_vector_store(n);
     for (const UOpPtr& s : n->src)
       emit(s);
     Scope& sc = scopes_[open_[home(n)]];
     std::string ind = indent(sc.depth);
+    if (vec(n)) return emit_vector(n, sc);
     if (n->op == Ops::STORE) {
       if (n->src.size() > 3)
         sc.code << ind << "if (" << ref(n->src[3]) << ")\n" << ind << "  ";
@@ -388,10 +450,6 @@ private:
     if (n->op == Ops::LOAD) {
       e = from_storage(n->dtype, ref(n->src[0]) + "[" + ref(n->src[1]) + "]");
       if (n->src.size() > 2) e = ref(n->src[2]) + " ? " + e + " : 0";
-    } else if (n->op == Ops::WHERE) {
-      e = ref(n->src[0]) + " ? " + ref(n->src[1]) + " : " + ref(n->src[2]);
-    } else if (n->op == Ops::CAST) {
-      e = render_cast(n->src[0]->dtype, n->dtype, ref(n->src[0]));
     } else if (n->op == Ops::BITCAST) {
       DType from = n->src[0]->dtype;
       sc.code << ind << reg_type(n->dtype) << " " << v << ";\n"
@@ -399,17 +457,123 @@ private:
               << info(n->dtype).c_name << " d; memcpy(&d, &s, sizeof d); " << v << " = " << from_storage(n->dtype, "d")
               << "; }\n";
       return;
-    } else if (is_unary(n->op)) {
-      e = render_unary(n->op, n->src[0]->dtype, ref(n->src[0]));
-      if (is_half(n->dtype)) e = round_to(n->dtype, e);
-    } else if (is_binary(n->op)) {
-      e = render_binary(n->op, n->dtype, n->src[0]->dtype, ref(n->src[0]), ref(n->src[1]));
-      if (is_half(n->dtype)) e = round_to(n->dtype, e);
     } else {
-      throw std::logic_error(std::string("render_c: cannot render ") + op_name(n->op));
+      std::vector<std::string> a;
+      for (const UOpPtr& x : n->src)
+        a.push_back(ref(x));
+      e = scalar_expr(n, a);
     }
     // Narrow ints are promoted by C; store them back in their own width so they wrap as torch's do.
     sc.code << ind << "const " << reg_type(n->dtype) << " " << v << " = (" << reg_type(n->dtype) << ")(" << e << ");\n";
+  }
+
+  // The C expression of an elementwise node over its operands' expressions.
+  static std::string scalar_expr(const UOpPtr& n, const std::vector<std::string>& a) {
+    std::string e;
+    if (n->op == Ops::WHERE) return a[0] + " ? " + a[1] + " : " + a[2];
+    if (n->op == Ops::CAST) return render_cast(n->src[0]->dtype, n->dtype, a[0]);
+    if (is_unary(n->op))
+      e = render_unary(n->op, n->src[0]->dtype, a[0]);
+    else if (is_binary(n->op))
+      e = render_binary(n->op, n->dtype, n->src[0]->dtype, a[0], a[1]);
+    else
+      throw std::logic_error(std::string("render_c: cannot render ") + op_name(n->op));
+    return is_half(n->dtype) ? round_to(n->dtype, e) : e;
+  }
+
+  // An elementwise node over lanes: one vector op where C means the same on vectors, else lane by lane.
+  void emit_vector(const UOpPtr& n, Scope& sc) {
+    std::string v = "v" + std::to_string(next_++);
+    std::string e;
+    DType dt = n->dtype;
+    bool same = native_lanes(dt);
+    for (const UOpPtr& x : n->src)
+      same = same && x->dtype == dt;
+    if (same && (n->op == Ops::ADD || n->op == Ops::SUB || n->op == Ops::MUL || (n->op == Ops::FDIV && is_float(dt))))
+      e = render_binary(n->op, dt, dt, operand(n->src[0]), operand(n->src[1]));
+    else if (same && n->op == Ops::NEG)
+      e = "-" + ref(n->src[0]);
+    else if (n->op == Ops::CAST && is_float(dt) && native_lanes(dt) && native_lanes(n->src[0]->dtype))
+      e = "__builtin_convertvector(" + ref(n->src[0]) + ", " + vec_type(dt) + ")";
+    else if (n->op == Ops::BITCAST)
+      throw std::logic_error("render_c: no BITCAST over lanes");
+    else
+      e = per_lane(dt, [&](int64_t l) {
+        std::vector<std::string> a;
+        for (const UOpPtr& x : n->src)
+          a.push_back(lane(x, l));
+        return scalar_expr(n, a);
+      });
+    names_[n.get()] = v;
+    where_[n.get()] = open_[home(n)];
+    sc.code << indent(sc.depth) << "const " << vec_type(dt) << " " << v << " = " << e << ";\n";
+  }
+
+  // The index of lane l of a LOAD/STORE address: base + stride * l when the index has that form.
+  std::function<std::string(int64_t)> lane_index(const UOpPtr& idx, const UOp* lane_node, int64_t* stride) {
+    auto split = lane_split(idx, lane_node);
+    *stride = split ? split->second : -1;
+    if (split) {
+      UOpPtr base = split->first;
+      keep_.push_back(base); // names_ is keyed by address: the node must outlive the rendering
+      emit(base);
+      std::string b = ref(base);
+      int64_t st = split->second;
+      return [b, st](int64_t l) { return st * l == 0 ? b : b + " + " + std::to_string(st * l); };
+    }
+    emit(idx);
+    return [this, idx](int64_t l) { return lane(idx, l); };
+  }
+
+  void emit_vector_load(const UOpPtr& n) {
+    const UOpPtr &buf = n->src[0], *valid = n->src.size() > 2 ? &n->src[2] : nullptr;
+    emit(buf);
+    int64_t stride;
+    auto at = lane_index(n->src[1], lane_node(), &stride);
+    if (valid) emit(*valid);
+    Scope& sc = scopes_[open_[home(n)]];
+    std::string v = "v" + std::to_string(next_++), t = vec_type(n->dtype), e;
+    if (stride == 1 && plain_storage(n->dtype) && (!valid || !vec(*valid))) {
+      e = "({ " + t + " t_; memcpy(&t_, " + ref(buf) + " + " + at(0) + ", sizeof t_); t_; })";
+      if (valid) e = ref(*valid) + " ? " + e + " : (" + t + "){}";
+    } else {
+      e = per_lane(n->dtype, [&](int64_t l) {
+        std::string x = from_storage(n->dtype, ref(buf) + "[" + at(l) + "]");
+        return valid ? lane(*valid, l) + " ? " + x + " : 0" : x;
+      });
+    }
+    names_[n.get()] = v;
+    where_[n.get()] = open_[home(n)];
+    sc.code << indent(sc.depth) << "const " << t << " " << v << " = " << e << ";\n";
+  }
+
+  void emit_vector_store(const UOpPtr& n) {
+    const UOpPtr &buf = n->src[0], &value = n->src[2], *valid = n->src.size() > 3 ? &n->src[3] : nullptr;
+    emit(buf);
+    emit(value);
+    int64_t stride;
+    auto at = lane_index(n->src[1], lane_node(), &stride);
+    if (valid) emit(*valid);
+    Scope& sc = scopes_[open_[home(n)]];
+    std::string ind = indent(sc.depth);
+    DType dt = value->dtype;
+    if (stride == 1 && plain_storage(dt) && !valid && vec(value)) {
+      sc.code << ind << "memcpy(" << ref(buf) << " + " << at(0) << ", &" << ref(value) << ", sizeof " << ref(value)
+              << ");\n";
+      return;
+    }
+    for (int64_t l = 0; l < k_.lanes; l++) {
+      sc.code << ind;
+      if (valid) sc.code << "if (" << lane(*valid, l) << ") ";
+      sc.code << ref(buf) << "[" << at(l) << "] = " << to_storage(dt, lane(value, l)) << ";\n";
+    }
+  }
+
+  const UOp* lane_node() {
+    if (!lane_node_)
+      for (const UOpPtr& n : toposort(k_.ast))
+        if (n->op == Ops::RANGE && std::get<int64_t>(n->arg) == k_.lane_range) lane_node_ = n.get();
+    return lane_node_;
   }
 
   // A REDUCE and every other not-yet-emitted REDUCE over the same loop variables in the same scope
@@ -439,8 +603,12 @@ private:
       std::string acc = "acc" + std::to_string(next_++);
       names_[m.get()] = acc;
       where_[m.get()] = open_[at];
-      target.code << ind << reg_type(m->dtype) << " " << acc << " = " << reduce_identity(m->reduce_arg().op, m->dtype)
-                  << ";\n";
+      std::string id = reduce_identity(m->reduce_arg().op, m->dtype);
+      if (vec(m))
+        target.code << ind << vec_type(m->dtype) << " " << acc << " = (" << vec_type(m->dtype) << ")(("
+                    << lane_elem(m->dtype) << ")" << id << ");\n";
+      else
+        target.code << ind << reg_type(m->dtype) << " " << acc << " = " << id << ";\n";
     }
     for (size_t i = 1; i < n->src.size(); i++) {
       const UOpPtr& r = n->src[i];
@@ -473,6 +641,21 @@ private:
         break;
       default:
         throw std::logic_error("render_c: bad reduce op");
+      }
+      if (vec(m)) {
+        // lanes accumulate separately, each in the scalar order
+        Ops op = m->reduce_arg().op;
+        if (native_lanes(dt) && (op == Ops::ADD || op == Ops::MUL))
+          update = acc + (op == Ops::ADD ? " + " : " * ") + v;
+        else
+          update = per_lane(dt, [&](int64_t l) {
+            std::string a = acc + "[" + std::to_string(l) + "]", x = lane(m->src[0], l);
+            if (op == Ops::ADD) return dt == DType::Bool ? a + " | " + x : a + " + " + x;
+            if (op == Ops::MUL) return dt == DType::Bool ? a + " & " + x : a + " * " + x;
+            return render_binary(op, dt, dt, a, x);
+          });
+        target.code << bind << acc << " = " << update << ";\n";
+        continue;
       }
       if (reassociate) target.code << bind << "{\n#pragma clang fp reassociate(on)\n";
       target.code << bind << acc << " = (" << reg_type(dt) << ")(" << update << ");\n";

@@ -79,6 +79,10 @@ namespace {
 std::optional<View> compose(const View& inner, const View& outer) {
   const Shape& S = inner.shape;
   if (inner.mask || outer.offset < 0 || prod(S) == 0) return std::nullopt;
+  // a reshape of inner (outer is row-major over all of it) is one view wherever torch's rule allows it
+  if (outer.is_contiguous() && prod(outer.shape) == prod(S))
+    if (auto st = reshape_strides(S, inner.strides, outer.shape))
+      return View{outer.shape, *st, inner.offset, std::nullopt};
   size_t n = S.size();
   Shape suffix(n, 1), start(n, 0);
   for (size_t d = n; d-- > 1;)

@@ -214,9 +214,14 @@ private:
   // A kernel's value over buffers, with layout copies for its reductions realized first.
   // Views are pushed to the leaves first, as lowering reads them: a reduction the kernel reports in
   // must_realize is then a node of this graph, and the next try finds it realized.
+  // The reused values come first: the layout copies are chosen for the buffers they are read from.
   UOpPtr prepare(const UOpPtr& value) {
-    UOpPtr v = realize_reused_values(resolve(value));
-    v = contiguous_reduce_layout(resolve(graph_rewrite(v, push_views)));
+    UOpPtr v = realize_contiguous(realize_reused_values(resolve(value)));
+    return realize_contiguous(contiguous_reduce_layout(resolve(graph_rewrite(v, push_views))));
+  }
+
+  // The graph with its CONTIGUOUS nodes realized and read from their buffers.
+  UOpPtr realize_contiguous(const UOpPtr& v) {
     for (const UOpPtr& n : toposort(v))
       if (n->op == Ops::CONTIGUOUS && !realized_.count(n.get())) {
         keep_.push_back(n);
