@@ -159,14 +159,20 @@ UOpPtr conv_weight_grad(const UOpPtr& x, const UOpPtr& go, const window::Geometr
   win = window::expanded(window::reshaped(win, concat({{N, G, 1, Cg}, out, g.kernel})),
                          concat({{N, G, Og, Cg}, out, g.kernel}));
   UOpPtr gv = window::expanded(window::reshaped(go, concat({{N, G, Og, 1}, out, ones})), win->shape);
-  // (N, G, Og, Cg, out..., kernel...) -> (G, Og, Cg, kernel..., N, out...)
-  std::vector<int64_t> order{1, 2, 3};
+  // The batch is summed in chunks of 8 first: each chunk's inputs and gradients stay in cache while
+  // every filter tap and channel block reads them; the chunks' sums are added after.
+  int64_t chunk = N % 8 == 0 && N >= 16 ? 8 : N, chunks = N / chunk;
+  // (N, G, Og, Cg, out..., kernel...) -> (chunks, chunk, ...) -> (chunks, G, Og, Cg, kernel..., chunk, out...)
+  UOpPtr p = alu(Ops::MUL, win, gv);
+  p = window::reshaped(p, concat({{chunks, chunk}, Shape(p->shape.begin() + 1, p->shape.end())}));
+  std::vector<int64_t> order{0, 2, 3, 4};
   for (int64_t i = 0; i < nd; i++)
-    order.push_back(4 + nd + i);
-  order.push_back(0);
+    order.push_back(5 + nd + i);
+  order.push_back(1);
   for (int64_t i = 0; i < nd; i++)
-    order.push_back(4 + i);
-  UOpPtr r = reduce(window::permuted(alu(Ops::MUL, win, gv), order), Ops::ADD, range(3 + nd, 4 + 2 * nd));
+    order.push_back(5 + i);
+  UOpPtr r = reduce(window::permuted(p, order), Ops::ADD, range(4 + nd, 5 + 2 * nd));
+  if (chunks > 1) r = reduce(r, Ops::ADD, {0});
   return window::reshaped(r, concat({{G * Og, Cg}, g.kernel}));
 }
 

@@ -137,7 +137,57 @@ private:
   std::map<std::pair<const UOp*, std::vector<const UOp*>>, UOpPtr> memo_;
   std::vector<UOpPtr> keep_;
   std::vector<const UOp*> active_; // loop variables of the reductions being lowered
-  std::unordered_map<const UOp*, std::vector<UOpPtr>> reduce_ranges_;
+  struct ReduceLoops {
+    std::vector<UOpPtr> ranges; // the loops
+    std::vector<UOpPtr> index;  // each reduced axis's index over them
+  };
+  std::unordered_map<const UOp*, ReduceLoops> reduce_loops_;
+
+  // Whether every read of x walks axes a and a + 1 as one (a's stride is a + 1's times its size,
+  // no mask on either): one loop over both then indexes without division.
+  static bool walk_as_one(const UOpPtr& x, int64_t a) {
+    size_t b = static_cast<size_t>(a) + 1;
+    for (const UOpPtr& m : toposort(x)) {
+      if (m->op == Ops::REDUCE || m->op == Ops::GATHER || m->op == Ops::BUFFER || m->op == Ops::IOTA) return false;
+      if (m->op != Ops::VIEW) continue;
+      if (m->shape.size() != x->shape.size()) return false;
+      const View& v = m->st().views.back();
+      if (v.mask && ((*v.mask)[a] != std::pair<int64_t, int64_t>{0, v.shape[a]} ||
+                     (*v.mask)[b] != std::pair<int64_t, int64_t>{0, v.shape[b]}))
+        return false;
+      if (v.strides[a] != v.strides[b] * v.shape[b]) return false;
+    }
+    return true;
+  }
+
+  // The loops of a reduction of x over axes: adjacent axes that every read walks as one share a loop.
+  ReduceLoops reduce_loops(const UOpPtr& x, const std::vector<int64_t>& axes) {
+    std::vector<std::vector<int64_t>> runs;
+    for (int64_t a : axes)
+      if (!runs.empty() && runs.back().back() == a - 1 && walk_as_one(x, a - 1))
+        runs.back().push_back(a);
+      else
+        runs.push_back({a});
+    ReduceLoops out;
+    out.index.resize(axes.size());
+    size_t i = 0;
+    for (const auto& run : runs) {
+      int64_t size = 1;
+      for (int64_t a : run)
+        size *= x->shape[a];
+      UOpPtr r = UOp::make(Ops::RANGE, kIndex, {idx_const(size)}, next_range++);
+      out.ranges.push_back(r);
+      int64_t suffix = 1;
+      for (size_t k = run.size(); k-- > 0;) {
+        int64_t a = run[k];
+        UOpPtr q = suffix == 1 ? r : UOp::make(Ops::IDIV, kIndex, {r, idx_const(suffix)});
+        out.index[i + k] = k == 0 ? q : UOp::make(Ops::MOD, kIndex, {q, idx_const(x->shape[a])});
+        suffix *= x->shape[a];
+      }
+      i += run.size();
+    }
+    return out;
+  }
 
   static bool varies_with(const std::vector<UOpPtr>& idx, const std::vector<const UOp*>& ranges) {
     for (const UOpPtr& i : idx)
@@ -218,14 +268,13 @@ private:
       size_t mark = active_.size();
       // Every evaluation of one reduction shares its loop variables: evaluations at other output
       // indices (an upcast block) then accumulate in one loop.
-      auto& rs = reduce_ranges_[n.get()];
-      if (rs.empty())
-        for (int64_t a : ra.axes)
-          rs.push_back(UOp::make(Ops::RANGE, kIndex, {idx_const(x->shape[a])}, next_range++));
-      for (size_t i = 0; i < ra.axes.size(); i++) {
-        src_idx[ra.axes[i]] = rs[i];
-        srcs.push_back(rs[i]);
-        active_.push_back(rs[i].get());
+      auto& loops = reduce_loops_[n.get()];
+      if (loops.ranges.empty()) loops = reduce_loops(x, ra.axes);
+      for (size_t i = 0; i < ra.axes.size(); i++)
+        src_idx[ra.axes[i]] = loops.index[i];
+      for (const UOpPtr& r : loops.ranges) {
+        srcs.push_back(r);
+        active_.push_back(r.get());
       }
       srcs[0] = eval(x, src_idx);
       active_.resize(mark);
@@ -530,7 +579,8 @@ bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replac
       bool lane_masked = v.mask && (*v.mask)[d] != std::pair<int64_t, int64_t>{0, v.shape[d]};
       if (m->shape == src->shape && !lane_masked && (v.strides[d] == 0 || (single && v.strides[d] == 1))) continue;
       // a copy pays when each element is reused enough; windows and pads would be copied expanded
-      if (m->shape != src->shape || v.mask || !single || work < 16 * prod(unbroadcast(m)->shape)) {
+      int64_t size = prod(unbroadcast(m)->shape);
+      if (m->shape != src->shape || v.mask || !single || size > prod(m->src[0]->shape) || work < 16 * size) {
         ok = false;
         break;
       }
