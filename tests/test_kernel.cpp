@@ -193,3 +193,46 @@ TEST(Kernel, ARowMajorRightOperandIsReadThroughATransposedCopy) {
   auto got = values(realize_value(p));
   ASSERT_EQ(got.size(), size_t(M * N));
 }
+
+TEST(Kernel, LaneSplitFindsTheBaseAndStrideOfAnIndex) {
+  auto lane = UOp::make(Ops::RANGE, kIndex, {idx_const(16)}, int64_t{9});
+  auto r = UOp::make(Ops::RANGE, kIndex, {idx_const(4)}, int64_t{0});
+  auto base = r * idx_const(64) + idx_const(3);
+  auto contiguous = lane_split(base + lane, lane.get());
+  ASSERT_TRUE(contiguous);
+  EXPECT_EQ(contiguous->second, 1);
+  auto strided = lane_split(base + lane * idx_const(5), lane.get());
+  ASSERT_TRUE(strided);
+  EXPECT_EQ(strided->second, 5);
+  EXPECT_EQ(lane_split(base, lane.get())->second, 0);
+  EXPECT_FALSE(lane_split(UOp::make(Ops::IDIV, kIndex, {lane, idx_const(2)}), lane.get()));
+}
+
+TEST(Kernel, AMatmulWithARowMajorRightOperandComputesVectorLanes) {
+  const int64_t M = 24, K = 9, N = 48;
+  auto av = random_vec(M * K, 12), bv = random_vec(K * N, 13);
+  auto a = expand(reshape(buffer(filled(av)), {M, 1, K}), {M, N, K});
+  auto b = expand(reshape(permute(reshape(buffer(filled(bv)), {K, N}), {1, 0}), {1, N, K}), {M, N, K});
+  auto value = reduce(alu(Ops::MUL, a, b), Ops::ADD, {2});
+  auto out = std::make_shared<Buffer>(device(0), DType::Float32, M * N);
+  Kernel k = lower_kernel(out, View::contiguous(value->shape), value);
+  EXPECT_EQ(k.lanes, 16);
+  EXPECT_NE(render_c(k, k.name).find("ext_vector_type(16)"), std::string::npos);
+  auto got = values(realize_value(value));
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++) {
+      float s = 0;
+      for (int64_t q = 0; q < K; q++)
+        s += av[i * K + q] * bv[q * N + j];
+      EXPECT_NEAR(got[i * N + j], s, 1e-5) << i << " " << j;
+    }
+}
+
+TEST(Kernel, AReshapeOfAReductionIsOneViewOfIt) {
+  auto a = reshape(buffer(filled(random_vec(64, 14))), {1, 8, 8, 1});
+  auto r = reduce(alu(Ops::MUL, a, a), Ops::ADD, {3});
+  auto flat = reshape(reshape(r, {8, 8}), {64});
+  ASSERT_EQ(flat->op, Ops::VIEW);
+  EXPECT_EQ(flat->src[0], r);
+  EXPECT_EQ(flat->st().views.size(), 1u);
+}
