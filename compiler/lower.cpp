@@ -520,15 +520,16 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
       Shape up(loops.size(), 1);
       // two vectors when the loop keeps two iterations (the outermost: enough to share among threads)
       up[g] = loops[g] % (2 * kLanes) == 0 && loops[g] / (2 * kLanes) >= (g > 0 ? 1 : 2) ? 2 : 1;
-      // rows: the loop that unrolls furthest (the innermost of equals), then, while that leaves at most
-      // 8 accumulators, a second one as far as 24 (registers: 32 vectors)
+      // rows: the innermost loop that unrolls by 4 or more (its loads share cache lines), else the one
+      // that unrolls furthest; then, while that leaves at most 8 accumulators, a second one as far as
+      // 24 (registers: 32 vectors)
       for (int64_t budget : {16, 24}) {
         size_t row = g;
         int64_t acc = prod(up), best = 1;
         for (size_t h = loops.size(); h-- > 0;) {
           if (h == g || up[h] > 1) continue;
-          int64_t u = rows(h, {8, 4, 3, 2});
-          if (u > best && acc * u <= budget) row = h, best = u;
+          int64_t u = rows(h, {8, 7, 4, 3, 2});
+          if (u > best && acc * u <= budget && best < 4) row = h, best = u;
         }
         if (row == g || (budget == 24 && acc > 8)) break;
         up[row] = best;
