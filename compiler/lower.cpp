@@ -514,7 +514,7 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
       if (loops[g] % u == 0) return u;
     return int64_t{1};
   };
-  if (has_reduce && !contiguous_reduce && !bitcast)
+  if (has_reduce && !bitcast)
     for (size_t g = loops.size(); g-- > 0;) {
       if (loops[g] % kLanes != 0) continue;
       Shape up(loops.size(), 1);
@@ -534,7 +534,26 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
         if (row == g || (budget == 24 && acc > 8)) break;
         up[row] = best;
       }
-      Kernel k = lower_blocked(out, out_region, value, groups, loops, up, static_cast<int64_t>(g));
+      // Loop order: the lane loop runs outside the rows' loops, so that its operand's panel (a block of
+      // columns of x @ w's w, reduce length x 32) stays in cache while every row block reads it; the
+      // outermost loop keeps 8 iterations or more to share among threads.
+      auto order_groups = groups;
+      Shape order_loops = loops, order_up = up;
+      size_t lane_at = g;
+      for (size_t h = 0; h < g; h++)
+        if (up[h] > 1 && (h > 0 || loops[g] / (up[g] * kLanes) >= 8)) {
+          order_groups.erase(order_groups.begin() + static_cast<std::ptrdiff_t>(g));
+          order_groups.insert(order_groups.begin() + static_cast<std::ptrdiff_t>(h), groups[g]);
+          for (Shape* v : {&order_loops, &order_up}) {
+            int64_t x = (*v)[g];
+            v->erase(v->begin() + static_cast<std::ptrdiff_t>(g));
+            v->insert(v->begin() + static_cast<std::ptrdiff_t>(h), x);
+          }
+          lane_at = h;
+          break;
+        }
+      Kernel k =
+          lower_blocked(out, out_region, value, order_groups, order_loops, order_up, static_cast<int64_t>(lane_at));
       if (lanes_pay(k)) return k;
     }
   Shape up(loops.size(), 1);
@@ -550,11 +569,67 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
 
 namespace {
 
+constexpr int64_t kPanel = 2 * kLanes;
+
+// How far apart adjacent lanes along dim d of a read through st are, as lowering will index them
+// (0: the same place; -1: not evenly, or valid for some lanes only). The lanes start at multiples of
+// a panel (see panel_copy) when d allows it, as the lane blocks of a kernel do.
+int64_t lane_stride(const ShapeTracker& st, size_t d) {
+  const Shape shape = st.shape();
+  int64_t step = shape[d] % kPanel == 0 ? kPanel : kLanes;
+  if (shape[d] % kLanes != 0) return -1;
+  std::vector<UOpPtr> idx;
+  UOpPtr lane = UOp::make(Ops::RANGE, kIndex, {idx_const(kLanes)}, static_cast<int64_t>(shape.size()) + 1);
+  for (size_t e = 0; e < shape.size(); e++) {
+    UOpPtr r = UOp::make(Ops::RANGE, kIndex, {idx_const(e == d ? shape[e] / step : shape[e])}, static_cast<int64_t>(e));
+    if (e == d) {
+      UOpPtr half = UOp::make(Ops::RANGE, kIndex, {idx_const(step / kLanes)}, static_cast<int64_t>(shape.size()));
+      r = r * idx_const(step) + half * idx_const(kLanes) + lane;
+    }
+    idx.push_back(r);
+  }
+  auto [flat, valid] = view_index(st, idx);
+  auto split = lane_split(graph_rewrite(flat, symbolic), lane.get());
+  auto valid_split = lane_split(graph_rewrite(valid, symbolic), lane.get());
+  if (!split || !valid_split || valid_split->second != 0) return -1;
+  return split->second;
+}
+
+// Whether a read that walks lane dim d contiguously strides 1 KiB or more along a long reduced axis
+// (the right operand of a large x @ w): each step of the reduce loop then lands in the same cache
+// sets, and a copy in panels of kPanel lanes (see panel_copy) pays when the read is reused enough.
+bool wants_panels(const UOpPtr& m, size_t d, const std::vector<int64_t>& axes, int64_t work) {
+  const View& v = m->st().views.back();
+  if (v.shape[d] % kPanel != 0 || v.mask) return false;
+  int64_t size = static_cast<int64_t>(itemsize(m->dtype));
+  for (size_t e = 0; e < v.shape.size(); e++)
+    if (v.strides[e] != 0) size *= v.shape[e];
+  for (int64_t a : axes)
+    if (std::llabs(v.strides[a]) * static_cast<int64_t>(itemsize(m->dtype)) >= 1024 && v.shape[a] >= 64)
+      return work * static_cast<int64_t>(itemsize(m->dtype)) >= 64 * size;
+  return false;
+}
+
+// x laid out in panels: dim d split into blocks of kPanel, each block's elements for every other
+// index stored together, (d / kPanel, other dims..., kPanel), read back as x's shape.
+UOpPtr panel_copy(const UOpPtr& x, size_t d) {
+  Shape split = x->shape;
+  split[d] = x->shape[d] / kPanel;
+  split.insert(split.begin() + static_cast<std::ptrdiff_t>(d) + 1, kPanel);
+  std::vector<int64_t> order{static_cast<int64_t>(d)}, back(split.size());
+  for (size_t e = 0; e < split.size(); e++)
+    if (e != d && e != d + 1) order.push_back(static_cast<int64_t>(e));
+  order.push_back(static_cast<int64_t>(d) + 1);
+  for (size_t i = 0; i < order.size(); i++)
+    back[order[i]] = static_cast<int64_t>(i);
+  return reshape(permute(contiguous(permute(reshape(x, split), order)), back), x->shape);
+}
+
 // A reduction's output dim d can be vector lanes when every read is contiguous or broadcast along it;
 // small reads that stride along d (a convolution's filters along the output channels) are read from
 // copies laid out with d innermost. Records those copies in `replace` and returns true when some
 // dim d works.
-bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replace) {
+bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replace, int64_t reuse) {
   const UOpPtr& src = n->src[0];
   const auto& axes = n->reduce_arg().axes;
   auto reduced = [&](size_t d) { return std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) != axes.end(); };
@@ -572,16 +647,19 @@ bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replac
   };
   for (size_t d = src->shape.size(); d-- > 0;) {
     if (reduced(d) || src->shape[d] % kLanes != 0) continue;
-    std::vector<UOpPtr> copies;
+    std::vector<UOpPtr> copies, panels;
     bool ok = true;
     for (const UOpPtr& m : reads) {
       const View& v = m->st().views.back();
       bool single = m->st().views.size() == 1;
-      bool lane_masked = v.mask && (*v.mask)[d] != std::pair<int64_t, int64_t>{0, v.shape[d]};
-      if (m->shape == src->shape && !lane_masked && (v.strides[d] == 0 || (single && v.strides[d] == 1))) continue;
+      int64_t stride = m->shape == src->shape ? lane_stride(m->st(), d) : -1;
+      if (stride == 0 || stride == 1) {
+        if (single && v.strides[d] == 1 && wants_panels(m, d, axes, work)) panels.push_back(m);
+        continue;
+      }
       // a copy pays when each element is reused enough; windows and pads would be copied expanded
       int64_t size = prod(unbroadcast(m)->shape);
-      if (m->shape != src->shape || v.mask || !single || size > prod(m->src[0]->shape) || work < 16 * size) {
+      if (m->shape != src->shape || v.mask || !single || size > prod(m->src[0]->shape) || work < reuse * size) {
         ok = false;
         break;
       }
@@ -599,7 +677,13 @@ bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replac
       if (masked && work >= 8 * prod(inner.back().shape))
         replace[m.get()] = view(contiguous(view(m->src[0], ShapeTracker{inner})), ShapeTracker{{vs.back()}});
     }
+    for (const UOpPtr& m : panels)
+      replace[m.get()] = expand(panel_copy(unbroadcast(m), d), m->shape);
     for (const UOpPtr& m : copies) {
+      if (m->shape[d] % kPanel == 0) {
+        replace[m.get()] = expand(panel_copy(unbroadcast(m), d), m->shape);
+        continue;
+      }
       std::vector<int64_t> order, back(m->shape.size());
       for (size_t e = 0; e < m->shape.size(); e++)
         if (e != d) order.push_back(static_cast<int64_t>(e));
@@ -621,7 +705,9 @@ UOpPtr contiguous_reduce_layout(const UOpPtr& value_in) {
   for (const UOpPtr& n : toposort(value)) {
     if (n->op != Ops::REDUCE || n->reduce_arg().op != Ops::ADD) continue;
     const UOpPtr& src = n->src[0];
-    if (!reads_reduced_contiguously(n) && lane_copies(n, replace)) continue;
+    // lanes need no copy, or one of a read reused at least 16 times (256 where the reduction could
+    // instead vectorize along a contiguous reduced axis)
+    if (lane_copies(n, replace, reads_reduced_contiguously(n) ? 256 : 16)) continue;
     int64_t work = prod(src->shape);
     for (const UOpPtr& m : toposort(src)) {
       if (m->op != Ops::VIEW || m->src[0]->op != Ops::BUFFER || m->shape != src->shape || replace.count(m.get()))

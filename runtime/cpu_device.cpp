@@ -113,8 +113,8 @@ std::string find_cc() {
 class ClangCompiler : public Compiler {
 public:
   ClangCompiler()
-      : cc_(find_cc()),
-        flags_("-O2 -march=native -mprefer-vector-width=512 -fPIC -shared -fwrapv -fno-math-errno -ffp-contract=fast -fno-strict-aliasing") {}
+      : cc_(find_cc()), flags_("-O2 -march=native -mprefer-vector-width=512 -fPIC -shared -fwrapv -fno-math-errno "
+                               "-ffp-contract=fast -fno-strict-aliasing") {}
   std::string key() const override { return cc_ + " " + flags_; }
   std::string compile(const std::string& src, const std::string& name) override {
     fs::path dir = cache_dir();
