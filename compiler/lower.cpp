@@ -112,6 +112,8 @@ public:
   std::vector<int64_t> ivars;
   std::vector<double> fvars;
   std::vector<UOpPtr> var_nodes;
+  UOpPtr reduce_lane; // set: innermost reduce loops read contiguously step by these lanes
+  bool reduce_lanes_used = false;
 
   UOpPtr param(const BufferRef& b) {
     auto it = params.find(b.get());
@@ -175,8 +177,18 @@ private:
       int64_t size = 1;
       for (int64_t a : run)
         size *= x->shape[a];
-      UOpPtr r = UOp::make(Ops::RANGE, kIndex, {idx_const(size)}, next_range++);
+      // The innermost loop of a reduction read contiguously steps by vector lanes (reduce_lane):
+      // each lane accumulates every 16th element, the lanes are combined after the loop.
+      bool lanes = reduce_lane && &run == &runs.back() && size % reduce_lane->src[0]->const_i() == 0 &&
+                   size >= 4 * reduce_lane->src[0]->const_i();
+      int64_t width = lanes ? reduce_lane->src[0]->const_i() : 1;
+      UOpPtr r = UOp::make(Ops::RANGE, kIndex, {idx_const(size / width)}, next_range++);
       out.ranges.push_back(r);
+      if (lanes) {
+        r = r * idx_const(width) + reduce_lane;
+        out.ranges.push_back(reduce_lane);
+        reduce_lanes_used = true;
+      }
       int64_t suffix = 1;
       for (size_t k = run.size(); k-- > 0;) {
         int64_t a = run[k];
@@ -309,6 +321,7 @@ private:
 namespace {
 
 constexpr int64_t kLanes = 16;
+constexpr int64_t kReduceLanes = -2; // lower_blocked's lane group: lanes along the reduced axes
 
 // Whether every buffer a reduction reads walks each reduced axis contiguously (or not at all).
 bool reads_reduced_contiguously(const UOpPtr& r) {
@@ -334,6 +347,7 @@ Kernel lower_blocked(const BufferRef& out, const View& out_region, const UOpPtr&
   lw.param(out);
   int64_t lane_id = static_cast<int64_t>(loops.size());
   UOpPtr lane = UOp::make(Ops::RANGE, kIndex, {idx_const(kLanes)}, lane_id);
+  if (lane_group == kReduceLanes) lw.reduce_lane = lane;
   lw.next_range = lane_id + 1;
   lw.kernel_loops = kloops;
   std::vector<UOpPtr> ranges;
@@ -374,7 +388,7 @@ Kernel lower_blocked(const BufferRef& out, const View& out_region, const UOpPtr&
   for (int64_t s : kloops)
     name += "_" + std::to_string(s);
   Kernel k{name, ast, lw.buffers, kloops, lw.ivars, lw.fvars, lw.var_nodes, lw.must_realize};
-  if (lane_group >= 0) {
+  if (lane_group >= 0 || lw.reduce_lanes_used) {
     k.lane_range = lane_id;
     k.lanes = kLanes;
     k.name += "_v" + std::to_string(kLanes);
@@ -562,7 +576,7 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
     up[last] = contiguous_reduce ? pick(last, {4, 2}) : pick(last, {16, 8, 4});
     up[second] = rows(second, {4, 2});
   }
-  Kernel k = lower_blocked(out, out_region, value, groups, loops, up, -1);
+  Kernel k = lower_blocked(out, out_region, value, groups, loops, up, contiguous_reduce ? kReduceLanes : -1);
   k.vectorize_reduce = has_reduce && contiguous_reduce;
   return k;
 }

@@ -51,6 +51,28 @@ static inline int64_t tiny_ipow(int64_t a, int64_t b) {
   while (b) { if (b & 1) r *= a; a *= a; b >>= 1; }
   return r;
 }
+/* exp for float, without a libm call so that loops over it vectorize: |r| <= ln2/2 after a two-part
+   ln2 reduction, a degree-6 polynomial (max error ~1 ulp, as torch's vectorized exp), scaled by 2^n
+   in two halves so that results down to the denormals round once. */
+static inline float tiny_expf(float x) {
+  float xc = x < -104.0f ? -104.0f : x > 89.0f ? 89.0f : x;
+  float n = __builtin_rintf(xc * 1.44269504088896341f);
+  float r = xc - n * 0.693359375f;
+  r = r + n * 2.12194440e-4f;
+  float p = 1.9875691500E-4f;
+  p = p * r + 1.3981999507E-3f;
+  p = p * r + 8.3334519073E-3f;
+  p = p * r + 4.1665795894E-2f;
+  p = p * r + 1.6666665459E-1f;
+  p = p * r + 5.0000001201E-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t ni = (int32_t)(n == n ? n : 0.0f), a = ni >> 1, b = ni - a;
+  uint32_t ua = (uint32_t)(a + 127) << 23, ub = (uint32_t)(b + 127) << 23;
+  float sa, sb;
+  memcpy(&sa, &ua, 4);
+  memcpy(&sb, &ub, 4);
+  return p * sa * sb;
+}
 #define TINY_IDIV(a, b) ((b) == 0 ? 0 : (b) == -1 ? -(a) : (a) / (b))
 #define TINY_IMOD(a, b) ((b) == 0 || (b) == -1 ? 0 : (a) % (b))
 #define TINY_FMAX(a, b) ((a) != (a) || (b) != (b) ? (a) + (b) : (a) > (b) ? (a) : (b))
@@ -178,7 +200,7 @@ std::string render_unary(Ops op, DType dt, const std::string& a) {
   case Ops::SQRT:
     return math("sqrt");
   case Ops::EXP:
-    return math("exp");
+    return is_f64(dt) ? math("exp") : "tiny_expf(" + a + ")";
   case Ops::EXP2:
     return math("exp2");
   case Ops::LOG:
@@ -362,6 +384,11 @@ private:
     return e + "}";
   }
 
+  // n as a vector: a scalar is broadcast to every lane.
+  std::string splat(const UOpPtr& n) {
+    return vec(n) ? ref(n) : "((" + vec_type(n->dtype) + ")((" + lane_elem(n->dtype) + ")(" + ref(n) + ")))";
+  }
+
   // An operand of a whole-vector op: a scalar is converted to the lanes' type (then broadcast).
   std::string operand(const UOpPtr& n) { return vec(n) ? ref(n) : "(" + lane_elem(n->dtype) + ")(" + ref(n) + ")"; }
 
@@ -493,6 +520,8 @@ private:
       e = render_binary(n->op, dt, dt, operand(n->src[0]), operand(n->src[1]));
     else if (same && n->op == Ops::NEG)
       e = "-" + ref(n->src[0]);
+    else if (same && (n->op == Ops::MAX || n->op == Ops::MIN))
+      e = vector_minmax(n->op, dt, splat(n->src[0]), splat(n->src[1]));
     else if (n->op == Ops::CAST && is_float(dt) && native_lanes(dt) && native_lanes(n->src[0]->dtype))
       e = "__builtin_convertvector(" + ref(n->src[0]) + ", " + vec_type(dt) + ")";
     else if (n->op == Ops::BITCAST)
@@ -586,11 +615,15 @@ private:
       if (!names_.count(m.get()) && std::equal(m->src.begin() + 1, m->src.end(), n->src.begin() + 1, n->src.end()) &&
           home(m) == at)
         group.push_back(m);
+    // The loops: every range but the lanes (a reduction over lanes steps its innermost loop by them).
+    std::vector<UOpPtr> loops;
+    for (size_t i = 1; i < n->src.size(); i++)
+      if (std::get<int64_t>(n->src[i]->arg) != k_.lane_range) loops.push_back(n->src[i]);
     // The loop body: a scope nested in `target`; what it reads that does not vary in it goes outside.
     Scope& body = scopes_.emplace_back();
-    body.depth = target.depth + static_cast<int>(n->src.size()) - 1;
-    for (size_t i = 1; i < n->src.size(); i++)
-      body.reduce_ranges.push_back(std::get<int64_t>(n->src[i]->arg));
+    body.depth = target.depth + static_cast<int>(loops.size());
+    for (const UOpPtr& r : loops)
+      body.reduce_ranges.push_back(std::get<int64_t>(r->arg));
     std::vector<size_t> saved = open_;
     open_.resize(at + 1);
     open_.push_back(scopes_.size() - 1);
@@ -598,71 +631,98 @@ private:
       emit(m->src[0]);
     open_ = saved;
 
+    // Accumulators: a vector where the value is one (lanes of outputs, or lanes of the reduced axis,
+    // combined after the loop).
     std::string ind = indent(target.depth);
+    std::vector<std::string> accs;
     for (const UOpPtr& m : group) {
       std::string acc = "acc" + std::to_string(next_++);
-      names_[m.get()] = acc;
-      where_[m.get()] = open_[at];
+      accs.push_back(acc);
       std::string id = reduce_identity(m->reduce_arg().op, m->dtype);
-      if (vec(m))
+      if (vec(m->src[0]))
         target.code << ind << vec_type(m->dtype) << " " << acc << " = (" << vec_type(m->dtype) << ")(("
                     << lane_elem(m->dtype) << ")" << id << ");\n";
       else
         target.code << ind << reg_type(m->dtype) << " " << acc << " = " << id << ";\n";
     }
-    for (size_t i = 1; i < n->src.size(); i++) {
-      const UOpPtr& r = n->src[i];
-      std::string rn = "r" + std::to_string(std::get<int64_t>(r->arg));
-      target.code << indent(target.depth + static_cast<int>(i) - 1) << "for (int64_t " << rn << " = 0; " << rn << " < "
-                  << r->src[0]->const_i() << "; " << rn << "++) {\n";
+    for (size_t i = 0; i < loops.size(); i++) {
+      std::string rn = "r" + std::to_string(std::get<int64_t>(loops[i]->arg));
+      target.code << indent(target.depth + static_cast<int>(i)) << "for (int64_t " << rn << " = 0; " << rn << " < "
+                  << loops[i]->src[0]->const_i() << "; " << rn << "++) {\n";
     }
     target.code << body.code.str();
     std::string bind = indent(body.depth);
-    for (const UOpPtr& m : group) {
+    for (size_t g = 0; g < group.size(); g++) {
+      const UOpPtr& m = group[g];
       DType dt = m->dtype;
-      const std::string &acc = ref(m), &v = ref(m->src[0]);
-      std::string update;
-      // A float sum may be reordered (as torch's vectorized sums are) so that its loop vectorizes,
-      // unless its block vectorizes across accumulators instead.
-      bool reassociate = (group.size() == 1 || k_.vectorize_reduce) && is_float(dt) &&
-                         (m->reduce_arg().op == Ops::ADD || m->reduce_arg().op == Ops::MUL);
-      switch (m->reduce_arg().op) {
-      case Ops::ADD:
-        update = dt == DType::Bool ? acc + " | " + v : acc + " + " + v;
-        break;
-      case Ops::MUL:
-        update = dt == DType::Bool ? acc + " & " + v : acc + " * " + v;
-        break;
-      case Ops::MAX:
-        update = render_binary(Ops::MAX, dt, dt, acc, v);
-        break;
-      case Ops::MIN:
-        update = render_binary(Ops::MIN, dt, dt, acc, v);
-        break;
-      default:
-        throw std::logic_error("render_c: bad reduce op");
-      }
-      if (vec(m)) {
+      Ops op = m->reduce_arg().op;
+      const std::string &acc = accs[g], &v = ref(m->src[0]);
+      if (vec(m->src[0])) {
         // lanes accumulate separately, each in the scalar order
-        Ops op = m->reduce_arg().op;
-        if (native_lanes(dt) && (op == Ops::ADD || op == Ops::MUL))
-          update = acc + (op == Ops::ADD ? " + " : " * ") + v;
-        else
-          update = per_lane(dt, [&](int64_t l) {
-            std::string a = acc + "[" + std::to_string(l) + "]", x = lane(m->src[0], l);
-            if (op == Ops::ADD) return dt == DType::Bool ? a + " | " + x : a + " + " + x;
-            if (op == Ops::MUL) return dt == DType::Bool ? a + " & " + x : a + " * " + x;
-            return render_binary(op, dt, dt, a, x);
-          });
+        std::string update = native_lanes(dt) && op != Ops::ADD && op != Ops::MUL ? vector_minmax(op, dt, acc, v)
+                             : native_lanes(dt)
+                                 ? acc + (op == Ops::ADD ? " + " : " * ") + v
+                                 : per_lane(dt, [&](int64_t l) {
+                                     return combine(op, dt, acc + "[" + std::to_string(l) + "]", lane(m->src[0], l));
+                                   });
         target.code << bind << acc << " = " << update << ";\n";
         continue;
       }
+      // A float sum may be reordered (as torch's vectorized sums are) so that its loop vectorizes,
+      // unless its block vectorizes across accumulators instead.
+      bool reassociate =
+          (group.size() == 1 || k_.vectorize_reduce) && is_float(dt) && (op == Ops::ADD || op == Ops::MUL);
       if (reassociate) target.code << bind << "{\n#pragma clang fp reassociate(on)\n";
-      target.code << bind << acc << " = (" << reg_type(dt) << ")(" << update << ");\n";
+      target.code << bind << acc << " = (" << reg_type(dt) << ")(" << combine(op, dt, acc, v) << ");\n";
       if (reassociate) target.code << bind << "}\n";
     }
-    for (size_t i = n->src.size() - 1; i >= 1; i--)
-      target.code << indent(target.depth + static_cast<int>(i) - 1) << "}\n";
+    for (size_t i = loops.size(); i-- > 0;)
+      target.code << indent(target.depth + static_cast<int>(i)) << "}\n";
+    for (size_t g = 0; g < group.size(); g++) {
+      const UOpPtr& m = group[g];
+      where_[m.get()] = open_[at];
+      if (vec(m->src[0]) && !vec(m)) {
+        // a reduction over lanes: the lanes' accumulators combine, pairwise
+        std::vector<std::string> parts;
+        for (int64_t l = 0; l < k_.lanes; l++)
+          parts.push_back(accs[g] + "[" + std::to_string(l) + "]");
+        while (parts.size() > 1) {
+          std::vector<std::string> next;
+          for (size_t i = 0; i + 1 < parts.size(); i += 2)
+            next.push_back("(" + combine(m->reduce_arg().op, m->dtype, parts[i], parts[i + 1]) + ")");
+          if (parts.size() % 2) next.push_back(parts.back());
+          parts = std::move(next);
+        }
+        std::string acc = "acc" + std::to_string(next_++);
+        target.code << ind << "const " << reg_type(m->dtype) << " " << acc << " = (" << reg_type(m->dtype) << ")"
+                    << parts[0] << ";\n";
+        names_[m.get()] = acc;
+      } else {
+        names_[m.get()] = accs[g];
+      }
+    }
+  }
+
+  // acc op v for a reduction's op.
+  static std::string combine(Ops op, DType dt, const std::string& acc, const std::string& v) {
+    switch (op) {
+    case Ops::ADD:
+      return dt == DType::Bool ? acc + " | " + v : acc + " + " + v;
+    case Ops::MUL:
+      return dt == DType::Bool ? acc + " & " + v : acc + " * " + v;
+    case Ops::MAX:
+    case Ops::MIN:
+      return render_binary(op, dt, dt, acc, v);
+    default:
+      throw std::logic_error("render_c: bad reduce op");
+    }
+  }
+
+  // max/min of two vectors, with torch's NaN propagation for floats.
+  static std::string vector_minmax(Ops op, DType dt, const std::string& a, const std::string& b) {
+    std::string pick = "(" + a + (op == Ops::MAX ? " > " : " < ") + b + " ? " + a + " : " + b + ")";
+    if (!is_float(dt)) return pick;
+    return "((" + a + " != " + a + ") | (" + b + " != " + b + ") ? " + a + " + " + b + " : " + pick + ")";
   }
 };
 

@@ -89,3 +89,43 @@ def test_conv2d_lanes_batch_chunks():
 def test_conv2d_lanes_dtypes(dtype):
     x, w = rand(2, 16, 7, 7, dtype=dtype), rand(32, 16, 3, 3, dtype=dtype, seed=1)
     check(lambda a, b: F.conv2d(a, b, padding=1), x, w, **tol(dtype))
+
+
+# Reductions along a contiguous axis of 64 or more (a multiple of 16) step their loop by 16 lanes and
+# combine the lanes after it.
+
+REDUCE_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.int8)
+
+
+@by_dtype(REDUCE_DTYPES)
+def test_row_reductions_over_lanes(dtype):
+    x = rand(12, 256, dtype=dtype)
+    check(lambda t: (t.sum(-1), t.amax(-1), t.amin(-1), t.max(-1)), x, **tol(dtype))
+    check(lambda t: (t.argmax(-1), t.argmin(-1)), x)
+    check(lambda t: t.sum(), rand(4096, dtype=dtype), **tol(dtype))
+    if dtype.is_floating_point:
+        check(lambda t: (t.mean(-1), t.var(-1), t.std(1)), x, **tol(dtype))
+        check(lambda t: (t.softmax(-1), t.log_softmax(-1), t.logsumexp(-1)), x, **tol(dtype))
+
+
+def test_row_reductions_over_lanes_propagate_nan_and_inf():
+    x = rand(6, 128)
+    x[0, 5] = float("nan")
+    x[1, 127] = float("nan")
+    x[2, 64] = float("inf")
+    x[3, 17] = float("-inf")
+    x[4] = float("-inf")
+    check(lambda t: (t.amax(-1), t.amin(-1), t.sum(-1), t.max(-1).values), x)
+
+
+def test_bool_and_prod_rows_over_lanes():
+    b = rand(5, 192) > 1.5
+    check(lambda t: (t.any(-1), t.all(-1), t.sum(-1)), b)
+    check(lambda t: t.prod(-1), 1 + rand(5, 64) * 0.01)
+
+
+def test_layer_norm_and_cross_entropy_rows_over_lanes():
+    x, w, b = rand(8, 7, 320), rand(320, seed=1), rand(320, seed=2)
+    check(lambda t, w, b: F.layer_norm(t, (320,), w, b), x, w, b, rtol=1e-4, atol=1e-5)
+    logits, target = rand(32, 64), torch.arange(32) % 64
+    check(lambda t, y: F.cross_entropy(t, y), logits, target)
