@@ -9,7 +9,7 @@ tests include nan, +-inf and signed zeros.
 
 import pytest
 import torch
-from conftest import ALL_DTYPES, FLOAT_DTYPES, CpuUnsupported, check, dtype_name
+from conftest import ALL_DTYPES, FLOAT_DTYPES, CpuUnsupported, check, dtype_name, tol
 
 NAN, INF = float("nan"), float("inf")
 
@@ -537,3 +537,18 @@ def test_addcmul_addcdiv_and_lerp_in_every_form(dtype):
 def test_integer_addcdiv_raises_like_torch():
     ints = torch.ones(2, dtype=torch.int64)
     check(lambda a, b, c: torch.addcdiv(a, b, c), ints, ints, ints)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_name)
+def test_exp_and_tanh_over_their_whole_range(dtype):
+    """exp and tanh are computed without libm for float (a polynomial after range reduction): check
+    overflow, underflow to denormals and zero, the switch between tanh's two forms, and NaN/inf."""
+    x = torch.cat(
+        [
+            torch.linspace(-110, 95, 4001),
+            torch.linspace(-1, 1, 2001),
+            torch.tensor([0.625, -0.625, 0.6249, 88.72, 88.73, -87.3, -103.9, -104.1, 1e-30, -0.0]),
+            torch.tensor([float("nan"), float("inf"), float("-inf")]),
+        ]
+    ).to(dtype)
+    check(lambda t: (t.exp(), t.tanh(), torch.sigmoid(t), t.exp2()), x, **tol(dtype))
