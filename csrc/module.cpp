@@ -31,6 +31,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     d["fallbacks"] = s.fallbacks.load();
     d["live_buffers"] = s.live_buffers.load();
     d["live_bytes"] = s.live_bytes.load();
+    d["peak_bytes"] = s.peak_bytes.load();
     py::dict by_op; // CPU-fallback calls per op
     for (const auto& [name, count] : tiny::fallback_op_counts())
       by_op[py::str(name)] = count;

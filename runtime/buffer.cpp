@@ -16,7 +16,10 @@ void* Buffer::ptr() {
   if (!ptr_) {
     ptr_ = device_.allocator().alloc(nbytes() ? nbytes() : 1);
     stats().live_buffers++;
-    stats().live_bytes += static_cast<int64_t>(nbytes());
+    int64_t live = stats().live_bytes += static_cast<int64_t>(nbytes());
+    int64_t peak = stats().peak_bytes.load();
+    while (live > peak && !stats().peak_bytes.compare_exchange_weak(peak, live)) {
+    }
   }
   return ptr_;
 }

@@ -27,6 +27,7 @@ void reset_stats() {
   Stats& s = stats();
   for (auto* c : {&s.kernels, &s.compiles, &s.cache_hits, &s.disk_hits, &s.schedule_hits, &s.syncs, &s.fallbacks})
     *c = 0;
+  s.peak_bytes = s.live_bytes.load();
 }
 
 int debug_level() {

@@ -82,9 +82,10 @@ struct Stats {
   std::atomic<int64_t> fallbacks{0};     // CPU-fallback calls (counted by csrc)
   std::atomic<int64_t> live_buffers{0};
   std::atomic<int64_t> live_bytes{0};
+  std::atomic<int64_t> peak_bytes{0}; // the most live_bytes since reset_stats()
 };
 Stats& stats();
-void reset_stats(); // clears the event counters (not live_*)
+void reset_stats(); // clears the event counters (not live_*; peak_bytes starts again from live_bytes)
 
 // The lock that guards every lazy graph and the realize engine.
 std::recursive_mutex& graph_mutex();

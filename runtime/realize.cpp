@@ -112,6 +112,21 @@ struct CachedSchedule {
   std::vector<std::pair<DType, int64_t>> new_buffers;
   std::vector<Step> steps;
   std::vector<int64_t> results; // per root, as in Step::buffers
+  // Memory plan: a new buffer is allocated by the first step that uses it and released after the
+  // last (results are kept), so later intermediates reuse its memory (the allocator's cache).
+  std::vector<std::vector<int64_t>> release_after; // per step: new buffer indices
+
+  void plan() {
+    std::vector<int64_t> last(new_buffers.size(), -1);
+    for (size_t i = 0; i < steps.size(); i++)
+      for (int64_t b : steps[i].buffers)
+        if (b < 0) last[~b] = static_cast<int64_t>(i);
+    for (int64_t r : results)
+      if (r < 0) last[~r] = -1; // a result outlives the schedule
+    release_after.assign(steps.size(), {});
+    for (size_t b = 0; b < new_buffers.size(); b++)
+      if (last[b] >= 0) release_after[last[b]].push_back(static_cast<int64_t>(b));
+  }
 };
 
 class ScheduleCache {
@@ -171,7 +186,10 @@ public:
     return into_new_buffer(v);
   }
 
-  CachedSchedule take_record() { return std::move(record_); }
+  CachedSchedule take_record() {
+    record_.plan();
+    return std::move(record_);
+  }
   bool recordable() const { return recordable_; }
 
 private:
@@ -336,14 +354,18 @@ private:
 
 // Runs a cached schedule on the inputs `key` names; returns the root buffers.
 std::vector<UOpPtr> replay(const CachedSchedule& s, const GraphKey& key) {
-  std::vector<BufferRef> made;
-  for (auto [dt, n] : s.new_buffers)
-    made.push_back(std::make_shared<Buffer>(device(0), dt, n));
-  auto buf = [&](int64_t slot) -> const BufferRef& { return slot >= 0 ? key.buffers[slot] : made[~slot]; };
+  std::vector<BufferRef> made(s.new_buffers.size());
+  auto buf = [&](int64_t slot) -> const BufferRef& {
+    if (slot >= 0) return key.buffers[slot];
+    BufferRef& b = made[~slot];
+    if (!b) b = std::make_shared<Buffer>(device(0), s.new_buffers[~slot].first, s.new_buffers[~slot].second);
+    return b;
+  };
   std::vector<void*> ptrs;
   std::vector<int64_t> iv;
   std::vector<double> fv;
-  for (const CachedSchedule::Step& step : s.steps) {
+  for (size_t i = 0; i < s.steps.size(); i++) {
+    const CachedSchedule::Step& step = s.steps[i];
     ptrs.clear();
     iv.clear();
     fv.clear();
@@ -359,6 +381,8 @@ std::vector<UOpPtr> replay(const CachedSchedule& s, const GraphKey& key) {
     stats().cache_hits++; // the program came from the cache, with the schedule
     if (debug_level() >= 2)
       std::fprintf(stderr, "tiny: kernel %-24s (cached)  run %8.1f us\n", step.name.c_str(), us_since(t));
+    for (int64_t b : s.release_after[i])
+      made[b].reset();
   }
   std::vector<UOpPtr> out;
   for (int64_t r : s.results)

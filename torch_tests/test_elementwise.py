@@ -540,9 +540,10 @@ def test_integer_addcdiv_raises_like_torch():
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_name)
-def test_exp_and_tanh_over_their_whole_range(dtype):
-    """exp and tanh are computed without libm for float (a polynomial after range reduction): check
-    overflow, underflow to denormals and zero, the switch between tanh's two forms, and NaN/inf."""
+def test_exp_tanh_and_log_over_their_whole_range(dtype):
+    """exp, tanh and log are computed without libm for float (polynomials after range reduction):
+    check overflow, underflow to denormals and zero, the switch between tanh's two forms, log's
+    denormal inputs, zero and negatives, and NaN/inf."""
     x = torch.cat(
         [
             torch.linspace(-110, 95, 4001),
@@ -552,3 +553,5 @@ def test_exp_and_tanh_over_their_whole_range(dtype):
         ]
     ).to(dtype)
     check(lambda t: (t.exp(), t.tanh(), torch.sigmoid(t), t.exp2()), x, **tol(dtype))
+    positive = torch.cat([torch.logspace(-45, 38, 3001), torch.tensor([0.0, -0.0, -1.0, 1.0, 0.7071, 0.7072])])
+    check(lambda t: (t.log(), t.log_softmax(0)), torch.cat([positive, x.abs().float()]).to(dtype), **tol(dtype))

@@ -169,3 +169,28 @@ def test_tiny_debug_prints_syncs_and_more_detail_at_higher_levels(tmp_path):
     assert len(level1.splitlines()) > len(quiet.splitlines()), "TINY_DEBUG=1 printed nothing"
     assert len(level3) > len(level1), "TINY_DEBUG=3 printed no more than TINY_DEBUG=1"
     assert "{" in level3, "TINY_DEBUG=3 printed no generated source"
+
+
+def test_a_replayed_schedule_reuses_the_memory_of_dead_intermediates():
+    """Six matmuls in a chain: each product is realized (the next one reduces it), and once the next
+    has read it, its memory goes back for the ones after. peak_bytes counts what is live at once."""
+    cpu, (x, w) = inputs((256, 256), (256, 256))
+    block = 256 * 256 * 4
+
+    def run(x):
+        for _ in range(6):
+            x = (x @ w).relu() * 0.1
+        torch.tiny.synchronize()
+        return x
+
+    run(x)  # schedules and compiles
+    torch.tiny.reset_stats()
+    got = run(x)
+    stats = torch.tiny.stats()
+    assert stats["schedule_hits"] == 1
+    # the inputs, the result, and at most two intermediates at once (one read, one written)
+    assert stats["peak_bytes"] - stats["live_bytes"] <= 2 * block, stats
+    want = cpu[0]
+    for _ in range(6):
+        want = (want @ cpu[1]).relu() * 0.1
+    assert_same(got, want, rtol=1e-4, atol=1e-5)

@@ -86,8 +86,9 @@ def synchronize(device=None) -> None:
 
 
 def stats() -> dict:
-    """Counters since the last reset_stats(): kernels, compiles, cache_hits, syncs, fallbacks; and
-    live_buffers, live_bytes."""
+    """Counters since the last reset_stats(): kernels, compiles, cache_hits, schedule_hits, syncs,
+    fallbacks, fallback_ops, peak_bytes (the most device memory live at once); and live_buffers,
+    live_bytes."""
     return _C.stats()
 
 
