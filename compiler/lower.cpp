@@ -585,6 +585,23 @@ namespace {
 
 constexpr int64_t kPanel = 2 * kLanes;
 
+// A read without its broadcast dims: what a copy of it holds.
+UOpPtr unbroadcast(const UOpPtr& m) {
+  const View& v = m->st().views.back();
+  std::vector<std::pair<int64_t, int64_t>> keep;
+  for (size_t e = 0; e < v.shape.size(); e++)
+    keep.push_back({0, v.strides[e] == 0 ? 1 : v.shape[e]});
+  return shrink(m, keep);
+}
+
+// x read from a contiguous copy laid out in the dim order `order` (outermost first).
+UOpPtr copied_in_order(const UOpPtr& x, const std::vector<int64_t>& order) {
+  std::vector<int64_t> back(order.size());
+  for (size_t i = 0; i < order.size(); i++)
+    back[order[i]] = static_cast<int64_t>(i);
+  return permute(contiguous(permute(x, order)), back);
+}
+
 // How far apart adjacent lanes along dim d of a read through st are, as lowering will index them
 // (0: the same place; -1: not evenly, or valid for some lanes only). The lanes start at multiples of
 // a panel (see panel_copy) when d allows it, as the lane blocks of a kernel do.
@@ -630,13 +647,11 @@ UOpPtr panel_copy(const UOpPtr& x, size_t d) {
   Shape split = x->shape;
   split[d] = x->shape[d] / kPanel;
   split.insert(split.begin() + static_cast<std::ptrdiff_t>(d) + 1, kPanel);
-  std::vector<int64_t> order{static_cast<int64_t>(d)}, back(split.size());
+  std::vector<int64_t> order{static_cast<int64_t>(d)};
   for (size_t e = 0; e < split.size(); e++)
     if (e != d && e != d + 1) order.push_back(static_cast<int64_t>(e));
   order.push_back(static_cast<int64_t>(d) + 1);
-  for (size_t i = 0; i < order.size(); i++)
-    back[order[i]] = static_cast<int64_t>(i);
-  return reshape(permute(contiguous(permute(reshape(x, split), order)), back), x->shape);
+  return reshape(copied_in_order(reshape(x, split), order), x->shape);
 }
 
 // A reduction's output dim d can be vector lanes when every read is contiguous or broadcast along it;
@@ -651,14 +666,6 @@ bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replac
   for (const UOpPtr& m : toposort(src))
     if (m->op == Ops::VIEW && m->src[0]->op == Ops::BUFFER) reads.push_back(m);
   int64_t work = prod(src->shape);
-  // without its broadcast dims: what a copy of read m would hold
-  auto unbroadcast = [](const UOpPtr& m) {
-    const View& v = m->st().views.back();
-    std::vector<std::pair<int64_t, int64_t>> keep;
-    for (size_t e = 0; e < v.shape.size(); e++)
-      keep.push_back({0, v.strides[e] == 0 ? 1 : v.shape[e]});
-    return shrink(m, keep);
-  };
   for (size_t d = src->shape.size(); d-- > 0;) {
     if (reduced(d) || src->shape[d] % kLanes != 0) continue;
     std::vector<UOpPtr> copies, panels;
@@ -698,13 +705,11 @@ bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replac
         replace[m.get()] = expand(panel_copy(unbroadcast(m), d), m->shape);
         continue;
       }
-      std::vector<int64_t> order, back(m->shape.size());
+      std::vector<int64_t> order;
       for (size_t e = 0; e < m->shape.size(); e++)
         if (e != d) order.push_back(static_cast<int64_t>(e));
       order.push_back(static_cast<int64_t>(d));
-      for (size_t i = 0; i < order.size(); i++)
-        back[order[i]] = static_cast<int64_t>(i);
-      replace[m.get()] = expand(permute(contiguous(permute(unbroadcast(m), order)), back), m->shape);
+      replace[m.get()] = expand(copied_in_order(unbroadcast(m), order), m->shape);
     }
     return true;
   }
@@ -744,20 +749,14 @@ UOpPtr contiguous_reduce_layout(const UOpPtr& value_in) {
       bool single = m->st().views.size() == 1;
       if (single && (!moves || unit_reduce || unit_output)) continue;
       // The read without its broadcast dims, with the reduced axes innermost, copied contiguous.
-      std::vector<std::pair<int64_t, int64_t>> keep;
-      std::vector<int64_t> order, back;
+      std::vector<int64_t> order;
       for (size_t d = 0; d < v.shape.size(); d++)
-        keep.push_back({0, v.strides[d] == 0 ? 1 : v.shape[d]});
-      for (size_t d = 0; d < v.shape.size(); d++)
-        if (!reduced(d)) order.push_back(d);
+        if (!reduced(d)) order.push_back(static_cast<int64_t>(d));
       for (int64_t a : axes)
         order.push_back(a);
-      UOpPtr base = shrink(m, keep);
+      UOpPtr base = unbroadcast(m);
       if (work < 8 * prod(base->shape)) continue; // too little reuse to pay for the copy
-      back.resize(order.size());
-      for (size_t i = 0; i < order.size(); i++)
-        back[order[i]] = static_cast<int64_t>(i);
-      replace[m.get()] = expand(permute(contiguous(permute(base, order)), back), m->shape);
+      replace[m.get()] = expand(copied_in_order(base, order), m->shape);
     }
   }
   if (replace.empty()) return value_in;
