@@ -28,6 +28,19 @@ def rand(*shape, dtype=torch.float32, seed=0):
     return torch.randint(-5, 5, shape, generator=g, dtype=dtype)
 
 
+def conv_block(cin, c):
+    """The demo's block, small: conv-relu-conv-relu-batchnorm-maxpool, as a list of modules."""
+    nn = torch.nn
+    return [
+        nn.Conv2d(cin, c, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(c, c, 3, padding=1),
+        nn.ReLU(),
+        nn.BatchNorm2d(c),
+        nn.MaxPool2d(2),
+    ]
+
+
 def tol(dtype):
     """float16/bfloat16 results round differently from torch's float32-then-round: a looser check."""
     return {"rtol": 2e-2, "atol": 2e-2} if dtype in (torch.float16, torch.bfloat16) else {}

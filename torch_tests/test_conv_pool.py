@@ -4,7 +4,7 @@ dtypes, errors, and the kernels a fused forward launches."""
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import check, check_devices, counting, on_device, rand, tol
+from conftest import check, check_devices, conv_block, counting, on_device, rand, tol
 from torch import nn
 
 HALF = (torch.float16, torch.bfloat16)
@@ -299,14 +299,7 @@ def test_stacked_conv_block_values_and_gradients_match_cpu():
 
     def run(dev):
         torch.manual_seed(0)
-        block = nn.Sequential(
-            nn.Conv2d(1, 4, 3, padding=1),
-            nn.ReLU(),
-            nn.Conv2d(4, 4, 3, padding=1),
-            nn.ReLU(),
-            nn.BatchNorm2d(4),
-            nn.MaxPool2d(2),
-        ).to(dev)
+        block = nn.Sequential(*conv_block(1, 4)).to(dev)
         x = rand(3, 1, 10, 10).to(dev)
         y = block(x)
         y.square().sum().backward()

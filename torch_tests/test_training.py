@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import DEVICE, counting
+from conftest import DEVICE, conv_block, counting
 from torch import nn
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,12 +30,7 @@ PARAM_TOL = {"rtol": 1e-4, "atol": 1e-5}
 def small_cnn():
     """conv-relu-conv-relu-batchnorm-maxpool, flatten, linear: 1x8x8 images, 5 classes."""
     return nn.Sequential(
-        nn.Conv2d(1, 4, 3, padding=1),
-        nn.ReLU(),
-        nn.Conv2d(4, 4, 3, padding=1),
-        nn.ReLU(),
-        nn.BatchNorm2d(4),
-        nn.MaxPool2d(2),
+        *conv_block(1, 4),
         nn.Flatten(),
         nn.Linear(4 * 4 * 4, 5),
     )
@@ -188,11 +183,7 @@ def long_adam_loop(steps, item_each_step, marks=(50,)):
     torch.tiny.reset_stats()
     seen = {}
     for step in range(1, steps + 1):
-        x, y = batches[step % len(batches)]
-        loss = F.mse_loss(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        loss = mse_step(model, opt, *batches[step % len(batches)])
         if item_each_step:
             loss.item()
         if step in marks or step == steps:
@@ -212,12 +203,17 @@ def cpu_adam_loop(steps):
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     batches = mlp_batches(4)
     for step in range(1, steps + 1):
-        x, y = batches[step % len(batches)]
-        loss = F.mse_loss(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        loss = mse_step(model, opt, *batches[step % len(batches)])
     return loss.item(), [p.detach() for p in model.parameters()]
+
+
+def mse_step(model, opt, x, y):
+    """One optimizer step on the mean squared error of model(x) against y; the loss, unsynced."""
+    loss = F.mse_loss(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return loss
 
 
 RSS_GROWTH_LIMIT = 4 * 2**20  # measured: ~0.01 MB over 150 steps; ~5 MB when every step stays lazy
