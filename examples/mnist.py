@@ -46,18 +46,20 @@ def prepare_root(name, root):
     return root
 
 
-def build_model():
-    def block(cin, cout):
-        return [
-            nn.Conv2d(cin, cout, 3, padding=1),
-            nn.ReLU(),
-            nn.Conv2d(cout, cout, 3, padding=1),
-            nn.ReLU(),
-            nn.BatchNorm2d(cout),
-            nn.MaxPool2d(2),
-        ]
+def conv_block(cin, cout):
+    """conv-relu-conv-relu-batchnorm-maxpool, as a list of modules."""
+    return [
+        nn.Conv2d(cin, cout, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(cout, cout, 3, padding=1),
+        nn.ReLU(),
+        nn.BatchNorm2d(cout),
+        nn.MaxPool2d(2),
+    ]
 
-    return nn.Sequential(*block(1, 32), *block(32, 64), nn.Flatten(), nn.Linear(64 * 7 * 7, 10))
+
+def build_model():
+    return nn.Sequential(*conv_block(1, 32), *conv_block(32, 64), nn.Flatten(), nn.Linear(64 * 7 * 7, 10))
 
 
 def train_epoch(model, opt, loader, device, max_steps, losses):

@@ -6,12 +6,17 @@ against numbers copied from tiny's own output.
 """
 
 import math
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
 
 import torch_tiny  # noqa: F401  (registers torch.device("tiny") and torch.tiny)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+from mnist import conv_block  # noqa: E402, F401  (the demo's block, for tests that build small CNNs)
 
 DEVICE = "tiny"
 
@@ -26,19 +31,6 @@ def rand(*shape, dtype=torch.float32, seed=0):
     if dtype.is_floating_point:
         return torch.randn(*shape, generator=g).to(dtype)
     return torch.randint(-5, 5, shape, generator=g, dtype=dtype)
-
-
-def conv_block(cin, c):
-    """The demo's block, small: conv-relu-conv-relu-batchnorm-maxpool, as a list of modules."""
-    nn = torch.nn
-    return [
-        nn.Conv2d(cin, c, 3, padding=1),
-        nn.ReLU(),
-        nn.Conv2d(c, c, 3, padding=1),
-        nn.ReLU(),
-        nn.BatchNorm2d(c),
-        nn.MaxPool2d(2),
-    ]
 
 
 def tol(dtype):
