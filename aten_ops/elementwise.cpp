@@ -7,12 +7,15 @@
 #include <ATen/ScalarOps.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/native/BinaryOps.h>
+#include <ATen/native/TypeProperties.h>
 #include <torch/library.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "csrc/tensor_bridge.h"
@@ -33,8 +36,8 @@ enum class Kind {
 
 struct Call {
   const c10::FunctionSchema& schema;
-  std::vector<at::Tensor> tensors; // operands, scalars wrapped as 0-dim CPU tensors
-  std::unordered_map<std::string, c10::IValue> params;
+  std::vector<at::Tensor> tensors;                              // operands, scalars wrapped as 0-dim CPU tensors
+  std::vector<std::pair<std::string_view, c10::IValue>> params; // by argument name (the schema's strings)
   std::vector<UOpPtr> in; // operands read, cast to the compute dtype, broadcast to the result shape
   DType compute = DType::Float32;
   Shape shape;
@@ -49,8 +52,21 @@ struct Call {
     return expand(reshape(c, Shape(shape.size(), 1)), shape);
   }
   UOpPtr zero() const { return constant(0.0); }
-  bool has(const std::string& n) const { return params.count(n) && !params.at(n).isNone(); }
-  std::string str(const std::string& n) const { return has(n) ? params.at(n).toStringRef() : ""; }
+  const c10::IValue* find(std::string_view n) const {
+    for (const auto& [name, value] : params)
+      if (name == n) return &value;
+    return nullptr;
+  }
+  bool has(std::string_view n) const {
+    const c10::IValue* v = find(n);
+    return v && !v->isNone();
+  }
+  const c10::IValue& param(std::string_view n) const {
+    const c10::IValue* v = find(n);
+    TORCH_CHECK(v, "tiny internal error: ", schema.name(), " has no argument ", n);
+    return *v;
+  }
+  std::string str(std::string_view n) const { return has(n) ? param(n).toStringRef() : ""; }
 };
 
 using Build = std::function<UOpPtr(const Call&)>;
@@ -79,7 +95,7 @@ Build with_alpha(Ops op, bool swap = false) {
   return [op, swap](const Call& c) {
     UOpPtr x = swap ? c.b() : c.a(), y = swap ? c.a() : c.b();
     if (c.has("alpha")) {
-      at::Scalar alpha = c.params.at("alpha").toScalar();
+      at::Scalar alpha = c.param("alpha").toScalar();
       bool one = alpha.isBoolean()         ? alpha.toBool()
                  : alpha.isIntegral(false) ? alpha.toLong() == 1
                                            : alpha.toDouble() == 1.0;
@@ -141,7 +157,7 @@ Build rounding(Ops op) {
   return [op](const Call& c) {
     if (!is_float(c.compute)) return c.a();
     if (op == Ops::RINT && c.has("decimals")) {
-      int64_t d = c.params.at("decimals").toInt();
+      int64_t d = c.param("decimals").toInt();
       UOpPtr scale = c.constant(std::pow(10.0, static_cast<double>(std::llabs(d))));
       // torch: round(x * 10^d) / 10^d, and round(x / 10^-d) * 10^-d for negative d
       if (d >= 0) return bin(Ops::FDIV, un(Ops::RINT, bin(Ops::MUL, c.a(), scale)), scale);
@@ -164,7 +180,7 @@ UOpPtr clamp(const Call& c) {
 Build pointwise_combine(Ops op) {
   return [op](const Call& c) {
     UOpPtr t1 = c.in.at(1);
-    if (c.has("value")) t1 = bin(Ops::MUL, c.constant(c.params.at("value").toScalar()), t1);
+    if (c.has("value")) t1 = bin(Ops::MUL, c.constant(c.param("value").toScalar()), t1);
     return bin(Ops::ADD, c.a(), op == Ops::MUL ? bin(Ops::MUL, t1, c.in.at(2)) : bin(Ops::FDIV, t1, c.in.at(2)));
   };
 }
@@ -187,11 +203,11 @@ void check_not_float(const Call& c, const char* name) {
 
 void check_sub(const Call& c) {
   at::native::sub_check(c.tensors.at(0), c.tensors.at(1));
-  if (c.has("alpha")) at::native::alpha_check(to_scalar_type(c.compute), c.params.at("alpha").toScalar());
+  if (c.has("alpha")) at::native::alpha_check(to_scalar_type(c.compute), c.param("alpha").toScalar());
 }
 
 void check_alpha(const Call& c) {
-  if (c.has("alpha")) at::native::alpha_check(to_scalar_type(c.compute), c.params.at("alpha").toScalar());
+  if (c.has("alpha")) at::native::alpha_check(to_scalar_type(c.compute), c.param("alpha").toScalar());
 }
 
 const std::unordered_map<std::string, Op>& table() {
@@ -214,7 +230,7 @@ const std::unordered_map<std::string, Op>& table() {
        {K::Binary, binary(Ops::POW),
         [](const Call& c) {
           if (c.schema.overload_name().rfind("Tensor_Scalar", 0) == 0 && !is_float(c.compute)) {
-            at::Scalar e = c.params.at("exponent").toScalar();
+            at::Scalar e = c.param("exponent").toScalar();
             TORCH_CHECK(!(e.isIntegral(false) && e.toLong() < 0),
                         "Integers to negative integer powers are not allowed.");
           }
@@ -357,12 +373,31 @@ at::TensorIterator make_iterator(Kind kind, const at::Tensor& out, const std::ve
   return cfg.build();
 }
 
+// The value of a 0-dim CPU operand, read without a dispatch for the dtypes Python numbers wrap as.
+at::Scalar host_scalar(const at::Tensor& t) {
+  if (t.is_neg() || !t.has_storage()) return t.item();
+  switch (t.scalar_type()) {
+  case at::kDouble:
+    return *t.const_data_ptr<double>();
+  case at::kFloat:
+    return *t.const_data_ptr<float>();
+  case at::kLong:
+    return *t.const_data_ptr<int64_t>();
+  case at::kInt:
+    return *t.const_data_ptr<int32_t>();
+  case at::kBool:
+    return *t.const_data_ptr<bool>();
+  default:
+    return t.item();
+  }
+}
+
 // A tensor operand as a UOp of the result shape in the compute dtype.
 UOpPtr operand(const at::Tensor& t, DType compute, const Shape& shape) {
   if (!t.is_privateuseone()) {
     TORCH_CHECK(t.dim() == 0, "Expected all tensors to be on the same device, but found at least two devices, ",
                 t.device(), " and tiny:0!");
-    return scalar_constant(t.item(), compute, shape);
+    return scalar_constant(host_scalar(t), compute, shape);
   }
   UOpPtr v = cast(read(t), compute);
   Shape padded(shape.size() - v->shape.size(), 1);
@@ -370,9 +405,46 @@ UOpPtr operand(const at::Tensor& t, DType compute, const Shape& shape) {
   return expand(reshape(v, padded), shape);
 }
 
+// The table entry of an overload, found by name once per schema and thread.
+const Op& op_of(const c10::FunctionSchema& schema) {
+  thread_local std::unordered_map<const c10::FunctionSchema*, const Op*> by_schema;
+  auto [it, fresh] = by_schema.try_emplace(&schema, nullptr);
+  if (fresh) it->second = &table().at(family(schema));
+  return *it->second;
+}
+
+// What TensorIterator allocates for a functional call whose tiny operands are all contiguous and of
+// one shape, the others 0-dim (the common case: a fresh contiguous result of that shape, its dtype by
+// torch's promotion), found without building an iterator. Returns the result and the common dtype,
+// or nothing when the call needs TensorIterator's general rules (broadcasting, layouts, out=).
+std::optional<std::pair<at::Tensor, at::ScalarType>> plain_result(Kind kind, const std::vector<at::Tensor>& ins) {
+  if (kind == Kind::UnaryBool || kind == Kind::Where) return std::nullopt;
+  const at::Tensor* shaped = nullptr;
+  const at::Tensor* on_tiny = nullptr;
+  for (const at::Tensor& t : ins) {
+    if (at::isComplexType(t.scalar_type())) return std::nullopt;
+    if (!t.is_privateuseone()) {
+      if (t.dim() != 0) return std::nullopt;
+      continue;
+    }
+    if (on_tiny && t.device() != on_tiny->device()) return std::nullopt;
+    on_tiny = &t;
+    if (t.dim() == 0) continue;
+    if (!t.is_contiguous() || (shaped && t.sizes() != shaped->sizes())) return std::nullopt;
+    shaped = &t;
+  }
+  if (!on_tiny) return std::nullopt;
+  at::ScalarType common = kind == Kind::Unary ? ins.at(0).scalar_type() : at::native::result_type(ins);
+  if ((kind == Kind::UnaryFloat || kind == Kind::BinaryFloat) && at::isIntegralType(common, /*includeBool=*/true))
+    common = c10::typeMetaToScalarType(c10::get_default_dtype());
+  at::ScalarType dtype = kind == Kind::Comparison ? at::kBool : common;
+  c10::IntArrayRef sizes = shaped ? shaped->sizes() : c10::IntArrayRef{};
+  return std::make_pair(empty_tiny(sizes, dtype, on_tiny->device()), common);
+}
+
 void elementwise_kernel(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = handle.schema();
-  const Op& op = table().at(family(schema));
+  const Op& op = op_of(schema);
   size_t nargs = schema.arguments().size();
   auto args = torch::jit::last(*stack, nargs);
 
@@ -389,13 +461,13 @@ void elementwise_kernel(const c10::OperatorHandle& handle, torch::jit::Stack* st
       if (!inplace) continue;
     }
     if (is_operand(arg.name())) {
-      call.params[arg.name()] = v;
+      call.params.emplace_back(arg.name(), v);
       if (v.isTensor())
         call.tensors.push_back(v.toTensor());
       else if (v.isScalar())
         call.tensors.push_back(wrap_scalar(v.toScalar()));
     } else {
-      call.params[arg.name()] = v;
+      call.params.emplace_back(arg.name(), v);
     }
   }
 
@@ -430,6 +502,9 @@ void elementwise_kernel(const c10::OperatorHandle& handle, torch::jit::Stack* st
     auto iter = make_iterator(kind, out, call.tensors);
     result = iter.output();
     call.compute = opmath(to_tiny_dtype(rt));
+  } else if (auto plain = out.defined() ? std::nullopt : plain_result(kind, call.tensors)) {
+    result = plain->first;
+    call.compute = opmath(to_tiny_dtype(plain->second));
   } else {
     if (kind == Kind::UnaryBool && !out.defined()) out = empty_tiny({0}, at::kBool, call.tensors.at(0).device());
     auto iter = make_iterator(kind, out, call.tensors);

@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
-#include <unordered_map>
 
 #include "csrc/backend.h"
 #include "runtime/device.h"
@@ -31,7 +30,6 @@ struct Allocation {
 struct AddressTable {
   std::mutex mu;
   std::map<uintptr_t, Allocation> by_base;
-  std::unordered_map<const runtime::LazyBuffer*, uintptr_t> base_of;
 
   static AddressTable& get() {
     static auto* t = new AddressTable(); // never destroyed: storages may die during static teardown
@@ -50,17 +48,21 @@ struct AddressTable {
 
 std::atomic<uintptr_t> next_address{kFirstAddress};
 
+// A DataPtr's context: the lazy buffer and the fake address it was given (0 for an empty one).
+struct Context {
+  runtime::LazyBuffer buffer;
+  uintptr_t base;
+  Context(runtime::Device& device, size_t nbytes, uintptr_t b) : buffer(device, nbytes), base(b) {}
+};
+
 void delete_lazy_buffer(void* ctx) {
-  auto* buffer = static_cast<runtime::LazyBuffer*>(ctx);
-  {
+  auto* c = static_cast<Context*>(ctx);
+  if (c->base) {
     AddressTable& t = AddressTable::get();
     std::lock_guard lock(t.mu);
-    if (auto it = t.base_of.find(buffer); it != t.base_of.end()) {
-      t.by_base.erase(it->second);
-      t.base_of.erase(it);
-    }
+    t.by_base.erase(c->base);
   }
-  delete buffer;
+  delete c;
 }
 
 class TinyAllocator final : public c10::Allocator {
@@ -92,25 +94,24 @@ c10::Allocator& tiny_allocator() { return allocator; }
 
 c10::DataPtr allocate_lazy_buffer(size_t nbytes, c10::DeviceIndex index) {
   check_device_index(index);
-  auto* buffer = new runtime::LazyBuffer(runtime::device(index), nbytes);
   c10::Device device(c10::DeviceType::PrivateUse1, index);
   // torch allows a null data pointer for zero bytes (as the CPU allocator gives); the context still
   // holds a buffer so that resizing and reading an empty tensor work like any other.
-  if (nbytes == 0) return {nullptr, buffer, &delete_lazy_buffer, device};
+  if (nbytes == 0) return {nullptr, new Context(runtime::device(index), 0, 0), &delete_lazy_buffer, device};
   uintptr_t span = (nbytes + kPage - 1) / kPage * kPage + kPage;
   uintptr_t base = next_address.fetch_add(span);
+  auto* ctx = new Context(runtime::device(index), nbytes, base);
   {
     AddressTable& t = AddressTable::get();
     std::lock_guard lock(t.mu);
-    t.by_base.emplace(base, Allocation{nbytes, index, buffer});
-    t.base_of.emplace(buffer, base);
+    t.by_base.emplace_hint(t.by_base.end(), base, Allocation{nbytes, index, &ctx->buffer});
   }
-  return {reinterpret_cast<void*>(base), buffer, &delete_lazy_buffer, device};
+  return {reinterpret_cast<void*>(base), ctx, &delete_lazy_buffer, device};
 }
 
 runtime::LazyBuffer* lazy_buffer_of(const c10::DataPtr& data_ptr) {
   if (data_ptr.get_deleter() != &delete_lazy_buffer) return nullptr;
-  return static_cast<runtime::LazyBuffer*>(data_ptr.get_context());
+  return &static_cast<Context*>(data_ptr.get_context())->buffer;
 }
 
 std::optional<c10::DeviceIndex> device_of_address(const void* address) {

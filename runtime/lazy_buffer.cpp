@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <numeric>
 #include <stdexcept>
 
@@ -40,13 +39,12 @@ int debug_level() {
 
 namespace {
 
-// Pending storages in the order they were first written: a step that repeats writes them in the
-// same order, so its graphs have the same key in the schedule cache.
-std::map<uint64_t, LazyBuffer*>& pending_list() {
-  static auto* s = new std::map<uint64_t, LazyBuffer*>();
-  return *s;
-}
-uint64_t next_pending_seq = 1;
+// The pending list's ends (LazyBuffer::prev_pending_, next_pending_ link it).
+struct PendingList {
+  LazyBuffer* head = nullptr;
+  LazyBuffer* tail = nullptr;
+};
+PendingList pending_list;
 
 // Does `v` name every element of a storage of n elements exactly once?
 bool covers_storage(const StridedView& v, int64_t n) {
@@ -74,7 +72,19 @@ ShapeTracker storage_order(const StridedView& v) {
   return ShapeTracker::from_shape(v.sizes).permute(order).reshape({prod(v.sizes)});
 }
 
-bool is_contiguous_window(const StridedView& v) { return View{v.sizes, v.strides, 0, std::nullopt}.is_contiguous(); }
+bool is_contiguous_window(const StridedView& v) {
+  int64_t expect = 1;
+  for (size_t d = v.sizes.size(); d-- > 0;) {
+    if (v.sizes[d] != 1 && v.strides[d] != expect) return false;
+    expect *= v.sizes[d];
+  }
+  return true;
+}
+
+// Is `v` the whole storage of n elements in row-major order (the common read and write)?
+bool is_whole(const StridedView& v, int64_t n) {
+  return v.offset == 0 && prod(v.sizes) == n && is_contiguous_window(v);
+}
 
 } // namespace
 
@@ -82,17 +92,26 @@ LazyBuffer::LazyBuffer(Device& device, size_t nbytes) : device_(device), nbytes_
 
 LazyBuffer::~LazyBuffer() {
   std::lock_guard lock(graph_mutex());
-  if (pending_seq_) pending_list().erase(pending_seq_);
+  leave_pending();
   content_.reset();
+}
+
+void LazyBuffer::leave_pending() {
+  if (!in_pending_) return;
+  (prev_pending_ ? prev_pending_->next_pending_ : pending_list.head) = next_pending_;
+  (next_pending_ ? next_pending_->prev_pending_ : pending_list.tail) = prev_pending_;
+  prev_pending_ = next_pending_ = nullptr;
+  in_pending_ = false;
 }
 
 void LazyBuffer::mark_pending() {
   if (content_->op == Ops::BUFFER) {
-    if (pending_seq_) pending_list().erase(pending_seq_);
-    pending_seq_ = 0;
-  } else if (!pending_seq_) {
-    pending_seq_ = next_pending_seq++;
-    pending_list()[pending_seq_] = this;
+    leave_pending();
+  } else if (!in_pending_) {
+    prev_pending_ = pending_list.tail;
+    (pending_list.tail ? pending_list.tail->next_pending_ : pending_list.head) = this;
+    pending_list.tail = this;
+    in_pending_ = true;
   }
 }
 
@@ -125,7 +144,9 @@ UOpPtr LazyBuffer::content_locked(DType dtype) {
 UOpPtr LazyBuffer::read(const StridedView& v) {
   std::lock_guard lock(graph_mutex());
   UOpPtr c = content_locked(v.dtype);
-  UOpPtr r = view(c, ShapeTracker::from_shape(c->shape).as_strided(v.sizes, v.strides, v.offset));
+  UOpPtr r = is_whole(v, c->shape[0])
+                 ? reshape(c, v.sizes)
+                 : view(c, ShapeTracker::from_shape(c->shape).as_strided(v.sizes, v.strides, v.offset));
   return bitcast(r, v.dtype);
 }
 
@@ -135,7 +156,9 @@ void LazyBuffer::write(const StridedView& v, const UOpPtr& value) {
   UOpPtr c = content_locked(v.dtype);
   if (prod(v.sizes) == 0) return;
   UOpPtr val = bitcast(value, c->dtype);
-  if (covers_storage(v, c->shape[0]))
+  if (is_whole(v, c->shape[0]))
+    content_ = reshape(val, c->shape);
+  else if (covers_storage(v, c->shape[0]))
     content_ = view(val, storage_order(v));
   else
     content_ = assign(c, val, View{v.sizes, v.strides, v.offset, std::nullopt});
@@ -235,20 +258,18 @@ void LazyBuffer::read_host(const StridedView& v, void* dst) {
 
 void synchronize() {
   std::lock_guard lock(graph_mutex());
-  auto& pending = pending_list();
-  if (pending.empty()) return;
+  if (!pending_list.head) return;
   std::vector<LazyBuffer*> list;
   std::vector<UOpPtr> roots;
-  for (auto [seq, lb] : pending) {
+  for (LazyBuffer* lb = pending_list.head; lb; lb = lb->next_pending_) {
     list.push_back(lb);
     roots.push_back(lb->content_);
   }
   std::vector<UOpPtr> results = realize_all(roots);
   for (size_t i = 0; i < list.size(); i++) {
     list[i]->content_ = results[i];
-    list[i]->pending_seq_ = 0;
+    list[i]->leave_pending();
   }
-  pending.clear();
 }
 
 } // namespace tiny::runtime

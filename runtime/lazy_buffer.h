@@ -63,9 +63,15 @@ private:
   void copy_out_bytes(void* dst); // the whole storage, realized
   Device& device_;
   size_t nbytes_;
-  UOpPtr content_;           // null until first use; flat array
-  uint64_t pending_seq_ = 0; // position in the pending list (0: not pending)
+  UOpPtr content_; // null until first use; flat array
+  // The pending list, in the order storages first became pending (a step that repeats writes them in
+  // the same order, so its graphs have the same key in the schedule cache): intrusive, so that
+  // recording an op allocates nothing for it.
+  bool in_pending_ = false;
+  LazyBuffer* prev_pending_ = nullptr;
+  LazyBuffer* next_pending_ = nullptr;
   void mark_pending();
+  void leave_pending();
 };
 
 // Realizes every pending LazyBuffer (one schedule).
