@@ -4,6 +4,7 @@
 // the value is built from UOps.
 
 #include <ATen/ATen.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/ScalarOps.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/native/BinaryOps.h>
@@ -413,13 +414,13 @@ const Op& op_of(const c10::FunctionSchema& schema) {
   return *it->second;
 }
 
-// What TensorIterator allocates for a functional call whose tiny operands are all contiguous and of
-// one shape, the others 0-dim (the common case: a fresh contiguous result of that shape, its dtype by
+// What TensorIterator allocates for a functional call whose tiny operands are all contiguous, the
+// others 0-dim (the common case: a fresh contiguous result of the broadcast shape, its dtype by
 // torch's promotion), found without building an iterator. Returns the result and the common dtype,
-// or nothing when the call needs TensorIterator's general rules (broadcasting, layouts, out=).
+// or nothing when the call needs TensorIterator's general rules (strided operands, out=).
 std::optional<std::pair<at::Tensor, at::ScalarType>> plain_result(Kind kind, const std::vector<at::Tensor>& ins) {
   if (kind == Kind::UnaryBool || kind == Kind::Where) return std::nullopt;
-  const at::Tensor* shaped = nullptr;
+  at::DimVector sizes;
   const at::Tensor* on_tiny = nullptr;
   for (const at::Tensor& t : ins) {
     if (at::isComplexType(t.scalar_type())) return std::nullopt;
@@ -430,15 +431,14 @@ std::optional<std::pair<at::Tensor, at::ScalarType>> plain_result(Kind kind, con
     if (on_tiny && t.device() != on_tiny->device()) return std::nullopt;
     on_tiny = &t;
     if (t.dim() == 0) continue;
-    if (!t.is_contiguous() || (shaped && t.sizes() != shaped->sizes())) return std::nullopt;
-    shaped = &t;
+    if (!t.is_contiguous()) return std::nullopt;
+    sizes = at::infer_size_dimvector(sizes, t.sizes());
   }
   if (!on_tiny) return std::nullopt;
   at::ScalarType common = kind == Kind::Unary ? ins.at(0).scalar_type() : at::native::result_type(ins);
   if ((kind == Kind::UnaryFloat || kind == Kind::BinaryFloat) && at::isIntegralType(common, /*includeBool=*/true))
     common = c10::typeMetaToScalarType(c10::get_default_dtype());
   at::ScalarType dtype = kind == Kind::Comparison ? at::kBool : common;
-  c10::IntArrayRef sizes = shaped ? shaped->sizes() : c10::IntArrayRef{};
   return std::make_pair(empty_tiny(sizes, dtype, on_tiny->device()), common);
 }
 

@@ -507,6 +507,47 @@ def test_zero_dim_tensors_combine_with_tensors_of_any_shape():
     check(lambda s, t: (s + t).abs(), torch.tensor(-3), torch.tensor(4))
 
 
+# Operands that are contiguous and of one shape (or 0-dim) take the kernel's short path, which
+# allocates the result without TensorIterator: its dtype, shape and strides must still be torch's.
+MIXED_PAIRS = [
+    (torch.int32, torch.float16),
+    (torch.uint8, torch.int8),
+    (torch.bool, torch.int64),
+    (torch.bfloat16, torch.float16),
+    (torch.bool, torch.int16),
+]
+
+
+@op_params(["add_alpha", "div", "div_floor", "remainder", "lt", "maximum", "bitwise_and", "logical_xor"])
+def test_binary_op_on_same_shape_operands_of_mixed_dtypes_matches_cpu(op):
+    fn, _, kwargs = binary(op)
+    supported = 0
+    for a, b in MIXED_PAIRS:
+        try:
+            divisor = rhs(b, op).expand(3, 4).contiguous()  # never 0 for integer dtypes
+            check(lambda x, y: fn(x, y, **kwargs(a)), lhs(a, op), divisor, allow_cpu_unsupported=True)
+            supported += 1
+        except CpuUnsupported:
+            continue
+        except AssertionError as e:
+            raise AssertionError(f"{dtype_name(a)}, {dtype_name(b)}: {e}") from e
+    assert supported, "CPU torch supports none of the pairs"
+
+
+def test_zero_dim_operands_promote_like_torch_on_the_short_path():
+    ints, halves = lhs(torch.int32), lhs(torch.float16)
+    check(lambda t, s: t + s, ints, torch.tensor(2.5, dtype=torch.float64))  # float32: the default float
+    check(lambda s, t: s * t, torch.tensor(3), lhs(torch.uint8))  # uint8: a 0-dim int does not widen
+    check(lambda t: t * torch.tensor(2.0, dtype=torch.float64), halves)  # a CPU 0-dim tensor, float16 result
+    check(lambda t: torch.div(t, 2), ints)  # int / int: float32
+    check(lambda t: (t > 0.5, t.neg(), t.exp()), halves)
+
+
+def test_contiguous_operand_with_an_odd_stride_on_a_size_one_dim_matches_cpu():
+    base = torch.arange(500.0)
+    check(lambda b: b.as_strided((3, 1, 4), (4, 100, 1)) * 2 + b.as_strided((3, 1, 4), (4, 7, 1)), base)
+
+
 def test_cpu_zero_dim_tensor_is_accepted_as_a_scalar_operand():
     cpu_scalar = torch.tensor(2.5)
     check(lambda t: t * cpu_scalar + torch.tensor(1), lhs(torch.float32))
