@@ -168,6 +168,20 @@ Build rounding(Ops op) {
   };
 }
 
+// torch's logit: log(z / (1 - z)), z = x clamped to [eps, 1 - eps] when eps is given and not negative
+// (a NaN stays NaN). Like torch, eps and 1 - eps are rounded to the input's float dtype.
+UOpPtr logit(const Call& c) {
+  UOpPtr z = c.a();
+  if (c.has("eps") && c.param("eps").toDouble() >= 0) {
+    DType input = to_tiny_dtype(c.tensors.at(0).scalar_type());
+    auto rounded = [&](const UOpPtr& v) { return is_float(input) ? cast(cast(v, input), c.compute) : v; };
+    UOpPtr lo = rounded(c.constant(c.param("eps").toScalar()));
+    UOpPtr hi = rounded(bin(Ops::SUB, c.constant(1.0), lo));
+    z = where(bin(Ops::CMPLT, z, lo), lo, where(bin(Ops::CMPLT, hi, z), hi, z));
+  }
+  return un(Ops::LOG, bin(Ops::FDIV, z, bin(Ops::SUB, c.constant(1.0), z)));
+}
+
 UOpPtr clamp(const Call& c) {
   // operands: self, then min and max when given (torch's NaN-propagating max/min)
   UOpPtr x = c.a();
@@ -258,6 +272,8 @@ const std::unordered_map<std::string, Op>& table() {
         }}},
       {"abs", {K::Unary, [](const Call& c) { return c.compute == DType::Bool ? c.a() : un(Ops::ABS, c.a()); }}},
       {"sign", {K::Unary, sign}},
+      {"sgn", {K::Unary, sign}}, // sign for real dtypes
+      {"logit", {K::UnaryFloat, logit}},
       {"floor", {K::Unary, rounding(Ops::FLOOR)}},
       {"ceil", {K::Unary, rounding(Ops::CEIL)}},
       {"round", {K::Unary, rounding(Ops::RINT)}},
@@ -594,6 +610,12 @@ constexpr const char* kOverloads[] = {
     "sign",
     "sign.out",
     "sign_",
+    "sgn",
+    "sgn.out",
+    "sgn_",
+    "logit",
+    "logit.out",
+    "logit_",
     "floor",
     "floor.out",
     "floor_",

@@ -437,6 +437,45 @@ at::Tensor pad_backward(const at::Tensor& grad_output, const at::Tensor& self, c
   return pad_backward_out<Dims, Mode>(grad_output, self, padding, grad_input);
 }
 
+// ---- unfold's backward ----
+
+// grad has the input's shape with dim d holding the windows, plus a trailing dim of each window's
+// `size` elements; element k of window w came from input position w * step + k. The gradient sums,
+// for each k, the k-th elements spread `step` apart and shifted by k (views with masks: no scatter).
+at::Tensor unfold_backward(const at::Tensor& grad, c10::SymIntArrayRef input_sizes, int64_t dim, int64_t size,
+                           int64_t step) {
+  Shape in = to_shape(C10_AS_INTARRAYREF_SLOW(input_sizes));
+  size_t d = at::maybe_wrap_dim(dim, static_cast<int64_t>(in.size()));
+  TORCH_CHECK(step > 0, "step is ", step, " but must be > 0");
+  at::Tensor out = empty_tiny(c10::IntArrayRef(in), grad.scalar_type(), grad.device());
+  if (out.numel() == 0) return out;
+  DType dt = to_tiny_dtype(grad.scalar_type()), compute = opmath(dt);
+  Shape work = in.empty() ? Shape{1} : in; // a 0-dim input unfolds as one element
+  UOpPtr g = cast(read(grad), compute);
+  Shape windows = work;
+  windows[d] = in.empty() ? (size > 0 ? 1 : 0) : g->shape[d]; // a 0-dim input's unfold has no window dim
+  windows.push_back(size);
+  g = reshape(g, windows);
+  int64_t n = windows[d], length = work[d];
+  UOpPtr total = fixed(compute, 0, work);
+  for (int64_t k = 0; k < size && n > 0; k++) {
+    Shape one = windows;
+    one.back() = 1;
+    UOpPtr gk = reshape(shrink(g, along(windows, windows.size() - 1, {k, k + 1})), Shape(one.begin(), one.end() - 1));
+    Shape spread = gk->shape; // (.., n, 1, ..) padded to (.., n, step, ..): window w at w * step
+    spread.insert(spread.begin() + d + 1, 1);
+    gk = pad_dim(reshape(gk, spread), d + 1, 0, step - 1);
+    Shape flat = work;
+    flat[d] = n * step;
+    gk = reshape(gk, flat);
+    int64_t after = length - k - n * step; // the last window ends inside the input: only padding is cut
+    gk = after >= 0 ? pad_dim(gk, d, k, after) : shrink_dim(pad_dim(gk, d, k, 0), d, 0, length);
+    total = alu(Ops::ADD, total, gk);
+  }
+  write(out, cast(reshape(total, in), dt));
+  return out;
+}
+
 // ---- flip, roll, repeat ----
 
 at::Tensor flip(const at::Tensor& self, c10::IntArrayRef dims) {
@@ -636,6 +675,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("replication_pad2d_backward.grad_input", pad_backward_out<2, PadMode::Replicate>);
   m.impl("replication_pad3d_backward", pad_backward<3, PadMode::Replicate>);
   m.impl("replication_pad3d_backward.grad_input", pad_backward_out<3, PadMode::Replicate>);
+  m.impl("unfold_backward", unfold_backward);
   m.impl("flip", flip);
   m.impl("roll", roll);
   m.impl("repeat", repeat);

@@ -140,7 +140,7 @@ BINARY = {
 UNARY = [
     "neg", "abs", "sign", "exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt",
     "reciprocal", "sin", "cos", "tan", "tanh", "sigmoid", "relu", "erf", "isnan", "isinf",
-    "isfinite", "logical_not", "bitwise_not", "floor", "ceil", "round", "trunc",
+    "isfinite", "logical_not", "bitwise_not", "floor", "ceil", "round", "trunc", "sgn", "logit",
 ]  # fmt: skip
 UNARY_WITHOUT_OUT = {"relu", "isnan", "isinf", "isfinite"}
 
@@ -383,6 +383,14 @@ def test_unary_op_on_nan_inf_and_zeros_matches_cpu(op, dtype):
     matches_cpu(getattr(torch, op), special_lhs(dtype))
 
 
+@by_float_dtype
+def test_logit_with_eps_clamps_like_cpu(dtype):
+    x = torch.tensor([-0.5, 0.0, 1e-4, 0.25, 0.5, 0.9, 1.0, 1.5, NAN], dtype=dtype)
+    for eps in (0.0, 1e-3, 0.2, -1.0):
+        check(lambda t, eps=eps: (torch.logit(t, eps), torch.logit(t, eps=eps).exp()), x, **tol(dtype))
+    check(lambda t: t.clone().logit_(0.1), x, **tol(dtype))
+
+
 def test_round_rounds_half_to_even_like_cpu():
     for dtype in FLOAT_DTYPES:
         halves = torch.tensor(
@@ -525,7 +533,8 @@ def test_binary_op_on_same_shape_operands_of_mixed_dtypes_matches_cpu(op):
     for a, b in MIXED_PAIRS:
         try:
             divisor = rhs(b, op).expand(3, 4).contiguous()  # never 0 for integer dtypes
-            check(lambda x, y: fn(x, y, **kwargs(a)), lhs(a, op), divisor, allow_cpu_unsupported=True)
+            kw = kwargs(a)
+            check(lambda x, y, kw=kw: fn(x, y, **kw), lhs(a, op), divisor, allow_cpu_unsupported=True)
             supported += 1
         except CpuUnsupported:
             continue

@@ -181,6 +181,23 @@ def test_reflection_and_replication_pad_gradients(mode):
         check_devices(run)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=dtype_name)
+def test_unfold_gradient_sums_overlapping_windows(dtype):
+    # (input shape, dim, size, step): overlapping, spread out, a negative dim, a 0-dim input
+    cases = [((7,), 0, 3, 1), ((2, 9, 3), 1, 3, 2), ((4, 5), -1, 2, 3), ((3, 4), 0, 3, 1), ((6,), 0, 1, 4)]
+    cases.append(((), 0, 1, 1))
+    for shape, dim, size, step in cases:
+
+        def run(dev, shape=shape, dim=dim, size=size, step=step):
+            x = sample(shape, dtype).to(dev).requires_grad_()
+            y = x.unfold(dim, size, step)
+            y.backward(sample(tuple(y.shape), dtype, seed=3).to(dev))
+            return x.grad
+
+        check_devices(run)
+    check(lambda g: torch.ops.aten.unfold_backward(g, [2, 9], 1, 4, 2), sample((2, 3, 4)))
+
+
 # ---------------------------------------------------------------------------------------------
 # flip, roll, repeat
 
