@@ -30,6 +30,7 @@
 #include <ATen/ops/index_add_meta_dispatch.h>
 #include <ATen/ops/index_copy_meta_dispatch.h>
 #include <ATen/ops/index_meta_dispatch.h>
+#include <ATen/ops/linalg_vector_norm.h>
 #include <ATen/ops/nonzero.h>
 #include <ATen/ops/scatter_add_meta_dispatch.h>
 #include <ATen/ops/scatter_meta_dispatch.h>
@@ -804,6 +805,30 @@ at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask) {
   return masked_select_out(self, mask, out);
 }
 
+// self's masked elements take source's elements in order. Each one's rank among the masked elements
+// comes from the mask read to the host (a sync, as for masked_select), which also checks that
+// source has enough elements, as torch does at the call.
+at::Tensor& masked_scatter_(at::Tensor& self, const at::Tensor& mask, const at::Tensor& source) {
+  TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_scatter_ only supports boolean masks, but got mask with dtype ",
+              mask.scalar_type());
+  TORCH_CHECK(self.scalar_type() == source.scalar_type(),
+              "masked_scatter: expected self and source to have same dtypes but got", self.scalar_type(), " and ",
+              source.scalar_type());
+  at::assert_no_internal_overlap(self);
+  at::Tensor m = mask.device() == self.device() ? mask : mask.to(self.device());
+  c10::MaybeOwned<at::Tensor> bm = at::expand_inplace(self, m); // torch's error for shapes that do not broadcast
+  int64_t n = self.numel();
+  if (n == 0) return self;
+  at::Tensor ranks = flags_on_host(*bm).reshape({n}).to(at::kLong).cumsum(0);
+  int64_t ones = ranks[n - 1].item<int64_t>();
+  TORCH_CHECK(source.numel() >= ones, "Number of elements of source < number of ones in mask");
+  if (ones == 0) return self;
+  at::Tensor index = ranks.sub_(1).clamp_min_(0).reshape(self.sizes()).to(self.device());
+  UOpPtr taken = gather(reshape(read(source), {source.numel()}), read_index(index));
+  write(self, where(read(*bm), taken, read(self)));
+  return self;
+}
+
 at::Tensor nonzero(const at::Tensor& self) { return nonzero_on_host(self).to(self.device()); }
 
 at::Tensor& nonzero_out(const at::Tensor& self, at::Tensor& out) {
@@ -849,9 +874,32 @@ at::Tensor embedding_dense_backward(const at::Tensor& grad_output, const at::Ten
   return grad_weight;
 }
 
+// embedding's max_norm: each row that indices name and whose norm exceeds max_norm is scaled by
+// max_norm / (norm + 1e-7), as torch does (the scale in double, rounded to the weight's dtype). The
+// named rows are counted by a scatter on the device (no sync).
+at::Tensor& embedding_renorm_(at::Tensor& self, const at::Tensor& indices, double max_norm, double norm_type) {
+  at::checkDim("embedding_renorm_", at::TensorArg(self, "self", 1), 2);
+  at::checkScalarTypes("embedding_renorm_", at::TensorArg(indices, "indices", 2), {at::kLong, at::kInt});
+  int64_t rows = self.size(0), width = self.size(1), n = indices.numel();
+  if (n == 0 || self.numel() == 0) return self;
+  Shape shape{rows, width}, column{rows, 1};
+  DType dt = dtype_of(self), compute = opmath(dt);
+  UOpPtr counts = scatter(full(0, {rows}), reshape(read_index(indices), {n}), full(1, {n}), Ops::ADD);
+  UOpPtr named = reshape(alu(Ops::CMPNE, counts, full(0, {rows})), column);
+  UOpPtr norm =
+      cast(read(at::linalg_vector_norm(self, norm_type, at::IntArrayRef{1}, /*keepdim=*/true)), DType::Float64);
+  UOpPtr cap = scalar_constant(max_norm, DType::Float64, column);
+  UOpPtr scale = alu(Ops::FDIV, cap, alu(Ops::ADD, norm, fixed(DType::Float64, 1e-7, column)));
+  scale = where(alu(Ops::AND, named, alu(Ops::CMPLT, cap, norm)), scale, fixed(DType::Float64, 1, column));
+  UOpPtr factor = cast(cast(expand(scale, shape), dt), compute);
+  write(self, cast(alu(Ops::MUL, cast(read(self), compute), factor), dt));
+  return self;
+}
+
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("embedding_renorm_", TORCH_FN(embedding_renorm_));
   m.impl("index.Tensor", TORCH_FN(index));
   m.impl("index.Tensor_out", TORCH_FN(index_out));
   m.impl("_index_put_impl_", TORCH_FN(index_put_impl));
@@ -871,6 +919,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("scatter.value_reduce_out", TORCH_FN(scatter_reduce_value_out));
   m.impl("scatter_add.out", TORCH_FN(scatter_add_out));
   m.impl("scatter_reduce.two_out", TORCH_FN(scatter_reduce_two_out));
+  m.impl("masked_scatter_", TORCH_FN(masked_scatter_));
   m.impl("masked_select", TORCH_FN(masked_select));
   m.impl("masked_select.out", TORCH_FN(masked_select_out));
   m.impl("nonzero", TORCH_FN(nonzero));

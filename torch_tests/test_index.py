@@ -330,6 +330,28 @@ def test_masked_select_with_broadcasting():
     check(lambda t, m: t.masked_select(m), x, torch.ones(3, 4))  # not bool
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool], ids=str)
+def test_masked_scatter_fills_masked_elements_in_order(dtype):
+    x, src = sample((3, 4), dtype), sample((2, 7), dtype, seed=5)
+    check(lambda t, m, s: t.masked_scatter(m, s), x, sample((3, 4), torch.bool, seed=1), src)
+    check(lambda t, m, s: t.clone().masked_scatter_(m, s), x, sample((4,), torch.bool, seed=2), src)
+    check(lambda t, m, s: t.t().masked_scatter(m, s), x, sample((4, 3), torch.bool, seed=3), src)
+    check(lambda t, m, s: t.masked_scatter(m, s), x, torch.zeros(3, 4, dtype=torch.bool), src)
+
+
+def test_masked_scatter_errors_match_torch():
+    x, src = sample((3, 4)), sample((12,))
+    check(lambda t, m, s: t.masked_scatter(m, s), x, torch.ones(3, 4, dtype=torch.bool), src[:5])  # too few
+    check(lambda t, m, s: t.masked_scatter(m, s), x, torch.ones(3, 4), src)  # not bool
+    check(lambda t, m, s: t.masked_scatter(m, s), x, torch.ones(3, 4, dtype=torch.bool), src.double())
+    check(lambda t, m, s: t.masked_scatter_(m, s), x[0], torch.ones(3, 4, dtype=torch.bool), src)  # no broadcast
+
+
+def test_masked_select_gradient_is_a_masked_scatter():
+    x, m = sample((3, 4)), sample((3, 4), torch.bool, seed=1)
+    check(with_grad(lambda t, m: t.masked_select(m)), x, sample((int(m.sum()),), seed=2), m)
+
+
 def test_nonzero_of_every_kind_and_layout():
     check(lambda t: t.nonzero(), sample((3, 4), torch.int32))
     check(lambda t: t.nonzero(), torch.tensor([[0.0, NAN], [-0.0, 1.0]]))
@@ -350,6 +372,19 @@ def test_embedding_forward_with_padding_idx():
     check(lambda w, i: F.embedding(i, w, padding_idx=1), w, idx(1, 2, 1, dtype=torch.int32))
     check(lambda w, i: F.embedding(i, w), w, idx(10))
     check(lambda w, i: F.embedding(i, w), w, idx(-1))
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, float("inf")])
+def test_embedding_max_norm_renormalizes_the_named_rows_in_place(norm_type):
+    w = sample((10, 4)) * 3
+
+    def run(w, i):
+        out = F.embedding(i, w, max_norm=1.5, norm_type=norm_type)
+        return out, w  # the weight's named rows are rescaled in place
+
+    check(run, w, idx([[1, 9], [0, 1]]))
+    check(run, w.to(torch.bfloat16), idx(3, 3, 7, dtype=torch.int32))
+    check(lambda w, i: torch.embedding_renorm_(w, i, 2.0, 2.0), w, idx(2, 5))
 
 
 @pytest.mark.parametrize("scale", [False, True])

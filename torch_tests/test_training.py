@@ -4,6 +4,7 @@ keeps memory flat with or without syncs in it; gradient clipping, lr schedules a
 as on the CPU; and the MNIST demo runs end to end in a short mode."""
 
 import copy
+import gc
 import math
 import os
 import re
@@ -176,6 +177,7 @@ def long_adam_loop(steps, item_each_step, marks=(50,)):
     loop), and, only when the loop's work ran as it went, the final loss after one sync, how many kernels
     that sync ran and the final weights. When nothing ran during the loop, the deferred graph is dropped
     unrealized (realizing 200 steps at once could take a very long time)."""
+    gc.collect()  # tensors earlier tests left in reference cycles must not die mid-loop (live_buffers is global)
     model = copy.deepcopy(initial_model(small_mlp)).to(DEVICE)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     batches = [(x.to(DEVICE), y.to(DEVICE)) for x, y in mlp_batches(4)]
