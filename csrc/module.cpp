@@ -5,6 +5,7 @@
 
 #include "csrc/backend.h"
 #include "csrc/fallback.h"
+#include "runtime/device.h"
 #include "runtime/lazy_buffer.h"
 
 namespace py = pybind11;
@@ -32,6 +33,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     d["live_buffers"] = s.live_buffers.load();
     d["live_bytes"] = s.live_bytes.load();
     d["peak_bytes"] = s.peak_bytes.load();
+    d["loaded_programs"] = tiny::runtime::loaded_programs();
     py::dict by_op; // CPU-fallback calls per op
     for (const auto& [name, count] : tiny::fallback_op_counts())
       by_op[py::str(name)] = count;

@@ -5,11 +5,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <list>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -144,15 +146,24 @@ private:
 
 using KernelFn = void (*)(void* const*, const int64_t*, const double*, int64_t, int64_t);
 
+std::atomic<int64_t> live_programs{0};
+
 class CpuProgram : public Program {
 public:
   CpuProgram(const std::string& so, const std::string& fn_name) {
     handle_ = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!handle_) throw std::runtime_error(std::string("tiny: cannot load kernel: ") + dlerror());
     fn_ = reinterpret_cast<KernelFn>(dlsym(handle_, fn_name.c_str()));
-    if (!fn_) throw std::runtime_error("tiny: kernel " + fn_name + " missing from " + so);
+    if (!fn_) {
+      dlclose(handle_);
+      throw std::runtime_error("tiny: kernel " + fn_name + " missing from " + so);
+    }
+    live_programs++;
   }
-  ~CpuProgram() override { dlclose(handle_); }
+  ~CpuProgram() override {
+    dlclose(handle_);
+    live_programs--;
+  }
   void launch(std::span<void* const> bufs, std::span<const int64_t> ivars, std::span<const double> fvars,
               int64_t global) override {
     KernelFn fn = fn_;
@@ -181,7 +192,8 @@ public:
     std::string key = fn_name + "\n" + src;
     if (auto it = programs_.find(key); it != programs_.end()) {
       stats().cache_hits++;
-      return it->second;
+      recent_.splice(recent_.begin(), recent_, it->second.recent);
+      return it->second.program;
     }
     fs::path so = compiler_.so_path(src);
     if (fs::exists(so)) {
@@ -192,16 +204,28 @@ public:
       stats().compiles++;
     }
     auto p = std::make_shared<CpuProgram>(so.string(), fn_name);
-    programs_.emplace(key, p);
+    recent_.push_front(key);
+    programs_.emplace(key, Cached{p, recent_.begin()});
+    // A program dropped here unloads when the last schedule holding it is gone.
+    while (static_cast<int64_t>(programs_.size()) > max_programs_) {
+      programs_.erase(recent_.back());
+      recent_.pop_back();
+    }
     return p;
   }
   void synchronize() override {}
 
 private:
+  struct Cached {
+    std::shared_ptr<Program> program;
+    std::list<std::string>::iterator recent; // its place in recent_
+  };
   CpuAllocator allocator_;
   ClangCompiler compiler_;
   std::mutex mu_;
-  std::unordered_map<std::string, std::shared_ptr<Program>> programs_;
+  std::unordered_map<std::string, Cached> programs_;
+  std::list<std::string> recent_; // keys, most recently used first
+  int64_t max_programs_ = env_limit("TINY_MAX_PROGRAMS", 2048);
 };
 
 } // namespace
@@ -213,5 +237,13 @@ Device& device(int index) {
 }
 
 int device_count() { return 1; }
+
+int64_t loaded_programs() { return live_programs.load(); }
+
+int64_t env_limit(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  int64_t n = v ? std::atoll(v) : 0;
+  return n > 0 ? n : fallback;
+}
 
 } // namespace tiny::runtime

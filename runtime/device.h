@@ -73,4 +73,11 @@ public:
 Device& device(int index = 0);
 int device_count();
 
+// Programs loaded now (on the CPU each is a dlopen'ed library, and a process can map only so many):
+// devices keep at most TINY_MAX_PROGRAMS (default 2048) cached, dropping the least recently used, and
+// the schedule cache at most TINY_MAX_SCHEDULES (default 512) schedules.
+int64_t loaded_programs();
+// A positive integer from the environment variable `name`, or `fallback`.
+int64_t env_limit(const char* name, int64_t fallback);
+
 } // namespace tiny::runtime

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <unordered_map>
 
@@ -138,14 +139,32 @@ public:
       if (s.tokens == key.tokens) return &s;
     return nullptr;
   }
+  // Keeps at most 4 schedules per hash and TINY_MAX_SCHEDULES in all, dropping the oldest (their
+  // programs stay loaded while something holds them).
   void add(size_t hash, CachedSchedule s) {
     auto& list = map_[hash];
-    if (list.size() >= 4) list.erase(list.begin());
+    if (list.size() >= 4) {
+      list.erase(list.begin());
+      size_--;
+    }
     list.push_back(std::move(s));
+    order_.push_back(hash);
+    size_++;
+    while (size_ > max_ && !order_.empty()) {
+      auto it = map_.find(order_.front());
+      order_.pop_front();
+      if (it == map_.end() || it->second.empty()) continue; // already dropped as one of 4
+      it->second.erase(it->second.begin());
+      size_--;
+      if (it->second.empty()) map_.erase(it);
+    }
   }
 
 private:
   std::unordered_map<size_t, std::vector<CachedSchedule>> map_;
+  std::deque<size_t> order_; // hashes in the order their schedules were added
+  int64_t size_ = 0;
+  int64_t max_ = env_limit("TINY_MAX_SCHEDULES", 512);
 };
 
 ScheduleCache& schedule_cache() {

@@ -194,3 +194,24 @@ def test_a_replayed_schedule_reuses_the_memory_of_dead_intermediates():
     for _ in range(6):
         want = (want @ cpu[1]).relu() * 0.1
     assert_same(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_program_and_schedule_caches_are_bounded():
+    """A process that runs many distinct kernels keeps only so many loaded (on the CPU each is a
+    dlopen'ed library, and a process can map only so many): TINY_MAX_PROGRAMS and TINY_MAX_SCHEDULES."""
+    out = run_python(
+        """
+        import torch
+        ops = [lambda t: t * 0.5 + 1, lambda t: (t + 1).sqrt(), lambda t: t.abs() - 0.25]
+        for i in range(30):
+            x, expected = torch.arange(8.0, device="tiny"), torch.arange(8.0)
+            for _ in range(i % 10 + 1):  # 30 distinct fused kernels
+                x, expected = ops[i // 10](x), ops[i // 10](expected)
+            torch.testing.assert_close(x.cpu(), expected)
+            assert torch.tiny.stats()["loaded_programs"] <= 4 + 2, torch.tiny.stats()
+        print(torch.tiny.stats()["kernels"])
+        """,
+        TINY_MAX_PROGRAMS="4",
+        TINY_MAX_SCHEDULES="2",
+    )
+    assert int(out.split()[-1]) >= 30

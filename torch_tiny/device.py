@@ -88,7 +88,7 @@ def synchronize(device=None) -> None:
 def stats() -> dict:
     """Counters since the last reset_stats(): kernels, compiles, cache_hits, schedule_hits, syncs,
     fallbacks, fallback_ops, peak_bytes (the most device memory live at once); and live_buffers,
-    live_bytes."""
+    live_bytes, loaded_programs (compiled kernels loaded now)."""
     return _C.stats()
 
 
