@@ -322,6 +322,13 @@ def test_group_norm_forward_and_gradients(affine):
     check_grads(lambda x, w, b: F.group_norm(x, 3, w if affine else None, b if affine else None), x, w, b)
 
 
+def test_group_norm_of_a_strided_input_matches_cpu():
+    x = _seeded((2, 6, 4, 3), 66).transpose(2, 3)  # torch's native_group_norm reads any layout
+    w, b = _seeded((6,), 67), _seeded((6,), 68)
+    check_grads(lambda x, w, b: F.group_norm(x, 3, w, b), x, w, b)
+    check(lambda x: torch.ops.aten.native_group_norm(x, None, None, 2, 6, 12, 2, 1e-5), x)
+
+
 def test_group_norm_in_reduced_precision():
     x, w = _seeded((2, 4, 3), 69, torch.bfloat16), _seeded((4,), 69, torch.bfloat16)
     check_grads(lambda x, w: F.group_norm(x, 2, w, w), x, w, **tol(torch.bfloat16))
