@@ -417,9 +417,10 @@ UOpPtr operand(const at::Tensor& t, DType compute, const Shape& shape) {
     return scalar_constant(host_scalar(t), compute, shape);
   }
   UOpPtr v = cast(read(t), compute);
+  if (v->shape == shape) return v;
   Shape padded(shape.size() - v->shape.size(), 1);
   padded.insert(padded.end(), v->shape.begin(), v->shape.end());
-  return expand(reshape(v, padded), shape);
+  return view(v, ShapeTracker::from_shape(v->shape).reshape(padded).expand(shape)); // one view node
 }
 
 // The table entry of an overload, found by name once per schema and thread.

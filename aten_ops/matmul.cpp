@@ -18,8 +18,9 @@ namespace {
 UOpPtr batched_product(const UOpPtr& a, const UOpPtr& b, bool reduce_batch) {
   int64_t B = a->shape[0], M = a->shape[1], K = a->shape[2], N = b->shape[2];
   Shape full{B, M, N, K};
-  UOpPtr x = expand(reshape(a, {B, M, 1, K}), full);
-  UOpPtr y = expand(reshape(permute(b, {0, 2, 1}), {B, 1, N, K}), full);
+  // each operand as one view node (building the movements on the tracker, not node by node)
+  UOpPtr x = view(a, ShapeTracker::from_shape(a->shape).reshape({B, M, 1, K}).expand(full));
+  UOpPtr y = view(b, ShapeTracker::from_shape(b->shape).permute({0, 2, 1}).reshape({B, 1, N, K}).expand(full));
   UOpPtr p = alu(Ops::MUL, x, y);
   if (reduce_batch) return reshape(reduce(p, Ops::ADD, {0, 3}), {M, N});
   return reshape(reduce(p, Ops::ADD, {3}), {B, M, N});
