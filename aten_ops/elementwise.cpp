@@ -1,7 +1,8 @@
 // Elementwise ATen ops: one boxed kernel serves the functional, in-place and out= forms of every
 // op in the table below. torch's own TensorIterator checks the call (broadcasting, type promotion,
-// devices, out= resizing with its warning, overlap) and allocates the result; the table says how
-// the value is built from UOps.
+// devices, out= resizing with its warning, overlap) and allocates the result, except for the common
+// functional call on contiguous operands, whose result plain_result allocates by torch's same rules
+// without building an iterator (recording cost); the table says how the value is built from UOps.
 
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
