@@ -1,5 +1,6 @@
 #include "runtime/realize.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -143,27 +144,23 @@ public:
   // programs stay loaded while something holds them).
   void add(size_t hash, CachedSchedule s) {
     auto& list = map_[hash];
-    if (list.size() >= 4) {
-      list.erase(list.begin());
-      size_--;
-    }
-    list.push_back(std::move(s));
+    if (list.size() >= 4) drop_oldest_of(hash, std::find(order_.begin(), order_.end(), hash));
+    map_[hash].push_back(std::move(s));
     order_.push_back(hash);
-    size_++;
-    while (size_ > max_ && !order_.empty()) {
-      auto it = map_.find(order_.front());
-      order_.pop_front();
-      if (it == map_.end() || it->second.empty()) continue; // already dropped as one of 4
-      it->second.erase(it->second.begin());
-      size_--;
-      if (it->second.empty()) map_.erase(it);
-    }
+    while (static_cast<int64_t>(order_.size()) > max_)
+      drop_oldest_of(order_.front(), order_.begin());
   }
 
 private:
+  // Drops the oldest schedule of `hash`; `at` is its entry in order_.
+  void drop_oldest_of(size_t hash, std::deque<size_t>::iterator at) {
+    order_.erase(at);
+    auto it = map_.find(hash);
+    it->second.erase(it->second.begin());
+    if (it->second.empty()) map_.erase(it);
+  }
   std::unordered_map<size_t, std::vector<CachedSchedule>> map_;
-  std::deque<size_t> order_; // hashes in the order their schedules were added
-  int64_t size_ = 0;
+  std::deque<size_t> order_; // one entry per cached schedule: its hash, oldest first
   int64_t max_ = env_limit("TINY_MAX_SCHEDULES", 512);
 };
 
