@@ -8,14 +8,15 @@ with `only_for=("tiny",)` and `@ops(op_db)`):
     backward       torch.autograd.grad of each sample (same upstream gradient) against the CPU, float32
     out            out=: the result is the given out tensor, its data_ptr unchanged, its values right
                    (one dtype, float32 when the op has it, as upstream's test_out)
-    noncontiguous  sample.noncontiguous() gives the values and gradients of the contiguous sample, on tiny
-                   (float32 and int64, as upstream's test_noncontiguous_samples)
+    noncontiguous  sample.noncontiguous() on tiny against the same on the CPU, values and gradients
+                   (float32 and int64, as upstream's test_noncontiguous_samples; the CPU gives the contiguous
+                   sample's values wherever the op does not see layouts)
 
-Where the CPU raises, tiny must raise the same exception type. Random ops run with the same seed on both
-devices; a sample that draws random numbers on the CPU (an ATen op tagged nondeterministic_seeded runs),
-and an op that returns
-uninitialized memory (empty), has its dtype and shape compared, not its values (tiny's own random kernels
-draw on the device, with their own algorithm).
+Where the CPU raises, tiny must raise the same exception type. Indices of equal elements (sort, argsort,
+topk, kthvalue without stable=True) pass when they name elements equal to the CPU's (TIES). Random ops
+run with the same seed on both devices; a sample that draws random numbers on the CPU (an ATen op tagged
+nondeterministic_seeded runs), and an op that returns uninitialized memory (empty), has its dtype and
+shape compared, not its values (tiny's own random kernels draw on the device, with their own algorithm).
 
 Run it with run.py (chunks in subprocesses, crash recovery, the summary); `pytest` on this file works too,
 e.g. `pytest torch_tests/upstream/opinfo_suite.py -k "forward and _add_"`. Environment:
@@ -83,6 +84,21 @@ SEED = 1234
 # OpInfos whose results are uninitialized memory: dtype and shape are compared, not values (as upstream's
 # test_compare_cpu skips them).
 UNINITIALIZED = {"empty", "empty_like", "empty_strided", "empty_permuted", "new_empty", "new_empty_strided"}
+# Arguments an op takes on the CPU whatever the device of its input (torch requires them there): the sample
+# keeps them on the CPU. op name -> positions in the sample's args.
+CPU_ARGS = {"tensor_split": (0,)}
+
+
+# Ops whose index results may name any of several equal elements (ties): torch documents the order of equal
+# elements as unspecified unless stable=True, and its CPU kernels pick by algorithm (std::sort,
+# quickselect), so an index that differs from the CPU's passes when it names an element equal to the one
+# the CPU's index names (and, for sort and topk, no element twice). op name -> the sample's (dim, stable).
+TIES = {
+    "sort": lambda input, dim=-1, descending=False, stable=False, **kw: (dim, stable),
+    "argsort": lambda input, dim=-1, descending=False, stable=False, **kw: (dim, stable),
+    "topk": lambda input, k, dim=-1, largest=True, sorted=True, **kw: (dim, False),
+    "kthvalue": lambda input, k, dim=-1, keepdim=False, **kw: (dim, False),
+}
 
 
 def _env_list(name: str) -> list[str] | None:
@@ -139,11 +155,14 @@ def to_device(x, device: str = DEVICE, memo: dict | None = None):
 class Sample:
     """A SampleInput's call: input, args and kwargs, on one device."""
 
-    def __init__(self, sample, device: str | None = None):
+    def __init__(self, sample, device: str | None = None, op=None):
         parts = (sample.input, sample.args, sample.kwargs)
         if device is not None:
             parts = to_device(parts, device)
         self.input, self.args, self.kwargs = parts
+        keep = CPU_ARGS.get(op.name, ()) if op is not None else ()
+        if keep:
+            self.args = tuple(sample.args[i] if i in keep else a for i, a in enumerate(self.args))
         self.process = sample.output_process_fn_grad
         self.device = device
 
@@ -304,6 +323,8 @@ def check_values(tally: Tally, op, cpu: Sample, actual, expected, tol: Tolerance
     try:
         assert_same(actual, expected, tol, path=path)
     except AssertionError:
+        if op.name in TIES and path.endswith("result") and same_up_to_ties(op, cpu, actual, expected, tol):
+            return
         if not random_on_cpu(op, cpu):
             # output_process_fn_grad settles results that are right up to a choice (signs of singular vectors)
             if not process:
@@ -316,6 +337,37 @@ def check_values(tally: Tally, op, cpu: Sample, actual, expected, tol: Tolerance
             raise
         assert_same(actual, expected, tol, values=False, path=path)
         tally.values_not_compared += 1
+
+
+def same_up_to_ties(op, cpu: Sample, actual, expected, tol: Tolerance) -> bool:
+    """For an op of TIES (not asked to be stable): tiny's values match the CPU's, and its indices name
+    elements equal to the ones the CPU's indices name (a permutation along dim for sort and argsort,
+    distinct elements for topk). Raises the mismatch it finds."""
+    dim, stable = TIES[op.name](cpu.input, *cpu.args, **cpu.kwargs)
+    if stable:
+        return False
+    if op.name == "argsort":
+        actual_indices, expected_indices = actual, expected
+    else:
+        assert_same(actual[0], expected[0], tol, path="result[0]")
+        actual_indices, expected_indices = actual[1], expected[1]
+    assert_same(actual_indices, expected_indices, tol, values=False, path="indices")
+    indices = actual_indices.cpu()
+    source = cpu.input.detach()
+    if indices.dim() < source.dim():  # kthvalue without keepdim
+        indices, expected_indices = indices.unsqueeze(dim), expected_indices.unsqueeze(dim)
+    torch.testing.assert_close(
+        source.gather(dim, indices),
+        source.gather(dim, expected_indices),
+        rtol=0,
+        atol=0,
+        equal_nan=True,
+        msg=lambda m: f"indices name other values than the CPU's: {' '.join(m.split())}",
+    )
+    if op.name != "kthvalue" and indices.dim() > 0 and indices.shape[dim] > 1:
+        ordered = indices.sort(dim).values
+        assert bool((ordered.diff(dim=dim) != 0).all()), "indices name an element twice"
+    return True
 
 
 def cpu_samples(tally: Tally, op, dtype, requires_grad=False) -> list:
@@ -351,7 +403,7 @@ def grads(op, sample: Sample, upstream: list | None = None):
 def check_forward(tally: Tally, op, dtype, tol: Tolerance):
     for i, s in enumerate(cpu_samples(tally, op, dtype)):
         with tally.sample(i):
-            cpu, tiny = Sample(s), Sample(s, DEVICE)
+            cpu, tiny = Sample(s), Sample(s, DEVICE, op)
             both = run_both(lambda cpu=cpu: cpu(op), lambda tiny=tiny: tiny(op))
             if both is not None:
                 check_values(tally, op, cpu, both[1], both[0], tol)
@@ -360,7 +412,7 @@ def check_forward(tally: Tally, op, dtype, tol: Tolerance):
 def check_backward(tally: Tally, op, dtype, tol: Tolerance):
     for i, s in enumerate(cpu_samples(tally, op, dtype, requires_grad=True)):
         with tally.sample(i):
-            cpu, tiny = Sample(s), Sample(s, DEVICE)
+            cpu, tiny = Sample(s), Sample(s, DEVICE, op)
             both = run_both(lambda cpu=cpu: grads(op, cpu)[2], lambda tiny=tiny: grads(op, tiny)[2])
             if both is not None:
                 check_values(tally, op, cpu, list(both[1]), list(both[0]), tol, path="grads", process=False)
@@ -369,7 +421,7 @@ def check_backward(tally: Tally, op, dtype, tol: Tolerance):
 def check_out(tally: Tally, op, dtype, tol: Tolerance):
     for i, s in enumerate(cpu_samples(tally, op, dtype)):
         with tally.sample(i):
-            cpu, tiny = Sample(s), Sample(s, DEVICE)
+            cpu, tiny = Sample(s), Sample(s, DEVICE, op)
             try:
                 expected = cpu(op)
             except Exception as e:
@@ -379,7 +431,7 @@ def check_out(tally: Tally, op, dtype, tol: Tolerance):
                 isinstance(expected, (list, tuple)) and all(isinstance(t, torch.Tensor) for t in expected)
             ):
                 raise SampleSkip("the result is not a tensor or a sequence of tensors")
-            cpu_out = torch.empty_like(expected) if single else tuple(torch.empty_like(t) for t in expected)
+            cpu_out = torch.empty_like(expected) if single else type(expected)(torch.empty_like(t) for t in expected)
             tiny_out = to_device(cpu_out)
             pointers = [t.data_ptr() for t in flatten(tiny_out)]
             both = run_both(
@@ -388,32 +440,42 @@ def check_out(tally: Tally, op, dtype, tol: Tolerance):
             if both is None:
                 continue
             result = both[1]
-            if single:
+            if both[0] is None:  # the out= overload returns nothing (split_with_sizes_copy): so must tiny's
+                assert result is None, f"the result is a {type(result).__name__}, CPU's out= call returns None"
+            elif single:
                 assert result is tiny_out, "the result is not the out= tensor"
             else:
                 assert len(result) == len(tiny_out) and all(r is o for r, o in zip(result, tiny_out, strict=True)), (
                     "the results are not the out= tensors"
                 )
             assert [t.data_ptr() for t in flatten(tiny_out)] == pointers, "out= tensors moved (data_ptr changed)"
-            assert_same(result, both[0], tol, path="out")
+            check_values(tally, op, cpu, tiny_out, cpu_out, tol, path="out")
 
 
 def check_noncontiguous(tally: Tally, op, dtype, tol: Tolerance):
+    """sample.noncontiguous() on tiny against the same on the CPU: the contiguous sample's values wherever
+    the op does not see layouts (an op that does, as_strided, gives the CPU's values for that layout)."""
     test_grad = dtype in op.supported_backward_dtypes("cpu")
     for i, s in enumerate(cpu_samples(tally, op, dtype, requires_grad=test_grad)):
         with tally.sample(i):
-            contiguous, noncontiguous = Sample(s, DEVICE), Sample(s.noncontiguous(), DEVICE)
-            expected = to_cpu(contiguous(op))
-            assert_same(noncontiguous(op), expected, tol, path="noncontiguous result")
+            n = s.noncontiguous()
+            cpu, tiny = Sample(n), Sample(n, DEVICE, op)
+            both = run_both(lambda cpu=cpu: cpu(op), lambda tiny=tiny: tiny(op))
+            if both is None:
+                continue
+            check_values(tally, op, cpu, both[1], both[0], tol, path="noncontiguous result")
             if not test_grad:
                 continue
             try:
-                outputs, upstream, expected_grads = grads(op, contiguous)
+                outputs, upstream, expected_grads = grads(op, cpu)
             except SampleSkip:
                 continue  # the forward was checked: the sample counts
-            noncontiguous_upstream = [to_device(noncontiguous_like(g.cpu())) for g in upstream]
-            actual_grads = grads(op, noncontiguous, noncontiguous_upstream)[2]
-            assert_same(list(actual_grads), to_cpu(list(expected_grads)), tol, path="noncontiguous grads")
+            upstream = [noncontiguous_like(g) for g in upstream]
+            expected_grads = grads(op, cpu, upstream)[2]
+            actual_grads = grads(op, tiny, [to_device(g) for g in upstream])[2]
+            check_values(
+                tally, op, cpu, list(actual_grads), list(expected_grads), tol, path="noncontiguous grads", process=False
+            )
 
 
 CHECKS = {
