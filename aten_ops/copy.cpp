@@ -90,9 +90,14 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_b
   return dst;
 }
 
-// The CPU fallback writes results back through this.
+// The CPU fallback writes results back through this. An out= tensor it resizes takes the strides of the
+// CPU kernel's result when those are dense, as a CPU out= tensor would (LU factors are column-major).
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
-  if (!dst.sizes().equals(self.sizes())) dst.resize_(self.sizes());
+  if (!dst.sizes().equals(self.sizes())) {
+    dst.resize_(self.sizes());
+    if (self.is_non_overlapping_and_dense() && !dst.strides().equals(self.strides()))
+      dst.as_strided_(self.sizes(), self.strides());
+  }
   return copy_from(self, dst, false);
 }
 

@@ -1,8 +1,11 @@
 // The CPU fallback for every ATen op tiny has no kernel for (PRIVATEUSE1.md, "The CPU fallback").
 //
-// at::native::cpu_fallback moves the tensor arguments to the CPU (each a sync), runs PyTorch's CPU kernel,
+// run_on_cpu moves the tensor arguments to the CPU (each a sync) with their sizes, strides and storage
+// offset (a CPU kernel may choose its algorithm by layout, and autograd formulas re-derive that choice
+// from the tiny tensor: linalg.det factors the transpose of a contiguous input), runs PyTorch's CPU kernel,
 // writes mutated arguments (in-place self, out=) back into the tiny tensors with _copy_from_and_resize,
-// which writes through views into their base, and moves the other results to tiny. Around it, tiny:
+// which writes through views into their base, and moves the other results to tiny; a result that aliases
+// a mutated argument is that tiny argument. Around it, tiny:
 // - refuses view ops: a CPU copy cannot alias tiny storage, and a copy silently breaks in-place writes
 //   through the "view";
 // - refuses everything when TINY_FALLBACK=0 (to see what runs natively);
@@ -15,7 +18,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <ATen/native/CPUFallback.h>
+#include <ATen/ops/_copy_from_and_resize.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
@@ -89,6 +92,108 @@ std::optional<c10::Device> tiny_device_of(c10::ArrayRef<c10::IValue> arguments) 
   return std::nullopt;
 }
 
+// A CPU copy of a tiny tensor with its sizes, strides and storage offset: the storage span it reads is
+// copied. Where that span is far larger than the tensor (a column of a big matrix), a dense copy in the
+// tensor's stride order, as .cpu() makes.
+at::Tensor to_cpu(const at::Tensor& t) {
+  if (!t.defined() || !t.device().is_privateuseone()) return t;
+  if (t.numel() == 0 || t.is_non_overlapping_and_dense()) return t.cpu();
+  int64_t span = 1;
+  for (int64_t d = 0; d < t.dim(); ++d)
+    span += (t.size(d) - 1) * t.stride(d);
+  if (span > 4 * t.numel() + 4096) return t.cpu();
+  at::Tensor flat = t.as_strided({span}, {1}, t.storage_offset()).cpu();
+  return flat.as_strided(t.sizes(), t.strides(), 0);
+}
+
+// Each tiny tensor of an argument (a tensor, a list of tensors, a list of optional tensors) on the CPU.
+c10::IValue arguments_to_cpu(const c10::IValue& v) {
+  if (v.isTensor()) return to_cpu(v.toTensor());
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> list;
+    for (const at::Tensor& t : v.toTensorList().vec())
+      list.push_back(to_cpu(t));
+    return list;
+  }
+  if (v.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> list;
+    for (const std::optional<at::Tensor>& t : v.toOptionalTensorList().vec())
+      list.push_back(t ? std::optional<at::Tensor>(to_cpu(*t)) : std::nullopt);
+    return list;
+  }
+  if (v.isDevice() && v.toDevice().is_privateuseone()) return c10::Device(at::kCPU);
+  return v;
+}
+
+// A result of the CPU kernel on the tiny device (a tensor or a list of tensors), layout kept.
+c10::IValue result_to_tiny(const c10::IValue& v, c10::Device device) {
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    return t.defined() && t.device().is_cpu() ? t.to(device) : t;
+  }
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> list;
+    for (const at::Tensor& t : v.toTensorList().vec())
+      list.push_back(t.device().is_cpu() ? t.to(device) : t);
+    return list;
+  }
+  return v;
+}
+
+// The CPU's values of a mutated argument written back into the tiny tensors.
+void write_back(const c10::IValue& cpu, const c10::IValue& tiny) {
+  if (tiny.isTensor()) {
+    const at::Tensor& t = tiny.toTensor();
+    if (t.defined() && t.device().is_privateuseone()) at::_copy_from_and_resize(cpu.toTensor(), t);
+  } else if (tiny.isTensorList()) {
+    std::vector<at::Tensor> from = cpu.toTensorList().vec(), to = tiny.toTensorList().vec();
+    for (size_t i = 0; i < to.size(); ++i)
+      if (to[i].defined() && to[i].device().is_privateuseone()) at::_copy_from_and_resize(from[i], to[i]);
+  }
+}
+
+// The op's CPU kernel on CPU copies of the arguments; see the file comment.
+void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const c10::FunctionSchema& schema = op.schema();
+  const auto& args = schema.arguments();
+  const size_t first = stack->size() - args.size();
+  auto device = tiny_device_of(c10::ArrayRef<c10::IValue>(*stack).slice(first, args.size()));
+  TORCH_CHECK(device.has_value(), "tiny: the CPU fallback of ", schema.name(),
+              " found no tiny tensor or device among its arguments");
+  std::vector<c10::IValue> tiny_args(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
+  for (size_t i = 0; i < args.size(); ++i)
+    (*stack)[first + i] = arguments_to_cpu(tiny_args[i]);
+  std::vector<c10::IValue> cpu_args(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
+
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+
+  for (size_t i = 0; i < args.size(); ++i) {
+    const c10::AliasInfo* alias = args[i].alias_info();
+    if (alias != nullptr && alias->isWrite()) write_back(cpu_args[i], tiny_args[i]);
+  }
+  const auto& returns = schema.returns();
+  const size_t first_return = stack->size() - returns.size();
+  for (size_t r = 0; r < returns.size(); ++r) {
+    c10::IValue& value = (*stack)[first_return + r];
+    const c10::AliasInfo* alias = returns[r].alias_info();
+    if (alias == nullptr || !alias->isWrite()) {
+      value = result_to_tiny(value, *device);
+      continue;
+    }
+    // The mutated argument this result aliases (same alias set: out= and in-place self) is the result.
+    bool found = false;
+    for (size_t i = 0; i < args.size() && !found; ++i) {
+      const c10::AliasInfo* arg_alias = args[i].alias_info();
+      if (arg_alias != nullptr && arg_alias->isWrite() && arg_alias->beforeSets() == alias->beforeSets()) {
+        value = tiny_args[i];
+        found = true;
+      }
+    }
+    TORCH_INTERNAL_ASSERT(found, "tiny: the CPU fallback of ", schema.name(), " found no argument result ", r,
+                          " aliases");
+  }
+}
+
 // A tiny generator lent to a CPU kernel: a CPU generator with its state while the kernel runs, the state
 // stored back into the tiny generator afterwards. CPU kernels accept CPU generators only.
 class LentGenerator {
@@ -140,7 +245,7 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     value = c10::IValue(lent.back()->cpu());
   }
 
-  at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
+  run_on_cpu(op, stack);
 }
 
 } // namespace

@@ -181,6 +181,43 @@ def test_gradients_flow_through_a_fallback_op():
     check_devices(scenario, allow_fallback=True)
 
 
+def test_cpu_kernel_sees_the_tiny_layout():
+    # The CPU's det factors the transpose of a contiguous input, and its gradient formula decides the same
+    # way from the tiny tensor: the CPU copy of a strided view must stay a strided view.
+    det = without_kernel([(torch.linalg.det, ["aten::_linalg_det", "aten::_linalg_det.result"])])
+
+    def scenario(dev):
+        torch.manual_seed(0)
+        base = torch.randn(5, 10).to(dev).requires_grad_()
+        det(base[:, ::2]).backward()
+        return base.grad
+
+    check_devices(scenario, allow_fallback=True)
+
+
+def test_out_resized_by_the_fallback_takes_the_cpu_strides():
+    lu_factor = without_kernel([(torch.linalg.lu_factor, ["aten::linalg_lu_factor_ex.out"])])
+
+    def scenario(dev):
+        torch.manual_seed(0)
+        out = (torch.empty(0, device=dev), torch.empty(0, dtype=torch.int32, device=dev))
+        lu_factor(torch.randn(4, 4).to(dev), out=out)
+        return out  # the factors are column-major on the CPU
+
+    check_devices(scenario, allow_fallback=True)
+
+
+def test_out_list_is_written_and_nothing_returned():
+    unbind_copy = without_kernel([(torch.unbind_copy, ["aten::unbind_copy.int_out"])])
+
+    def scenario(dev):
+        out = [torch.empty(5, device=dev) for _ in range(4)]
+        assert unbind_copy(data(dev), 0, out=out) is None
+        return out
+
+    check_devices(scenario, allow_fallback=True)
+
+
 def test_stats_count_fallback_calls_per_op():
     op = unary_op()
     x = data(DEVICE)
