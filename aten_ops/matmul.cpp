@@ -1,9 +1,10 @@
-// The matmul family: mm, bmm, addmm, addmv, dot, baddbmm, addbmm (and what matmul, linear,
+// The matmul family: mm, bmm, addmm, addmv, dot, baddbmm, addbmm, addr (and what matmul, linear,
 // einsum and mv decompose into). Each is one UOp graph: a broadcast multiply reduced over the
 // shared dim, with torch's optional beta * self + alpha * (...) epilogue fused in the same kernel.
 
 #include <ATen/ATen.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/TypeProperties.h>
 #include <torch/library.h>
 
 #include <optional>
@@ -220,9 +221,75 @@ at::Tensor& baddbmm_(at::Tensor& self, const at::Tensor& b1, const at::Tensor& b
   return store(self, v, self.scalar_type());
 }
 
+// ---- addr: beta * self + alpha * outer(vec1, vec2), in one kernel computed at opmath precision ----
+
+void check_addr_scalar(at::ScalarType dtype, const at::Scalar& scalar, const char* name) {
+  TORCH_CHECK(!scalar.isBoolean() || dtype == at::kBool, "Boolean ", name, " only supported for Boolean results.");
+  TORCH_CHECK(at::isFloatingType(dtype) || scalar.isIntegral(true), "For integral input tensors, argument ", name,
+              " must not be a floating point number.");
+}
+
+bool is_zero(const at::Scalar& s) { return s.isFloatingPoint() ? s.toDouble() == 0.0 : s.toLong() == 0; }
+
+// The value of addr in dtype (torch's promotion of the three tensors), self expanded to (n, m) unless
+// inplace (self then must be (n, m) itself).
+UOpPtr addr_value(const at::Tensor& self, const at::Tensor& vec1, const at::Tensor& vec2, const at::Scalar& beta,
+                  const at::Scalar& alpha, at::ScalarType dtype, bool inplace) {
+  TORCH_CHECK(vec1.dim() == 1, "addr: Expected 1-D argument vec1, but got ", vec1.dim(), "-D");
+  TORCH_CHECK(vec2.dim() == 1, "addr: Expected 1-D argument vec2, but got ", vec2.dim(), "-D");
+  check_addr_scalar(dtype, beta, "beta");
+  check_addr_scalar(dtype, alpha, "alpha");
+  int64_t n = vec1.size(0), m = vec2.size(0);
+  TORCH_CHECK(!inplace || self.sizes().equals({n, m}), "output with shape ", self.sizes(),
+              " doesn't match the broadcast shape [", n, ", ", m, "]");
+  at::Tensor s = inplace ? self : self.expand({n, m}); // torch's error for a self that does not expand
+  Shape full{n, m};
+  DType dt = to_tiny_dtype(dtype), ct = dtype == at::kBool ? dt : opmath(dt);
+  UOpPtr a = expand(reshape(read_as(vec1, ct), {n, 1}), full), b = expand(reshape(read_as(vec2, ct), {1, m}), full);
+  if (dtype != at::kBool) return with_epilogue(alu(Ops::MUL, a, b), s, beta, alpha, ct);
+  // bool: (beta and self) or (alpha and vec1 and vec2)
+  UOpPtr r = is_zero(alpha) ? scalar_constant(false, dt, full) : alu(Ops::AND, a, b);
+  return is_zero(beta) ? r : alu(Ops::OR, r, read_as(s, dt));
+}
+
+at::ScalarType addr_dtype(const at::Tensor& self, const at::Tensor& vec1, const at::Tensor& vec2) {
+  return at::native::result_type({self, vec1, vec2});
+}
+
+at::Tensor& addr_into(at::Tensor& out, const UOpPtr& value, at::ScalarType dtype) {
+  TORCH_CHECK(at::canCast(dtype, out.scalar_type()), "result type ", dtype,
+              " can't be cast to the desired output type ", out.scalar_type());
+  at::native::resize_output(out, c10::IntArrayRef(value->shape));
+  write(out, cast(value, to_tiny_dtype(out.scalar_type())));
+  return out;
+}
+
+at::Tensor addr(const at::Tensor& self, const at::Tensor& vec1, const at::Tensor& vec2, const at::Scalar& beta,
+                const at::Scalar& alpha) {
+  at::ScalarType dtype = addr_dtype(self, vec1, vec2);
+  UOpPtr v = addr_value(self, vec1, vec2, beta, alpha, dtype, false);
+  at::Tensor out = empty_tiny(c10::IntArrayRef(v->shape), dtype, vec1.device());
+  return addr_into(out, v, dtype);
+}
+
+at::Tensor& addr_out(const at::Tensor& self, const at::Tensor& vec1, const at::Tensor& vec2, const at::Scalar& beta,
+                     const at::Scalar& alpha, at::Tensor& out) {
+  at::ScalarType dtype = addr_dtype(self, vec1, vec2);
+  return addr_into(out, addr_value(self, vec1, vec2, beta, alpha, dtype, false), dtype);
+}
+
+at::Tensor& addr_(at::Tensor& self, const at::Tensor& vec1, const at::Tensor& vec2, const at::Scalar& beta,
+                  const at::Scalar& alpha) {
+  at::ScalarType dtype = addr_dtype(self, vec1, vec2);
+  return addr_into(self, addr_value(self, vec1, vec2, beta, alpha, dtype, true), dtype);
+}
+
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("addr", TORCH_FN(addr));
+  m.impl("addr.out", TORCH_FN(addr_out));
+  m.impl("addr_", TORCH_FN(addr_));
   m.impl("mm", TORCH_FN(mm));
   m.impl("mm.out", TORCH_FN(mm_out));
   m.impl("bmm", TORCH_FN(bmm));

@@ -20,7 +20,9 @@
 #include <ATen/WrapDimUtils.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/native/ReduceOpsUtils.h>
+#include <ATen/native/Resize.h>
 #include <ATen/native/SortingUtils.h>
+#include <ATen/ops/mode.h>
 #include <ATen/ops/sort_meta_dispatch.h>
 #include <ATen/ops/topk_meta_dispatch.h>
 #include <torch/library.h>
@@ -206,9 +208,29 @@ std::tuple<at::Tensor&, at::Tensor&> kthvalue_out(const at::Tensor& self, int64_
   return {values, indices};
 }
 
+// torch's mode.values kernel is composite but accepts CPU, CUDA and XPU tensors only: the functional
+// mode (the CPU fallback today), its results written into values and indices.
+std::tuple<at::Tensor&, at::Tensor&> mode_out(const at::Tensor& self, int64_t dim, bool keepdim, at::Tensor& values,
+                                              at::Tensor& indices) {
+  TORCH_CHECK(self.device() == values.device() && self.device() == indices.device(),
+              "mode: expected input, values and indices on the same device, got ", self.device(), ", ", values.device(),
+              " and ", indices.device());
+  TORCH_CHECK(self.scalar_type() == values.scalar_type(), "mode: expected values tensor to have the dtype ",
+              self.scalar_type(), " of the input, got ", values.scalar_type());
+  TORCH_CHECK(indices.scalar_type() == at::kLong, "mode: expected indices tensor to have dtype Long, got ",
+              indices.scalar_type());
+  auto [v, i] = at::mode(self, dim, keepdim);
+  at::native::resize_output(values, v.sizes());
+  at::native::resize_output(indices, i.sizes());
+  values.copy_(v);
+  indices.copy_(i);
+  return {values, indices};
+}
+
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("mode.values", TORCH_FN(mode_out));
   m.impl("sort.values_stable", TORCH_FN(sort_out));
   m.impl("topk.values", TORCH_FN(topk_out));
   m.impl("kthvalue.values", TORCH_FN(kthvalue_out));

@@ -23,8 +23,10 @@
 #include <ATen/ops/_upsample_nearest_exact2d_meta_dispatch.h>
 #include <ATen/ops/_upsample_nearest_exact3d_backward_meta_dispatch.h>
 #include <ATen/ops/_upsample_nearest_exact3d_meta_dispatch.h>
+#include <ATen/ops/upsample_bicubic2d.h>
 #include <ATen/ops/upsample_bicubic2d_backward_meta_dispatch.h>
 #include <ATen/ops/upsample_bicubic2d_meta_dispatch.h>
+#include <ATen/ops/upsample_bilinear2d.h>
 #include <ATen/ops/upsample_bilinear2d_backward_meta_dispatch.h>
 #include <ATen/ops/upsample_bilinear2d_meta_dispatch.h>
 #include <ATen/ops/upsample_linear1d_backward_meta_dispatch.h>
@@ -44,6 +46,7 @@
 #include <vector>
 
 #include "aten_ops/sliding_window.h"
+#include "csrc/fallback.h"
 #include "csrc/tensor_bridge.h"
 
 namespace tiny {
@@ -297,8 +300,8 @@ struct Request {
 void check_dtype(const at::Tensor& t, Mode m, size_t nd, bool backward) {
   at::ScalarType st = t.scalar_type();
   bool nearest = m == Mode::Nearest || m == Mode::NearestExact;
-  // torch's CPU kernels also take uint8 (nearest: an exact gather; linear/cubic: a rounding path of
-  // their own that tiny does not reproduce).
+  // torch's CPU kernels also take uint8: nearest (an exact gather) here, bilinear and bicubic through the
+  // CPU (upsample_aligned_or_uint8_on_cpu).
   TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(st) || (!backward && nearest && st == at::kByte), "\"",
                               mode_name(m, nd), backward ? "_backward" : "", "\" not implemented for '", st,
                               "' on tiny");
@@ -360,6 +363,15 @@ at::Tensor upsample_aligned(const at::Tensor& self, c10::IntArrayRef output_size
   return out;
 }
 
+// torch's CPU kernels of bilinear and bicubic upsampling take uint8 images too, with fixed-point weights
+// and rounding of their own: those run on the CPU through the fallback.
+template <Mode M, auto Meta, class Op, class... S>
+at::Tensor upsample_aligned_or_uint8_on_cpu(const at::Tensor& self, c10::IntArrayRef output_size, bool align_corners,
+                                            S... scales) {
+  if (self.scalar_type() == at::kByte) return on_cpu<Op>(self, output_size, align_corners, scales...);
+  return upsample_aligned<M, Meta, S...>(self, output_size, align_corners, scales...);
+}
+
 template <Mode M, auto Meta, class... S>
 at::Tensor upsample_backward(const at::Tensor& grad_output, c10::IntArrayRef output_size, c10::IntArrayRef input_size,
                              S... scales) {
@@ -390,9 +402,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_upsample_nearest_exact3d",
          TORCH_FN((upsample<Mode::NearestExact, &at::meta::_upsample_nearest_exact3d, N, N, N>)));
   m.impl("upsample_linear1d", TORCH_FN((upsample_aligned<Mode::Linear, &at::meta::upsample_linear1d, N>)));
-  m.impl("upsample_bilinear2d", TORCH_FN((upsample_aligned<Mode::Linear, &at::meta::upsample_bilinear2d, N, N>)));
+  m.impl("upsample_bilinear2d", TORCH_FN((upsample_aligned_or_uint8_on_cpu<Mode::Linear, &at::meta::upsample_bilinear2d,
+                                                                           at::_ops::upsample_bilinear2d, N, N>)));
   m.impl("upsample_trilinear3d", TORCH_FN((upsample_aligned<Mode::Linear, &at::meta::upsample_trilinear3d, N, N, N>)));
-  m.impl("upsample_bicubic2d", TORCH_FN((upsample_aligned<Mode::Cubic, &at::meta::upsample_bicubic2d, N, N>)));
+  m.impl("upsample_bicubic2d", TORCH_FN((upsample_aligned_or_uint8_on_cpu<Mode::Cubic, &at::meta::upsample_bicubic2d,
+                                                                          at::_ops::upsample_bicubic2d, N, N>)));
 
   m.impl("upsample_nearest1d_backward",
          TORCH_FN((upsample_backward<Mode::Nearest, &at::meta::upsample_nearest1d_backward, N>)));

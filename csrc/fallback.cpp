@@ -213,6 +213,8 @@ private:
   at::Generator cpu_;
 };
 
+} // namespace
+
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   const std::string name = c10::toString(schema.operator_name());
@@ -247,8 +249,6 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
   run_on_cpu(op, stack);
 }
-
-} // namespace
 
 std::map<std::string, int64_t> fallback_op_counts() {
   FallbackLog& l = log();

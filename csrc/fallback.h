@@ -2,11 +2,23 @@
 // The CPU fallback: every ATen op tiny has no kernel for runs on PyTorch's CPU kernel (csrc/fallback.cpp).
 // It counts its calls per op; runtime::stats().fallbacks holds their total.
 
+#include <ATen/native/CPUFallback.h>
+
 #include <cstdint>
 #include <map>
 #include <string>
 
 namespace tiny {
+
+// The boxed fallback itself, registered for every op without a tiny kernel.
+void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// A native kernel runs a case it does not compute (a dtype whose CPU kernel rounds its own way) through
+// the fallback, counted, warned about and refused under TINY_FALLBACK=0 like any other:
+//   return on_cpu<at::_ops::upsample_bilinear2d>(self, output_size, align_corners, scales_h, scales_w);
+template <class Op, class... Args> auto on_cpu(Args&&... args) {
+  return at::native::call_fallback_fn<&fallback, Op>::call(std::forward<Args>(args)...);
+}
 
 // Calls through the fallback since the last reset, by operator name ("aten::cumsum", "aten::sort.values").
 std::map<std::string, int64_t> fallback_op_counts();

@@ -72,6 +72,49 @@ def test_bad_shapes_and_dtypes_raise_like_cpu():
     check(torch.mm, rand(3, 3) > 0, rand(3, 3) > 0)
 
 
+def test_addr_is_one_kernel_at_opmath_precision():
+    for dtype in DTYPES:
+        check(
+            lambda c, x, y: torch.addr(c, x, y, beta=0.6, alpha=2),
+            rand(5, 4, dtype=dtype),
+            rand(5, dtype=dtype, seed=1),
+            rand(4, dtype=dtype, seed=2),
+            **tol(dtype),
+        )
+    x, y = rand(6, seed=1), rand(3, seed=2)
+    check(lambda c, x, y: torch.addr(c, x, y), rand(3, dtype=torch.float64), x, y)  # self broadcast, promoted
+    check(lambda c, x, y: torch.addr(c, x, y, beta=0), torch.full((6, 3), float("nan")), x, y)
+    check(lambda c, x, y: c.addr_(x, y, alpha=0.5), rand(6, 3), x, y)
+    check(lambda c, x, y, o: torch.addr(c, x, y, out=o), rand(6, 3), x, y, torch.empty(0))
+    b = rand(4) > 0.5
+    check(lambda c, x, y: torch.addr(c, x, y, beta=False), b, b, b)
+    check(lambda c, x, y: torch.addr(c, x, y), b, b, b)
+    # float16 computed in float32 and rounded once (torch's CPU kernel rounds each step)
+    c, v, w = (
+        rand(40, 30, dtype=torch.float16),
+        rand(40, dtype=torch.float16, seed=1),
+        rand(30, dtype=torch.float16, seed=2),
+    )
+    once = (0.6 * c.float() + 0.2 * torch.outer(v.float(), w.float())).half()
+    tiny = torch.addr(c.to("tiny"), v.to("tiny"), w.to("tiny"), beta=0.6, alpha=0.2).cpu()
+    torch.testing.assert_close(tiny, once, rtol=0, atol=0)
+    c, x, y = (t.to("tiny") for t in (rand(6, 3), x, y))
+    torch.tiny.synchronize()
+    with counting() as count:
+        torch.addr(c, x, y).cpu()
+    assert count["kernels"] == 1
+
+
+def test_addr_errors_like_cpu():
+    x, y = rand(6, seed=1), rand(3, seed=2)
+    check(torch.addr, rand(6, 3), rand(6, 1), y)  # vec1 not 1-D
+    check(torch.addr, rand(4, 3), x, y)  # self does not expand to (6, 3)
+    check(lambda c, x, y: c.addr_(x, y), rand(3), x, y)  # in place: self must be (6, 3)
+    i = torch.arange(6)
+    check(lambda c, x, y: torch.addr(c, x, y, beta=0.5), i, i, i)  # float beta for integers
+    check(lambda c, x, y: torch.addr(c, x, y, alpha=True), rand(6, 6), x, x)  # bool alpha for floats
+
+
 def test_linear_relu_is_one_kernel():
     x, w, b = (t.to("tiny") for t in (rand(16, 32), rand(32, 8, seed=1), rand(8, seed=2)))
     torch.tiny.synchronize()
