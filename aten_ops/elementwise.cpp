@@ -77,6 +77,7 @@ struct Op {
   Kind kind;
   Build build;
   std::function<void(const Call&)> check = nullptr; // torch's op-specific argument checks
+  const char* bool_out_only = nullptr;              // the op's name, when out= must be bool
 };
 
 // ---- value builders ----
@@ -226,6 +227,80 @@ void check_alpha(const Call& c) {
   if (c.has("alpha")) at::native::alpha_check(to_scalar_type(c.compute), c.param("alpha").toScalar());
 }
 
+void check_float(const Call& c, const char* name) {
+  TORCH_CHECK_NOT_IMPLEMENTED(is_float(c.compute), "\"", name, "_cpu\" not implemented for '",
+                              to_scalar_type(c.compute), "'");
+}
+
+UOpPtr is_nan(const UOpPtr& x) { return bin(Ops::CMPNE, x, x); }
+UOpPtr any_of(const UOpPtr& x, const UOpPtr& y) { return bin(Ops::OR, x, y); }
+
+// The sign bit (so -0.0 and -NaN count as negative), for floats through the bits.
+UOpPtr sign_bit(const UOpPtr& x, const Call& c) {
+  if (x->dtype == DType::Bool) return bin(Ops::CMPNE, x, x);
+  if (!is_float(x->dtype)) return bin(Ops::CMPLT, x, c.zero());
+  DType bits = x->dtype == DType::Float64 ? DType::Int64 : DType::Int32;
+  UOpPtr i = bitcast(x, bits);
+  return bin(Ops::CMPLT, i, expand(reshape(const_int(bits, 0), Shape(c.shape.size(), 1)), c.shape));
+}
+
+// torch's logaddexp (base e) and logaddexp2: max + log1p(exp(-|a - b|)), equal infinities as they are.
+Build log_add_exp(bool base2) {
+  return [base2](const Call& c) {
+    const UOpPtr &a = c.a(), &b = c.b();
+    UOpPtr d = un(Ops::NEG, un(Ops::ABS, bin(Ops::SUB, a, b)));
+    UOpPtr tail = un(Ops::LOG1P, un(base2 ? Ops::EXP2 : Ops::EXP, d));
+    if (base2) tail = bin(Ops::MUL, tail, c.constant(1.0 / std::log(2.0)));
+    UOpPtr m = where(bin(Ops::CMPLT, a, b), b, a);
+    UOpPtr same_inf = bin(Ops::AND, bin(Ops::CMPEQ, a, b), bin(Ops::CMPEQ, un(Ops::ABS, a), c.constant(INFINITY)));
+    return where(same_inf, a, bin(Ops::ADD, m, tail));
+  };
+}
+
+// fmax/fmin: a NaN loses to a number.
+Build nan_ignoring(Ops op) {
+  return [op](const Call& c) {
+    UOpPtr m = bin(op, c.a(), c.b());
+    if (!is_float(c.compute)) return m;
+    return where(is_nan(c.a()), c.b(), where(is_nan(c.b()), c.a(), m));
+  };
+}
+
+// xlogy and xlog1py: x * log(y) with 0 where x is 0, NaN where y is.
+Build x_log(Ops log) {
+  return [log](const Call& c) {
+    UOpPtr v = where(bin(Ops::CMPEQ, c.a(), c.zero()), c.zero(), bin(Ops::MUL, c.a(), un(log, c.b())));
+    return where(is_nan(c.b()), c.constant(NAN), v);
+  };
+}
+
+// sqrt(a^2 + b^2) without overflow: m * sqrt(1 + (n / m)^2) for m = max(|a|, |b|), n = min; an
+// infinity wins over a NaN, as in C's hypot.
+UOpPtr hypot(const Call& c) {
+  UOpPtr a = un(Ops::ABS, c.a()), b = un(Ops::ABS, c.b());
+  UOpPtr m = bin(Ops::MAX, a, b), n = bin(Ops::MIN, a, b), r = bin(Ops::FDIV, n, m);
+  UOpPtr v = bin(Ops::MUL, m, un(Ops::SQRT, bin(Ops::ADD, c.constant(1.0), bin(Ops::MUL, r, r))));
+  UOpPtr inf = c.constant(INFINITY);
+  v = where(bin(Ops::CMPEQ, m, c.zero()), c.zero(), v);
+  v = where(any_of(is_nan(a), is_nan(b)), c.constant(NAN), v);
+  return where(any_of(bin(Ops::CMPEQ, a, inf), bin(Ops::CMPEQ, b, inf)), inf, v);
+}
+
+// sin(pi x) / (pi x), 1 at 0.
+UOpPtr sinc(const Call& c) {
+  UOpPtr px = bin(Ops::MUL, c.a(), c.constant(M_PI));
+  return where(bin(Ops::CMPEQ, c.a(), c.zero()), c.constant(1.0), bin(Ops::FDIV, un(Ops::SIN, px), px));
+}
+
+// -x log x: 0 at 0, -inf below, NaN stays.
+UOpPtr entr(const Call& c) {
+  const UOpPtr& x = c.a();
+  UOpPtr v = un(Ops::NEG, bin(Ops::MUL, x, un(Ops::LOG, x)));
+  v = where(bin(Ops::CMPEQ, x, c.zero()), c.zero(), v);
+  v = where(bin(Ops::CMPLT, x, c.zero()), c.constant(-INFINITY), v);
+  return where(is_nan(x), x, v);
+}
+
 const std::unordered_map<std::string, Op>& table() {
   using K = Kind;
   static const std::unordered_map<std::string, Op> t = {
@@ -334,6 +409,46 @@ const std::unordered_map<std::string, Op>& table() {
         }}},
       {"lerp", {K::Binary, lerp}},
       {"where", {K::Where, [](const Call& c) { return where(c.in.at(0), c.in.at(1), c.in.at(2)); }}},
+      {"copysign",
+       {K::BinaryFloat,
+        [](const Call& c) {
+          UOpPtr m = un(Ops::ABS, c.a());
+          return where(sign_bit(c.b(), c), un(Ops::NEG, m), m);
+        }}},
+      {"logaddexp", {K::Binary, log_add_exp(false), [](const Call& c) { check_float(c, "logaddexp"); }}},
+      {"logaddexp2", {K::Binary, log_add_exp(true), [](const Call& c) { check_float(c, "logaddexp2"); }}},
+      {"fmax", {K::Binary, nan_ignoring(Ops::MAX)}},
+      {"fmin", {K::Binary, nan_ignoring(Ops::MIN)}},
+      {"xlogy", {K::BinaryFloat, x_log(Ops::LOG)}},
+      {"special_xlog1py", {K::BinaryFloat, x_log(Ops::LOG1P)}},
+      {"hypot", {K::Binary, hypot, [](const Call& c) { check_float(c, "hypot"); }}},
+      {"heaviside",
+       {K::Binary,
+        [](const Call& c) {
+          return where(bin(Ops::CMPEQ, c.a(), c.zero()), c.b(), cast(bin(Ops::CMPLT, c.zero(), c.a()), c.compute));
+        },
+        [](const Call& c) {
+          TORCH_CHECK(c.tensors.at(0).scalar_type() == c.tensors.at(1).scalar_type(),
+                      "heaviside is not yet implemented for tensors with different dtypes.");
+        }}},
+      {"frac",
+       {K::Unary, [](const Call& c) { return bin(Ops::SUB, c.a(), un(Ops::TRUNC, c.a())); },
+        [](const Call& c) { check_float(c, "frac"); }}},
+      {"sinc", {K::UnaryFloat, sinc}},
+      {"special_entr", {K::UnaryFloat, entr}},
+      {"isposinf",
+       {K::UnaryBool,
+        [](const Call& c) {
+          return is_float(c.compute) ? bin(Ops::CMPEQ, c.a(), c.constant(INFINITY)) : bin(Ops::CMPNE, c.a(), c.a());
+        },
+        nullptr, "isposinf"}},
+      {"isneginf",
+       {K::UnaryBool,
+        [](const Call& c) {
+          return is_float(c.compute) ? bin(Ops::CMPEQ, c.a(), c.constant(-INFINITY)) : bin(Ops::CMPNE, c.a(), c.a());
+        },
+        nullptr, "isneginf"}},
+      {"signbit", {K::UnaryBool, [](const Call& c) { return sign_bit(c.a(), c); }, nullptr, "signbit"}},
   };
   return t;
 }
@@ -349,7 +464,8 @@ std::string family(const c10::FunctionSchema& s) {
 
 bool is_operand(const std::string& name) {
   return name == "self" || name == "other" || name == "exponent" || name == "min" || name == "max" ||
-         name == "condition" || name == "tensor1" || name == "tensor2" || name == "end" || name == "weight";
+         name == "condition" || name == "tensor1" || name == "tensor2" || name == "end" || name == "weight" ||
+         name == "values";
 }
 
 at::Tensor wrap_scalar(const at::Scalar& s) {
@@ -476,7 +592,11 @@ void elementwise_kernel(const c10::OperatorHandle& handle, torch::jit::Stack* st
     if (writes) {
       out = v.toTensor();
       inplace = arg.name() == "self";
-      if (!inplace) continue;
+      if (!inplace) {
+        TORCH_CHECK(!op.bool_out_only || out.scalar_type() == at::kBool, op.bool_out_only,
+                    " does not support non-boolean outputs.");
+        continue;
+      }
     }
     if (is_operand(arg.name())) {
       call.params.emplace_back(arg.name(), v);
@@ -747,6 +867,42 @@ constexpr const char* kOverloads[] = {
     "__irshift__.Scalar",
     "where.self",
     "where.self_out",
+    "copysign.Tensor",
+    "copysign.out",
+    "copysign_.Tensor",
+    "logaddexp",
+    "logaddexp.out",
+    "logaddexp2",
+    "logaddexp2.out",
+    "fmax",
+    "fmax.out",
+    "fmin",
+    "fmin.out",
+    "xlogy.Tensor",
+    "xlogy.OutTensor",
+    "xlogy_.Tensor",
+    "special_xlog1py",
+    "special_xlog1py.out",
+    "hypot",
+    "hypot.out",
+    "hypot_",
+    "heaviside",
+    "heaviside.out",
+    "heaviside_",
+    "frac",
+    "frac.out",
+    "frac_",
+    "sinc",
+    "sinc.out",
+    "sinc_",
+    "special_entr",
+    "special_entr.out",
+    "isposinf",
+    "isposinf.out",
+    "isneginf",
+    "isneginf.out",
+    "signbit",
+    "signbit.out",
     "addcmul",
     "addcmul_",
     "addcmul.out",

@@ -135,12 +135,21 @@ BINARY = {
     "bitwise_xor": ("bitwise_xor", lambda dt: {}),
     "bitwise_left_shift": ("bitwise_left_shift", lambda dt: {}),
     "bitwise_right_shift": ("bitwise_right_shift", lambda dt: {}),
+    "copysign": ("copysign", lambda dt: {}),
+    "logaddexp": ("logaddexp", lambda dt: {}),
+    "logaddexp2": ("logaddexp2", lambda dt: {}),
+    "fmax": ("fmax", lambda dt: {}),
+    "fmin": ("fmin", lambda dt: {}),
+    "xlogy": ("xlogy", lambda dt: {}),
+    "hypot": ("hypot", lambda dt: {}),
+    "heaviside": ("heaviside", lambda dt: {}),
 }
 
 UNARY = [
     "neg", "abs", "sign", "exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt",
     "reciprocal", "sin", "cos", "tan", "tanh", "sigmoid", "relu", "erf", "isnan", "isinf",
     "isfinite", "logical_not", "bitwise_not", "floor", "ceil", "round", "trunc", "sgn", "logit",
+    "frac", "sinc", "signbit", "isposinf", "isneginf",
 ]  # fmt: skip
 UNARY_WITHOUT_OUT = {"relu", "isnan", "isinf", "isfinite"}
 
@@ -381,6 +390,19 @@ def test_unary_op_inplace_through_a_view_updates_the_base(op):
 @by_float_dtype
 def test_unary_op_on_nan_inf_and_zeros_matches_cpu(op, dtype):
     matches_cpu(getattr(torch, op), special_lhs(dtype))
+
+
+@by_float_dtype
+def test_special_entr_and_xlog1py_on_nan_inf_and_zeros_match_cpu(dtype):
+    matches_cpu(torch.special.entr, special_lhs(dtype))
+    matches_cpu(torch.special.xlog1py, special_lhs(dtype), special_rhs(dtype))
+    matches_cpu(lambda a, b, o: torch.special.xlog1py(a, b, out=o), lhs(dtype), rhs(dtype), torch.empty(0, dtype=dtype))
+
+
+def test_bool_results_refuse_other_out_dtypes_like_cpu():
+    for fn in (torch.signbit, torch.isposinf, torch.isneginf):
+        matches_cpu(lambda a, o, fn=fn: fn(a, out=o), lhs(torch.float32), torch.empty(0))
+        matches_cpu(lambda a, o, fn=fn: fn(a, out=o), lhs(torch.float32), torch.empty(0, dtype=torch.bool))
 
 
 @by_float_dtype
