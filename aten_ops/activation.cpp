@@ -1,6 +1,6 @@
 // Activation functions and their backward ops: gelu (none, tanh), silu, mish, leaky_relu, elu (and
 // what selu and celu call), hardtanh (and relu6), hardswish, hardsigmoid, softplus, threshold (relu's
-// backward is threshold_backward), log_sigmoid, and the backward ops sigmoid_backward and tanh_backward.
+// backward is threshold_backward), log_sigmoid, glu, and the backward ops sigmoid_backward and tanh_backward.
 //
 // One boxed kernel serves the functional, in-place and out= forms of every op in the table below, as
 // elementwise.cpp does: torch's TensorIterator checks the call (broadcasting, type promotion, out=
@@ -369,6 +369,47 @@ std::tuple<at::Tensor&, at::Tensor&> log_sigmoid_forward_out(const at::Tensor& s
   return {output, buffer};
 }
 
+// glu: a * sigmoid(b) for the halves a, b of dim; its backward (g * s, g * a * s * (1 - s)) along dim.
+// Built from tiny's own ops (one fused kernel each), in float32 for float16/bfloat16.
+std::pair<at::Tensor, at::Tensor> glu_halves(const at::Tensor& self, int64_t dim) {
+  TORCH_CHECK(self.dim() > 0, "glu does not support scalars because halving size must be even");
+  dim = at::maybe_wrap_dim(dim, self.dim());
+  TORCH_CHECK(self.size(dim) % 2 == 0, "Halving dimension must be even, but dimension ", dim, " is size ",
+              self.size(dim));
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(self.scalar_type()), "\"glu_cpu\" not implemented for '",
+                              self.scalar_type(), "'");
+  at::Tensor x = at::isReducedFloatingType(self.scalar_type()) ? self.to(at::kFloat) : self;
+  auto halves = x.chunk(2, dim);
+  return {halves[0], halves[1]};
+}
+
+at::Tensor glu_of(const at::Tensor& self, int64_t dim) {
+  auto [a, b] = glu_halves(self, dim);
+  return (a * b.sigmoid()).to(self.scalar_type());
+}
+
+at::Tensor& glu_out(const at::Tensor& self, int64_t dim, at::Tensor& out) {
+  at::Tensor r = glu_of(self, dim);
+  TORCH_CHECK(at::canCast(r.scalar_type(), out.scalar_type()), "result type ", r.scalar_type(),
+              " can't be cast to the desired output type ", out.scalar_type());
+  at::native::resize_output(out, r.sizes());
+  return out.copy_(r);
+}
+
+at::Tensor glu_backward_of(const at::Tensor& grad_output, const at::Tensor& self, int64_t dim) {
+  auto [a, b] = glu_halves(self, dim);
+  at::Tensor g = grad_output.to(a.scalar_type()), s = b.sigmoid();
+  at::Tensor grad_a = g * s, grad_b = g * a * s * (1 - s);
+  return at::cat({grad_a, grad_b}, at::maybe_wrap_dim(dim, self.dim())).to(self.scalar_type());
+}
+
+at::Tensor& glu_backward_out(const at::Tensor& grad_output, const at::Tensor& self, int64_t dim,
+                             at::Tensor& grad_input) {
+  at::Tensor r = glu_backward_of(grad_output, self, dim);
+  at::native::resize_output(grad_input, r.sizes());
+  return grad_input.copy_(r);
+}
+
 constexpr const char* kOverloads[] = {
     "gelu",
     "gelu_",
@@ -431,6 +472,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&activation_kernel>());
   m.impl("log_sigmoid_forward", TORCH_FN(log_sigmoid_forward));
   m.impl("log_sigmoid_forward.output", TORCH_FN(log_sigmoid_forward_out));
+  m.impl("glu", TORCH_FN(glu_of));
+  m.impl("glu.out", TORCH_FN(glu_out));
+  m.impl("glu_backward", TORCH_FN(glu_backward_of));
+  m.impl("glu_backward.grad_input", TORCH_FN(glu_backward_out));
 }
 
 } // namespace tiny::aten_ops

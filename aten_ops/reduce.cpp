@@ -30,12 +30,14 @@
 #include <ATen/ops/cumprod_meta_dispatch.h>
 #include <ATen/ops/cumsum_meta_dispatch.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/eq.h>
 #include <ATen/ops/linalg_vector_norm_meta_dispatch.h>
 #include <ATen/ops/max_meta_dispatch.h>
 #include <ATen/ops/mean_meta_dispatch.h>
 #include <ATen/ops/min_meta_dispatch.h>
 #include <ATen/ops/norm_meta_dispatch.h>
 #include <ATen/ops/prod_meta_dispatch.h>
+#include <ATen/ops/sum.h>
 #include <ATen/ops/sum_meta_dispatch.h>
 #include <torch/library.h>
 
@@ -154,7 +156,7 @@ struct Fold {
   bool mean;
 };
 
-enum Kind { Sum, Mean, Prod, Amax, Amin, All, Any };
+enum Kind { Sum, Mean, Prod, Amax, Amin, All, Any, NanSum };
 
 constexpr Fold kFolds[] = {
     /* Sum  */ {Ops::ADD, true, false, false},
@@ -164,6 +166,7 @@ constexpr Fold kFolds[] = {
     /* Amin */ {Ops::MIN, false, false, false},
     /* All  */ {Ops::MIN, false, true, false},
     /* Any  */ {Ops::MAX, false, true, false},
+    /* NanSum */ {Ops::ADD, true, false, false},
 };
 
 void write_fold(Kind kind, const at::Tensor& self, const DimMask& mask, const at::Tensor& out) {
@@ -176,6 +179,7 @@ void write_fold(Kind kind, const at::Tensor& self, const DimMask& mask, const at
     x = truth(x);
   else if (f.accumulate)
     x = cast(cast(x, out_dt), opmath(out_dt));
+  if (kind == NanSum && is_float(x->dtype)) x = where(alu(Ops::CMPNE, x, x), like(x, 0), x); // NaN adds 0
   Axes axes = axes_of(mask, x);
   UOpPtr r = fold(x, f.op, axes, to_shape(out.sizes()));
   if (f.mean) r = alu(Ops::FDIV, r, like(r, static_cast<double>(extent(x, axes))));
@@ -199,6 +203,37 @@ at::Tensor& sum_out(const at::Tensor& self, at::OptionalIntArrayRef dim, bool ke
   at::meta::sum_outf(self, dim, keepdim, dtype, out);
   write_fold(Sum, self, mask_of(self, dim), out);
   return out;
+}
+
+// nansum: sum's result dtype and shape, NaNs counted as 0.
+at::Tensor nansum(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+                  std::optional<at::ScalarType> dtype) {
+  at::Tensor out = like_meta(at::meta::sum(self, dim, keepdim, dtype), self);
+  write_fold(NanSum, self, mask_of(self, dim), out);
+  return out;
+}
+
+at::Tensor& nansum_out(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
+                       std::optional<at::ScalarType> dtype, at::Tensor& out) {
+  at::meta::sum_outf(self, dim, keepdim, dtype, out);
+  write_fold(NanSum, self, mask_of(self, dim), out);
+  return out;
+}
+
+// trace: the diagonal's sum (integers give int64, as sum); the CPU kernel takes no bool.
+at::Tensor trace(const at::Tensor& self) {
+  TORCH_CHECK(self.dim() == 2, "trace: expected a matrix, but got tensor with dim ", self.dim());
+  TORCH_CHECK_NOT_IMPLEMENTED(self.scalar_type() != at::kBool, "\"trace\" not implemented for 'Bool'");
+  return at::sum(self.diagonal());
+}
+
+// equal: same sizes and every element equal (compared in the promoted dtype; NaN is unequal). A sync.
+bool equal(const at::Tensor& self, const at::Tensor& other) {
+  TORCH_CHECK(self.device() == other.device(), "Cannot compare two tensors on different devices. Got: ", self.device(),
+              " and ", other.device());
+  if (!self.sizes().equals(other.sizes())) return false;
+  if (self.numel() == 0) return true;
+  return at::eq(self, other).all().item<bool>();
 }
 
 at::Tensor mean(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
@@ -665,6 +700,10 @@ at::Tensor& softmax_backward_out(const at::Tensor& grad_output, const at::Tensor
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("sum.dim_IntList", sum);
   m.impl("sum.IntList_out", sum_out);
+  m.impl("nansum", nansum);
+  m.impl("nansum.out", nansum_out);
+  m.impl("trace", trace);
+  m.impl("equal", equal);
   m.impl("mean.dim", mean);
   m.impl("mean.out", mean_out);
   m.impl("prod", prod);

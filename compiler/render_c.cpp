@@ -278,6 +278,26 @@ std::string render_unary(Ops op, DType dt, const std::string& a) {
     return math("log1p");
   case Ops::EXPM1:
     return math("expm1");
+  case Ops::ASIN:
+    return math("asin");
+  case Ops::ACOS:
+    return math("acos");
+  case Ops::ATAN:
+    return math("atan");
+  case Ops::SINH:
+    return math("sinh");
+  case Ops::COSH:
+    return math("cosh");
+  case Ops::ASINH:
+    return math("asinh");
+  case Ops::ACOSH:
+    return math("acosh");
+  case Ops::ATANH:
+    return math("atanh");
+  case Ops::ERFC:
+    return math("erfc");
+  case Ops::LGAMMA:
+    return math("lgamma");
   case Ops::RECIP:
     return std::string(is_f64(dt) ? "1.0" : "1.0f") + " / " + a;
   default:
@@ -302,6 +322,8 @@ std::string render_binary(Ops op, DType dt, DType in, const std::string& a, cons
     return fl ? std::string("fmod") + fsuffix(in) + "(" + a + ", " + b + ")" : "TINY_IMOD(" + a + ", " + b + ")";
   case Ops::POW:
     return fl ? std::string("pow") + fsuffix(in) + "(" + a + ", " + b + ")" : "tiny_ipow(" + a + ", " + b + ")";
+  case Ops::ATAN2:
+    return std::string("atan2") + fsuffix(in) + "(" + a + ", " + b + ")";
   case Ops::MAX:
     return fl ? "TINY_FMAX(" + a + ", " + b + ")" : "(" + a + " > " + b + " ? " + a + " : " + b + ")";
   case Ops::MIN:

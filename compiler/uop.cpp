@@ -17,12 +17,13 @@ namespace tiny {
 namespace {
 
 constexpr const char* kOpNames[] = {
-    "BUFFER", "CONST",   "DEFINE_VAR", "IOTA",  "VIEW",  "NEG",   "NOT",     "BITNOT", "ABS",        "SQRT",
-    "EXP",    "EXP2",    "LOG",        "LOG2",  "SIN",   "COS",   "TAN",     "TANH",   "ERF",        "FLOOR",
-    "CEIL",   "RINT",    "TRUNC",      "RECIP", "LOG1P", "EXPM1", "ADD",     "SUB",    "MUL",        "FDIV",
-    "IDIV",   "MOD",     "POW",        "MAX",   "MIN",   "CMPLT", "CMPLE",   "CMPEQ",  "CMPNE",      "AND",
-    "OR",     "XOR",     "SHL",        "SHR",   "WHERE", "CAST",  "BITCAST", "REDUCE", "CONTIGUOUS", "ASSIGN",
-    "GATHER", "SCATTER", "PARAM",      "ARG",   "RANGE", "LOAD",  "STORE",   "SINK"};
+    "BUFFER", "CONST",  "DEFINE_VAR", "IOTA",  "VIEW",  "NEG",    "NOT",   "BITNOT",  "ABS",    "SQRT",
+    "EXP",    "EXP2",   "LOG",        "LOG2",  "SIN",   "COS",    "TAN",   "TANH",    "ERF",    "FLOOR",
+    "CEIL",   "RINT",   "TRUNC",      "RECIP", "LOG1P", "EXPM1",  "ASIN",  "ACOS",    "ATAN",   "SINH",
+    "COSH",   "ASINH",  "ACOSH",      "ATANH", "ERFC",  "LGAMMA", "ADD",   "SUB",     "MUL",    "FDIV",
+    "IDIV",   "MOD",    "POW",        "ATAN2", "MAX",   "MIN",    "CMPLT", "CMPLE",   "CMPEQ",  "CMPNE",
+    "AND",    "OR",     "XOR",        "SHL",   "SHR",   "WHERE",  "CAST",  "BITCAST", "REDUCE", "CONTIGUOUS",
+    "ASSIGN", "GATHER", "SCATTER",    "PARAM", "ARG",   "RANGE",  "LOAD",  "STORE",   "SINK"};
 static_assert(sizeof(kOpNames) / sizeof(kOpNames[0]) == static_cast<size_t>(Ops::SINK) + 1);
 
 void mix(size_t& h, size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); }
@@ -145,7 +146,7 @@ std::pair<int64_t, int64_t> infer_bounds(Ops op, DType dtype, const std::vector<
 } // namespace
 
 const char* op_name(Ops op) { return kOpNames[static_cast<size_t>(op)]; }
-bool is_unary(Ops op) { return op >= Ops::NEG && op <= Ops::EXPM1; }
+bool is_unary(Ops op) { return op >= Ops::NEG && op <= Ops::LGAMMA; }
 bool is_binary(Ops op) { return op >= Ops::ADD && op <= Ops::SHR; }
 bool is_alu(Ops op) { return is_unary(op) || is_binary(op) || op == Ops::WHERE; }
 bool is_comparison(Ops op) { return op >= Ops::CMPLT && op <= Ops::CMPNE; }

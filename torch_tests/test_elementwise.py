@@ -143,13 +143,15 @@ BINARY = {
     "xlogy": ("xlogy", lambda dt: {}),
     "hypot": ("hypot", lambda dt: {}),
     "heaviside": ("heaviside", lambda dt: {}),
+    "atan2": ("atan2", lambda dt: {}),
 }
 
 UNARY = [
     "neg", "abs", "sign", "exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt",
     "reciprocal", "sin", "cos", "tan", "tanh", "sigmoid", "relu", "erf", "isnan", "isinf",
     "isfinite", "logical_not", "bitwise_not", "floor", "ceil", "round", "trunc", "sgn", "logit",
-    "frac", "sinc", "signbit", "isposinf", "isneginf",
+    "frac", "sinc", "signbit", "isposinf", "isneginf", "asin", "acos", "atan", "sinh", "cosh", "asinh",
+    "acosh", "atanh", "erfc", "lgamma",
 ]  # fmt: skip
 UNARY_WITHOUT_OUT = {"relu", "isnan", "isinf", "isfinite"}
 

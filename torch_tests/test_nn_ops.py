@@ -476,3 +476,21 @@ def test_binary_cross_entropy_edges_match_cpu():
     check(lambda p, y: F.binary_cross_entropy(p, y), torch.tensor([0.5, 1.5]), torch.tensor([0.5, 0.5]))
     check(lambda p, y: F.binary_cross_entropy(p, y), torch.tensor([0.5, float("nan")]), torch.tensor([0.5, 0.5]))
     check(lambda p, y: F.binary_cross_entropy(p, y), torch.tensor([0.5, 0.5]), torch.tensor([0.5, -0.5]))
+
+
+def test_glu_and_its_gradient():
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        x = torch.randn(4, 6, generator=torch.Generator().manual_seed(0)).to(dtype)
+        tol = {"rtol": 1e-2, "atol": 1e-2} if dtype in (torch.float16, torch.bfloat16) else {}
+        check(lambda t: (F.glu(t), F.glu(t, 0)), x, **tol)
+
+    def scenario(dev):
+        x = torch.randn(3, 8, 2, generator=torch.Generator().manual_seed(1)).to(dev).requires_grad_()
+        (F.glu(x, 1) * torch.arange(8.0, device=dev).reshape(1, 4, 2)).sum().backward()
+        return x.grad
+
+    check_devices(scenario)
+    check(F.glu, torch.ones(3, 3))  # odd halving dim: torch's error
+    check(F.glu, torch.tensor(1.0))  # scalar
+    check(F.glu, torch.ones(4, dtype=torch.int32))  # integers: torch's NotImplementedError
+    check(lambda t, o: torch._C._nn.glu(t, -1, out=o), torch.ones(2, 4), torch.empty(0))

@@ -222,6 +222,24 @@ def test_logsumexp():
     check(lambda t: torch.logsumexp(t, 0), sample((0, 3)))
 
 
+def test_nansum_trace_and_equal():
+    x = torch.tensor([[1.0, NAN, 2.0], [NAN, NAN, NAN], [INF, 1.0, -INF]])
+    for dim in (None, 0, 1):
+        check(lambda t, dim=dim: torch.nansum(t, **dim_kwargs(dim)), x)
+    for dtype in ALL_DTYPES:
+        check(lambda t: (torch.nansum(t, 1, keepdim=True), torch.trace(t)), sample((4, 4), dtype), **tolerance(dtype))
+    check(lambda t, o: torch.nansum(t, 0, out=o), x, torch.empty(0))
+    check(lambda t: torch.nansum(t, 0, dtype=torch.float64), x)
+    check(torch.trace, sample((3, 5)))
+    check(torch.trace, sample((3,)))  # not a matrix: torch's error
+    a = sample((3, 4))
+    b = a.clone()
+    b[1, 2] += 1
+    for other in (a.clone(), b, a[:2], a.double(), torch.full((3, 4), NAN)):
+        check(torch.equal, a, other)
+    check(torch.equal, torch.full((2,), NAN), torch.full((2,), NAN))
+
+
 # ---------------------------------------------------------------------------------------------
 # cumsum, cumprod
 
