@@ -1,6 +1,6 @@
-// Pooling: max_pool2d_with_indices, avg_pool2d/avg_pool3d, _adaptive_avg_pool2d/3d, and their backward
-// ops. Each result is one reduce over a window view of the (padded) input, so it fuses with what
-// produces the input and what consumes the result:
+// Pooling: max_pool2d_with_indices, max_pool3d_with_indices, avg_pool2d/avg_pool3d, _adaptive_avg_pool2d/3d, and their
+// backward ops. Each result is one reduce over a window view of the (padded) input, so it fuses with what produces the
+// input and what consumes the result:
 //   max         the MAX over the window, the input padded with the dtype's lowest value (-inf)
 //   indices     the MIN over the window of the flat input-plane index where the input equals the max
 //               (the first such position, as torch; the last NaN when the max is NaN, as torch)
@@ -14,6 +14,7 @@
 // Sums accumulate in float32 for float16/bfloat16 and in the windows' order, as torch's CPU kernels.
 
 #include <ATen/core/Tensor.h>
+#include <ATen/native/Pool.h>
 #include <ATen/ops/avg_pool2d_backward_meta_dispatch.h>
 #include <ATen/ops/avg_pool2d_meta_dispatch.h>
 #include <ATen/ops/avg_pool3d_backward_meta_dispatch.h>
@@ -235,6 +236,106 @@ at::Tensor& max_pool2d_with_indices_backward_out(const at::Tensor& grad_output, 
   at::meta::max_pool2d_with_indices_backward_outf(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode,
                                                   indices, grad_input);
   return write_max_pool_backward(grad_output, self, kernel_size, stride, padding, dilation, indices, grad_input);
+}
+
+// ---- max_pool3d_with_indices: torch's CPU checks and shapes (not a structured op), the same values ----
+
+struct Pool3d {
+  window::Geometry g;
+  Shape out; // (otime, oheight, owidth)
+  at::MemoryFormat format;
+};
+
+Pool3d pool3d_args(const at::Tensor& self, c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
+                   c10::IntArrayRef padding, c10::IntArrayRef dilation, bool ceil_mode, const char* fn) {
+  TORCH_CHECK(kernel_size.size() == 1 || kernel_size.size() == 3,
+              "max_pool3d: kernel_size must either be a single int, or a tuple of three ints")
+  TORCH_CHECK(stride.empty() || stride.size() == 1 || stride.size() == 3,
+              "max_pool3d: stride must either be omitted, a single int, or a tuple of three ints")
+  TORCH_CHECK(padding.size() == 1 || padding.size() == 3,
+              "max_pool3d: padding must either be a single int, or a tuple of three ints");
+  TORCH_CHECK(dilation.size() == 1 || dilation.size() == 3,
+              "max_pool3d: dilation must be either a single int, or a tuple of three ints");
+  window::Geometry g = geometry(3, kernel_size, stride, padding, dilation);
+  at::MemoryFormat format = self.suggest_memory_format();
+  if (format == at::MemoryFormat::ChannelsLast3d) {
+    TORCH_CHECK(self.dim() == 5, "non-empty 5D (batch mode) tensor expected for input with channels_last_3d layout");
+  } else {
+    TORCH_CHECK(self.dim() == 4 || self.dim() == 5, "non-empty 4D or 5D (batch mode) tensor expected for input");
+  }
+  Shape in = last(Shape(self.sizes().begin(), self.sizes().end()), 3), out(3);
+  for (size_t i = 0; i < 3; i++)
+    out[i] = at::native::pooling_output_shape<int64_t>(in[i], g.kernel[i], g.padding[i], g.stride[i], g.dilation[i],
+                                                       ceil_mode);
+  auto n = [](int64_t v) { return static_cast<int>(v); };
+  at::native::pool3d_shape_check(self, self.size(-4), n(g.kernel[0]), n(g.kernel[1]), n(g.kernel[2]), n(g.stride[0]),
+                                 n(g.stride[1]), n(g.stride[2]), n(g.padding[0]), n(g.padding[1]), n(g.padding[2]),
+                                 n(g.dilation[0]), n(g.dilation[1]), n(g.dilation[2]), in[0], in[1], in[2], out[0],
+                                 out[1], out[2], fn);
+  return {g, out, format};
+}
+
+std::vector<int64_t> pooled_sizes(const at::Tensor& self, const Shape& out) {
+  std::vector<int64_t> sizes(self.sizes().begin(), self.sizes().end() - 3);
+  sizes.insert(sizes.end(), out.begin(), out.end());
+  return sizes;
+}
+
+std::tuple<at::Tensor&, at::Tensor&> max_pool3d_with_indices_out(const at::Tensor& self, c10::IntArrayRef kernel_size,
+                                                                 c10::IntArrayRef stride, c10::IntArrayRef padding,
+                                                                 c10::IntArrayRef dilation, bool ceil_mode,
+                                                                 at::Tensor& out, at::Tensor& indices) {
+  Pool3d p = pool3d_args(self, kernel_size, stride, padding, dilation, ceil_mode,
+                         "max_pool3d_with_indices_out_cpu_template()");
+  check_dtype(self, "max_pool3d", true, false);
+  std::vector<int64_t> sizes = pooled_sizes(self, p.out);
+  out.resize_(sizes, self.dim() == 5 ? std::optional(p.format) : std::nullopt);
+  indices.resize_(sizes, self.dim() == 5 ? std::optional(p.format) : std::nullopt);
+  if (out.numel() == 0) return {out, indices};
+  DType dt = to_tiny_dtype(self.scalar_type());
+  auto [m, i] = max_pool(cast(read(self), opmath(dt)), p.out, p.g);
+  write(out, cast(m, dt));
+  write(indices, i);
+  return {out, indices};
+}
+
+std::tuple<at::Tensor, at::Tensor> max_pool3d_with_indices(const at::Tensor& self, c10::IntArrayRef kernel_size,
+                                                           c10::IntArrayRef stride, c10::IntArrayRef padding,
+                                                           c10::IntArrayRef dilation, bool ceil_mode) {
+  at::Tensor out = empty_tiny({0}, self.scalar_type(), self.device());
+  at::Tensor indices = empty_tiny({0}, at::kLong, self.device());
+  max_pool3d_with_indices_out(self, kernel_size, stride, padding, dilation, ceil_mode, out, indices);
+  return {out, indices};
+}
+
+at::Tensor& max_pool3d_with_indices_backward_out(const at::Tensor& grad_output, const at::Tensor& self,
+                                                 c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
+                                                 c10::IntArrayRef padding, c10::IntArrayRef dilation, bool ceil_mode,
+                                                 const at::Tensor& indices, at::Tensor& grad_input) {
+  Pool3d p = pool3d_args(self, kernel_size, stride, padding, dilation, ceil_mode,
+                         "max_pool3d_with_indices_backward_out_cpu_template()");
+  int64_t nd = self.dim();
+  for (at::Tensor t : {grad_output, indices}) {
+    at::check_dim_size(t, nd, nd - 4, self.size(-4));
+    for (int64_t i = 0; i < 3; i++)
+      at::check_dim_size(t, nd, nd - 3 + i, p.out[i]);
+  }
+  check_dtype(self, "max_pool3d_with_indices_backward", false, false);
+  grad_input.resize_(self.sizes(), p.format);
+  if (grad_input.numel() == 0) return grad_input;
+  DType dt = to_tiny_dtype(grad_input.scalar_type());
+  Shape in = last(Shape(self.sizes().begin(), self.sizes().end()), 3);
+  write(grad_input, cast(max_pool_backward(cast(read(grad_output), opmath(dt)), read(indices), in, p.g), dt));
+  return grad_input;
+}
+
+at::Tensor max_pool3d_with_indices_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                                            c10::IntArrayRef kernel_size, c10::IntArrayRef stride,
+                                            c10::IntArrayRef padding, c10::IntArrayRef dilation, bool ceil_mode,
+                                            const at::Tensor& indices) {
+  at::Tensor grad_input = empty_tiny({0}, self.scalar_type(), self.device());
+  return max_pool3d_with_indices_backward_out(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode,
+                                              indices, grad_input);
 }
 
 // ---- average pooling ----
@@ -523,6 +624,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("max_pool2d_with_indices.out", TORCH_FN(max_pool2d_with_indices_out));
   m.impl("max_pool2d_with_indices_backward", TORCH_FN(max_pool2d_with_indices_backward));
   m.impl("max_pool2d_with_indices_backward.grad_input", TORCH_FN(max_pool2d_with_indices_backward_out));
+  m.impl("max_pool3d_with_indices", TORCH_FN(max_pool3d_with_indices));
+  m.impl("max_pool3d_with_indices.out", TORCH_FN(max_pool3d_with_indices_out));
+  m.impl("max_pool3d_with_indices_backward", TORCH_FN(max_pool3d_with_indices_backward));
+  m.impl("max_pool3d_with_indices_backward.grad_input", TORCH_FN(max_pool3d_with_indices_backward_out));
   m.impl("avg_pool2d", TORCH_FN((avg_pool_fn<2, &at::meta::avg_pool2d>)));
   m.impl("avg_pool2d.out", TORCH_FN((avg_pool_out_fn<2, &at::meta::avg_pool2d_outf>)));
   m.impl("avg_pool2d_backward", TORCH_FN((avg_pool_backward_fn<2, &at::meta::avg_pool2d_backward>)));

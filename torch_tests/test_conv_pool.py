@@ -189,6 +189,31 @@ def test_max_pool2d_layouts_unbatched_and_integers():
         check(lambda x: F.max_pool2d(x, 2, return_indices=True), rand(2, 3, 8, 8, dtype=torch.int64).abs().to(dtype))
 
 
+MAX_POOL3D_OPTIONS = [
+    {"kernel_size": 2},
+    {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True},
+    {"kernel_size": (3, 2, 2), "stride": (1, 2, 1), "dilation": (2, 1, 1), "padding": (1, 0, 1)},
+]
+
+
+@pytest.mark.parametrize("options", MAX_POOL3D_OPTIONS, ids=str)
+def test_max_pool3d_values_indices_and_gradients_match_cpu(options):
+    x = rand(2, 3, 6, 7, 5)
+    check(lambda x: F.max_pool3d(x, return_indices=True, **options), x)
+    check_grads(lambda x: F.max_pool3d(x, **options), x)
+    check_grads(lambda x: F.max_pool3d(x, **options), rand(3, 6, 7, 5))  # unbatched
+
+
+def test_max_pool3d_layouts_integers_and_errors():
+    x = rand(2, 3, 4, 6, 6)
+    check(lambda x: F.max_pool3d(x, 2, return_indices=True), x.to(memory_format=torch.channels_last_3d))
+    check(lambda x: F.max_pool3d(x, 2, return_indices=True), (x * 10).to(torch.int64))
+    check(lambda x: F.max_pool3d(x, 2), x > 0)  # bool: torch's NotImplementedError
+    check(lambda x: F.max_pool3d(x, 2, padding=2), x)  # padding over half the kernel
+    check(lambda x: F.max_pool3d(x, 7), x)  # output too small
+    check(lambda x: F.max_pool3d(x, 2), rand(6, 6))  # not 4-d or 5-d
+
+
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 def test_pooling_half_precision(dtype):
     x = rand(2, 3, 8, 8, dtype=dtype)
