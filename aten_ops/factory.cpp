@@ -1,4 +1,5 @@
-// Factories and fills: empty, empty_strided, fill_, zero_, and the range factories (arange, linspace, eye).
+// Factories and fills: empty, empty_strided, fill_, zero_, and the range factories (arange, linspace, logspace,
+// eye).
 // zeros/ones/full/*_like/scalar_tensor are CompositeExplicitAutograd in torch and reach these kernels.
 
 #include <ATen/TensorIterator.h>
@@ -130,6 +131,32 @@ at::Tensor& linspace_out(const at::Scalar& start, const at::Scalar& end, int64_t
   return at::native::linspace_out(start, end, steps, out);
 }
 
+// torch's logspace_out (a CPU function, not a stub): base ** (start + step * i) in double, from the end
+// for the second half as linspace, start and end converted to the result dtype first; one step fills
+// base ** start. Integer results truncate; bool takes only zero or one step.
+at::Tensor& logspace_out(const at::Scalar& start, const at::Scalar& end, int64_t steps, double base, at::Tensor& out) {
+  TORCH_CHECK(steps >= 0, "number of steps must be non-negative");
+  if (out.numel() != steps) out.resize_({steps});
+  if (steps == 0) return out;
+  DType dt = to_tiny_dtype(out.scalar_type()), f64 = DType::Float64;
+  Shape shape{steps};
+  UOpPtr b = scalar_constant(at::Scalar(base), f64, shape);
+  if (steps == 1) {
+    write(out, cast(alu(Ops::POW, b, scalar_constant(at::Scalar(start.to<double>()), f64, shape)), dt));
+    return out;
+  }
+  TORCH_CHECK_NOT_IMPLEMENTED(dt != DType::Bool, "\"logspace_cpu\" not implemented for 'Bool'");
+  UOpPtr lo = cast(scalar_constant(start, dt, shape), f64), hi = cast(scalar_constant(end, dt, shape), f64);
+  UOpPtr step = alu(Ops::FDIV, alu(Ops::SUB, hi, lo), scalar_constant(at::Scalar(steps - 1), f64, shape));
+  UOpPtr i = iota(steps, DType::Int64);
+  UOpPtr from_end = alu(Ops::SUB, scalar_constant(at::Scalar(steps - 1), DType::Int64, shape), i);
+  UOpPtr first_half = alu(Ops::CMPLT, i, scalar_constant(at::Scalar(steps / 2), DType::Int64, shape));
+  UOpPtr e = where(first_half, alu(Ops::ADD, lo, alu(Ops::MUL, step, cast(i, f64))),
+                   alu(Ops::SUB, hi, alu(Ops::MUL, step, cast(from_end, f64))));
+  write(out, cast(alu(Ops::POW, b, e), dt));
+  return out;
+}
+
 // torch's eye_out_cpu: its checks and resize, then ones where the row index equals the column index.
 at::Tensor& eye_m_out(int64_t n, int64_t m, at::Tensor& out) {
   TORCH_CHECK(n >= 0, "n must be greater or equal to 0, got ", n);
@@ -154,6 +181,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("zero_", zero_);
   m.impl("arange.start_out", arange_out);
   m.impl("linspace.out", linspace_out);
+  m.impl("logspace.out", logspace_out);
   m.impl("eye.out", eye_out);
   m.impl("eye.m_out", eye_m_out);
 }

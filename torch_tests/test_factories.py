@@ -116,6 +116,17 @@ def test_linspace_with_many_points_matches_cpu():
 
 
 @by_dtype()
+def test_logspace_matches_cpu(dtype):
+    # bool takes zero or one step (torch's NotImplementedError for more); integers truncate base ** x
+    start = 0 if dtype is torch.uint8 else -1.5
+    for steps in (0, 1, 2, 7):
+        check_devices(lambda dev, s=steps: torch.logspace(start, 3.7, s, base=3.0, dtype=dtype, device=dev))
+    if dtype is not torch.uint8:  # -3 wraps around in uint8, and base ** 250 has no uint8 value
+        check_devices(lambda dev: torch.logspace(2, -3, 9, base=2.5, dtype=dtype, device=dev))
+    check_devices(lambda dev: torch.logspace(0, 2, -1, dtype=dtype, device=dev))  # torch's error
+
+
+@by_dtype()
 def test_eye_matches_cpu(dtype):
     check_devices(lambda dev: torch.eye(3, dtype=dtype, device=dev))
     check_devices(lambda dev: torch.eye(2, 4, dtype=dtype, device=dev))
