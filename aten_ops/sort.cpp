@@ -1,5 +1,5 @@
 // Sorting: sort (ascending or descending, along any dim; always stable), topk and kthvalue, and what torch
-// builds from them (argsort, msort, ...).
+// builds from them (argsort, msort, ...); searchsorted and bucketize; mode's out= form.
 //
 // A row of up to kCountingMax elements is sorted by counting, in UOps. An element's place in its sorted
 // row is the number of elements that go before it, rank[i] = #{j : x[j] before x[i]} + #{j < i : x[j]
@@ -19,6 +19,7 @@
 #include <ATen/MemoryOverlap.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/native/BucketizationUtils.h>
 #include <ATen/native/ReduceOpsUtils.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/SortingUtils.h>
@@ -208,6 +209,96 @@ std::tuple<at::Tensor&, at::Tensor&> kthvalue_out(const at::Tensor& self, int64_
   return {values, indices};
 }
 
+// ---- searchsorted and bucketize ----
+//
+// torch's CPU kernel runs a binary search per value: start, end = 0, n; while start < end: mid = (start +
+// end) / 2 halves the range by `!(b[mid] >= v)` (left) or `!(b[mid] > v)` (right). The same search here,
+// unrolled: bit_width(n) steps, each a gather of b[mid] for every value (so NaNs land where torch's search
+// puts them).
+UOpPtr binary_search(const UOpPtr& bounds, const UOpPtr& sorter, const UOpPtr& row_base, const UOpPtr& v, int64_t n,
+                     bool right) {
+  const Shape& s = v->shape;
+  auto c = [&](int64_t x) { return full(x, s); };
+  UOpPtr start = c(0), end = c(n);
+  for (int64_t step = 0, steps = std::bit_width(static_cast<uint64_t>(n)); step < steps; step++) {
+    UOpPtr active = alu(Ops::CMPLT, start, end);
+    UOpPtr mid = alu(Ops::ADD, start, alu(Ops::IDIV, alu(Ops::SUB, end, start), c(2)));
+    UOpPtr at = sorter ? gather(sorter, alu(Ops::ADD, row_base, mid)) : mid;
+    UOpPtr b = gather(bounds, alu(Ops::ADD, row_base, at));
+    UOpPtr go_right = alu(Ops::NOT, right ? alu(Ops::CMPLT, v, b) : alu(Ops::CMPLE, v, b)); // !(b > v), !(b >= v)
+    UOpPtr move = alu(Ops::AND, active, go_right), shrink = alu(Ops::AND, active, alu(Ops::NOT, go_right));
+    start = where(move, alu(Ops::ADD, mid, c(1)), start);
+    end = where(shrink, mid, end);
+  }
+  return start;
+}
+
+at::Tensor& searchsorted_out(const at::Tensor& sorted_sequence, const at::Tensor& self, bool out_int32, bool right,
+                             std::optional<c10::string_view> side, const std::optional<at::Tensor>& sorter_opt,
+                             at::Tensor& out) {
+  at::Tensor raw_sorter = sorter_opt.value_or(at::Tensor());
+  at::native::searchsorted_pre_check(sorted_sequence, self, out, out_int32, right, side, raw_sorter);
+  at::native::resize_output(out, self.sizes());
+  bool is_right = side ? *side == "right" : right;
+  if (self.numel() == 0) return out;
+  at::Tensor input, bounds, sorter;
+  at::native::searchsorted_maybe_trim_input_tensors(input, bounds, sorter, self, sorted_sequence, raw_sorter);
+  const at::Tensor& x = input.defined() ? input : self;
+  const at::Tensor& b = bounds.defined() ? bounds : sorted_sequence;
+  const at::Tensor& so = sorter.defined() ? sorter : raw_sorter;
+  int64_t n = b.size(-1), numel = x.numel();
+  DType dt = to_tiny_dtype(x.scalar_type());
+  UOpPtr v = reshape(read(x), {numel});
+  UOpPtr flat_bounds = cast(reshape(read(b), {b.numel()}), dt);
+  // the row of each value's boundaries: 0 for 1-D boundaries, else value index / values per row * n
+  UOpPtr row_base = full(0, {numel});
+  if (b.dim() > 1) {
+    int64_t per_row = x.size(-1);
+    row_base = alu(Ops::MUL, alu(Ops::IDIV, iota(numel, DType::Int64), full(per_row, {numel})), full(n, {numel}));
+  }
+  UOpPtr flat_sorter = so.defined() ? reshape(read(so), {so.numel()}) : nullptr;
+  UOpPtr r = binary_search(flat_bounds, flat_sorter, row_base, v, n, is_right);
+  write(out, cast(reshape(r, to_shape(out.sizes())), to_tiny_dtype(out.scalar_type())));
+  return out;
+}
+
+at::ScalarType index_dtype(bool out_int32) { return out_int32 ? at::kInt : at::kLong; }
+
+at::Tensor searchsorted_tensor(const at::Tensor& sorted_sequence, const at::Tensor& self, bool out_int32, bool right,
+                               std::optional<c10::string_view> side, const std::optional<at::Tensor>& sorter) {
+  at::Tensor out = empty_tiny({0}, index_dtype(out_int32), self.device());
+  return searchsorted_out(sorted_sequence, self, out_int32, right, side, sorter, out);
+}
+
+at::Tensor& searchsorted_scalar_out(const at::Tensor& sorted_sequence, const at::Scalar& self, bool out_int32,
+                                    bool right, std::optional<c10::string_view> side,
+                                    const std::optional<at::Tensor>& sorter, at::Tensor& out) {
+  return searchsorted_out(sorted_sequence, at::native::searchsorted_scalar_tensor(self, sorted_sequence.device()),
+                          out_int32, right, side, sorter, out);
+}
+
+at::Tensor searchsorted_scalar(const at::Tensor& sorted_sequence, const at::Scalar& self, bool out_int32, bool right,
+                               std::optional<c10::string_view> side, const std::optional<at::Tensor>& sorter) {
+  at::Tensor out = empty_tiny({0}, index_dtype(out_int32), sorted_sequence.device());
+  return searchsorted_scalar_out(sorted_sequence, self, out_int32, right, side, sorter, out);
+}
+
+at::Tensor& bucketize_out(const at::Tensor& self, const at::Tensor& boundaries, bool out_int32, bool right,
+                          at::Tensor& out) {
+  TORCH_CHECK(boundaries.dim() == 1, "boundaries tensor must be 1 dimension, but got dim(", boundaries.dim(), ")");
+  return searchsorted_out(boundaries, self, out_int32, right, std::nullopt, std::nullopt, out);
+}
+
+at::Tensor bucketize_tensor(const at::Tensor& self, const at::Tensor& boundaries, bool out_int32, bool right) {
+  at::Tensor out = empty_tiny({0}, index_dtype(out_int32), self.device());
+  return bucketize_out(self, boundaries, out_int32, right, out);
+}
+
+at::Tensor bucketize_scalar(const at::Scalar& self, const at::Tensor& boundaries, bool out_int32, bool right) {
+  return bucketize_tensor(at::native::searchsorted_scalar_tensor(self, boundaries.device()), boundaries, out_int32,
+                          right);
+}
+
 // torch's mode.values kernel is composite but accepts CPU, CUDA and XPU tensors only: the functional
 // mode (the CPU fallback today), its results written into values and indices.
 std::tuple<at::Tensor&, at::Tensor&> mode_out(const at::Tensor& self, int64_t dim, bool keepdim, at::Tensor& values,
@@ -231,6 +322,13 @@ std::tuple<at::Tensor&, at::Tensor&> mode_out(const at::Tensor& self, int64_t di
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("mode.values", TORCH_FN(mode_out));
+  m.impl("searchsorted.Tensor", TORCH_FN(searchsorted_tensor));
+  m.impl("searchsorted.Tensor_out", TORCH_FN(searchsorted_out));
+  m.impl("searchsorted.Scalar", TORCH_FN(searchsorted_scalar));
+  m.impl("searchsorted.Scalar_out", TORCH_FN(searchsorted_scalar_out));
+  m.impl("bucketize.Tensor", TORCH_FN(bucketize_tensor));
+  m.impl("bucketize.Tensor_out", TORCH_FN(bucketize_out));
+  m.impl("bucketize.Scalar", TORCH_FN(bucketize_scalar));
   m.impl("sort.values_stable", TORCH_FN(sort_out));
   m.impl("topk.values", TORCH_FN(topk_out));
   m.impl("kthvalue.values", TORCH_FN(kthvalue_out));

@@ -122,19 +122,25 @@ public:
     fs::path dir = cache_dir();
     fs::create_directories(dir);
     std::string base = hex(fnv1a(key() + "\n" + src));
-    fs::path so = dir / (base + ".so"), c = dir / (base + ".c"), log = dir / (base + ".log");
-    std::ofstream(c) << src;
-    fs::path tmp = dir / (base + ".so." + std::to_string(getpid()));
+    // Every file this process writes has its own name until renamed into place: processes sharing the
+    // cache (the test runner's parallel jobs) compile the same kernel at once, and a source file
+    // truncated by another writer compiled into a library without the kernel.
+    std::string mine = "." + std::to_string(getpid());
+    fs::path so = dir / (base + ".so"), c = dir / (base + ".c");
+    fs::path c_tmp = dir / (base + mine + ".c"), so_tmp = dir / (base + ".so" + mine),
+             log = dir / (base + mine + ".log");
+    std::ofstream(c_tmp) << src;
     std::string cmd =
-        cc_ + " " + flags_ + " -o '" + tmp.string() + "' '" + c.string() + "' -lm 2>'" + log.string() + "'";
+        cc_ + " " + flags_ + " -o '" + so_tmp.string() + "' '" + c_tmp.string() + "' -lm 2>'" + log.string() + "'";
     if (std::system(cmd.c_str()) != 0) {
       std::ifstream in(log);
       std::stringstream msg;
       msg << in.rdbuf();
-      throw std::runtime_error("tiny: compiling kernel " + name + " failed (source at " + c.string() + "):\n" +
+      throw std::runtime_error("tiny: compiling kernel " + name + " failed (source at " + c_tmp.string() + "):\n" +
                                msg.str());
     }
-    fs::rename(tmp, so);
+    fs::rename(c_tmp, c);
+    fs::rename(so_tmp, so);
     fs::remove(log);
     return so.string();
   }
@@ -196,14 +202,21 @@ public:
       return it->second.program;
     }
     fs::path so = compiler_.so_path(src);
+    std::shared_ptr<CpuProgram> p;
     if (fs::exists(so)) {
       stats().cache_hits++;
       stats().disk_hits++;
-    } else {
+      try {
+        p = std::make_shared<CpuProgram>(so.string(), fn_name);
+      } catch (const std::runtime_error&) {
+        fs::remove(so); // a damaged cache entry (an older tiny's race): compiled again below
+      }
+    }
+    if (!p) {
       so = compiler_.compile(src, fn_name);
       stats().compiles++;
+      p = std::make_shared<CpuProgram>(so.string(), fn_name);
     }
-    auto p = std::make_shared<CpuProgram>(so.string(), fn_name);
     recent_.push_front(key);
     programs_.emplace(key, Cached{p, recent_.begin()});
     // A program dropped here unloads when the last schedule holding it is gone.

@@ -487,3 +487,27 @@ def test_sort_runs_without_fallback_in_a_fixed_number_of_kernels():
         v.cpu(), i.cpu()
     assert c["fallbacks"] == 0
     assert c["kernels"] <= 4  # ranks, order, and the values and indices written from them
+
+
+def test_searchsorted_and_bucketize_match_cpus_binary_search():
+    nan = float("nan")
+    b = torch.tensor([1.0, 2.0, 2.0, 3.0, nan])  # NaN: torch's search lands where its comparisons say
+    v = torch.tensor([[0.0, 1.0, 2.0, 2.5, 3.0, 4.0, nan], [2.0, 2.0, 2.0, 1.0, 1.0, nan, -1.0]])
+    for kwargs in ({}, {"right": True}, {"side": "right"}, {"out_int32": True}):
+        check(lambda b, v, kw=kwargs: torch.searchsorted(b, v, **kw), b, v)
+    g = torch.Generator().manual_seed(0)
+    rows = torch.sort(torch.randn(3, 4, 9, generator=g), -1).values
+    check(torch.searchsorted, rows, torch.randn(3, 4, 5, generator=g))  # a boundary row per value row
+    u = torch.randn(3, 9, generator=g)
+    check(lambda u, v, s: torch.searchsorted(u, v, sorter=s), u, torch.randn(3, 4, generator=g), torch.argsort(u))
+    check(lambda b, v, o: torch.searchsorted(b, v, out=o), b, v, torch.empty(0, dtype=torch.long))
+    check(lambda b: torch.searchsorted(b, 2.0), b)
+    check(torch.searchsorted, torch.tensor([1, 5, 9]), torch.tensor([0.5, 5.0, 10.0]))  # promoted
+    check(torch.bucketize, v, b)
+    check(lambda b: torch.bucketize(2.5, b, right=True), b)
+    # torch's errors
+    check(lambda b, v: torch.searchsorted(b, v, side="middle"), b, v)
+    check(lambda b, v: torch.searchsorted(b, v, right=True, side="left"), b, v)
+    check(torch.searchsorted, rows, torch.randn(2, 4, 5, generator=g))
+    check(torch.bucketize, v, rows)
+    check(lambda b, v, o: torch.searchsorted(b, v, out=o), b, v, torch.empty(0, dtype=torch.int32))

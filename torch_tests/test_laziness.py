@@ -152,6 +152,20 @@ def test_new_process_with_the_same_cache_dir_compiles_nothing(tmp_path):
     assert second["kernels"] == first["kernels"] == 1
 
 
+def test_a_damaged_cached_kernel_is_compiled_again(tmp_path):
+    # A library that does not load (or lacks its kernel, as a race of two processes once left) is replaced.
+    cache = tmp_path / "tiny-cache"
+    first = json.loads(run_python(CACHE_SCRIPT, TINY_CACHE_DIR=str(cache)).strip().splitlines()[-1])
+    libraries = list(cache.glob("*.so"))
+    assert libraries and first["close"]
+    for so in libraries:
+        so.write_bytes(b"not a shared library")
+    second = json.loads(run_python(CACHE_SCRIPT, TINY_CACHE_DIR=str(cache)).strip().splitlines()[-1])
+    assert second["close"]
+    assert second["compiles"] == first["compiles"]
+    assert not list(cache.glob("*.[0-9]*")), "per-process temporary files left in the cache"
+
+
 DEBUG_SCRIPT = """
 import torch
 import torch_tiny
