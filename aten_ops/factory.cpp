@@ -106,21 +106,24 @@ void arange_kernel(at::TensorIterator& iter, const at::Scalar& start, const at::
   write(out, cast(v, dt));
 }
 
-void linspace_kernel(at::TensorIterator& iter, const at::Scalar& start, const at::Scalar& end, int64_t steps) {
-  const at::Tensor& out = iter.tensor(0);
-  DType dt = to_tiny_dtype(out.scalar_type());
-  TORCH_CHECK_NOT_IMPLEMENTED(dt != DType::Bool, "\"linspace_cpu\" not implemented for 'Bool'");
-  DType step_t = is_float(dt) ? dt : DType::Float64;
+// linspace's values (steps >= 2): start + step * i for the first half, end - step * (steps - 1 - i) for
+// the second, in step_t; start and end converted to the result dtype first, then to step_t (torch's order).
+UOpPtr evenly_spaced(const at::Scalar& start, const at::Scalar& end, int64_t steps, DType dt, DType step_t) {
   Shape shape{steps};
-  // start and end converted to the result dtype first, then to the step type (torch's order)
   UOpPtr lo = cast(scalar_constant(start, dt, shape), step_t), hi = cast(scalar_constant(end, dt, shape), step_t);
   UOpPtr step = alu(Ops::FDIV, alu(Ops::SUB, hi, lo), scalar_constant(at::Scalar(steps - 1), step_t, shape));
   UOpPtr i = iota(steps, DType::Int64);
   UOpPtr from_end = alu(Ops::SUB, scalar_constant(at::Scalar(steps - 1), DType::Int64, shape), i);
   UOpPtr first_half = alu(Ops::CMPLT, i, scalar_constant(at::Scalar(steps / 2), DType::Int64, shape));
-  UOpPtr v = where(first_half, alu(Ops::ADD, lo, alu(Ops::MUL, step, cast(i, step_t))),
-                   alu(Ops::SUB, hi, alu(Ops::MUL, step, cast(from_end, step_t))));
-  write(out, cast(v, dt));
+  return where(first_half, alu(Ops::ADD, lo, alu(Ops::MUL, step, cast(i, step_t))),
+               alu(Ops::SUB, hi, alu(Ops::MUL, step, cast(from_end, step_t))));
+}
+
+void linspace_kernel(at::TensorIterator& iter, const at::Scalar& start, const at::Scalar& end, int64_t steps) {
+  const at::Tensor& out = iter.tensor(0);
+  DType dt = to_tiny_dtype(out.scalar_type());
+  TORCH_CHECK_NOT_IMPLEMENTED(dt != DType::Bool, "\"linspace_cpu\" not implemented for 'Bool'");
+  write(out, cast(evenly_spaced(start, end, steps, dt, is_float(dt) ? dt : DType::Float64), dt));
 }
 
 at::Tensor& arange_out(const at::Scalar& start, const at::Scalar& end, const at::Scalar& step, at::Tensor& out) {
@@ -146,14 +149,7 @@ at::Tensor& logspace_out(const at::Scalar& start, const at::Scalar& end, int64_t
     return out;
   }
   TORCH_CHECK_NOT_IMPLEMENTED(dt != DType::Bool, "\"logspace_cpu\" not implemented for 'Bool'");
-  UOpPtr lo = cast(scalar_constant(start, dt, shape), f64), hi = cast(scalar_constant(end, dt, shape), f64);
-  UOpPtr step = alu(Ops::FDIV, alu(Ops::SUB, hi, lo), scalar_constant(at::Scalar(steps - 1), f64, shape));
-  UOpPtr i = iota(steps, DType::Int64);
-  UOpPtr from_end = alu(Ops::SUB, scalar_constant(at::Scalar(steps - 1), DType::Int64, shape), i);
-  UOpPtr first_half = alu(Ops::CMPLT, i, scalar_constant(at::Scalar(steps / 2), DType::Int64, shape));
-  UOpPtr e = where(first_half, alu(Ops::ADD, lo, alu(Ops::MUL, step, cast(i, f64))),
-                   alu(Ops::SUB, hi, alu(Ops::MUL, step, cast(from_end, f64))));
-  write(out, cast(alu(Ops::POW, b, e), dt));
+  write(out, cast(alu(Ops::POW, b, evenly_spaced(start, end, steps, dt, f64)), dt));
   return out;
 }
 

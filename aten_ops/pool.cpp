@@ -176,17 +176,23 @@ UOpPtr max_pool_backward(const UOpPtr& grad, const UOpPtr& indices, const Shape&
   return sum_adjoint(picked, nd, shape);
 }
 
+// The values and indices of max pooling self (nd pooled dims, the sizes out has) into out and indices.
+std::tuple<at::Tensor&, at::Tensor&> write_max_pool(const at::Tensor& self, const window::Geometry& g, at::Tensor& out,
+                                                    at::Tensor& indices) {
+  if (out.numel() == 0) return {out, indices};
+  DType dt = to_tiny_dtype(self.scalar_type());
+  auto [m, i] =
+      max_pool(cast(read(self), opmath(dt)), last(Shape(out.sizes().begin(), out.sizes().end()), g.dims()), g);
+  write(out, cast(m, dt));
+  write(indices, i);
+  return {out, indices};
+}
+
 std::tuple<at::Tensor&, at::Tensor&> write_max_pool(const at::Tensor& self, c10::IntArrayRef kernel_size,
                                                     c10::IntArrayRef stride, c10::IntArrayRef padding,
                                                     c10::IntArrayRef dilation, at::Tensor& out, at::Tensor& indices) {
   check_dtype(self, "max_pool2d", true, false);
-  if (out.numel() == 0) return {out, indices};
-  DType dt = to_tiny_dtype(self.scalar_type());
-  auto [m, i] = max_pool(cast(read(self), opmath(dt)), last(Shape(out.sizes().begin(), out.sizes().end()), 2),
-                         geometry(2, kernel_size, stride, padding, dilation));
-  write(out, cast(m, dt));
-  write(indices, i);
-  return {out, indices};
+  return write_max_pool(self, geometry(2, kernel_size, stride, padding, dilation), out, indices);
 }
 
 std::tuple<at::Tensor, at::Tensor> max_pool2d_with_indices(const at::Tensor& self, c10::IntArrayRef kernel_size,
@@ -291,12 +297,7 @@ std::tuple<at::Tensor&, at::Tensor&> max_pool3d_with_indices_out(const at::Tenso
   std::vector<int64_t> sizes = pooled_sizes(self, p.out);
   out.resize_(sizes, self.dim() == 5 ? std::optional(p.format) : std::nullopt);
   indices.resize_(sizes, self.dim() == 5 ? std::optional(p.format) : std::nullopt);
-  if (out.numel() == 0) return {out, indices};
-  DType dt = to_tiny_dtype(self.scalar_type());
-  auto [m, i] = max_pool(cast(read(self), opmath(dt)), p.out, p.g);
-  write(out, cast(m, dt));
-  write(indices, i);
-  return {out, indices};
+  return write_max_pool(self, p.g, out, indices);
 }
 
 std::tuple<at::Tensor, at::Tensor> max_pool3d_with_indices(const at::Tensor& self, c10::IntArrayRef kernel_size,
