@@ -134,7 +134,7 @@ c10::IValue result_to_tiny(const c10::IValue& v, c10::Device device) {
   if (v.isTensorList()) {
     c10::List<at::Tensor> list;
     for (const at::Tensor& t : v.toTensorList().vec())
-      list.push_back(t.device().is_cpu() ? t.to(device) : t);
+      list.push_back(t.defined() && t.device().is_cpu() ? t.to(device) : t);
     return list;
   }
   return v;
