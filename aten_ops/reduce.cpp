@@ -147,13 +147,14 @@ void finish(const at::Tensor& out, const UOpPtr& value) {
 
 UOpPtr truth(const UOpPtr& x) { return x->dtype == DType::Bool ? x : alu(Ops::CMPNE, x, like(x, 0)); }
 
-// ---- sum, mean, prod, amax, amin, all, any: one table ----
+// ---- sum, mean, prod, amax, amin, all, any, nansum: one table ----
 
 struct Fold {
   Ops op;
   bool accumulate; // in the result dtype's opmath (sum, mean, prod); amax/amin compare as they are
   bool truth;      // all/any fold x != 0
   bool mean;
+  bool nan_is_zero = false; // nansum
 };
 
 enum Kind { Sum, Mean, Prod, Amax, Amin, All, Any, NanSum };
@@ -166,7 +167,7 @@ constexpr Fold kFolds[] = {
     /* Amin */ {Ops::MIN, false, false, false},
     /* All  */ {Ops::MIN, false, true, false},
     /* Any  */ {Ops::MAX, false, true, false},
-    /* NanSum */ {Ops::ADD, true, false, false},
+    /* NanSum */ {Ops::ADD, true, false, false, true},
 };
 
 void write_fold(Kind kind, const at::Tensor& self, const DimMask& mask, const at::Tensor& out) {
@@ -179,7 +180,7 @@ void write_fold(Kind kind, const at::Tensor& self, const DimMask& mask, const at
     x = truth(x);
   else if (f.accumulate)
     x = cast(cast(x, out_dt), opmath(out_dt));
-  if (kind == NanSum && is_float(x->dtype)) x = where(alu(Ops::CMPNE, x, x), like(x, 0), x); // NaN adds 0
+  if (f.nan_is_zero && is_float(x->dtype)) x = where(alu(Ops::CMPNE, x, x), like(x, 0), x);
   Axes axes = axes_of(mask, x);
   UOpPtr r = fold(x, f.op, axes, to_shape(out.sizes()));
   if (f.mean) r = alu(Ops::FDIV, r, like(r, static_cast<double>(extent(x, axes))));
