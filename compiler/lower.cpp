@@ -1,6 +1,8 @@
 #include "compiler/lower.h"
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <stdexcept>
@@ -32,6 +34,28 @@ UOpPtr push_view_through_elementwise(const UOpPtr& n) {
 const PatternMatcher push_views("push_views", {{{Ops::VIEW}, push_view_through_elementwise}});
 
 namespace {
+
+// The value a reduction starts from: x op identity == x.
+UOpPtr reduce_identity(Ops op, DType dt) {
+  bool max = op == Ops::MAX;
+  switch (op) {
+  case Ops::ADD:
+    return is_float(dt) ? const_float(dt, 0) : const_int(dt, 0);
+  case Ops::MUL:
+    return is_float(dt) ? const_float(dt, 1) : const_int(dt, 1);
+  case Ops::MAX:
+  case Ops::MIN: {
+    if (is_float(dt)) return const_float(dt, max ? -INFINITY : INFINITY);
+    if (dt == DType::Bool) return const_int(dt, max ? 0 : 1);
+    int bits = static_cast<int>(itemsize(dt) * 8);
+    if (!info(dt).is_signed) return const_int(dt, max ? 0 : (int64_t{1} << bits) - 1);
+    int64_t top = bits == 64 ? INT64_MAX : (int64_t{1} << (bits - 1)) - 1;
+    return const_int(dt, max ? -top - 1 : top);
+  }
+  default:
+    throw std::logic_error(std::string("lower_kernel: no identity for reduce ") + op_name(op));
+  }
+}
 
 UOpPtr unflatten_dim(const UOpPtr& flat, const Shape& shape, size_t d) {
   int64_t suffix = 1;
@@ -114,6 +138,12 @@ public:
   std::vector<UOpPtr> var_nodes;
   UOpPtr reduce_lane; // set: innermost reduce loops read contiguously step by these lanes
   bool reduce_lanes_used = false;
+  // GPU: the extent of each thread-id RANGE (kGroupRange.., kLocalRange..); a reduction read the same
+  // by many threads is realized first. group_lane set: every reduction is a grouped reduce whose
+  // elements the group's threads (this RANGE) share.
+  bool gpu = false;
+  std::array<int64_t, kGpuRanges> thread_extent{1, 1, 1, 1, 1, 1};
+  UOpPtr group_lane;
 
   UOpPtr param(const BufferRef& b) {
     auto it = params.find(b.get());
@@ -142,6 +172,7 @@ private:
   struct ReduceLoops {
     std::vector<UOpPtr> ranges; // the loops
     std::vector<UOpPtr> index;  // each reduced axis's index over them
+    UOpPtr valid;               // set: iterations where this is false add the identity
   };
   std::unordered_map<const UOp*, ReduceLoops> reduce_loops_;
 
@@ -211,6 +242,7 @@ private:
   // Whether a value indexed by idx would be computed again by a kernel loop it does not depend on
   // that encloses one it does.
   bool recomputed(const std::vector<UOpPtr>& idx) const {
+    if (gpu) return recomputed_by_threads(idx);
     std::vector<bool> dep(kernel_loops.size(), false);
     for (const UOpPtr& i : idx)
       for (const UOpPtr& n : toposort(graph_rewrite(i, symbolic)))
@@ -223,6 +255,44 @@ private:
       if (inner_dep && !dep[g]) repeats *= kernel_loops[g];
     }
     return repeats > 1;
+  }
+
+  // GPU: whether threads that differ only in an id the index does not depend on would each compute
+  // the value (a grouped reduce's threads share it: local ids do not count there).
+  bool recomputed_by_threads(const std::vector<UOpPtr>& idx) const {
+    std::array<bool, kGpuRanges> dep{};
+    for (const UOpPtr& i : idx)
+      for (const UOpPtr& n : toposort(graph_rewrite(i, symbolic)))
+        if (n->op == Ops::RANGE && std::get<int64_t>(n->arg) < kGpuRanges) dep[std::get<int64_t>(n->arg)] = true;
+    int64_t repeats = 1;
+    for (int64_t r = 0; r < kGpuRanges; r++)
+      if (!dep[r] && !(group_lane && r >= kLocalRange)) repeats *= thread_extent[r];
+    return repeats > 1;
+  }
+
+  // A grouped reduce's loop: the group's threads take the reduced elements (flattened over the axes)
+  // in turn, thread t every group_size-th from t. Past the end, a thread reads element 0 and adds the
+  // reduction's identity (valid).
+  ReduceLoops grouped_loops(const UOpPtr& x, const std::vector<int64_t>& axes) {
+    int64_t size = 1, width = group_lane->src[0]->const_i();
+    for (int64_t a : axes)
+      size *= x->shape[a];
+    UOpPtr r = UOp::make(Ops::RANGE, kIndex, {idx_const((size + width - 1) / width)}, next_range++);
+    UOpPtr flat = r * idx_const(width) + group_lane;
+    ReduceLoops out;
+    out.ranges = {r, group_lane};
+    if (size % width != 0) {
+      out.valid = UOp::make(Ops::CMPLT, DType::Bool, {flat, idx_const(size)});
+      flat = UOp::make(Ops::WHERE, kIndex, {out.valid, flat, idx_const(0)});
+    }
+    out.index.resize(axes.size());
+    int64_t suffix = 1;
+    for (size_t k = axes.size(); k-- > 0;) {
+      UOpPtr q = suffix == 1 ? flat : UOp::make(Ops::IDIV, kIndex, {flat, idx_const(suffix)});
+      out.index[k] = k == 0 ? q : UOp::make(Ops::MOD, kIndex, {q, idx_const(x->shape[axes[k]])});
+      suffix *= x->shape[axes[k]];
+    }
+    return out;
   }
 
   UOpPtr load(const UOpPtr& buf, const UOpPtr& flat, const UOpPtr& valid) {
@@ -281,7 +351,7 @@ private:
       // Every evaluation of one reduction shares its loop variables: evaluations at other output
       // indices (an upcast block) then accumulate in one loop.
       auto& loops = reduce_loops_[n.get()];
-      if (loops.ranges.empty()) loops = reduce_loops(x, ra.axes);
+      if (loops.ranges.empty()) loops = group_lane ? grouped_loops(x, ra.axes) : reduce_loops(x, ra.axes);
       for (size_t i = 0; i < ra.axes.size(); i++)
         src_idx[ra.axes[i]] = loops.index[i];
       for (const UOpPtr& r : loops.ranges) {
@@ -289,6 +359,7 @@ private:
         active_.push_back(r.get());
       }
       srcs[0] = eval(x, src_idx);
+      if (loops.valid) srcs[0] = UOp::make(Ops::WHERE, x->dtype, {loops.valid, srcs[0], reduce_identity(ra.op, x->dtype)});
       active_.resize(mark);
       return UOp::make(Ops::REDUCE, n->dtype, std::move(srcs), ra);
     }
@@ -388,6 +459,7 @@ Kernel lower_blocked(const BufferRef& out, const View& out_region, const UOpPtr&
   for (int64_t s : kloops)
     name += "_" + std::to_string(s);
   Kernel k{name, ast, lw.buffers, kloops, lw.ivars, lw.fvars, lw.var_nodes, lw.must_realize};
+  k.launch.global[0] = kloops[0];
   if (lane_group >= 0 || lw.reduce_lanes_used) {
     k.lane_range = lane_id;
     k.lanes = kLanes;
@@ -458,7 +530,16 @@ std::optional<std::pair<UOpPtr, int64_t>> lane_split(const UOpPtr& idx, const UO
   return std::pair{base ? base : idx_const(0), stride};
 }
 
-Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& value_in) {
+namespace {
+
+// The target-neutral start of lowering: views pushed to the leaves, output dims coalesced into loops.
+struct LoopPlan {
+  UOpPtr value;
+  std::vector<std::vector<size_t>> groups; // the value's dims each loop walks, outermost first
+  Shape loops;                             // their extents (at least one loop)
+};
+
+LoopPlan plan_loops(const View& out_region, const UOpPtr& value_in) {
   if (value_in->shape != out_region.shape) throw std::logic_error("lower_kernel: value shape differs from region");
   UOpPtr value = graph_rewrite(value_in, push_views);
 
@@ -499,6 +580,19 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
     loops.push_back(n);
   }
   if (loops.empty()) loops.push_back(1);
+  return {value, groups, loops};
+}
+
+Kernel lower_kernel_gpu(const BufferRef& out, const View& out_region, const LoopPlan& plan, const Target& target);
+
+} // namespace
+
+Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& value_in, const Target& target) {
+  LoopPlan plan = plan_loops(out_region, value_in);
+  if (target.gpu()) return lower_kernel_gpu(out, out_region, plan, target);
+  const UOpPtr& value = plan.value;
+  const auto& groups = plan.groups;
+  const Shape& loops = plan.loops;
 
   // Upcast: in kernels that reduce, output loops are unrolled into a block of outputs computed
   // together, so each value loaded in the reduce loop is reused across the block and the
@@ -814,18 +908,25 @@ UOpPtr realize_reused_values(const UOpPtr& value) {
   });
 }
 
-Kernel lower_scatter(const BufferRef& out, const UOpPtr& index, const UOpPtr& value, int64_t combine) {
+Kernel lower_scatter(const BufferRef& out, const UOpPtr& index, const UOpPtr& value, int64_t combine,
+                     const Target& target) {
   // One thread walks the elements in order, as torch's CPU kernels do: writes to one place combine
-  // deterministically. The leading loop of size 1 is the (unsplit) parallel loop.
+  // deterministically. On the CPU the leading loop of size 1 is the (unsplit) parallel loop; on a GPU
+  // one work-group of one thread runs every loop.
+  bool gpu = target.gpu();
   Lowerer lw;
+  lw.gpu = gpu;
   lw.param(out);
-  Shape loops{1};
+  Shape loops;
+  if (!gpu) loops.push_back(1);
   loops.insert(loops.end(), index->shape.begin(), index->shape.end());
-  lw.next_range = static_cast<int64_t>(loops.size());
+  if (loops.empty()) loops.push_back(1);
+  int64_t first = gpu ? kGpuRanges : 0;
+  lw.next_range = first + static_cast<int64_t>(loops.size());
   std::vector<UOpPtr> ranges, idx;
   for (size_t d = 0; d < loops.size(); d++) {
-    ranges.push_back(UOp::make(Ops::RANGE, kIndex, {idx_const(loops[d])}, static_cast<int64_t>(d)));
-    if (d > 0) idx.push_back(ranges.back());
+    ranges.push_back(UOp::make(Ops::RANGE, kIndex, {idx_const(loops[d])}, first + static_cast<int64_t>(d)));
+    if (gpu ? d < index->shape.size() : d > 0) idx.push_back(ranges.back());
   }
   auto [at, valid] = Lowerer::checked_index(cast(lw.eval(index, idx), kIndex), out->numel);
   UOpPtr v = lw.eval(value, idx);
@@ -836,7 +937,146 @@ Kernel lower_scatter(const BufferRef& out, const UOpPtr& index, const UOpPtr& va
   std::string name = "S";
   for (int64_t s : index->shape)
     name += "_" + std::to_string(s);
-  return Kernel{name, ast, lw.buffers, loops, lw.ivars, lw.fvars, lw.var_nodes, lw.must_realize};
+  Kernel k{name, ast, lw.buffers, loops, lw.ivars, lw.fvars, lw.var_nodes, lw.must_realize};
+  if (!gpu) k.launch.global[0] = loops[0];
+  for (const UOpPtr& n : lw.var_nodes)
+    k.launch.f64_scalars = k.launch.f64_scalars || n->dtype == DType::Float64;
+  return k;
 }
+
+namespace {
+
+// Output loops on a GPU grid: the innermost loop is axis x, the next y, the others merge into z (their
+// indices recovered by div/mod); when an axis would need more work-groups than the device allows,
+// every loop merges into x. Each axis has up to `budget` threads per work-group in all, a divisor of
+// its size when one is close, else the grid rounds up and `valid` marks threads past the end.
+struct Grid {
+  std::vector<UOpPtr> loop_index; // per loop
+  UOpPtr valid;                   // null: every thread has an output
+  Launch launch;
+  std::array<int64_t, kGpuRanges> extent{1, 1, 1, 1, 1, 1}; // per thread-id RANGE
+};
+
+Grid make_grid(const Shape& loops, const Target& target, int64_t budget) {
+  size_t n = loops.size();
+  std::array<std::vector<size_t>, 3> axes;
+  for (size_t i = 0; i < n; i++)
+    axes[std::min<size_t>(n - 1 - i, 2)].push_back(i);
+  Grid grid;
+  for (int attempt = 0; attempt < 2; attempt++) {
+    grid = Grid{};
+    int64_t left = budget;
+    bool fits = true;
+    for (size_t a = 0; a < 3; a++) {
+      int64_t size = 1;
+      for (size_t i : axes[a])
+        size *= loops[i];
+      int64_t local = std::max<int64_t>(1, std::min(size, left));
+      for (int64_t d = local; d * 2 > local; d--)
+        if (size % d == 0) {
+          local = d;
+          break;
+        }
+      left /= local;
+      int64_t groups = (size + local - 1) / local;
+      fits = fits && groups <= target.max_groups[a];
+      grid.launch.global[a] = groups;
+      grid.launch.local[a] = local;
+      grid.extent[kGroupRange + a] = groups;
+      grid.extent[kLocalRange + a] = local;
+      auto id = [](int64_t extent, int64_t r) {
+        return extent == 1 ? idx_const(0) : UOp::make(Ops::RANGE, kIndex, {idx_const(extent)}, r);
+      };
+      UOpPtr t = id(groups, kGroupRange + static_cast<int64_t>(a)) * idx_const(local) +
+                 id(local, kLocalRange + static_cast<int64_t>(a));
+      if (size % local != 0) {
+        UOpPtr in = UOp::make(Ops::CMPLT, DType::Bool, {t, idx_const(size)});
+        grid.valid = grid.valid ? UOp::make(Ops::AND, DType::Bool, {grid.valid, in}) : in;
+      }
+      int64_t suffix = 1;
+      grid.loop_index.resize(n);
+      for (size_t k = axes[a].size(); k-- > 0;) {
+        size_t i = axes[a][k];
+        UOpPtr q = suffix == 1 ? t : UOp::make(Ops::IDIV, kIndex, {t, idx_const(suffix)});
+        grid.loop_index[i] = k == 0 ? q : UOp::make(Ops::MOD, kIndex, {q, idx_const(loops[i])});
+        suffix *= loops[i];
+      }
+    }
+    if (fits) return grid;
+    axes = {};
+    for (size_t i = 0; i < n; i++)
+      axes[0].push_back(i);
+  }
+  throw std::runtime_error("tiny: a kernel over " + std::to_string(prod(loops)) +
+                           " outputs needs more work-groups than the device's grid allows");
+}
+
+constexpr int64_t kGpuThreads = 256;   // threads per work-group, at most
+constexpr int64_t kGroupedReduce = 256; // a reduction this long or longer ...
+constexpr int64_t kGroupedOutputs = 8192; // ... with this few outputs or fewer is a grouped reduce
+
+Kernel lower_kernel_gpu(const BufferRef& out, const View& out_region, const LoopPlan& plan, const Target& target) {
+  const UOpPtr& value = plan.value;
+  int64_t outputs = prod(plan.loops), longest = 0, reduces = 0;
+  for (const UOpPtr& n : toposort(value)) {
+    if (n->op != Ops::REDUCE) continue;
+    int64_t size = 1;
+    for (int64_t a : n->reduce_arg().axes)
+      size *= n->src[0]->shape[a];
+    longest = std::max(longest, size);
+    reduces++;
+  }
+  // A grouped reduce keeps one partial result per thread in local memory for each reduction (8 bytes
+  // at most); the group is a power of two for the tree that combines them.
+  int64_t width = std::min({kGpuThreads, target.max_local, target.local_mem / (8 * std::max<int64_t>(reduces, 1))});
+  int64_t group = 1;
+  while (group * 2 <= width)
+    group *= 2;
+  bool grouped = longest >= kGroupedReduce && outputs <= kGroupedOutputs && group >= 32;
+  Grid grid = make_grid(plan.loops, target, grouped ? 1 : std::min(kGpuThreads, target.max_local));
+
+  Lowerer lw;
+  lw.gpu = true;
+  lw.param(out);
+  lw.next_range = kGpuRanges;
+  lw.thread_extent = grid.extent;
+  if (grouped) {
+    lw.group_lane = UOp::make(Ops::RANGE, kIndex, {idx_const(group)}, kLocalRange);
+    lw.thread_extent[kLocalRange] = group;
+    grid.launch.local[0] = group;
+  }
+  std::vector<UOpPtr> idx(value->shape.size(), idx_const(0));
+  for (size_t g = 0; g < plan.groups.size(); g++) {
+    int64_t suffix = 1;
+    for (size_t k = plan.groups[g].size(); k-- > 0;) {
+      size_t d = plan.groups[g][k];
+      const UOpPtr& r = grid.loop_index[g];
+      UOpPtr q = suffix == 1 ? r : UOp::make(Ops::IDIV, kIndex, {r, idx_const(suffix)});
+      idx[d] = k == 0 ? q : UOp::make(Ops::MOD, kIndex, {q, idx_const(value->shape[d])});
+      suffix *= value->shape[d];
+    }
+  }
+  UOpPtr v = lw.eval(value, idx);
+  auto [flat, valid] = view_index(ShapeTracker{{out_region}}, idx);
+  std::vector<UOpPtr> store{lw.param(out), flat, v};
+  // every thread of a grouped reduce has the result; one stores it
+  if (grouped) store.push_back(UOp::make(Ops::CMPEQ, DType::Bool, {lw.group_lane, idx_const(0)}));
+  UOpPtr ast =
+      graph_rewrite(UOp::make(Ops::SINK, DType::Void, {UOp::make(Ops::STORE, DType::Void, std::move(store))}), symbolic);
+
+  std::string name = grouped ? "G" : reduces ? "R" : "E";
+  for (int64_t s : plan.loops)
+    name += "_" + std::to_string(s);
+  // A kernel with no outputs has a loop of no iterations: it is not launched (as on the CPU).
+  Kernel k{name, ast, lw.buffers, outputs == 0 ? Shape{0} : Shape{}, lw.ivars, lw.fvars, lw.var_nodes,
+           lw.must_realize};
+  k.launch = grid.launch;
+  if (grid.valid) k.thread_valid = graph_rewrite(grid.valid, symbolic);
+  for (const UOpPtr& n : lw.var_nodes)
+    k.launch.f64_scalars = k.launch.f64_scalars || n->dtype == DType::Float64;
+  return k;
+}
+
+} // namespace
 
 } // namespace tiny

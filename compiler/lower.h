@@ -7,12 +7,16 @@
 //   3. upcast/lanes    blocks of outputs computed together (register blocking), one dim as vector lanes
 //   4. index           each view becomes an index expression over the loop variables
 //   5. symbolic        index math folds (constant folding, div/mod of aligned sums, digit merging)
+// Steps 1, 2, 4 and 5 are target-neutral. Step 3 is the CPU's strategy; a GPU target replaces it with
+// a grid: output loops become work-group and thread ids, reductions per-thread loops or, when long
+// and few, a grouped reduce (per-thread partial results combined through local memory).
 
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "compiler/rewrite.h"
+#include "compiler/target.h"
 #include "compiler/uop.h"
 
 namespace tiny {
@@ -35,7 +39,16 @@ struct Kernel {
   // computes as one vector value (-1: none). Every node that depends on it is a vector.
   int64_t lane_range = -1;
   int64_t lanes = 1;
+  Launch launch{}; // CPU: global[0] = loops[0]; GPU: the grid
+  // GPU: whether this thread has an output (the grid rounds up to whole work-groups); null: all do.
+  UOpPtr thread_valid{};
 };
+
+// GPU kernels: RANGE ids [kGroupRange, +3) are work-group ids and [kLocalRange, +3) thread ids within
+// the group (axes x, y, z), not loops; a REDUCE with a thread id among its ranges is a grouped
+// reduce. `loops` are sequential loops every thread runs (a scatter's), ids kGpuRanges + position;
+// reduce loops follow.
+constexpr int64_t kGroupRange = 0, kLocalRange = 3, kGpuRanges = 6;
 
 // idx = base + stride * lane with base free of `lane`: {base, stride}; nullopt when idx is not of that
 // form. An idx free of lane is {idx, 0}.
@@ -43,7 +56,8 @@ std::optional<std::pair<UOpPtr, int64_t>> lane_split(const UOpPtr& idx, const UO
 
 // The kernel that writes `value` (a tensor-level graph over BUFFER and CONST leaves, shape
 // out_region.shape) into the elements `out_region` names of the flat buffer `out`.
-Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& value);
+// On a GPU target, the grid strategy replaces the CPU's loops and lanes.
+Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& value, const Target& target = {});
 
 // Layout copies for reductions, when the reduction reuses each element enough to pay for the copy
 // (the CONTIGUOUS nodes it inserts are realized before the kernel is lowered):
@@ -62,7 +76,8 @@ UOpPtr realize_reused_values(const UOpPtr& value);
 
 // The kernel that scatters `value` into `out` at the flat positions `index` (same shape as value),
 // combining with the old value by `combine` (an Ops value as int64; -1 replaces), in element order.
-Kernel lower_scatter(const BufferRef& out, const UOpPtr& index, const UOpPtr& value, int64_t combine);
+Kernel lower_scatter(const BufferRef& out, const UOpPtr& index, const UOpPtr& value, int64_t combine,
+                     const Target& target = {});
 
 // The flat index and validity of reading `st` at `idx` (one index per dim of st.shape()).
 std::pair<UOpPtr, UOpPtr> view_index(const ShapeTracker& st, const std::vector<UOpPtr>& idx);

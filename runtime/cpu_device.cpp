@@ -20,6 +20,7 @@
 
 #include "runtime/debug.h"
 #include "runtime/device.h"
+#include "runtime/disk_cache.h"
 #include "runtime/lazy_buffer.h"
 #include "runtime/thread_pool.h"
 
@@ -61,7 +62,9 @@ public:
     if (cached_bytes_ > kMaxCached) trim_locked();
   }
   void copy_in(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
-  void copy_out(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+  void copy_out(void* dst, const void* src, size_t offset, size_t n) override {
+    std::memcpy(dst, static_cast<const char*>(src) + offset, n);
+  }
 
 private:
   static constexpr size_t kMaxCached = size_t{1} << 30;
@@ -82,27 +85,6 @@ private:
   size_t cached_bytes_ = 0;
 };
 
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
-
-std::string hex(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
-fs::path cache_dir() {
-  if (const char* d = std::getenv("TINY_CACHE_DIR")) return d;
-  const char* home = std::getenv("HOME");
-  return fs::path(home ? home : "/tmp") / ".cache" / "tiny";
-}
-
 std::string find_cc() {
   if (const char* cc = std::getenv("TINY_CC")) return cc;
   for (const char* c : {"clang", "clang-16", "clang-15", "clang-14", "cc", "gcc"}) {
@@ -121,7 +103,7 @@ public:
   std::string compile(const std::string& src, const std::string& name) override {
     fs::path dir = cache_dir();
     fs::create_directories(dir);
-    std::string base = hex(fnv1a(key() + "\n" + src));
+    std::string base = content_hash(key() + "\n" + src);
     // Every file this process writes has its own name until renamed into place: processes sharing the
     // cache (the test runner's parallel jobs) compile the same kernel at once, and a source file
     // truncated by another writer compiled into a library without the kernel.
@@ -144,7 +126,7 @@ public:
     fs::remove(log);
     return so.string();
   }
-  fs::path so_path(const std::string& src) const { return cache_dir() / (hex(fnv1a(key() + "\n" + src)) + ".so"); }
+  fs::path so_path(const std::string& src) const { return cache_dir() / (content_hash(key() + "\n" + src) + ".so"); }
 
 private:
   std::string cc_, flags_;
@@ -171,7 +153,8 @@ public:
     live_programs--;
   }
   void launch(std::span<void* const> bufs, std::span<const int64_t> ivars, std::span<const double> fvars,
-              int64_t global) override {
+              const Launch& launch) override {
+    int64_t global = launch.global[0];
     KernelFn fn = fn_;
     void* const* b = bufs.data();
     const int64_t* iv = ivars.data();
@@ -191,6 +174,7 @@ private:
 class CpuDevice : public Device {
 public:
   std::string name() const override { return "CPU"; }
+  const Target& target() const override { return target_; }
   Allocator& allocator() override { return allocator_; }
   Compiler& compiler() override { return compiler_; }
   std::shared_ptr<Program> program(const std::string& src, const std::string& fn_name) override {
@@ -233,6 +217,7 @@ private:
     std::shared_ptr<Program> program;
     std::list<std::string>::iterator recent; // its place in recent_
   };
+  Target target_; // C
   CpuAllocator allocator_;
   ClangCompiler compiler_;
   std::mutex mu_;
@@ -243,13 +228,10 @@ private:
 
 } // namespace
 
-Device& device(int index) {
-  if (index != 0) throw std::out_of_range("tiny: device index " + std::to_string(index) + " out of range (1 device)");
+Device& cpu_device() {
   static CpuDevice* dev = new CpuDevice(); // never destroyed: buffers may be freed during static teardown
   return *dev;
 }
-
-int device_count() { return 1; }
 
 int64_t loaded_programs() { return live_programs.load(); }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/target.h"
 #include "compiler/uop.h"
 
 namespace tiny::runtime {
@@ -21,7 +22,8 @@ public:
   virtual void* alloc(size_t nbytes) = 0;
   virtual void free(void* ptr, size_t nbytes) = 0;
   virtual void copy_in(void* dst, const void* src, size_t nbytes) = 0;
-  virtual void copy_out(void* dst, const void* src, size_t nbytes) = 0;
+  // Copies nbytes from byte `offset` of the device block `src` (a handle, not an address, on a GPU).
+  virtual void copy_out(void* dst, const void* src, size_t offset, size_t nbytes) = 0;
 };
 
 // A realized device buffer. Memory is allocated on first use and returned when the last holder
@@ -44,9 +46,10 @@ private:
 class Program {
 public:
   virtual ~Program() = default;
-  // Runs the kernel over [0, global) of its outermost loop.
+  // Runs the kernel (CPU: iterations [0, launch.global[0]) of its outermost loop; GPU: the grid). A GPU
+  // device enqueues it and returns.
   virtual void launch(std::span<void* const> bufs, std::span<const int64_t> ivars, std::span<const double> fvars,
-                      int64_t global) = 0;
+                      const Launch& launch) = 0;
 };
 
 class Compiler {
@@ -62,16 +65,24 @@ class Device {
 public:
   virtual ~Device() = default;
   virtual std::string name() const = 0;
+  // What lowering and rendering target: the dialect and the device's limits.
+  virtual const Target& target() const = 0;
   virtual Allocator& allocator() = 0;
   virtual Compiler& compiler() = 0;
   // A program from C source (cached in memory and on disk).
   virtual std::shared_ptr<Program> program(const std::string& src, const std::string& fn_name) = 0;
+  // Waits until everything enqueued has run.
   virtual void synchronize() = 0;
 };
 
-// The device `tiny:index` (only CPU in this build; TINY_DEVICE selects the backend).
+// The device `tiny:index` of the backend TINY_DEVICE names: CPU (the default) or CL.
 Device& device(int index = 0);
 int device_count();
+// The device of a backend by name ("CPU", "CL"), whatever TINY_DEVICE says; throws a runtime_error
+// saying what is missing when the backend cannot run here (no libOpenCL.so.1, no OpenCL platform).
+Device& backend_device(const std::string& backend);
+Device& cpu_device();
+Device& cl_device(); // TINY_CL_DEVICE=N picks the N-th OpenCL device (all platforms, in order)
 
 // Programs loaded now (on the CPU each is a dlopen'ed library, and a process can map only so many):
 // devices keep at most TINY_MAX_PROGRAMS (default 2048) cached, dropping the least recently used, and

@@ -217,7 +217,7 @@ void LazyBuffer::write_host_bytes(const StridedView& v, const void* src) {
 void LazyBuffer::copy_out_bytes(void* dst) {
   synchronize();
   auto buf = std::static_pointer_cast<Buffer>(content_->buffer());
-  device_.allocator().copy_out(dst, buf->ptr(), buf->nbytes());
+  device_.allocator().copy_out(dst, buf->ptr(), 0, buf->nbytes());
 }
 
 void LazyBuffer::read_host(const StridedView& v, void* dst) {
@@ -241,19 +241,19 @@ void LazyBuffer::read_host(const StridedView& v, void* dst) {
   // A contiguous window of a realized buffer copies out directly.
   if (r->op == Ops::BUFFER) {
     auto buf = std::static_pointer_cast<Buffer>(r->buffer());
-    device_.allocator().copy_out(dst, buf->ptr(), nbytes);
+    device_.allocator().copy_out(dst, buf->ptr(), 0, nbytes);
     return;
   }
   if (r->op == Ops::VIEW && r->src[0]->op == Ops::BUFFER && r->st().views.size() == 1) {
     const View& w = r->st().views[0];
     if (!w.mask && View{w.shape, w.strides, 0, std::nullopt}.is_contiguous()) {
       auto buf = std::static_pointer_cast<Buffer>(r->src[0]->buffer());
-      device_.allocator().copy_out(dst, static_cast<char*>(buf->ptr()) + w.offset * itemsize(buf->dtype), nbytes);
+      device_.allocator().copy_out(dst, buf->ptr(), w.offset * itemsize(buf->dtype), nbytes);
       return;
     }
   }
   BufferRef out = realize_value(r);
-  device_.allocator().copy_out(dst, std::static_pointer_cast<Buffer>(out)->ptr(), nbytes);
+  device_.allocator().copy_out(dst, std::static_pointer_cast<Buffer>(out)->ptr(), 0, nbytes);
 }
 
 void synchronize() {

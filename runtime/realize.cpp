@@ -10,6 +10,7 @@
 
 #include "compiler/lower.h"
 #include "compiler/render_c.h"
+#include "compiler/render_gpu.h"
 #include "runtime/debug.h"
 #include "runtime/device.h"
 #include "runtime/lazy_buffer.h"
@@ -33,6 +34,7 @@ struct GraphKey {
   std::vector<UOpPtr> vars;       // DEFINE_VAR parameter i
   std::unordered_map<const UOp*, size_t> buffer_index, var_index;
   size_t hash = 0;
+  Device* device = nullptr; // the device its buffers are on (null: it reads none)
 
   explicit GraphKey(const std::vector<UOpPtr>& roots) {
     std::unordered_map<const UOp*, uint64_t> pos;
@@ -56,7 +58,14 @@ struct GraphKey {
   void add_arg(const UOpPtr& n) {
     if (n->op == Ops::BUFFER) {
       auto [it, fresh] = buffer_index.emplace(n.get(), buffers.size());
-      if (fresh) buffers.push_back(n->buffer());
+      if (fresh) {
+        buffers.push_back(n->buffer());
+        Device& d = static_cast<Buffer&>(*n->buffer()).device();
+        if (device && device != &d)
+          throw std::runtime_error("tiny: one graph reads buffers on " + device->name() + " and " + d.name());
+        if (!device) tokens.push_back(reinterpret_cast<uintptr_t>(&d)); // schedules are per device
+        device = &d;
+      }
       tokens.push_back(it->second);
       tokens.push_back(static_cast<uint64_t>(n->buffer()->numel));
     } else if (n->op == Ops::DEFINE_VAR) {
@@ -107,9 +116,10 @@ struct CachedSchedule {
     std::shared_ptr<Program> program;
     std::vector<int64_t> buffers;      // >= 0: input parameter; < 0: ~(new buffer index)
     std::vector<int64_t> ivars, fvars; // var parameter index (or ~literal index when not a parameter)
-    int64_t global;
+    Launch launch;
     std::string name;
   };
+  Device* device = nullptr;
   std::vector<uint64_t> tokens;
   std::vector<std::pair<DType, int64_t>> new_buffers;
   std::vector<Step> steps;
@@ -178,7 +188,7 @@ bool is_reshape(const UOpPtr& n) {
 
 class Scheduler {
 public:
-  explicit Scheduler(const GraphKey* key) : key_(key) {}
+  Scheduler(const GraphKey* key, Device& device) : key_(key), device_(device) { record_.device = &device; }
 
   std::vector<UOpPtr> run(const std::vector<UOpPtr>& roots) {
     count_uses(roots);
@@ -210,6 +220,7 @@ public:
 
 private:
   const GraphKey* key_; // when set, steps are recorded for the schedule cache
+  Device& device_;      // where the kernels run and the new buffers live
   CachedSchedule record_;
   bool recordable_ = true;
   std::unordered_map<const UOp*, int> uses_;
@@ -298,11 +309,11 @@ private:
   }
 
   UOpPtr into_new_buffer(const UOpPtr& value) {
-    auto out = std::make_shared<Buffer>(device(0), value->dtype, prod(value->shape));
+    auto out = std::make_shared<Buffer>(device_, value->dtype, prod(value->shape));
     made_[out.get()] = static_cast<int64_t>(record_.new_buffers.size());
     record_.new_buffers.emplace_back(value->dtype, out->numel);
     View region = View::contiguous(value->shape);
-    run(out, [&] { return lower_kernel(out, region, prepare(value)); });
+    run(out, [&] { return lower_kernel(out, region, prepare(value), device_.target()); });
     return buffer(out);
   }
 
@@ -315,9 +326,11 @@ private:
     if (!exclusive) target = into_new_buffer(target);
     auto out = std::static_pointer_cast<Buffer>(target->buffer());
     if (n->op == Ops::ASSIGN)
-      run(out, [&] { return lower_kernel(out, std::get<View>(n->arg), prepare(n->src[1])); });
+      run(out, [&] { return lower_kernel(out, std::get<View>(n->arg), prepare(n->src[1]), device_.target()); });
     else if (prod(n->src[1]->shape) > 0)
-      run(out, [&] { return lower_scatter(out, resolve(n->src[1]), resolve(n->src[2]), std::get<int64_t>(n->arg)); });
+      run(out, [&] {
+        return lower_scatter(out, resolve(n->src[1]), resolve(n->src[2]), std::get<int64_t>(n->arg), device_.target());
+      });
     return target;
   }
 
@@ -340,14 +353,15 @@ private:
     }
     if (prod(k.loops) == 0) return;
     if (debug_level() >= 4) std::fprintf(stderr, "tiny: kernel\n%s", k.ast->tree_str().c_str());
-    std::string src = render_c(k, k.name);
+    const Target& target = device_.target();
+    std::string src = target.gpu() ? render_gpu(k, k.name, target) : render_c(k, k.name);
     if (debug_level() >= 3) std::fprintf(stderr, "%s\n", src.c_str());
     std::shared_ptr<Program> prog = out->device().program(src, k.name);
     std::vector<void*> ptrs;
     for (const BufferRef& b : k.buffers)
       ptrs.push_back(std::static_pointer_cast<Buffer>(b)->ptr());
     auto t1 = Clock::now();
-    prog->launch(ptrs, k.ivars, k.fvars, k.loops[0]);
+    prog->launch(ptrs, k.ivars, k.fvars, k.launch);
     stats().kernels++;
     if (debug_level() >= 2)
       std::fprintf(stderr, "tiny: kernel %-24s %3zu bufs  prepare %8.1f us  run %8.1f us\n", k.name.c_str(),
@@ -356,7 +370,7 @@ private:
   }
 
   void record(const Kernel& k, const std::shared_ptr<Program>& prog) {
-    CachedSchedule::Step step{prog, {}, {}, {}, k.loops[0], k.name};
+    CachedSchedule::Step step{prog, {}, {}, {}, k.launch, k.name};
     for (const BufferRef& b : k.buffers)
       step.buffers.push_back(slot(b));
     for (const UOpPtr& v : k.var_nodes) {
@@ -374,7 +388,7 @@ std::vector<UOpPtr> replay(const CachedSchedule& s, const GraphKey& key) {
   auto buf = [&](int64_t slot) -> const BufferRef& {
     if (slot >= 0) return key.buffers[slot];
     BufferRef& b = made[~slot];
-    if (!b) b = std::make_shared<Buffer>(device(0), s.new_buffers[~slot].first, s.new_buffers[~slot].second);
+    if (!b) b = std::make_shared<Buffer>(*s.device, s.new_buffers[~slot].first, s.new_buffers[~slot].second);
     return b;
   };
   std::vector<void*> ptrs;
@@ -392,7 +406,7 @@ std::vector<UOpPtr> replay(const CachedSchedule& s, const GraphKey& key) {
     for (int64_t v : step.fvars)
       fv.push_back(key.vars[v]->const_f());
     auto t = Clock::now();
-    step.program->launch(ptrs, iv, fv, step.global);
+    step.program->launch(ptrs, iv, fv, step.launch);
     stats().kernels++;
     stats().cache_hits++; // the program came from the cache, with the schedule
     if (debug_level() >= 2)
@@ -419,7 +433,7 @@ std::vector<UOpPtr> realize_all(const std::vector<UOpPtr>& roots) {
     stats().schedule_hits++;
     hit = true;
   } else {
-    Scheduler sched(&key);
+    Scheduler sched(&key, key.device ? *key.device : device(0));
     out = sched.run(roots);
     if (sched.recordable()) {
       CachedSchedule rec = sched.take_record();
@@ -436,7 +450,10 @@ std::vector<UOpPtr> realize_all(const std::vector<UOpPtr>& roots) {
 }
 
 BufferRef realize_value(const UOpPtr& value) {
-  UOpPtr b = Scheduler(nullptr).realize_value(value);
+  Device* dev = nullptr;
+  for (const UOpPtr& n : toposort(value))
+    if (n->op == Ops::BUFFER) dev = &static_cast<Buffer&>(*n->buffer()).device();
+  UOpPtr b = Scheduler(nullptr, dev ? *dev : device(0)).realize_value(value);
   return b->buffer();
 }
 

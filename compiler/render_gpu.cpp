@@ -1,0 +1,705 @@
+#include "compiler/render_gpu.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <deque>
+#include <sstream>
+#include <stdexcept>
+#include <unordered_map>
+
+namespace tiny {
+
+namespace {
+
+// ---- dialects: everything that differs between OpenCL, CUDA and HIP ----
+
+struct DialectSpec {
+  const char* name;
+  const char* header;    // defines TINY_FN, TINY_I64, bit casts, TINY_INF, TINY_NAN, tiny_bitcast
+  const char* fp64;      // needed before a kernel that computes in double
+  const char* kernel;    // before the kernel's name; {x} {y} {z} {n}: the work-group size
+  const char* global;    // address space of buffer arguments
+  const char* restrict_; // no-alias qualifier
+  const char* local;     // declares work-group (shared) memory
+  std::array<const char*, 3> group_id, local_id;
+  const char* barrier;
+  const char* long_suffix;             // of 64-bit integer literals
+  std::array<const char*, 10> storage; // per DType, Bool .. Float64: the element type in memory
+  const char* u64;
+  const char* math_prefix;  // before a libm name
+  const char* float_suffix; // after a libm name, for float (OpenCL's are overloaded)
+  bool vload_half;          // float16 memory through vload_half / vstore_half_rte (no cl_khr_fp16 needed)
+  bool as_type;             // bit casts are as_T(x) (OpenCL), else tiny_bitcast<T>(x)
+};
+
+constexpr DialectSpec kOpenCL{
+    "OpenCL",
+    R"(#define TINY_FN inline
+#define TINY_I64 long
+#define TINY_AS_UINT(x) as_uint(x)
+#define TINY_AS_FLOAT(x) as_float(x)
+#define TINY_RINTF(x) rint(x)
+#define TINY_FABSF(x) fabs(x)
+#define TINY_INF INFINITY
+#define TINY_NAN NAN
+)",
+    "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n",
+    "__kernel __attribute__((reqd_work_group_size({x}, {y}, {z}))) void",
+    "__global ",
+    "restrict",
+    "__local",
+    {"get_group_id(0)", "get_group_id(1)", "get_group_id(2)"},
+    {"get_local_id(0)", "get_local_id(1)", "get_local_id(2)"},
+    "barrier(CLK_LOCAL_MEM_FENCE);",
+    "L",
+    {"uchar", "char", "short", "int", "long", "uchar", "half", "ushort", "float", "double"},
+    "ulong",
+    "",
+    "",
+    true,
+    true,
+};
+
+constexpr DialectSpec kCUDA{
+    "CUDA",
+    R"(#define TINY_FN __device__ inline
+#define TINY_I64 long long
+#define TINY_AS_UINT(x) __float_as_uint(x)
+#define TINY_AS_FLOAT(x) __uint_as_float(x)
+#define TINY_RINTF(x) rintf(x)
+#define TINY_FABSF(x) fabsf(x)
+#define TINY_INF __int_as_float(0x7f800000)
+#define TINY_NAN __int_as_float(0x7fffffff)
+template <class T, class F> __device__ inline T tiny_bitcast(F f) { T t; memcpy(&t, &f, sizeof t); return t; }
+)",
+    "",
+    "extern \"C\" __global__ void __launch_bounds__({n})",
+    "",
+    "__restrict__",
+    "__shared__",
+    {"blockIdx.x", "blockIdx.y", "blockIdx.z"},
+    {"threadIdx.x", "threadIdx.y", "threadIdx.z"},
+    "__syncthreads();",
+    "LL",
+    {"unsigned char", "signed char", "short", "int", "long long", "unsigned char", "unsigned short", "unsigned short",
+     "float", "double"},
+    "unsigned long long",
+    "",
+    "f",
+    false,
+    false,
+};
+
+// HIP through clang builtins only, so that it compiles without the HIP headers.
+constexpr DialectSpec kHIP{
+    "HIP",
+    R"(#define TINY_FN __attribute__((device)) inline
+#define TINY_I64 long long
+#define TINY_AS_UINT(x) __builtin_bit_cast(unsigned int, x)
+#define TINY_AS_FLOAT(x) __builtin_bit_cast(float, x)
+#define TINY_RINTF(x) __builtin_rintf(x)
+#define TINY_FABSF(x) __builtin_fabsf(x)
+#define TINY_INF __builtin_huge_valf()
+#define TINY_NAN __builtin_nanf("")
+template <class T, class F> TINY_FN T tiny_bitcast(F f) { return __builtin_bit_cast(T, f); }
+)",
+    "",
+    "extern \"C\" __attribute__((global)) void __attribute__((amdgpu_flat_work_group_size(1, {n})))",
+    "",
+    "__restrict__",
+    "__attribute__((shared))",
+    {"__builtin_amdgcn_workgroup_id_x()", "__builtin_amdgcn_workgroup_id_y()", "__builtin_amdgcn_workgroup_id_z()"},
+    {"__builtin_amdgcn_workitem_id_x()", "__builtin_amdgcn_workitem_id_y()", "__builtin_amdgcn_workitem_id_z()"},
+    "__builtin_amdgcn_fence(__ATOMIC_RELEASE, \"workgroup\"); __builtin_amdgcn_s_barrier(); "
+    "__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, \"workgroup\");",
+    "LL",
+    {"unsigned char", "signed char", "short", "int", "long long", "unsigned char", "unsigned short", "unsigned short",
+     "float", "double"},
+    "unsigned long long",
+    "__builtin_",
+    "f",
+    false,
+    false,
+};
+
+const DialectSpec& spec(Dialect d) {
+  switch (d) {
+  case Dialect::OpenCL:
+    return kOpenCL;
+  case Dialect::CUDA:
+    return kCUDA;
+  case Dialect::HIP:
+    return kHIP;
+  default:
+    throw std::logic_error("render_gpu: the C dialect is render_c's");
+  }
+}
+
+// Helpers every kernel may use, written once over the header's macros: float16/bfloat16 conversions
+// with round-to-nearest-even and float exp/tanh/log, bit for bit the C renderer's (torch's rounding).
+constexpr const char* kPrelude = R"(TINY_FN float tiny_h2f(unsigned short h) {
+  unsigned int sign = (unsigned int)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, x;
+  if (e == 0) { float f = (float)m * 5.9604644775390625e-08f; return sign ? -f : f; }
+  x = e == 31 ? (sign | 0x7f800000u | (m << 13)) : (sign | ((e + 112) << 23) | (m << 13));
+  return TINY_AS_FLOAT(x);
+}
+TINY_FN unsigned short tiny_f2h(float f) {
+  unsigned int x = TINY_AS_UINT(f), sign = (x >> 16) & 0x8000, ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) return (unsigned short)(sign | (ax > 0x7f800000u ? 0x7e00 : 0x7c00));
+  if (ax >= 0x477ff000u) return (unsigned short)(sign | 0x7c00);
+  if (ax < 0x38800000u) return (unsigned short)(sign | (unsigned int)TINY_RINTF(TINY_AS_FLOAT(ax) * 16777216.0f));
+  ax += 0xc8000fffu + ((ax >> 13) & 1);
+  return (unsigned short)(sign | (ax >> 13));
+}
+TINY_FN float tiny_bf2f(unsigned short b) { return TINY_AS_FLOAT((unsigned int)b << 16); }
+TINY_FN unsigned short tiny_f2bf(float f) {
+  unsigned int u = TINY_AS_UINT(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1);
+  return (unsigned short)(u >> 16);
+}
+TINY_FN float tiny_rh(float f) { return tiny_h2f(tiny_f2h(f)); }
+TINY_FN float tiny_rbf(float f) { return tiny_bf2f(tiny_f2bf(f)); }
+TINY_FN TINY_I64 tiny_ipow(TINY_I64 a, TINY_I64 b) {
+  if (b < 0) return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;
+  TINY_I64 r = 1;
+  while (b) { if (b & 1) r *= a; a *= a; b >>= 1; }
+  return r;
+}
+TINY_FN float tiny_expf(float x) {
+  float xc = x < -104.0f ? -104.0f : x > 89.0f ? 89.0f : x;
+  float n = TINY_RINTF(xc * 1.44269504088896341f);
+  float r = xc - n * 0.693359375f;
+  r = r + n * 2.12194440e-4f;
+  float p = 1.9875691500E-4f;
+  p = p * r + 1.3981999507E-3f;
+  p = p * r + 8.3334519073E-3f;
+  p = p * r + 4.1665795894E-2f;
+  p = p * r + 1.6666665459E-1f;
+  p = p * r + 5.0000001201E-1f;
+  p = p * r * r + r + 1.0f;
+  int ni = (int)(n == n ? n : 0.0f), a = ni >> 1, b = ni - a;
+  return p * TINY_AS_FLOAT((unsigned int)(a + 127) << 23) * TINY_AS_FLOAT((unsigned int)(b + 127) << 23);
+}
+TINY_FN float tiny_tanhf(float x) {
+  float ax = TINY_FABSF(x), z = x * x;
+  float p = -5.70498872745E-3f;
+  p = p * z + 2.06390887954E-2f;
+  p = p * z - 5.37397155531E-2f;
+  p = p * z + 1.33314422036E-1f;
+  p = p * z - 3.33332819422E-1f;
+  float small = x + x * z * p;
+  float big = 1.0f - 2.0f / (tiny_expf(2.0f * ax) + 1.0f);
+  big = x < 0 ? -big : big;
+  return ax < 0.625f ? small : big;
+}
+TINY_FN float tiny_logf(float x) {
+  int sub = TINY_AS_UINT(x) < 0x00800000u;
+  float xs = sub ? x * 8388608.0f : x;
+  unsigned int u = TINY_AS_UINT(xs);
+  int e = (int)((u >> 23) & 0xffu) - 126 - (sub ? 23 : 0);
+  float m = TINY_AS_FLOAT((u & 0x007fffffu) | 0x3f000000u);
+  int lo = m < 0.707106781186547524f;
+  e -= lo;
+  m = lo ? m + m - 1.0f : m - 1.0f;
+  float z = m * m;
+  float y = 7.0376836292E-2f;
+  y = y * m - 1.1514610310E-1f;
+  y = y * m + 1.1676998740E-1f;
+  y = y * m - 1.2420140846E-1f;
+  y = y * m + 1.4249322787E-1f;
+  y = y * m - 1.6668057665E-1f;
+  y = y * m + 2.0000714765E-1f;
+  y = y * m - 2.4999993993E-1f;
+  y = y * m + 3.3333331174E-1f;
+  y = y * m * z;
+  float fe = (float)e;
+  y = y + -2.12194440e-4f * fe;
+  y = y + -0.5f * z;
+  float r = m + y + 0.693359375f * fe;
+  r = x == 0.0f ? -TINY_INF : r;
+  r = x == TINY_INF ? TINY_INF : r;
+  return x < 0.0f || x != x ? TINY_NAN : r;
+}
+#define TINY_IDIV(a, b) ((b) == 0 ? 0 : (b) == -1 ? -(a) : (a) / (b))
+#define TINY_IMOD(a, b) ((b) == 0 || (b) == -1 ? 0 : (a) % (b))
+#define TINY_FMAX(a, b) ((a) != (a) || (b) != (b) ? (a) + (b) : (a) > (b) ? (a) : (b))
+#define TINY_FMIN(a, b) ((a) != (a) || (b) != (b) ? (a) + (b) : (a) < (b) ? (a) : (b))
+)";
+
+// libm names of the unary ops (float EXP, LOG and TANH are the prelude's, as on the CPU).
+const std::unordered_map<Ops, const char*> kMath = {
+    {Ops::SQRT, "sqrt"},   {Ops::EXP, "exp"},     {Ops::EXP2, "exp2"},   {Ops::LOG, "log"},     {Ops::LOG2, "log2"},
+    {Ops::SIN, "sin"},     {Ops::COS, "cos"},     {Ops::TAN, "tan"},     {Ops::TANH, "tanh"},   {Ops::ERF, "erf"},
+    {Ops::FLOOR, "floor"}, {Ops::CEIL, "ceil"},   {Ops::RINT, "rint"},   {Ops::TRUNC, "trunc"}, {Ops::LOG1P, "log1p"},
+    {Ops::EXPM1, "expm1"}, {Ops::ASIN, "asin"},   {Ops::ACOS, "acos"},   {Ops::ATAN, "atan"},   {Ops::SINH, "sinh"},
+    {Ops::COSH, "cosh"},   {Ops::ASINH, "asinh"}, {Ops::ACOSH, "acosh"}, {Ops::ATANH, "atanh"}, {Ops::ERFC, "erfc"},
+    {Ops::LGAMMA, "lgamma"}};
+const std::unordered_map<Ops, const char*> kFloatPrelude = {
+    {Ops::EXP, "tiny_expf"}, {Ops::LOG, "tiny_logf"}, {Ops::TANH, "tiny_tanhf"}};
+// Binary ops that are C operators on every dialect.
+const std::unordered_map<Ops, const char*> kOperators = {
+    {Ops::ADD, " + "},    {Ops::SUB, " - "},    {Ops::MUL, " * "},    {Ops::FDIV, " / "},   {Ops::CMPLT, " < "},
+    {Ops::CMPLE, " <= "}, {Ops::CMPEQ, " == "}, {Ops::CMPNE, " != "}, {Ops::AND, " & "},    {Ops::OR, " | "},
+    {Ops::XOR, " ^ "}};
+
+bool is_half(DType dt) { return dt == DType::Float16 || dt == DType::BFloat16; }
+int bits(DType dt) { return static_cast<int>(itemsize(dt) * 8); }
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
+    s.replace(at, from.size(), to);
+  return s;
+}
+
+class GpuRenderer {
+public:
+  GpuRenderer(const Kernel& k, const Target& t) : k_(k), t_(t), d_(spec(t.dialect)) {}
+
+  std::string render(const std::string& fn) {
+    for (const UOpPtr& n : toposort(k_.ast)) {
+      deps(n);
+      if (n->op == Ops::REDUCE) reduces_.push_back(n);
+      f64_ = f64_ || n->dtype == DType::Float64;
+    }
+    f64_ = f64_ || k_.launch.f64_scalars;
+    if (f64_ && !t_.fp64)
+      throw std::runtime_error(std::string("tiny: kernel ") + k_.name + " computes in float64, which this " + d_.name +
+                               " device does not support");
+    scopes_.resize(k_.loops.size() + 1);
+    for (size_t d = 0; d <= k_.loops.size(); d++) {
+      scopes_[d].range = d == 0 ? -1 : kGpuRanges + static_cast<int64_t>(d - 1);
+      scopes_[d].depth = static_cast<int>(d) + 1;
+      open_.push_back(d);
+    }
+    // thread ids first: a thread past the end of the output leaves before doing anything
+    std::ostringstream ids;
+    for (const UOpPtr& n : toposort(k_.ast)) {
+      if (n->op != Ops::RANGE || std::get<int64_t>(n->arg) >= kGpuRanges || names_.count(n.get())) continue;
+      int64_t r = std::get<int64_t>(n->arg);
+      std::string name = (r < kLocalRange ? "gidx" : "lidx") + std::to_string(r % 3);
+      names_[n.get()] = name;
+      ids << "  const " << type(kIndex) << " " << name << " = (" << type(kIndex) << ")"
+          << (r < kLocalRange ? d_.group_id : d_.local_id)[r % 3] << ";\n";
+    }
+    if (k_.thread_valid) {
+      emit(k_.thread_valid);
+      scopes_[0].code << "  if (!(" << ref(k_.thread_valid) << ")) return;\n";
+    }
+    for (const UOpPtr& st : k_.ast->src)
+      emit(st);
+
+    std::ostringstream os;
+    os << (f64_ ? d_.fp64 : "") << d_.header << kPrelude << "\n";
+    const auto& l = k_.launch.local;
+    std::string kernel = replace_all(d_.kernel, "{x}", std::to_string(l[0]));
+    kernel = replace_all(kernel, "{y}", std::to_string(l[1]));
+    kernel = replace_all(kernel, "{z}", std::to_string(l[2]));
+    kernel = replace_all(kernel, "{n}", std::to_string(l[0] * l[1] * l[2]));
+    os << kernel << " " << fn << "(";
+    for (size_t i = 0; i < k_.buffers.size(); i++)
+      os << (i ? ", " : "") << d_.global << (i == 0 ? "" : "const ") << storage(k_.buffers[i]->dtype) << "* "
+         << d_.restrict_ << " b" << i;
+    std::string sep = k_.buffers.empty() ? "" : ", ";
+    for (size_t i = 0; i < k_.ivars.size(); i++, sep = ", ")
+      os << sep << type(DType::Int64) << " i" << i;
+    for (size_t i = 0; i < k_.fvars.size(); i++, sep = ", ")
+      os << sep << (k_.launch.f64_scalars ? "double" : "float") << " f" << i;
+    os << ") {\n" << ids.str() << scopes_[0].code.str();
+    for (size_t d = 0; d < k_.loops.size(); d++) {
+      std::string r = "r" + std::to_string(kGpuRanges + static_cast<int64_t>(d));
+      os << indent(static_cast<int>(d) + 1) << "for (" << type(kIndex) << " " << r << " = 0; " << r << " < "
+         << k_.loops[d] << "; " << r << "++) {\n"
+         << scopes_[d + 1].code.str();
+    }
+    for (size_t d = k_.loops.size(); d-- > 0;)
+      os << indent(static_cast<int>(d) + 1) << "}\n";
+    os << "}\n";
+    return os.str();
+  }
+
+private:
+  struct Scope {
+    int64_t range = -1; // the loop it is the body of (-1: the function body)
+    std::vector<int64_t> reduce_ranges;
+    int depth = 1;
+    std::ostringstream code;
+  };
+
+  const Kernel& k_;
+  const Target& t_;
+  const DialectSpec& d_;
+  bool f64_ = false;
+  std::unordered_map<const UOp*, std::string> names_;
+  std::unordered_map<const UOp*, size_t> where_;
+  std::unordered_map<const UOp*, std::vector<int64_t>> deps_; // loop ids each node varies with
+  std::deque<Scope> scopes_;
+  std::vector<UOpPtr> reduces_;
+  std::vector<size_t> open_;
+  int next_ = 0;
+
+  static std::string indent(int depth) { return std::string(2 * depth, ' '); }
+  const std::string& ref(const UOpPtr& n) { return names_.at(n.get()); }
+
+  std::string storage(DType dt) const { return d_.storage.at(static_cast<size_t>(dt)); }
+  // The type a value lives in: float16/bfloat16 compute in float, as on the CPU.
+  std::string type(DType dt) const {
+    if (is_half(dt)) return "float";
+    if (dt == DType::Bool) return "bool";
+    return storage(dt);
+  }
+
+  std::string literal(const UOpPtr& c) const {
+    DType dt = c->dtype;
+    char buf[64];
+    if (is_float(dt)) {
+      double v = c->const_f();
+      std::string cast = dt == DType::Float64 ? "(double)" : "";
+      if (std::isnan(v)) return "(" + cast + "TINY_NAN)";
+      if (std::isinf(v)) return std::string("(") + (v < 0 ? "-" : "") + cast + "TINY_INF)";
+      std::snprintf(buf, sizeof buf, dt == DType::Float64 ? "%.17e" : "%.9ef", v);
+      return buf;
+    }
+    int64_t v = c->const_i();
+    if (dt == DType::Bool) return v ? "true" : "false";
+    if (v == INT64_MIN) return std::string("(-9223372036854775807") + d_.long_suffix + " - 1)";
+    std::snprintf(buf, sizeof buf, "((%s)%lld%s)", type(dt).c_str(), static_cast<long long>(v), d_.long_suffix);
+    return buf;
+  }
+
+  std::string math(Ops op, DType dt, const std::string& args) const {
+    if (dt != DType::Float64)
+      if (auto it = kFloatPrelude.find(op); it != kFloatPrelude.end()) return std::string(it->second) + "(" + args + ")";
+    auto it = kMath.find(op);
+    if (it == kMath.end()) throw std::logic_error(std::string("render_gpu: no math function for ") + op_name(op));
+    return std::string(d_.math_prefix) + it->second + (dt == DType::Float64 ? "" : d_.float_suffix) + "(" + args + ")";
+  }
+
+  std::string libm2(const char* fn, DType dt, const std::string& a, const std::string& b) const {
+    return std::string(d_.math_prefix) + fn + (dt == DType::Float64 ? "" : d_.float_suffix) + "(" + a + ", " + b + ")";
+  }
+
+  std::string unary(Ops op, DType dt, const std::string& a) const {
+    switch (op) {
+    case Ops::NEG:
+      return dt == DType::Bool ? "!" + a : "-" + a;
+    case Ops::NOT:
+      return "!" + a;
+    case Ops::BITNOT:
+      return dt == DType::Bool ? "!" + a : "~" + a;
+    case Ops::ABS:
+      return is_float(dt) ? std::string(d_.math_prefix) + "fabs" + (dt == DType::Float64 ? "" : d_.float_suffix) + "(" +
+                                a + ")"
+                          : "(" + a + " < 0 ? -" + a + " : " + a + ")";
+    case Ops::RECIP:
+      return std::string(dt == DType::Float64 ? "1.0" : "1.0f") + " / " + a;
+    default:
+      return math(op, dt, a);
+    }
+  }
+
+  std::string binary(Ops op, DType dt, DType in, const std::string& a, const std::string& b) const {
+    bool fl = is_float(in);
+    if (auto it = kOperators.find(op); it != kOperators.end()) return a + it->second + b;
+    switch (op) {
+    case Ops::IDIV:
+      return "TINY_IDIV(" + a + ", " + b + ")";
+    case Ops::MOD:
+      return fl ? libm2("fmod", in, a, b) : "TINY_IMOD(" + a + ", " + b + ")";
+    case Ops::POW:
+      return fl ? libm2("pow", in, a, b) : "tiny_ipow(" + a + ", " + b + ")";
+    case Ops::ATAN2:
+      return libm2("atan2", in, a, b);
+    case Ops::MAX:
+      return fl ? "TINY_FMAX(" + a + ", " + b + ")" : "(" + a + " > " + b + " ? " + a + " : " + b + ")";
+    case Ops::MIN:
+      return fl ? "TINY_FMIN(" + a + ", " + b + ")" : "(" + a + " < " + b + " ? " + a + " : " + b + ")";
+    case Ops::SHL: {
+      // torch: shifting by a negative amount or by the width or more gives 0
+      std::string w = std::to_string(bits(dt));
+      return "(" + b + " < 0 || " + b + " >= " + w + " ? 0 : (" + type(dt) + ")((" + d_.u64 + ")" + a + " << " + b +
+             "))";
+    }
+    case Ops::SHR: {
+      std::string w = std::to_string(bits(dt));
+      return "(" + b + " < 0 || " + b + " >= " + w + " ? (" + a + " < 0 ? -1 : 0) : " + a + " >> " + b + ")";
+    }
+    default:
+      throw std::logic_error(std::string("render_gpu: no binary ") + op_name(op));
+    }
+  }
+
+  std::string round_to(DType dt, const std::string& e) const {
+    if (dt == DType::Float16) return "tiny_rh(" + e + ")";
+    if (dt == DType::BFloat16) return "tiny_rbf(" + e + ")";
+    return e;
+  }
+  std::string to_bits(DType dt, const std::string& e) const {
+    if (dt == DType::Float16) return "tiny_f2h(" + e + ")";
+    if (dt == DType::BFloat16) return "tiny_f2bf(" + e + ")";
+    return e;
+  }
+  std::string from_bits(DType dt, const std::string& e) const {
+    if (dt == DType::Float16) return "tiny_h2f(" + e + ")";
+    if (dt == DType::BFloat16) return "tiny_bf2f(" + e + ")";
+    return e;
+  }
+
+  std::string cast(DType from, DType to, const std::string& a) const {
+    if (to == DType::Bool) return "(" + a + " != 0)";
+    if (is_float(to)) return is_half(to) ? round_to(to, "(float)" + a) : "(" + type(to) + ")" + a;
+    // float -> narrow int goes through int64 so out-of-range values wrap as on torch's CPU
+    if (is_float(from) && itemsize(to) < 8) return "(" + type(to) + ")(" + type(DType::Int64) + ")" + a;
+    return "(" + type(to) + ")" + a;
+  }
+
+  std::string bitcast(DType from, DType to, const std::string& a) const {
+    if (from == DType::Bool || to == DType::Bool || itemsize(from) != itemsize(to))
+      throw std::logic_error("render_gpu: no BITCAST from " + std::string(name(from)) + " to " + std::string(name(to)));
+    // half types are bits in memory (an unsigned short), float in registers
+    std::string bits_type = is_half(to) ? (d_.as_type ? "ushort" : "unsigned short") : storage(to);
+    std::string x = to_bits(from, a);
+    std::string b = d_.as_type ? "as_" + bits_type + "(" + x + ")" : "tiny_bitcast<" + bits_type + ">(" + x + ")";
+    return from_bits(to, b);
+  }
+
+  std::string reduce_identity(Ops op, DType dt) const {
+    UOpPtr c;
+    bool fl = is_float(dt);
+    switch (op) {
+    case Ops::ADD:
+      c = fl ? const_float(dt, 0) : const_int(dt, 0);
+      break;
+    case Ops::MUL:
+      c = fl ? const_float(dt, 1) : const_int(dt, 1);
+      break;
+    case Ops::MAX:
+    case Ops::MIN: {
+      bool max = op == Ops::MAX;
+      if (fl)
+        c = const_float(dt, max ? -INFINITY : INFINITY);
+      else if (dt == DType::Bool)
+        c = const_int(dt, max ? 0 : 1);
+      else if (!info(dt).is_signed)
+        c = const_int(dt, max ? 0 : (int64_t{1} << bits(dt)) - 1);
+      else {
+        int64_t top = bits(dt) == 64 ? INT64_MAX : (int64_t{1} << (bits(dt) - 1)) - 1;
+        c = const_int(dt, max ? -top - 1 : top);
+      }
+      break;
+    }
+    default:
+      throw std::logic_error("render_gpu: bad reduce op");
+    }
+    return literal(c);
+  }
+
+  std::string combine(Ops op, DType dt, const std::string& acc, const std::string& v) const {
+    switch (op) {
+    case Ops::ADD:
+      return dt == DType::Bool ? acc + " | " + v : acc + " + " + v;
+    case Ops::MUL:
+      return dt == DType::Bool ? acc + " & " + v : acc + " * " + v;
+    case Ops::MAX:
+    case Ops::MIN:
+      return binary(op, dt, dt, acc, v);
+    default:
+      throw std::logic_error("render_gpu: bad reduce op");
+    }
+  }
+
+  // ---- placement: each node goes in the innermost open loop among those it depends on ----
+
+  const std::vector<int64_t>& deps(const UOpPtr& n) {
+    if (auto it = deps_.find(n.get()); it != deps_.end()) return it->second;
+    std::vector<int64_t> d;
+    // thread ids are not loops: a node that depends on them only lives in the function body
+    if (n->op == Ops::RANGE && std::get<int64_t>(n->arg) >= kGpuRanges) d.push_back(std::get<int64_t>(n->arg));
+    for (const UOpPtr& s : n->src)
+      for (int64_t r : deps(s))
+        if (std::find(d.begin(), d.end(), r) == d.end()) d.push_back(r);
+    if (n->op == Ops::REDUCE)
+      for (size_t i = 1; i < n->src.size(); i++)
+        std::erase(d, std::get<int64_t>(n->src[i]->arg));
+    return deps_[n.get()] = std::move(d);
+  }
+
+  bool scope_has(const Scope& sc, const std::vector<int64_t>& deps) const {
+    for (int64_t r : deps)
+      if (r == sc.range || std::find(sc.reduce_ranges.begin(), sc.reduce_ranges.end(), r) != sc.reduce_ranges.end())
+        return true;
+    return false;
+  }
+
+  size_t home(const UOpPtr& n) {
+    const auto& d = deps(n);
+    for (size_t i = open_.size(); i-- > 1;)
+      if (scope_has(scopes_[open_[i]], d)) return i;
+    return 0;
+  }
+
+  // A node computed in a loop body that has closed is computed again where it is needed next.
+  bool visible(const UOpPtr& n) {
+    auto it = names_.find(n.get());
+    if (it == names_.end()) return false;
+    auto w = where_.find(n.get());
+    if (w == where_.end() || std::find(open_.begin(), open_.end(), w->second) != open_.end()) return true;
+    names_.erase(it);
+    where_.erase(w);
+    return false;
+  }
+
+  std::string load(DType dt, const std::string& buf, const std::string& idx) const {
+    if (dt == DType::Float16 && d_.vload_half) return "vload_half(" + idx + ", " + buf + ")";
+    std::string x = buf + "[" + idx + "]";
+    return dt == DType::Bool ? "(" + x + " != 0)" : from_bits(dt, x);
+  }
+
+  std::string store(DType dt, const std::string& buf, const std::string& idx, const std::string& v) const {
+    if (dt == DType::Float16 && d_.vload_half) return "vstore_half_rte(" + v + ", " + idx + ", " + buf + ");";
+    return buf + "[" + idx + "] = " + to_bits(dt, v) + ";";
+  }
+
+  void emit(const UOpPtr& n) {
+    if (visible(n)) return;
+    switch (n->op) {
+    case Ops::CONST:
+      names_[n.get()] = literal(n);
+      return;
+    case Ops::RANGE:
+      names_[n.get()] = "r" + std::to_string(std::get<int64_t>(n->arg));
+      return;
+    case Ops::PARAM:
+      names_[n.get()] = "b" + std::to_string(std::get<int64_t>(n->arg));
+      return;
+    case Ops::ARG:
+      names_[n.get()] = "((" + type(n->dtype) + ")" + (is_float(n->dtype) ? "f" : "i") +
+                        std::to_string(std::get<int64_t>(n->arg)) + ")";
+      return;
+    case Ops::REDUCE:
+      return emit_reduce(n);
+    default:
+      break;
+    }
+    for (const UOpPtr& s : n->src)
+      emit(s);
+    Scope& sc = scopes_[open_[home(n)]];
+    std::string ind = indent(sc.depth);
+    if (n->op == Ops::STORE) {
+      sc.code << ind;
+      if (n->src.size() > 3) sc.code << "if (" << ref(n->src[3]) << ") ";
+      sc.code << store(n->src[2]->dtype, ref(n->src[0]), ref(n->src[1]), ref(n->src[2])) << "\n";
+      return;
+    }
+    std::string v = "v" + std::to_string(next_++), e;
+    names_[n.get()] = v;
+    where_[n.get()] = open_[home(n)];
+    if (n->op == Ops::LOAD) {
+      e = load(n->dtype, ref(n->src[0]), ref(n->src[1]));
+      if (n->src.size() > 2) e = ref(n->src[2]) + " ? " + e + " : 0";
+    } else if (n->op == Ops::WHERE) {
+      e = ref(n->src[0]) + " ? " + ref(n->src[1]) + " : " + ref(n->src[2]);
+    } else if (n->op == Ops::CAST) {
+      e = cast(n->src[0]->dtype, n->dtype, ref(n->src[0]));
+    } else if (n->op == Ops::BITCAST) {
+      e = bitcast(n->src[0]->dtype, n->dtype, ref(n->src[0]));
+    } else if (is_unary(n->op)) {
+      e = round_to(n->dtype, unary(n->op, n->src[0]->dtype, ref(n->src[0])));
+    } else if (is_binary(n->op)) {
+      e = round_to(n->dtype, binary(n->op, n->dtype, n->src[0]->dtype, ref(n->src[0]), ref(n->src[1])));
+    } else {
+      throw std::logic_error(std::string("render_gpu: cannot render ") + op_name(n->op));
+    }
+    // Narrow ints are promoted by C; store them back in their own width so they wrap as torch's do.
+    sc.code << ind << "const " << type(n->dtype) << " " << v << " = (" << type(n->dtype) << ")(" << e << ");\n";
+  }
+
+  // A REDUCE and every other not-yet-emitted REDUCE over the same loop variables in the same scope
+  // accumulate in one loop. A thread id among the ranges makes it a grouped reduce: each thread's
+  // partial result goes to local memory and a tree of halving steps, with a barrier after each,
+  // combines them; every thread then reads the result.
+  void emit_reduce(const UOpPtr& n) {
+    size_t at = home(n);
+    Scope& target = scopes_[open_[at]];
+    std::vector<UOpPtr> group;
+    for (const UOpPtr& m : reduces_)
+      if (!names_.count(m.get()) && std::equal(m->src.begin() + 1, m->src.end(), n->src.begin() + 1, n->src.end()) &&
+          home(m) == at)
+        group.push_back(m);
+    std::vector<UOpPtr> loops;
+    UOpPtr lane;
+    for (size_t i = 1; i < n->src.size(); i++)
+      if (std::get<int64_t>(n->src[i]->arg) < kGpuRanges)
+        lane = n->src[i];
+      else
+        loops.push_back(n->src[i]);
+    // barriers must be reached by every thread: a grouped reduce is never inside a loop or a branch
+    if (lane && open_[at] != 0) throw std::logic_error("render_gpu: a grouped reduce inside a loop");
+    Scope& body = scopes_.emplace_back();
+    body.depth = target.depth + static_cast<int>(loops.size());
+    for (const UOpPtr& r : loops)
+      body.reduce_ranges.push_back(std::get<int64_t>(r->arg));
+    std::vector<size_t> saved = open_;
+    open_.resize(at + 1);
+    open_.push_back(scopes_.size() - 1);
+    for (const UOpPtr& m : group)
+      emit(m->src[0]);
+    if (lane) emit(lane);
+    open_ = saved;
+
+    std::string ind = indent(target.depth);
+    std::vector<std::string> accs;
+    for (const UOpPtr& m : group) {
+      accs.push_back("acc" + std::to_string(next_++));
+      target.code << ind << type(m->dtype) << " " << accs.back() << " = " << reduce_identity(m->reduce_arg().op, m->dtype)
+                  << ";\n";
+    }
+    for (size_t i = 0; i < loops.size(); i++) {
+      std::string rn = "r" + std::to_string(std::get<int64_t>(loops[i]->arg));
+      target.code << indent(target.depth + static_cast<int>(i)) << "for (" << type(kIndex) << " " << rn << " = 0; " << rn
+                  << " < " << loops[i]->src[0]->const_i() << "; " << rn << "++) {\n";
+    }
+    target.code << body.code.str();
+    for (size_t g = 0; g < group.size(); g++) {
+      const UOpPtr& m = group[g];
+      target.code << indent(body.depth) << accs[g] << " = (" << type(m->dtype) << ")("
+                  << combine(m->reduce_arg().op, m->dtype, accs[g], ref(m->src[0])) << ");\n";
+    }
+    for (size_t i = loops.size(); i-- > 0;)
+      target.code << indent(target.depth + static_cast<int>(i)) << "}\n";
+    for (size_t g = 0; g < group.size(); g++) {
+      const UOpPtr& m = group[g];
+      where_[m.get()] = open_[at];
+      names_[m.get()] = accs[g];
+      if (lane) emit_tree(m, accs[g], ref(lane), lane->src[0]->const_i(), target);
+    }
+  }
+
+  void emit_tree(const UOpPtr& m, const std::string& acc, const std::string& lid, int64_t width, Scope& sc) {
+    std::string ind = indent(sc.depth), t = type(m->dtype), sm = "sm" + std::to_string(next_++);
+    std::string st = m->dtype == DType::Bool ? storage(DType::Bool) : t; // local memory holds no bool
+    std::string r = "red" + std::to_string(next_++);
+    sc.code << ind << d_.local << " " << st << " " << sm << "[" << width << "];\n"
+            << ind << sm << "[" << lid << "] = " << acc << ";\n"
+            << ind << d_.barrier << "\n"
+            << ind << "for (int s = " << width / 2 << "; s > 0; s >>= 1) {\n"
+            << ind << "  if (" << lid << " < s) " << sm << "[" << lid << "] = (" << st << ")("
+            << combine(m->reduce_arg().op, m->dtype, "(" + t + ")" + sm + "[" + lid + "]",
+                       "(" + t + ")" + sm + "[" + lid + " + s]")
+            << ");\n"
+            << ind << "  " << d_.barrier << "\n"
+            << ind << "}\n"
+            << ind << "const " << t << " " << r << " = (" << t << ")" << sm << "[0];\n";
+    names_[m.get()] = r;
+  }
+};
+
+} // namespace
+
+std::string render_gpu(const Kernel& k, const std::string& fn_name, const Target& target) {
+  return GpuRenderer(k, target).render(fn_name);
+}
+
+} // namespace tiny

@@ -1,0 +1,33 @@
+#pragma once
+// What lowering and rendering need to know about the device a kernel runs on, and how a lowered
+// kernel is launched.
+
+#include <array>
+#include <cstdint>
+
+namespace tiny {
+
+// The source language a kernel is rendered in: C for the CPU device, or one of the GPU dialects of
+// render_gpu (one renderer; a dialect is a row of its tables).
+enum class Dialect : uint8_t { C, OpenCL, CUDA, HIP };
+
+struct Target {
+  Dialect dialect = Dialect::C;
+  int64_t max_local = 256;       // threads per work-group (the device's limit, capped)
+  int64_t local_mem = 16 * 1024; // bytes of __local / __shared__ memory per work-group
+  std::array<int64_t, 3> max_groups{int64_t{1} << 31, 65535, 65535}; // work-groups per grid axis
+  bool fp64 = true;                                                   // double arithmetic available
+  bool gpu() const { return dialect != Dialect::C; }
+};
+
+// Launch dimensions. GPU: `global` work-groups per axis of `local` threads each (CUDA's grid and
+// block; OpenCL's global size is their product). CPU: global[0] iterations of the outermost loop,
+// split across the thread pool.
+struct Launch {
+  std::array<int64_t, 3> global{1, 1, 1};
+  std::array<int64_t, 3> local{1, 1, 1};
+  // GPU kernels take float scalars as float, or as double when the kernel computes in float64.
+  bool f64_scalars = false;
+};
+
+} // namespace tiny
