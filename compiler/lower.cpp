@@ -359,7 +359,8 @@ private:
         active_.push_back(r.get());
       }
       srcs[0] = eval(x, src_idx);
-      if (loops.valid) srcs[0] = UOp::make(Ops::WHERE, x->dtype, {loops.valid, srcs[0], reduce_identity(ra.op, x->dtype)});
+      if (loops.valid)
+        srcs[0] = UOp::make(Ops::WHERE, x->dtype, {loops.valid, srcs[0], reduce_identity(ra.op, x->dtype)});
       active_.resize(mark);
       return UOp::make(Ops::REDUCE, n->dtype, std::move(srcs), ra);
     }
@@ -1011,8 +1012,8 @@ Grid make_grid(const Shape& loops, const Target& target, int64_t budget) {
                            " outputs needs more work-groups than the device's grid allows");
 }
 
-constexpr int64_t kGpuThreads = 256;   // threads per work-group, at most
-constexpr int64_t kGroupedReduce = 256; // a reduction this long or longer ...
+constexpr int64_t kGpuThreads = 256;      // threads per work-group, at most
+constexpr int64_t kGroupedReduce = 256;   // a reduction this long or longer ...
 constexpr int64_t kGroupedOutputs = 8192; // ... with this few outputs or fewer is a grouped reduce
 
 Kernel lower_kernel_gpu(const BufferRef& out, const View& out_region, const LoopPlan& plan, const Target& target) {
@@ -1061,15 +1062,14 @@ Kernel lower_kernel_gpu(const BufferRef& out, const View& out_region, const Loop
   std::vector<UOpPtr> store{lw.param(out), flat, v};
   // every thread of a grouped reduce has the result; one stores it
   if (grouped) store.push_back(UOp::make(Ops::CMPEQ, DType::Bool, {lw.group_lane, idx_const(0)}));
-  UOpPtr ast =
-      graph_rewrite(UOp::make(Ops::SINK, DType::Void, {UOp::make(Ops::STORE, DType::Void, std::move(store))}), symbolic);
+  UOpPtr ast = graph_rewrite(UOp::make(Ops::SINK, DType::Void, {UOp::make(Ops::STORE, DType::Void, std::move(store))}),
+                             symbolic);
 
   std::string name = grouped ? "G" : reduces ? "R" : "E";
   for (int64_t s : plan.loops)
     name += "_" + std::to_string(s);
   // A kernel with no outputs has a loop of no iterations: it is not launched (as on the CPU).
-  Kernel k{name, ast, lw.buffers, outputs == 0 ? Shape{0} : Shape{}, lw.ivars, lw.fvars, lw.var_nodes,
-           lw.must_realize};
+  Kernel k{name, ast, lw.buffers, outputs == 0 ? Shape{0} : Shape{}, lw.ivars, lw.fvars, lw.var_nodes, lw.must_realize};
   k.launch = grid.launch;
   if (grid.valid) k.thread_valid = graph_rewrite(grid.valid, symbolic);
   for (const UOpPtr& n : lw.var_nodes)

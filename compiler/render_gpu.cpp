@@ -30,7 +30,7 @@ struct DialectSpec {
   const char* u64;
   const char* math_prefix;  // before a libm name
   const char* float_suffix; // after a libm name, for float (OpenCL's are overloaded)
-  bool vload_half;          // float16 memory through vload_half / vstore_half_rte (no cl_khr_fp16 needed)
+  bool vload_half;          // float16 loads through vload_half (no cl_khr_fp16 needed); `half*` arguments
   bool as_type;             // bit casts are as_T(x) (OpenCL), else tiny_bitcast<T>(x)
 };
 
@@ -231,19 +231,19 @@ TINY_FN float tiny_logf(float x) {
 
 // libm names of the unary ops (float EXP, LOG and TANH are the prelude's, as on the CPU).
 const std::unordered_map<Ops, const char*> kMath = {
-    {Ops::SQRT, "sqrt"},   {Ops::EXP, "exp"},     {Ops::EXP2, "exp2"},   {Ops::LOG, "log"},     {Ops::LOG2, "log2"},
-    {Ops::SIN, "sin"},     {Ops::COS, "cos"},     {Ops::TAN, "tan"},     {Ops::TANH, "tanh"},   {Ops::ERF, "erf"},
-    {Ops::FLOOR, "floor"}, {Ops::CEIL, "ceil"},   {Ops::RINT, "rint"},   {Ops::TRUNC, "trunc"}, {Ops::LOG1P, "log1p"},
-    {Ops::EXPM1, "expm1"}, {Ops::ASIN, "asin"},   {Ops::ACOS, "acos"},   {Ops::ATAN, "atan"},   {Ops::SINH, "sinh"},
-    {Ops::COSH, "cosh"},   {Ops::ASINH, "asinh"}, {Ops::ACOSH, "acosh"}, {Ops::ATANH, "atanh"}, {Ops::ERFC, "erfc"},
+    {Ops::SQRT, "sqrt"},    {Ops::EXP, "exp"},     {Ops::EXP2, "exp2"},   {Ops::LOG, "log"},     {Ops::LOG2, "log2"},
+    {Ops::SIN, "sin"},      {Ops::COS, "cos"},     {Ops::TAN, "tan"},     {Ops::TANH, "tanh"},   {Ops::ERF, "erf"},
+    {Ops::FLOOR, "floor"},  {Ops::CEIL, "ceil"},   {Ops::RINT, "rint"},   {Ops::TRUNC, "trunc"}, {Ops::LOG1P, "log1p"},
+    {Ops::EXPM1, "expm1"},  {Ops::ASIN, "asin"},   {Ops::ACOS, "acos"},   {Ops::ATAN, "atan"},   {Ops::SINH, "sinh"},
+    {Ops::COSH, "cosh"},    {Ops::ASINH, "asinh"}, {Ops::ACOSH, "acosh"}, {Ops::ATANH, "atanh"}, {Ops::ERFC, "erfc"},
     {Ops::LGAMMA, "lgamma"}};
 const std::unordered_map<Ops, const char*> kFloatPrelude = {
     {Ops::EXP, "tiny_expf"}, {Ops::LOG, "tiny_logf"}, {Ops::TANH, "tiny_tanhf"}};
 // Binary ops that are C operators on every dialect.
 const std::unordered_map<Ops, const char*> kOperators = {
-    {Ops::ADD, " + "},    {Ops::SUB, " - "},    {Ops::MUL, " * "},    {Ops::FDIV, " / "},   {Ops::CMPLT, " < "},
-    {Ops::CMPLE, " <= "}, {Ops::CMPEQ, " == "}, {Ops::CMPNE, " != "}, {Ops::AND, " & "},    {Ops::OR, " | "},
-    {Ops::XOR, " ^ "}};
+    {Ops::ADD, " + "},   {Ops::SUB, " - "},    {Ops::MUL, " * "},    {Ops::FDIV, " / "},
+    {Ops::CMPLT, " < "}, {Ops::CMPLE, " <= "}, {Ops::CMPEQ, " == "}, {Ops::CMPNE, " != "},
+    {Ops::AND, " & "},   {Ops::OR, " | "},     {Ops::XOR, " ^ "}};
 
 bool is_half(DType dt) { return dt == DType::Float16 || dt == DType::BFloat16; }
 int bits(DType dt) { return static_cast<int>(itemsize(dt) * 8); }
@@ -371,7 +371,8 @@ private:
 
   std::string math(Ops op, DType dt, const std::string& args) const {
     if (dt != DType::Float64)
-      if (auto it = kFloatPrelude.find(op); it != kFloatPrelude.end()) return std::string(it->second) + "(" + args + ")";
+      if (auto it = kFloatPrelude.find(op); it != kFloatPrelude.end())
+        return std::string(it->second) + "(" + args + ")";
     auto it = kMath.find(op);
     if (it == kMath.end()) throw std::logic_error(std::string("render_gpu: no math function for ") + op_name(op));
     return std::string(d_.math_prefix) + it->second + (dt == DType::Float64 ? "" : d_.float_suffix) + "(" + args + ")";
@@ -390,9 +391,9 @@ private:
     case Ops::BITNOT:
       return dt == DType::Bool ? "!" + a : "~" + a;
     case Ops::ABS:
-      return is_float(dt) ? std::string(d_.math_prefix) + "fabs" + (dt == DType::Float64 ? "" : d_.float_suffix) + "(" +
-                                a + ")"
-                          : "(" + a + " < 0 ? -" + a + " : " + a + ")";
+      return is_float(dt)
+                 ? std::string(d_.math_prefix) + "fabs" + (dt == DType::Float64 ? "" : d_.float_suffix) + "(" + a + ")"
+                 : "(" + a + " < 0 ? -" + a + " : " + a + ")";
     case Ops::RECIP:
       return std::string(dt == DType::Float64 ? "1.0" : "1.0f") + " / " + a;
     default:
@@ -557,9 +558,12 @@ private:
     return dt == DType::Bool ? "(" + x + " != 0)" : from_bits(dt, x);
   }
 
+  // float16 stores write tiny_f2h's bits on every dialect: vstore_half_rte rounds the same but writes
+  // NaN as it likes (PoCL: 0x7fff; torch: 0x7e00).
   std::string store(DType dt, const std::string& buf, const std::string& idx, const std::string& v) const {
-    if (dt == DType::Float16 && d_.vload_half) return "vstore_half_rte(" + v + ", " + idx + ", " + buf + ");";
-    return buf + "[" + idx + "] = " + to_bits(dt, v) + ";";
+    std::string at =
+        dt == DType::Float16 && d_.vload_half ? "((" + std::string(d_.global) + "ushort*)" + buf + ")" : buf;
+    return at + "[" + idx + "] = " + to_bits(dt, v) + ";";
   }
 
   void emit(const UOpPtr& n) {
@@ -653,13 +657,13 @@ private:
     std::vector<std::string> accs;
     for (const UOpPtr& m : group) {
       accs.push_back("acc" + std::to_string(next_++));
-      target.code << ind << type(m->dtype) << " " << accs.back() << " = " << reduce_identity(m->reduce_arg().op, m->dtype)
-                  << ";\n";
+      target.code << ind << type(m->dtype) << " " << accs.back() << " = "
+                  << reduce_identity(m->reduce_arg().op, m->dtype) << ";\n";
     }
     for (size_t i = 0; i < loops.size(); i++) {
       std::string rn = "r" + std::to_string(std::get<int64_t>(loops[i]->arg));
-      target.code << indent(target.depth + static_cast<int>(i)) << "for (" << type(kIndex) << " " << rn << " = 0; " << rn
-                  << " < " << loops[i]->src[0]->const_i() << "; " << rn << "++) {\n";
+      target.code << indent(target.depth + static_cast<int>(i)) << "for (" << type(kIndex) << " " << rn << " = 0; "
+                  << rn << " < " << loops[i]->src[0]->const_i() << "; " << rn << "++) {\n";
     }
     target.code << body.code.str();
     for (size_t g = 0; g < group.size(); g++) {

@@ -16,7 +16,7 @@ struct Target {
   int64_t max_local = 256;       // threads per work-group (the device's limit, capped)
   int64_t local_mem = 16 * 1024; // bytes of __local / __shared__ memory per work-group
   std::array<int64_t, 3> max_groups{int64_t{1} << 31, 65535, 65535}; // work-groups per grid axis
-  bool fp64 = true;                                                   // double arithmetic available
+  bool fp64 = true;                                                  // double arithmetic available
   bool gpu() const { return dialect != Dialect::C; }
 };
 

@@ -130,7 +130,8 @@ const ClApi& cl_api() {
 }
 
 void check(cl_int err, const std::string& what) {
-  if (err != CL_SUCCESS) throw std::runtime_error("tiny: OpenCL " + what + " failed (error " + std::to_string(err) + ")");
+  if (err != CL_SUCCESS)
+    throw std::runtime_error("tiny: OpenCL " + what + " failed (error " + std::to_string(err) + ")");
 }
 
 std::string device_string(cl_device_id dev, cl_uint param) {
@@ -262,7 +263,8 @@ public:
       check(cl.SetKernelArg(kernel_, i++, sizeof v, &v), "clSetKernelArg of " + name_);
     for (double v : fvars) {
       float f = static_cast<float>(v);
-      check(launch.f64_scalars ? cl.SetKernelArg(kernel_, i++, sizeof v, &v) : cl.SetKernelArg(kernel_, i++, sizeof f, &f),
+      check(launch.f64_scalars ? cl.SetKernelArg(kernel_, i++, sizeof v, &v)
+                               : cl.SetKernelArg(kernel_, i++, sizeof f, &f),
             "clSetKernelArg of " + name_);
     }
     size_t global[3], local[3];
@@ -379,8 +381,7 @@ public:
     compiler_ = std::make_unique<ClCompiler>(ctx_, dev_, name_ + " " + device_string(dev_, CL_DRIVER_VERSION), options);
     if (debug_level() >= 1)
       std::fprintf(stderr, "tiny: CL device %s (work-groups up to %lld threads, %lld bytes local memory)\n",
-                   name_.c_str(), static_cast<long long>(target_.max_local),
-                   static_cast<long long>(target_.local_mem));
+                   name_.c_str(), static_cast<long long>(target_.max_local), static_cast<long long>(target_.local_mem));
   }
   std::string name() const override { return "CL:" + name_; }
   const Target& target() const override { return target_; }
@@ -426,9 +427,10 @@ ClDevice* open_cl_device() {
   std::string platforms;
   std::vector<cl_device_id> devs = all_devices(&platforms);
   if (devs.empty())
-    throw std::runtime_error("tiny: the CL device needs an OpenCL platform with a device; found " +
-                             (platforms.empty() ? std::string("no platform") : "platforms " + platforms + " without devices") +
-                             " (Debian: pocl-opencl-icd runs OpenCL on the CPU)");
+    throw std::runtime_error(
+        "tiny: the CL device needs an OpenCL platform with a device; found " +
+        (platforms.empty() ? std::string("no platform") : "platforms " + platforms + " without devices") +
+        " (Debian: pocl-opencl-icd runs OpenCL on the CPU)");
   int64_t index = 0;
   if (const char* v = std::getenv("TINY_CL_DEVICE")) index = std::atoll(v);
   if (index < 0 || index >= static_cast<int64_t>(devs.size()))

@@ -103,16 +103,276 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
   }
 }
 
-
 } // namespace
 
 TEST_F(ClDevice, AFusedElementwiseChainMatchesTheCpu) {
-  auto [got, want] = run_both({input(DType::Float32, random_floats(1000, 1)), input(DType::Float32, random_floats(1000, 2))},
-                              [](const std::vector<UOpPtr>& in) {
-                                auto two = expand(reshape(const_float(DType::Float32, 2.0), {1}), {1000});
-                                auto s = alu(Ops::MUL, alu(Ops::ADD, in[0], in[1]), two);
-                                auto e = alu(Ops::MAX, s, alu(Ops::EXP, in[0]));
-                                return alu(Ops::ADD, alu(Ops::TANH, e), alu(Ops::LOG, alu(Ops::ABS, in[1])));
-                              });
+  auto [got, want] =
+      run_both({input(DType::Float32, random_floats(1000, 1)), input(DType::Float32, random_floats(1000, 2))},
+               [](const std::vector<UOpPtr>& in) {
+                 auto two = expand(reshape(const_float(DType::Float32, 2.0), {1}), {1000});
+                 auto s = alu(Ops::MUL, alu(Ops::ADD, in[0], in[1]), two);
+                 auto e = alu(Ops::MAX, s, alu(Ops::EXP, in[0]));
+                 return alu(Ops::ADD, alu(Ops::TANH, e), alu(Ops::LOG, alu(Ops::ABS, in[1])));
+               });
   expect_close(as<float>(got), as<float>(want), 1e-6f);
+}
+
+namespace {
+
+void expect_close_f64(const std::vector<double>& got, const std::vector<double>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); i++)
+    EXPECT_NEAR(got[i], want[i], 4e-16 * std::max(1.0, std::fabs(want[i]))) << "at " << i;
+}
+
+UOpPtr scalar(DType dt, double v, const Shape& shape) {
+  Shape ones(shape.size(), 1);
+  return expand(reshape(is_float(dt) ? const_float(dt, v) : const_int(dt, static_cast<int64_t>(v)), ones), shape);
+}
+
+// The kernel the CL device would run for `value` (lowered and rendered, not run).
+std::pair<Kernel, std::string> cl_kernel_of(Device& cl, const UOpPtr& value) {
+  auto out = std::make_shared<Buffer>(cl, value->dtype, prod(value->shape));
+  Kernel k = lower_kernel(out, View::contiguous(value->shape), value, cl.target());
+  return {k, render_gpu(k, k.name, cl.target())};
+}
+
+} // namespace
+
+TEST_F(ClDevice, EveryDtypeComputesAndRoundsAsOnTheCpu) {
+  const int64_t n = 777;
+  auto x = random_floats(n, 3, -40, 40), y = random_floats(n, 4, -40, 40);
+  for (DType dt : {DType::Bool, DType::Int8, DType::Int16, DType::Int32, DType::Int64, DType::UInt8, DType::Float16,
+                   DType::BFloat16, DType::Float32, DType::Float64}) {
+    auto [got, want] =
+        run_both({input(DType::Float32, x), input(DType::Float32, y)}, [&](const std::vector<UOpPtr>& in) {
+          UOpPtr a = cast(in[0], dt), b = cast(in[1], dt);
+          if (dt == DType::Bool) return alu(Ops::XOR, alu(Ops::OR, a, b), alu(Ops::CMPLT, in[0], in[1]));
+          UOpPtr v = alu(Ops::ADD, alu(Ops::MUL, a, b), alu(Ops::MAX, a, b));
+          v = alu(Ops::SUB, v, is_float(dt) ? alu(Ops::FDIV, a, b) : alu(Ops::IDIV, a, b));
+          return where(alu(Ops::CMPLT, a, b), v, alu(Ops::MIN, a, alu(Ops::NEG, b)));
+        });
+    // a product and a sum may fuse into one rounding on either device (the CPU compiles with
+    // -ffp-contract=fast): float32 and float64 agree to the last bit but one
+    if (dt == DType::Float32)
+      expect_close(as<float>(got), as<float>(want), 2e-7f);
+    else if (dt == DType::Float64)
+      expect_close_f64(as<double>(got), as<double>(want));
+    else
+      EXPECT_EQ(got, want) << name(dt);
+  }
+}
+
+TEST_F(ClDevice, HalfAndBfloat16RoundToNearestEvenAsOnTheCpu) {
+  // overflow to inf, the largest half, subnormals, ties, NaN, -0, bfloat16 ties
+  std::vector<float> x = {65520.0f,
+                          65504.0f,
+                          65519.99f,
+                          1e-7f,
+                          3e-8f,
+                          2.98e-8f,
+                          1.0f / 3.0f,
+                          -0.0f,
+                          NAN,
+                          INFINITY,
+                          -INFINITY,
+                          1.00048828125f,
+                          1.00146484375f,
+                          1.0f + 1.0f / 256.0f,
+                          1.0f + 3.0f / 256.0f,
+                          3.3895314e38f,
+                          -1e-40f,
+                          6.1035156e-05f};
+  for (DType dt : {DType::Float16, DType::BFloat16}) {
+    auto [got, want] =
+        run_both({input(DType::Float32, x)}, [&](const std::vector<UOpPtr>& in) { return cast(in[0], dt); });
+    EXPECT_EQ(got, want) << name(dt);
+    auto [sum, sum_cpu] = run_both({input(DType::Float32, x)}, [&](const std::vector<UOpPtr>& in) {
+      UOpPtr h = cast(in[0], dt);
+      return cast(alu(Ops::ADD, alu(Ops::MUL, h, h), h), DType::Float32);
+    });
+    expect_close(as<float>(sum), as<float>(sum_cpu));
+  }
+  auto bits = as<uint16_t>(run_on(*cl, {input(DType::Float32, x)},
+                                  [](const std::vector<UOpPtr>& in) { return cast(in[0], DType::Float16); }));
+  EXPECT_EQ(bits[0], 0x7c00);  // 65520 rounds up to inf
+  EXPECT_EQ(bits[1], 0x7bff);  // 65504
+  EXPECT_EQ(bits[3], 0x0002);  // 1e-7: two units of 2^-24
+  EXPECT_EQ(bits[8], 0x7e00);  // NaN as torch writes it
+  EXPECT_EQ(bits[11], 0x3c00); // 1 + 2^-11: a tie, to even (down)
+  EXPECT_EQ(bits[12], 0x3c02); // 1 + 3 * 2^-11: a tie, to even (up)
+}
+
+TEST_F(ClDevice, AFullSumOfAMillionFloatsIsOneGroupedReduce) {
+  const int64_t n = (1 << 20) + 3;
+  auto x = random_floats(n, 5);
+  auto graph = [&](const std::vector<UOpPtr>& in) { return reduce(in[0], Ops::ADD, {0}); };
+  auto [got, want] = run_both({input(DType::Float32, x)}, graph);
+  double exact = 0, mag = 0;
+  for (float v : x)
+    exact += v, mag += std::fabs(v);
+  EXPECT_NEAR(as<float>(got)[0], exact, 1e-6 * mag);
+  EXPECT_NEAR(as<float>(got)[0], as<float>(want)[0], 1e-6 * mag);
+  auto [k, src] = cl_kernel_of(*cl, graph({buffer(upload(*cl, input(DType::Float32, x)))}));
+  EXPECT_EQ(k.name[0], 'G') << src;
+  EXPECT_NE(src.find("__local float"), std::string::npos) << src;
+  EXPECT_NE(src.find("barrier(CLK_LOCAL_MEM_FENCE)"), std::string::npos) << src;
+}
+
+TEST_F(ClDevice, RowSumsAreGroupedWhenLongAndPerThreadWhenMany) {
+  for (auto [rows, cols, kind] :
+       {std::tuple<int64_t, int64_t, char>{300, 1000, 'G'}, {20000, 20, 'R'}, {7, 3000, 'G'}}) {
+    auto x = random_floats(rows * cols, 6);
+    auto graph = [&](const std::vector<UOpPtr>& in) { return reduce(reshape(in[0], {rows, cols}), Ops::ADD, {1}); };
+    auto [got, want] = run_both({input(DType::Float32, x)}, graph);
+    expect_close(as<float>(got), as<float>(want), 1e-5f * static_cast<float>(cols));
+    EXPECT_EQ(cl_kernel_of(*cl, graph({buffer(upload(*cl, input(DType::Float32, x)))})).first.name[0], kind);
+  }
+}
+
+TEST_F(ClDevice, MaxAndMinPropagateNaNLikeTheCpu) {
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{64, 500}, {5000, 9}}) {
+    auto x = random_floats(rows * cols, 7);
+    for (int64_t r = 0; r < rows; r += 5)
+      x[r * cols + (r * 7) % cols] = NAN;
+    for (Ops op : {Ops::MAX, Ops::MIN}) {
+      auto [got, want] = run_both({input(DType::Float32, x)}, [&](const std::vector<UOpPtr>& in) {
+        return reduce(reshape(in[0], {rows, cols}), op, {1});
+      });
+      expect_close(as<float>(got), as<float>(want));
+      EXPECT_TRUE(std::isnan(as<float>(got)[0]));
+    }
+  }
+  std::vector<int32_t> ints(3 * 1000);
+  for (size_t i = 0; i < ints.size(); i++)
+    ints[i] = static_cast<int32_t>((i * 2654435761u) % 100000) - 50000;
+  auto [got, want] = run_both({input(DType::Int32, ints)}, [](const std::vector<UOpPtr>& in) {
+    return reduce(reshape(in[0], {3, 1000}), Ops::MAX, {1});
+  });
+  EXPECT_EQ(got, want);
+}
+
+TEST_F(ClDevice, ASoftmaxReadsOneGroupedReductionInsideAnother) {
+  const int64_t R = 8, C = 2000;
+  auto graph = [&](const std::vector<UOpPtr>& in) {
+    auto a = reshape(in[0], {R, C});
+    auto e = alu(Ops::EXP, alu(Ops::SUB, a, expand(reduce(a, Ops::MAX, {1}), {R, C})));
+    return alu(Ops::FDIV, e, expand(reduce(e, Ops::ADD, {1}), {R, C}));
+  };
+  auto [got, want] = run_both({input(DType::Float32, random_floats(R * C, 8, -10, 10))}, graph);
+  expect_close(as<float>(got), as<float>(want), 1e-6f);
+}
+
+TEST_F(ClDevice, AReductionEveryThreadWouldRepeatIsRealizedFirst) {
+  const int64_t R = 4, C = 1000;
+  auto [got, want] = run_both({input(DType::Float32, random_floats(R * C, 9))}, [&](const std::vector<UOpPtr>& in) {
+    auto a = reshape(in[0], {R, C});
+    return alu(Ops::SUB, a, expand(reduce(a, Ops::ADD, {1}), {R, C}));
+  });
+  expect_close(as<float>(got), as<float>(want), 1e-5f);
+}
+
+TEST_F(ClDevice, PaddedFlippedAndConcatenatedViewsMaskLikeTheCpu) {
+  const int64_t R = 30, C = 40;
+  auto x = random_floats(R * C, 10), y = random_floats(R * C, 11);
+  auto [got, want] = run_both({input(DType::Float32, x), input(DType::Float32, y)}, [&](const std::vector<UOpPtr>& in) {
+    auto a = reshape(in[0], {R, C}), b = reshape(in[1], {R, C});
+    auto padded = pad(flip(a, {true, false}), {{1, 2}, {3, 0}});                  // (33, 43)
+    auto cat = alu(Ops::ADD, pad(a, {{0, R}, {0, 0}}), pad(b, {{R, 0}, {0, 0}})); // (60, 40)
+    auto window = shrink(cat, {{R - 2, R + 31}, {0, C}});                         // (33, 40)
+    return alu(Ops::MUL, shrink(padded, {{0, 33}, {3, 43}}),
+               alu(Ops::ADD, window, scalar(DType::Float32, 1, {33, 40})));
+  });
+  expect_close(as<float>(got), as<float>(want));
+}
+
+TEST_F(ClDevice, AMatmulAsAReduceOfABroadcastProductMatchesTheCpu) {
+  for (auto [M, K, N] : {std::tuple<int64_t, int64_t, int64_t>{64, 300, 48}, {200, 64, 96}, {33, 17, 5}}) {
+    auto graph = [&](const std::vector<UOpPtr>& in) {
+      auto a = expand(reshape(in[0], {M, K, 1}), {M, K, N});
+      auto b = expand(reshape(in[1], {1, K, N}), {M, K, N});
+      return reshape(reduce(alu(Ops::MUL, a, b), Ops::ADD, {1}), {M, N});
+    };
+    auto [got, want] = run_both(
+        {input(DType::Float32, random_floats(M * K, 12)), input(DType::Float32, random_floats(K * N, 13))}, graph);
+    expect_close(as<float>(got), as<float>(want), 1e-5f * static_cast<float>(K));
+  }
+}
+
+TEST_F(ClDevice, AScatterCombinesRepeatedIndicesInOrderLikeTheCpu) {
+  std::vector<float> base(50, 1.0f), vals = random_floats(40, 14);
+  std::vector<int64_t> idx(40);
+  for (size_t i = 0; i < idx.size(); i++)
+    idx[i] = static_cast<int64_t>((i * 7) % 53) - 1; // repeats, -1 and 50..51 out of range
+  for (std::optional<Ops> combine :
+       {std::optional<Ops>{Ops::ADD}, std::optional<Ops>{Ops::MAX}, std::optional<Ops>{}}) {
+    auto run = [&](Device& dev) {
+      auto b = buffer(upload(dev, input(DType::Float32, base)));
+      auto i = buffer(upload(dev, input(DType::Int64, idx)));
+      auto v = buffer(upload(dev, input(DType::Float32, vals)));
+      return download(realize_all({scatter(b, i, v, combine)})[0]->buffer());
+    };
+    EXPECT_EQ(run(*cl), run(cpu_device()));
+  }
+}
+
+TEST_F(ClDevice, AGatherReadsAtLoadedIndicesLikeTheCpu) {
+  std::vector<int64_t> idx = {4, 0, 0, 2, 7, -1, 3, 3};
+  auto [got, want] = run_both({input(DType::Float32, random_floats(5, 15)), input(DType::Int64, idx)},
+                              [](const std::vector<UOpPtr>& in) {
+                                return gather(in[0], reshape(in[1], {2, 4}));
+                              });
+  EXPECT_EQ(got, want);
+}
+
+TEST_F(ClDevice, RuntimeScalarsAndFloat64MatchTheCpu) {
+  auto x = random_floats(300, 16);
+  std::vector<double> xd(x.begin(), x.end());
+  auto [got, want] = run_both({input(DType::Float64, xd)}, [](const std::vector<UOpPtr>& in) {
+    auto alpha = expand(reshape(var_float(DType::Float64, 0.1), {1}), {300});
+    auto k = cast(expand(reshape(var_int(DType::Int64, 3), {1}), {300}), DType::Float64);
+    return alu(Ops::ADD, alu(Ops::MUL, in[0], alpha), alu(Ops::SQRT, alu(Ops::MUL, k, alu(Ops::ABS, in[0]))));
+  });
+  expect_close_f64(as<double>(got), as<double>(want));
+}
+
+TEST_F(ClDevice, AReplayedScheduleRunsOnNewBuffersAndScalars) {
+  const int64_t R = 16, C = 600;
+  auto step = [&](Device& dev, unsigned seed, double lr) {
+    auto w = reshape(buffer(upload(dev, input(DType::Float32, random_floats(R * C, seed)))), {R, C});
+    auto g = reshape(buffer(upload(dev, input(DType::Float32, random_floats(R * C, seed + 1)))), {R, C});
+    auto upd = alu(Ops::SUB, w, alu(Ops::MUL, g, expand(reshape(var_float(DType::Float32, lr), {1, 1}), {R, C})));
+    auto norm = reduce(alu(Ops::MUL, upd, upd), Ops::ADD, {1});
+    auto roots = realize_all({reshape(upd, {R * C}), reshape(norm, {R})}); // storages' contents are flat
+    return std::pair{download(roots[0]->buffer()), download(roots[1]->buffer())};
+  };
+  step(*cl, 1, 0.5); // records the schedule
+  int64_t hits = stats().schedule_hits;
+  for (auto [seed, lr] : {std::pair<unsigned, double>{20, 0.1}, {30, 0.01}}) {
+    auto [upd, norm] = step(*cl, seed, lr);
+    auto [upd_cpu, norm_cpu] = step(cpu_device(), seed, lr);
+    expect_close(as<float>(upd), as<float>(upd_cpu), 2e-7f); // w - g * lr may fuse on the CPU
+    expect_close(as<float>(norm), as<float>(norm_cpu), 1e-5f);
+  }
+  // two replays on CL; the CPU records its schedule on the first step, replays on the second
+  EXPECT_EQ(stats().schedule_hits - hits, 3);
+}
+
+TEST(Devices, AnUnknownBackendNamesTheOnesThereAre) {
+  try {
+    backend_device("TPU");
+    FAIL() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("CPU, CL"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Devices, AFloat64KernelForADeviceWithoutItSaysSo) {
+  Target t;
+  t.dialect = Dialect::OpenCL;
+  t.fp64 = false;
+  auto in = std::make_shared<Buffer>(cpu_device(), DType::Float64, 10);
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float64, 10);
+  Kernel k = lower_kernel(out, View::contiguous({10}), alu(Ops::SQRT, buffer(in)), t);
+  EXPECT_THROW(render_gpu(k, k.name, t), std::runtime_error);
 }
