@@ -279,7 +279,7 @@ TEST_F(ClDevice, PaddedFlippedAndConcatenatedViewsMaskLikeTheCpu) {
     auto a = reshape(in[0], {R, C}), b = reshape(in[1], {R, C});
     auto padded = pad(flip(a, {true, false}), {{1, 2}, {3, 0}});                  // (33, 43)
     auto cat = alu(Ops::ADD, pad(a, {{0, R}, {0, 0}}), pad(b, {{R, 0}, {0, 0}})); // (60, 40)
-    auto window = shrink(cat, {{R - 2, R + 31}, {0, C}});                         // (33, 40)
+    auto window = shrink(cat, {{R - 3, R + 30}, {0, C}});                         // (33, 40)
     return alu(Ops::MUL, shrink(padded, {{0, 33}, {3, 43}}),
                alu(Ops::ADD, window, scalar(DType::Float32, 1, {33, 40})));
   });
