@@ -1,4 +1,5 @@
-// Kernels rendered, compiled and run on the CPU device, no torch involved, checked against plain loops.
+// Kernels rendered, compiled and run on the CPU device (whatever TINY_DEVICE says), no torch involved,
+// checked against plain loops.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,7 +16,7 @@ using namespace tiny::runtime;
 namespace {
 
 std::shared_ptr<Buffer> filled(const std::vector<float>& v) {
-  auto b = std::make_shared<Buffer>(device(0), DType::Float32, static_cast<int64_t>(v.size()));
+  auto b = std::make_shared<Buffer>(cpu_device(), DType::Float32, static_cast<int64_t>(v.size()));
   std::copy(v.begin(), v.end(), static_cast<float*>(b->ptr()));
   return b;
 }
@@ -60,7 +61,7 @@ TEST(Kernel, ATransposedReadMatchesPlainLoops) {
 
 TEST(Kernel, AContiguousReadHasNoDivisionInItsIndex) {
   auto a = reshape(buffer(filled(random_vec(64 * 32, 4))), {64, 32});
-  auto out = std::make_shared<Buffer>(device(0), DType::Float32, 64 * 32);
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, 64 * 32);
   Kernel k = lower_kernel(out, View::contiguous({64 * 32}), reshape(alu(Ops::SQRT, a), {64 * 32}));
   std::string full = render_c(k, "k");
   std::string src = full.substr(full.find("void k("));
@@ -70,7 +71,7 @@ TEST(Kernel, AContiguousReadHasNoDivisionInItsIndex) {
 }
 
 TEST(Kernel, HalfValuesRoundTripThroughFloatRegisters) {
-  auto b = std::make_shared<Buffer>(device(0), DType::Float32, 4);
+  auto b = std::make_shared<Buffer>(cpu_device(), DType::Float32, 4);
   float in[4] = {1.0f / 3.0f, 65504.0f, 1e-7f, -2.5f};
   std::copy(in, in + 4, static_cast<float*>(b->ptr()));
   auto h = cast(buffer(b), DType::Float16);
@@ -110,7 +111,7 @@ TEST(Kernel, ASoftmaxIsOneKernelWithTheRowReductionsHoisted) {
   auto mx = expand(reduce(a, Ops::MAX, {1}), {R, C});
   auto e = alu(Ops::EXP, alu(Ops::SUB, a, mx));
   auto sm = alu(Ops::FDIV, e, expand(reduce(e, Ops::ADD, {1}), {R, C}));
-  auto out = std::make_shared<Buffer>(device(0), DType::Float32, R * C);
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, R * C);
   Kernel k = lower_kernel(out, View::contiguous({R, C}), sm);
   std::string full = render_c(k, "k");
   // the max and the sum are loops over a row, computed before the loop that writes it
@@ -159,7 +160,7 @@ TEST(Kernel, PaddedAndFlippedReadsMaskToZero) {
 
 namespace {
 std::shared_ptr<Buffer> indices(const std::vector<int64_t>& v) {
-  auto b = std::make_shared<Buffer>(device(0), DType::Int64, static_cast<int64_t>(v.size()));
+  auto b = std::make_shared<Buffer>(cpu_device(), DType::Int64, static_cast<int64_t>(v.size()));
   std::copy(v.begin(), v.end(), static_cast<int64_t*>(b->ptr()));
   return b;
 }
@@ -214,7 +215,7 @@ TEST(Kernel, AMatmulWithARowMajorRightOperandComputesVectorLanes) {
   auto a = expand(reshape(buffer(filled(av)), {M, 1, K}), {M, N, K});
   auto b = expand(reshape(permute(reshape(buffer(filled(bv)), {K, N}), {1, 0}), {1, N, K}), {M, N, K});
   auto value = reduce(alu(Ops::MUL, a, b), Ops::ADD, {2});
-  auto out = std::make_shared<Buffer>(device(0), DType::Float32, M * N);
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, M * N);
   Kernel k = lower_kernel(out, View::contiguous(value->shape), value);
   EXPECT_EQ(k.lanes, 16);
   EXPECT_NE(render_c(k, k.name).find("ext_vector_type(16)"), std::string::npos);
