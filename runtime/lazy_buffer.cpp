@@ -270,6 +270,12 @@ void synchronize() {
     list[i]->content_ = results[i];
     list[i]->leave_pending();
   }
+  // A sync point waits for what it enqueued (GPU launches are asynchronous).
+  std::vector<Device*> devices;
+  for (LazyBuffer* lb : list)
+    if (std::find(devices.begin(), devices.end(), &lb->device_) == devices.end()) devices.push_back(&lb->device_);
+  for (Device* d : devices)
+    d->synchronize();
 }
 
 } // namespace tiny::runtime
