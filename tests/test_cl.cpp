@@ -319,6 +319,13 @@ TEST_F(ClDevice, AMatmulAsAReduceOfABroadcastProductMatchesTheCpu) {
         {input(DType::Float32, random_floats(M * K, 12)), input(DType::Float32, random_floats(K * N, 13))}, graph);
     expect_close(as<float>(got), as<float>(want), 1e-5f * static_cast<float>(K));
   }
+  // many outputs: each thread computes 8 rows of one column, sharing each loaded element of w
+  const int64_t M = 200, K = 64, N = 96;
+  auto a = expand(reshape(buffer(upload(*cl, input(DType::Float32, random_floats(M * K, 1)))), {M, K, 1}), {M, K, N});
+  auto b = expand(reshape(buffer(upload(*cl, input(DType::Float32, random_floats(K * N, 2)))), {1, K, N}), {M, K, N});
+  auto [k, src] = cl_kernel_of(*cl, reshape(reduce(alu(Ops::MUL, a, b), Ops::ADD, {1}), {M, N}));
+  EXPECT_EQ(k.name, "R_25_96_r8") << src;
+  EXPECT_EQ(k.ast->src.size(), 8u) << src;
 }
 
 TEST_F(ClDevice, AScatterCombinesRepeatedIndicesInOrderLikeTheCpu) {
