@@ -451,8 +451,13 @@ std::vector<UOpPtr> realize_all(const std::vector<UOpPtr>& roots) {
 
 BufferRef realize_value(const UOpPtr& value) {
   Device* dev = nullptr;
-  for (const UOpPtr& n : toposort(value))
-    if (n->op == Ops::BUFFER) dev = &static_cast<Buffer&>(*n->buffer()).device();
+  for (const UOpPtr& n : toposort(value)) {
+    if (n->op != Ops::BUFFER) continue;
+    Device& d = static_cast<Buffer&>(*n->buffer()).device();
+    if (dev && dev != &d)
+      throw std::runtime_error("tiny: one graph reads buffers on " + dev->name() + " and " + d.name());
+    dev = &d;
+  }
   UOpPtr b = Scheduler(nullptr, dev ? *dev : device(0)).realize_value(value);
   return b->buffer();
 }

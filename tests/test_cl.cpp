@@ -482,3 +482,10 @@ TEST(GpuDialects, TheHipDialectCompilesWithClang) {
                     "-nogpuinc -O3";
   compiles_with(Dialect::HIP, "clang-19", hip, hip + " -emit-llvm -S");
 }
+
+TEST_F(ClDevice, AGraphOverBuffersOnTwoDevicesIsRefused) {
+  auto a = buffer(upload(*cl, input(DType::Float32, random_floats(8, 1))));
+  auto b = buffer(upload(cpu_device(), input(DType::Float32, random_floats(8, 2))));
+  EXPECT_THROW(realize_value(alu(Ops::ADD, a, b)), std::runtime_error);
+  EXPECT_THROW(realize_all({alu(Ops::ADD, a, b)}), std::runtime_error);
+}
