@@ -374,9 +374,10 @@ public:
     target_.max_groups = {int64_t{1} << 40, int64_t{1} << 40, int64_t{1} << 40};
     target_.fp64 = device_string(dev_, CL_DEVICE_EXTENSIONS).find("cl_khr_fp64") != std::string::npos;
     // OpenCL allows float division and sqrt a few ulp of error unless asked otherwise; torch's are IEEE.
-    std::string options;
+    // -w: the kernels are generated; a warning (an unsigned shift amount compared with 0) is noise.
+    std::string options = "-w";
     if (device_value<cl_bitfield>(dev_, CL_DEVICE_SINGLE_FP_CONFIG) & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT)
-      options = "-cl-fp32-correctly-rounded-divide-sqrt";
+      options += " -cl-fp32-correctly-rounded-divide-sqrt";
     allocator_ = std::make_unique<ClAllocator>(ctx_, queue_);
     compiler_ = std::make_unique<ClCompiler>(ctx_, dev_, name_ + " " + device_string(dev_, CL_DRIVER_VERSION), options);
     if (debug_level() >= 1)

@@ -3,6 +3,7 @@
 // is no OpenCL library or device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -96,10 +97,10 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); i++) {
     if (std::isnan(want[i])) {
-      EXPECT_TRUE(std::isnan(got[i])) << "at " << i;
+      EXPECT_TRUE(std::isnan(got[i])) << "at " << i << ": " << got[i];
       continue;
     }
-    if (rtol == 0)
+    if (rtol == 0 || std::isinf(want[i]))
       EXPECT_EQ(got[i], want[i]) << "at " << i;
     else
       EXPECT_NEAR(got[i], want[i], rtol * std::max(1.0f, std::fabs(want[i]))) << "at " << i;
@@ -122,10 +123,16 @@ TEST_F(ClDevice, AFusedElementwiseChainMatchesTheCpu) {
 
 namespace {
 
-void expect_close_f64(const std::vector<double>& got, const std::vector<double>& want) {
+void expect_close_f64(const std::vector<double>& got, const std::vector<double>& want, double rtol = 4e-16) {
   ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); i++)
-    EXPECT_NEAR(got[i], want[i], 4e-16 * std::max(1.0, std::fabs(want[i]))) << "at " << i;
+  for (size_t i = 0; i < got.size(); i++) {
+    if (std::isnan(want[i]))
+      EXPECT_TRUE(std::isnan(got[i])) << "at " << i << ": " << got[i];
+    else if (std::isinf(want[i]))
+      EXPECT_EQ(got[i], want[i]) << "at " << i;
+    else
+      EXPECT_NEAR(got[i], want[i], rtol * std::max(1.0, std::fabs(want[i]))) << "at " << i;
+  }
 }
 
 UOpPtr scalar(DType dt, double v, const Shape& shape) {
@@ -163,6 +170,94 @@ TEST_F(ClDevice, EveryDtypeComputesAndRoundsAsOnTheCpu) {
       expect_close_f64(as<double>(got), as<double>(want));
     else
       EXPECT_EQ(got, want) << name(dt);
+  }
+}
+
+// Inputs for every op: a spread of values, and zeros, ones, infinities and NaN.
+std::vector<float> op_inputs(unsigned seed) {
+  auto v = random_floats(200, seed, -3, 3);
+  for (float x : {0.0f, -0.0f, 1.0f, -1.0f, 0.5f, INFINITY, -INFINITY, NAN, 1e-30f, 100.0f, -100.0f})
+    v.push_back(x);
+  return v;
+}
+
+// One kernel computing f(op, inputs...) for each op, the results concatenated (one compile per dtype).
+UOpPtr each_op(const std::vector<Ops>& ops, const std::function<UOpPtr(Ops)>& f) {
+  UOpPtr all;
+  for (size_t k = 0; k < ops.size(); k++) {
+    UOpPtr r = f(ops[k]);
+    int64_t n = r->shape[0];
+    UOpPtr placed = pad(r, {{static_cast<int64_t>(k) * n, static_cast<int64_t>(ops.size() - 1 - k) * n}});
+    all = all ? alu(Ops::ADD, all, placed) : placed;
+  }
+  return all;
+}
+
+TEST_F(ClDevice, EveryUnaryOpMatchesTheCpu) {
+  auto x = op_inputs(40);
+  size_t n = x.size();
+  std::vector<double> xd(x.begin(), x.end());
+  std::vector<Ops> ops;
+  for (int o = static_cast<int>(Ops::NEG); o <= static_cast<int>(Ops::LGAMMA); o++)
+    if (static_cast<Ops>(o) != Ops::NOT && static_cast<Ops>(o) != Ops::BITNOT) // bool and integer ops
+      ops.push_back(static_cast<Ops>(o));
+  // the prelude's exp, tanh and log are the CPU's; libm functions are the OpenCL library's
+  auto [f, f_cpu] = run_both({input(DType::Float32, x)}, [&](const std::vector<UOpPtr>& in) {
+    return each_op(ops, [&](Ops op) { return alu(op, in[0]); });
+  });
+  auto [h, h_cpu] = run_both({input(DType::Float32, x)}, [&](const std::vector<UOpPtr>& in) {
+    return each_op(ops, [&](Ops op) { return cast(alu(op, cast(in[0], DType::Float16)), DType::Float32); });
+  });
+  auto [d, d_cpu] = run_both({input(DType::Float64, xd)}, [&](const std::vector<UOpPtr>& in) {
+    return each_op(ops, [&](Ops op) { return alu(op, in[0]); });
+  });
+  auto part = [&](const auto& v, size_t k) { return std::vector(v.begin() + k * n, v.begin() + (k + 1) * n); };
+  for (size_t k = 0; k < ops.size(); k++) {
+    SCOPED_TRACE(op_name(ops[k]));
+    expect_close(part(as<float>(f), k), part(as<float>(f_cpu), k), 4e-6f);
+    expect_close(part(as<float>(h), k), part(as<float>(h_cpu), k), 1e-3f);
+    expect_close_f64(part(as<double>(d), k), part(as<double>(d_cpu), k), 1e-14);
+  }
+}
+
+TEST_F(ClDevice, EveryBinaryOpMatchesTheCpu) {
+  auto x = op_inputs(41), y = op_inputs(42);
+  size_t n = x.size();
+  std::reverse(y.begin(), y.end());
+  std::vector<int64_t> i(n), j(n);
+  for (size_t k = 0; k < n; k++) {
+    i[k] = static_cast<int64_t>(k * 2654435761u % 1000) - 500;
+    j[k] = static_cast<int64_t>(k % 13) - 3; // zero, -1 and shifts past the width
+  }
+  std::vector<Ops> float_ops, int_ops;
+  for (int o = static_cast<int>(Ops::ADD); o <= static_cast<int>(Ops::SHR); o++) {
+    Ops op = static_cast<Ops>(o);
+    bool bitwise = op == Ops::AND || op == Ops::OR || op == Ops::XOR || op == Ops::SHL || op == Ops::SHR;
+    if (!bitwise && op != Ops::IDIV && !is_comparison(op)) float_ops.push_back(op);
+    if (op != Ops::FDIV && op != Ops::ATAN2) int_ops.push_back(op);
+  }
+  auto [f, f_cpu] = run_both({input(DType::Float32, x), input(DType::Float32, y)}, [&](const std::vector<UOpPtr>& in) {
+    return each_op(float_ops, [&](Ops op) { return alu(op, in[0], in[1]); });
+  });
+  auto part = [&](const auto& v, size_t k) { return std::vector(v.begin() + k * n, v.begin() + (k + 1) * n); };
+  for (size_t k = 0; k < float_ops.size(); k++) {
+    SCOPED_TRACE(op_name(float_ops[k]));
+    expect_close(part(as<float>(f), k), part(as<float>(f_cpu), k), 4e-6f);
+  }
+  for (DType dt : {DType::Int8, DType::UInt8, DType::Int32, DType::Int64}) {
+    auto [got, want] = run_both({input(DType::Int64, i), input(DType::Int64, j)}, [&](const std::vector<UOpPtr>& in) {
+      return each_op(int_ops, [&](Ops op) {
+        UOpPtr r = alu(op, cast(in[0], dt), cast(in[1], dt));
+        return cast(r, DType::Int64);
+      });
+    });
+    EXPECT_EQ(got, want) << name(dt);
+  }
+  // comparisons of floats, NaN and infinities included
+  for (Ops op : {Ops::CMPLT, Ops::CMPLE, Ops::CMPEQ, Ops::CMPNE}) {
+    auto [got, want] = run_both({input(DType::Float32, x), input(DType::Float32, y)},
+                                [&](const std::vector<UOpPtr>& in) { return alu(op, in[0], in[1]); });
+    EXPECT_EQ(got, want) << op_name(op);
   }
 }
 
