@@ -281,7 +281,7 @@ public:
       int64_t r = std::get<int64_t>(n->arg);
       std::string name = (r < kLocalRange ? "gidx" : "lidx") + std::to_string(r % 3);
       names_[n.get()] = name;
-      ids << "  const " << type(kIndex) << " " << name << " = (" << type(kIndex) << ")"
+      ids << "  const " << type_of(*n) << " " << name << " = (" << type_of(*n) << ")"
           << (r < kLocalRange ? d_.group_id : d_.local_id)[r % 3] << ";\n";
     }
     if (k_.thread_valid) {
@@ -310,8 +310,8 @@ public:
     os << ") {\n" << ids.str() << scopes_[0].code.str();
     for (size_t d = 0; d < k_.loops.size(); d++) {
       std::string r = "r" + std::to_string(kGpuRanges + static_cast<int64_t>(d));
-      os << indent(static_cast<int>(d) + 1) << "for (" << type(kIndex) << " " << r << " = 0; " << r << " < "
-         << k_.loops[d] << "; " << r << "++) {\n"
+      os << indent(static_cast<int>(d) + 1) << "for (" << (k_.loops[d] <= INT32_MAX ? "int" : type(kIndex)) << " " << r
+         << " = 0; " << r << " < " << k_.loops[d] << "; " << r << "++) {\n"
          << scopes_[d + 1].code.str();
     }
     for (size_t d = k_.loops.size(); d-- > 0;)
@@ -345,6 +345,12 @@ private:
 
   std::string storage(DType dt) const { return d_.storage.at(static_cast<size_t>(dt)); }
   // The type a value lives in: float16/bfloat16 compute in float, as on the CPU.
+  // Index math in 32 bits where its bounds allow (GPUs do 64-bit integer math in several
+  // instructions): an int64 node whose every value fits an int is computed as one. Data (loads,
+  // reductions, arguments) has unknown bounds and stays 64-bit.
+  static bool fits_int(const UOp& n) { return n.vmin >= INT32_MIN && n.vmax <= INT32_MAX; }
+  std::string type_of(const UOp& n) const { return n.dtype == kIndex && fits_int(n) ? "int" : type(n.dtype); }
+
   std::string type(DType dt) const {
     if (is_half(dt)) return "float";
     if (dt == DType::Bool) return "bool";
@@ -364,6 +370,7 @@ private:
     }
     int64_t v = c->const_i();
     if (dt == DType::Bool) return v ? "true" : "false";
+    if (dt == kIndex && fits_int(*c)) return std::to_string(v); // an int: index math stays 32-bit
     if (v == INT64_MIN) return std::string("(-9223372036854775807") + d_.long_suffix + " - 1)";
     std::snprintf(buf, sizeof buf, "((%s)%lld%s)", type(dt).c_str(), static_cast<long long>(v), d_.long_suffix);
     return buf;
@@ -552,6 +559,14 @@ private:
     return false;
   }
 
+  // Source i of n; a 32-bit index widened where n is computed in 64 bits (its bounds are unknown, so
+  // the 32-bit arithmetic could overflow).
+  std::string operand(const UOpPtr& n, size_t i) {
+    const UOpPtr& x = n->src[i];
+    bool narrow = x->dtype == kIndex && fits_int(*x) && !x->is_const();
+    return narrow && n->dtype == kIndex && !fits_int(*n) ? "((" + type(kIndex) + ")" + ref(x) + ")" : ref(x);
+  }
+
   std::string load(DType dt, const std::string& buf, const std::string& idx) const {
     if (dt == DType::Float16 && d_.vload_half) return "vload_half(" + idx + ", " + buf + ")";
     std::string x = buf + "[" + idx + "]";
@@ -604,20 +619,20 @@ private:
       e = load(n->dtype, ref(n->src[0]), ref(n->src[1]));
       if (n->src.size() > 2) e = ref(n->src[2]) + " ? " + e + " : 0";
     } else if (n->op == Ops::WHERE) {
-      e = ref(n->src[0]) + " ? " + ref(n->src[1]) + " : " + ref(n->src[2]);
+      e = ref(n->src[0]) + " ? " + operand(n, 1) + " : " + operand(n, 2);
     } else if (n->op == Ops::CAST) {
       e = cast(n->src[0]->dtype, n->dtype, ref(n->src[0]));
     } else if (n->op == Ops::BITCAST) {
-      e = bitcast(n->src[0]->dtype, n->dtype, ref(n->src[0]));
+      e = bitcast(n->src[0]->dtype, n->dtype, operand(n, 0));
     } else if (is_unary(n->op)) {
-      e = round_to(n->dtype, unary(n->op, n->src[0]->dtype, ref(n->src[0])));
+      e = round_to(n->dtype, unary(n->op, n->src[0]->dtype, operand(n, 0)));
     } else if (is_binary(n->op)) {
-      e = round_to(n->dtype, binary(n->op, n->dtype, n->src[0]->dtype, ref(n->src[0]), ref(n->src[1])));
+      e = round_to(n->dtype, binary(n->op, n->dtype, n->src[0]->dtype, operand(n, 0), operand(n, 1)));
     } else {
       throw std::logic_error(std::string("render_gpu: cannot render ") + op_name(n->op));
     }
     // Narrow ints are promoted by C; store them back in their own width so they wrap as torch's do.
-    sc.code << ind << "const " << type(n->dtype) << " " << v << " = (" << type(n->dtype) << ")(" << e << ");\n";
+    sc.code << ind << "const " << type_of(*n) << " " << v << " = (" << type_of(*n) << ")(" << e << ");\n";
   }
 
   // A REDUCE and every other not-yet-emitted REDUCE over the same loop variables in the same scope
@@ -662,8 +677,8 @@ private:
     }
     for (size_t i = 0; i < loops.size(); i++) {
       std::string rn = "r" + std::to_string(std::get<int64_t>(loops[i]->arg));
-      target.code << indent(target.depth + static_cast<int>(i)) << "for (" << type(kIndex) << " " << rn << " = 0; "
-                  << rn << " < " << loops[i]->src[0]->const_i() << "; " << rn << "++) {\n";
+      target.code << indent(target.depth + static_cast<int>(i)) << "for (" << type_of(*loops[i]) << " " << rn
+                  << " = 0; " << rn << " < " << loops[i]->src[0]->const_i() << "; " << rn << "++) {\n";
     }
     target.code << body.code.str();
     for (size_t g = 0; g < group.size(); g++) {

@@ -584,3 +584,18 @@ TEST_F(ClDevice, AGraphOverBuffersOnTwoDevicesIsRefused) {
   EXPECT_THROW(realize_value(alu(Ops::ADD, a, b)), std::runtime_error);
   EXPECT_THROW(realize_all({alu(Ops::ADD, a, b)}), std::runtime_error);
 }
+
+TEST(GpuDialects, IndexMathIsThirtyTwoBitWhereItsBoundsFit) {
+  Target t;
+  t.dialect = Dialect::OpenCL;
+  auto src_of = [&](int64_t n) {
+    // buffers that are identities only: nothing is allocated
+    auto in = std::make_shared<Buffer>(cpu_device(), DType::Float32, n);
+    auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, n);
+    Kernel k = lower_kernel(out, View::contiguous({n}), alu(Ops::SQRT, buffer(in)), t);
+    return render_gpu(k, k.name, t);
+  };
+  std::string small = src_of(1 << 20), big = src_of(int64_t{3} << 30);
+  EXPECT_EQ(small.find("const long"), std::string::npos) << small;
+  EXPECT_NE(big.find("const long"), std::string::npos) << big;
+}
