@@ -464,8 +464,11 @@ private:
   }
 
   std::string bitcast(DType from, DType to, const std::string& a) const {
-    if (from == DType::Bool || to == DType::Bool || itemsize(from) != itemsize(to))
+    if (itemsize(from) != itemsize(to))
       throw std::logic_error("render_gpu: no BITCAST from " + std::string(name(from)) + " to " + std::string(name(to)));
+    // a bool's byte is 0 or 1
+    if (to == DType::Bool) return "(" + a + " != 0)";
+    if (from == DType::Bool) return "(" + type(to) + ")" + a;
     // half types are bits in memory (an unsigned short), float in registers
     std::string bits_type = is_half(to) ? (d_.as_type ? "ushort" : "unsigned short") : storage(to);
     std::string x = to_bits(from, a);

@@ -261,6 +261,21 @@ TEST_F(ClDevice, EveryBinaryOpMatchesTheCpu) {
   }
 }
 
+TEST_F(ClDevice, BitcastsReinterpretBitsLikeTheCpu) {
+  auto x = random_floats(300, 43, -1e4f, 1e4f);
+  auto [got, want] = run_both({input(DType::Float32, x)}, [](const std::vector<UOpPtr>& in) {
+    auto i32 = bitcast(in[0], DType::Int32);
+    auto h = bitcast(cast(in[0], DType::Float16), DType::Int16);
+    auto bf = bitcast(cast(in[0], DType::BFloat16), DType::Int16);
+    auto b = bitcast(alu(Ops::CMPLT, in[0], scalar(DType::Float32, 0, {300})), DType::UInt8);
+    auto back =
+        bitcast(alu(Ops::ADD, bitcast(alu(Ops::ADD, h, bf), DType::Float16), cast(b, DType::Float16)), DType::Int16);
+    auto flag = cast(bitcast(b, DType::Bool), DType::Int32);
+    return alu(Ops::ADD, alu(Ops::XOR, i32, cast(back, DType::Int32)), flag);
+  });
+  EXPECT_EQ(got, want);
+}
+
 TEST_F(ClDevice, HalfAndBfloat16RoundToNearestEvenAsOnTheCpu) {
   // overflow to inf, the largest half, subnormals, ties, NaN, -0, bfloat16 ties
   std::vector<float> x = {65520.0f,
