@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <list>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -393,7 +394,8 @@ public:
     std::string key = fn_name + "\n" + src;
     if (auto it = programs_.find(key); it != programs_.end()) {
       stats().cache_hits++;
-      return it->second;
+      recent_.splice(recent_.begin(), recent_, it->second.recent);
+      return it->second.program;
     }
     fs::path bin = compiler_->binary_path(src);
     cl_program p = fs::exists(bin) ? compiler_->load_binary(bin) : nullptr;
@@ -407,7 +409,14 @@ public:
       if (!p) p = compiler_->build_source(src, fn_name); // a driver that cannot reload its own binaries
     }
     auto prog = std::make_shared<ClProgram>(p, fn_name, queue_);
-    programs_.emplace(key, prog);
+    recent_.push_front(key);
+    programs_.emplace(key, Cached{prog, recent_.begin()});
+    // as on the CPU: at most TINY_MAX_PROGRAMS, the least recently used dropped (a cached schedule
+    // holding one keeps it alive)
+    while (static_cast<int64_t>(programs_.size()) > max_programs_) {
+      programs_.erase(recent_.back());
+      recent_.pop_back();
+    }
     return prog;
   }
   void synchronize() override { check(cl_api().Finish(queue_), "clFinish"); }
@@ -420,8 +429,14 @@ private:
   Target target_;
   std::unique_ptr<ClAllocator> allocator_;
   std::unique_ptr<ClCompiler> compiler_;
+  struct Cached {
+    std::shared_ptr<Program> program;
+    std::list<std::string>::iterator recent; // its place in recent_
+  };
   std::mutex mu_;
-  std::unordered_map<std::string, std::shared_ptr<Program>> programs_;
+  std::unordered_map<std::string, Cached> programs_;
+  std::list<std::string> recent_; // keys, most recently used first
+  int64_t max_programs_ = env_limit("TINY_MAX_PROGRAMS", 2048);
 };
 
 ClDevice* open_cl_device() {
