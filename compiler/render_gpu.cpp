@@ -534,6 +534,12 @@ private:
     if (n->op == Ops::REDUCE)
       for (size_t i = 1; i < n->src.size(); i++)
         std::erase(d, std::get<int64_t>(n->src[i]->arg));
+    // A load of the buffer the kernel stores into (a scatter that accumulates) sees the stores of
+    // earlier iterations: it stays in the innermost loop even when its index is loop-invariant.
+    if (n->op == Ops::LOAD && n->src[0]->op == Ops::PARAM && std::get<int64_t>(n->src[0]->arg) == 0)
+      for (size_t r = 0; r < k_.loops.size(); r++)
+        if (std::find(d.begin(), d.end(), kGpuRanges + static_cast<int64_t>(r)) == d.end())
+          d.push_back(kGpuRanges + static_cast<int64_t>(r));
     return deps_[n.get()] = std::move(d);
   }
 

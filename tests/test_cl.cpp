@@ -455,6 +455,19 @@ TEST_F(ClDevice, AScatterCombinesRepeatedIndicesInOrderLikeTheCpu) {
   }
 }
 
+TEST_F(ClDevice, AScatterToOnePlaceAccumulatesEveryValue) {
+  // the index is the same for every element (loop-invariant): each step reads what the last wrote
+  auto vals = random_floats(24, 15);
+  auto b = buffer(upload(*cl, input(DType::Float32, std::vector<float>(4, 1.0f))));
+  auto at = expand(reshape(buffer(upload(*cl, input(DType::Int64, std::vector<int64_t>{2}))), {1, 1}), {4, 6});
+  auto v = reshape(buffer(upload(*cl, input(DType::Float32, vals))), {4, 6});
+  auto got = as<float>(download(realize_all({scatter(b, at, v, Ops::ADD)})[0]->buffer()));
+  float want = 1.0f;
+  for (float x : vals)
+    want += x;
+  EXPECT_EQ(got, std::vector<float>({1, 1, want, 1}));
+}
+
 TEST_F(ClDevice, AGatherReadsAtLoadedIndicesLikeTheCpu) {
   std::vector<int64_t> idx = {4, 0, 0, 2, 7, -1, 3, 3};
   auto [got, want] = run_both({input(DType::Float32, random_floats(5, 15)), input(DType::Int64, idx)},
