@@ -69,7 +69,7 @@ public:
   virtual const Target& target() const = 0;
   virtual Allocator& allocator() = 0;
   virtual Compiler& compiler() = 0;
-  // A program from C source (cached in memory and on disk).
+  // A program from the source its target renders (cached in memory and on disk).
   virtual std::shared_ptr<Program> program(const std::string& src, const std::string& fn_name) = 0;
   // Waits until everything enqueued has run.
   virtual void synchronize() = 0;
