@@ -35,18 +35,21 @@ test: build $(STAMPS)/upstream
 test-upstream: build $(STAMPS)/upstream
 	$(PY) torch_tests/upstream/run.py --slice full
 
-# The CL device's tests under Oclgrind, an OpenCL interpreter that reports data races, out-of-bounds and
-# uninitialized accesses (about 4 minutes; it fails when it reports one). The float16 rounding test is left
-# out: Oclgrind 21.10 runs tiny_h2f(0x8000) through the normal-number branch (-2^-15, not -0.0) where
-# PoCL, Oclgrind's own constant folding and the CPU agree.
+# The CL device's tests under Oclgrind, an OpenCL interpreter that reports data races and out-of-bounds
+# accesses (about 5 minutes; it fails when Oclgrind reports one, or the run dies). Results are not checked
+# here (ctest does, on PoCL): Oclgrind 21.10 converts some float16 values wrongly (tiny_h2f(0x8000) gives
+# -2^-15, not -0.0, where PoCL, the CPU and Oclgrind's own constant folding agree), so the float16 checks
+# of two tests fail under it. Its uninitialized-value plugin stops at LLVM's `freeze` instruction, which
+# the div/mod of a merged grid axis compiles to: not used.
 OCLGRIND_DIR := build/oclgrind
 test-oclgrind: core
 	@command -v oclgrind >/dev/null || $(SUDO) apt-get install -y oclgrind
 	@mkdir -p $(OCLGRIND_DIR) && echo /usr/lib/oclgrind/liboclgrind-rt-icd.so > $(OCLGRIND_DIR)/oclgrind.icd
-	OCL_ICD_VENDORS=$(CURDIR)/$(OCLGRIND_DIR) OCLGRIND_DATA_RACES=1 OCLGRIND_UNINITIALIZED=1 OCLGRIND_CHECK_API=1 \
-	  TINY_CACHE_DIR=$(CURDIR)/$(OCLGRIND_DIR)/cache build/cmake/tiny_tests \
-	  --gtest_filter='ClDevice.*:-ClDevice.HalfAndBfloat16RoundToNearestEvenAsOnTheCpu' 2>&1 | tee $(OCLGRIND_DIR)/log
-	@! grep -qiE 'data race|invalid (read|write)|uninitiali|FAILED' $(OCLGRIND_DIR)/log
+	OCL_ICD_VENDORS=$(CURDIR)/$(OCLGRIND_DIR) OCLGRIND_DATA_RACES=1 OCLGRIND_CHECK_API=1 \
+	  TINY_CACHE_DIR=$(CURDIR)/$(OCLGRIND_DIR)/cache build/cmake/tiny_tests --gtest_filter='ClDevice.*' \
+	  > $(OCLGRIND_DIR)/log 2>&1 || true
+	@grep -E '^\[  (PASSED|FAILED) ' $(OCLGRIND_DIR)/log
+	@! grep -iE 'data race|invalid (read|write)|fatal' $(OCLGRIND_DIR)/log
 
 # torch.testing._internal (the upstream OpInfo suite) imports expecttest.
 $(STAMPS)/upstream: $(STAMPS)/venv

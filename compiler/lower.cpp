@@ -374,7 +374,12 @@ private:
       if (x->op == Ops::BUFFER) return load(x, flat, valid);
       if (x->op == Ops::IOTA) return where_valid(cast(flat, x->dtype), valid);
       bool scalar = x->op == Ops::CONST || x->op == Ops::DEFINE_VAR;
-      return where_valid(scalar ? eval(x, {}) : eval(x, unflatten(flat, x->shape)), valid);
+      if (scalar) return where_valid(eval(x, {}), valid);
+      // On a GPU, where an out-of-bounds read can fault, the reads of a masked value happen at index 0
+      // where the mask is off (the value there is discarded).
+      if (gpu && !(valid->is_const() && valid->const_i()))
+        flat = UOp::make(Ops::WHERE, kIndex, {valid, flat, idx_const(0)});
+      return where_valid(eval(x, unflatten(flat, x->shape)), valid);
     }
     default:
       if (is_alu(n->op) || n->op == Ops::CAST || n->op == Ops::BITCAST) {

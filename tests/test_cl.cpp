@@ -627,3 +627,28 @@ TEST(GpuDialects, IndexMathIsThirtyTwoBitWhereItsBoundsFit) {
   EXPECT_EQ(small.find("const long"), std::string::npos) << small;
   EXPECT_NE(big.find("const long"), std::string::npos) << big;
 }
+
+TEST_F(ClDevice, OuterLoopsMergeIntoOneGridAxis) {
+  // a permuted 4-d read does not coalesce: x and y are the two inner loops, z holds the other two
+  auto x = random_floats(3 * 4 * 5 * 6, 44);
+  auto graph = [](const std::vector<UOpPtr>& in) {
+    return alu(Ops::NEG, permute(reshape(in[0], {3, 4, 5, 6}), {3, 1, 0, 2}));
+  };
+  auto [got, want] = run_both({input(DType::Float32, x)}, graph);
+  EXPECT_EQ(got, want);
+  auto [k, src] = cl_kernel_of(*cl, graph({buffer(upload(*cl, input(DType::Float32, x)))}));
+  EXPECT_EQ(k.launch.global[2] * k.launch.local[2], 6 * 4) << src;
+}
+
+TEST(GpuDialects, AGridAxisPastTheDeviceLimitMergesIntoX) {
+  Target t;
+  t.dialect = Dialect::CUDA; // y and z take 65535 work-groups at most
+  const int64_t n = 5000000; // z: 20 threads per work-group, 250,000 work-groups
+  auto in = std::make_shared<Buffer>(cpu_device(), DType::Float32, n * 3 * 4); // identities: nothing allocated
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, n * 3 * 4);
+  auto v = alu(Ops::NEG, permute(reshape(buffer(in), {3, n, 4}), {1, 0, 2}));
+  Kernel k = lower_kernel(out, View::contiguous(v->shape), v, t);
+  EXPECT_EQ(k.launch.global[1], 1);
+  EXPECT_EQ(k.launch.global[2], 1);
+  EXPECT_EQ(k.launch.global[0] * k.launch.local[0], n * 3 * 4);
+}
