@@ -418,6 +418,19 @@ TEST_F(ClDevice, PaddedFlippedAndConcatenatedViewsMaskLikeTheCpu) {
   expect_close(as<float>(got), as<float>(want));
 }
 
+TEST_F(ClDevice, APaddedComputedValueReadsNothingOutsideItsBuffer) {
+  // 8 computed values padded to 2 rows of 2^23 + 4: row 1, read at the unmasked index, would be 32 MiB
+  // past the buffer (Oclgrind reports it; here it may fault)
+  const int64_t half = (int64_t{1} << 23) + 4;
+  auto x = random_floats(8, 45);
+  auto got = as<float>(run_on(*cl, {input(DType::Float32, x)}, [&](const std::vector<UOpPtr>& in) {
+    auto rows = reshape(pad(alu(Ops::EXP, in[0]), {{0, 2 * half - 8}}), {2, half});
+    return shrink(rows, {{0, 2}, {0, 16}});
+  }));
+  for (int64_t i = 0; i < 32; i++)
+    EXPECT_FLOAT_EQ(got[i], i < 8 ? std::exp(x[i]) : 0.0f) << i;
+}
+
 TEST_F(ClDevice, AMatmulAsAReduceOfABroadcastProductMatchesTheCpu) {
   for (auto [M, K, N] : {std::tuple<int64_t, int64_t, int64_t>{64, 300, 48}, {200, 64, 96}, {33, 17, 5}}) {
     auto graph = [&](const std::vector<UOpPtr>& in) {
