@@ -481,6 +481,23 @@ TEST_F(ClDevice, AScatterToOnePlaceAccumulatesEveryValue) {
   EXPECT_EQ(got, std::vector<float>({1, 1, want, 1}));
 }
 
+TEST_F(ClDevice, AWriteIntoAStridedRegionLeavesTheRestLikeTheCpu) {
+  // base (6, 8); the region rows 1..4, every second column from 1: 4 x 4 elements
+  auto base = random_floats(48, 46), vals = random_floats(16, 47);
+  View region{{4, 4}, {8, 2}, 9, std::nullopt};
+  auto run = [&](Device& dev) {
+    auto b = buffer(upload(dev, input(DType::Float32, base)));
+    auto v = reshape(buffer(upload(dev, input(DType::Float32, vals))), {4, 4});
+    auto iota_rows = cast(expand(reshape(iota(4, DType::Int64), {4, 1}), {4, 4}), DType::Float32);
+    return download(realize_all({assign(b, alu(Ops::MUL, v, iota_rows), region)})[0]->buffer());
+  };
+  auto got = run(*cl);
+  EXPECT_EQ(got, run(cpu_device()));
+  EXPECT_EQ(as<float>(got)[9], 0.0f);                           // the region's first row, times 0
+  EXPECT_EQ(as<float>(got)[3 * 8 + 5], 2.0f * vals[2 * 4 + 2]); // its row 2, column 2
+  EXPECT_EQ(as<float>(got)[10], base[10]);                      // between its columns
+}
+
 TEST_F(ClDevice, AGatherReadsAtLoadedIndicesLikeTheCpu) {
   std::vector<int64_t> idx = {4, 0, 0, 2, 7, -1, 3, 3};
   auto [got, want] = run_both({input(DType::Float32, random_floats(5, 15)), input(DType::Int64, idx)},
