@@ -139,11 +139,12 @@ const DialectSpec& spec(Dialect d) {
 
 // Helpers every kernel may use, written once over the header's macros: float16/bfloat16 conversions
 // with round-to-nearest-even and float exp/tanh/log, bit for bit the C renderer's (torch's rounding).
-constexpr const char* kPrelude = R"(TINY_FN float tiny_h2f(unsigned short h) {
-  unsigned int sign = (unsigned int)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, x;
-  if (e == 0) { float f = (float)m * 5.9604644775390625e-08f; return sign ? -f : f; }
-  x = e == 31 ? (sign | 0x7f800000u | (m << 13)) : (sign | ((e + 112) << 23) | (m << 13));
-  return TINY_AS_FLOAT(x);
+// tiny_h2f selects instead of branching: Oclgrind 21.10 ran the C renderer's branches wrongly.
+constexpr const char* kPrelude = R"(TINY_FN float tiny_h2f(unsigned int h) {
+  unsigned int sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  unsigned int sub = TINY_AS_UINT((float)m * 5.9604644775390625e-08f) | sign;
+  unsigned int normal = sign | ((e == 31 ? 255u : e + 112) << 23) | (m << 13);
+  return TINY_AS_FLOAT(e == 0 ? sub : normal);
 }
 TINY_FN unsigned short tiny_f2h(float f) {
   unsigned int x = TINY_AS_UINT(f), sign = (x >> 16) & 0x8000, ax = x & 0x7fffffffu;

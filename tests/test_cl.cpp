@@ -276,6 +276,31 @@ TEST_F(ClDevice, BitcastsReinterpretBitsLikeTheCpu) {
   EXPECT_EQ(got, want);
 }
 
+TEST_F(ClDevice, EveryFloat16AndBfloat16BitPatternReadsAsOnTheCpu) {
+  std::vector<int32_t> bits(65536);
+  for (int32_t i = 0; i < 65536; i++)
+    bits[i] = i;
+  for (DType dt : {DType::Float16, DType::BFloat16}) {
+    auto [got, want] = run_both({input(DType::Int32, bits)}, [&](const std::vector<UOpPtr>& in) {
+      return cast(bitcast(cast(in[0], DType::Int16), dt), DType::Float32);
+    });
+    EXPECT_EQ(got, want) << name(dt); // NaN payloads too
+    // read from memory (OpenCL float16: vload_half, which sets a signaling NaN's quiet bit, as CUDA's
+    // conversion does too; torch's CPU keeps the bits)
+    std::vector<uint16_t> halves(bits.begin(), bits.end());
+    auto [loaded, loaded_cpu] =
+        run_both({input(dt, halves)}, [](const std::vector<UOpPtr>& in) { return cast(in[0], DType::Float32); });
+    auto a = as<uint32_t>(loaded), b = as<uint32_t>(loaded_cpu);
+    for (size_t k = 0; k < a.size(); k++) {
+      bool nan = (b[k] & 0x7f800000u) == 0x7f800000u && (b[k] & 0x7fffffu);
+      if (a[k] != b[k] && !(nan && a[k] == (b[k] | 0x400000u))) {
+        ADD_FAILURE() << name(dt) << " " << std::hex << k << " reads as " << a[k] << ", not " << b[k];
+        break;
+      }
+    }
+  }
+}
+
 TEST_F(ClDevice, HalfAndBfloat16RoundToNearestEvenAsOnTheCpu) {
   // overflow to inf, the largest half, subnormals, ties, NaN, -0, bfloat16 ties
   std::vector<float> x = {65520.0f,
