@@ -20,6 +20,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "csrc/fallback.h"
 #include "csrc/tensor_bridge.h"
 
 namespace tiny {
@@ -83,7 +84,7 @@ struct Op {
 // ---- value builders ----
 
 UOpPtr un(Ops op, const UOpPtr& a) { return alu(op, a); }
-UOpPtr bin(Ops op, const UOpPtr& a, const UOpPtr& b) { return alu(op, a, b); }
+UOpPtr bin(Ops op, const UOpPtr& a, const UOpPtr& b) { return checked_division(op, a, b); }
 UOpPtr to_bool(const UOpPtr& x, const Call& c) { return x->dtype == DType::Bool ? x : bin(Ops::CMPNE, x, c.zero()); }
 
 Build unary(Ops op) {
@@ -182,6 +183,24 @@ UOpPtr logit(const Call& c) {
     z = where(bin(Ops::CMPLT, z, lo), lo, where(bin(Ops::CMPLT, hi, z), hi, z));
   }
   return un(Ops::LOG, bin(Ops::FDIV, z, bin(Ops::SUB, c.constant(1.0), z)));
+}
+
+// torch's CPU pow of floats to a Scalar exponent computes 0.5, 2, 3, -0.5, -1 and -2 as sqrt, products and
+// reciprocals (so pow(-inf, 0.5) is sqrt's NaN, not C's inf); other exponents by pow.
+UOpPtr power(const Call& c) {
+  const c10::IValue* e = c.find("exponent");
+  if (is_float(c.compute) && e && e->isScalar()) {
+    double p = e->toScalar().toDouble();
+    const UOpPtr& x = c.a();
+    UOpPtr x2 = p == 2 || p == 3 || p == -2 ? bin(Ops::MUL, x, x) : nullptr;
+    if (p == 0.5) return un(Ops::SQRT, x);
+    if (p == 2) return x2;
+    if (p == 3) return bin(Ops::MUL, x2, x);
+    if (p == -0.5) return un(Ops::RECIP, un(Ops::SQRT, x));
+    if (p == -1) return un(Ops::RECIP, x);
+    if (p == -2) return un(Ops::RECIP, x2);
+  }
+  return bin(Ops::POW, c.a(), c.b());
 }
 
 UOpPtr clamp(const Call& c) {
@@ -318,10 +337,11 @@ const std::unordered_map<std::string, Op>& table() {
       {"remainder", {K::Binary, remainder}},
       {"fmod", {K::Binary, binary(Ops::MOD)}},
       {"pow",
-       {K::Binary, binary(Ops::POW),
+       {K::Binary, power,
         [](const Call& c) {
-          if (c.schema.overload_name().rfind("Tensor_Scalar", 0) == 0 && !is_float(c.compute)) {
-            at::Scalar e = c.param("exponent").toScalar();
+          const c10::IValue* exponent = c.find("exponent"); // a Scalar in pow.Tensor_Scalar and pow_.Scalar
+          if (exponent && exponent->isScalar() && !is_float(c.compute)) {
+            at::Scalar e = exponent->toScalar();
             TORCH_CHECK(!(e.isIntegral(false) && e.toLong() < 0),
                         "Integers to negative integer powers are not allowed.");
           }
@@ -576,7 +596,13 @@ std::optional<std::pair<at::Tensor, at::ScalarType>> plain_result(Kind kind, con
     if (on_tiny && t.device() != on_tiny->device()) return std::nullopt;
     on_tiny = &t;
     if (t.dim() == 0) continue;
-    if (!t.is_contiguous()) return std::nullopt;
+    // strictly contiguous: TensorIterator orders the result's dims by every operand stride, size-1 dims
+    // included ((5, 1) with strides (1, 5) gives a result with strides (1, 5))
+    int64_t expect = 1;
+    for (int64_t d = t.dim(); d-- > 0;) {
+      if (t.stride(d) != expect) return std::nullopt;
+      expect *= std::max<int64_t>(t.size(d), 1);
+    }
     sizes = at::infer_size_dimvector(sizes, t.sizes());
   }
   if (!on_tiny) return std::nullopt;
@@ -620,6 +646,8 @@ void elementwise_kernel(const c10::OperatorHandle& handle, torch::jit::Stack* st
     }
   }
 
+  // torch's own dtype checks come first, as the CPU kernel's (TensorIterator's shape checks then follow)
+  check_cpu_accepts(handle, args);
   // TensorIterator takes one CPU scalar; further scalar operands (clamp(x, lo, hi)) ride along as
   // wrapped numbers on tiny, holding a constant.
   int cpu_scalars = 0;

@@ -435,6 +435,9 @@ at::Tensor& index_put_impl(at::Tensor& self, const IndexList& indices, const at:
               "Expected all tensors to be on the same device, but found at least two "
               "devices, ",
               self.device(), " and ", value.device(), "!");
+  // torch's CPU kernel fills through a single mask with value.item() (masked_fill) before it checks
+  // overlap, so `x[mask] = x[i:i+1]` works there; the value is read before the write here too.
+  if (!accumulate && value.numel() == 1 && put_through_mask(self, indices, value, accumulate)) return self;
   at::assert_no_overlap(self, value);
   for (const std::optional<at::Tensor>& index : indices)
     if (index.has_value() && index->defined()) at::assert_no_overlap(self, *index);
@@ -505,6 +508,8 @@ at::Tensor& index_add_out(const at::Tensor& self, int64_t dim, const at::Tensor&
   dim = at::maybe_wrap_dim(dim, self.dim());
   check_index_dtype(index, "index_add_");
   if (!out.is_same(self)) write(out, read(self));
+  // torch's CPU kernel returns before checking indices when a tensor of 2+ dims is empty
+  if (self.dim() > 1 && (index.numel() == 0 || self.numel() == 0)) return out;
   check_select_range(index, dim, self.dim() == 0 ? 1 : self.size(dim),
                      self.dim() > 1 ? SelectPath::Slices : SelectPath::Plain);
   if (index.numel() == 0 || source.numel() == 0) return out;

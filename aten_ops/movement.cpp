@@ -212,6 +212,13 @@ at::Tensor constant_pad_nd(const at::Tensor& self, c10::IntArrayRef pad, const a
   // tensor in the input's suggested memory format
   at::Tensor out;
   if (grows) {
+    // torch crops the input by each negative pad with narrow() before copying it in (and so raises
+    // narrow's errors when a crop exceeds the input, even if the other side's pad makes up for it)
+    at::Tensor cropped = self;
+    for (int64_t d = ndim - npad; d < ndim; d++) {
+      if (pads[d].first < 0) cropped = cropped.narrow(d, -pads[d].first, cropped.size(d) + pads[d].first);
+      if (pads[d].second < 0) cropped = cropped.narrow(d, 0, cropped.size(d) + pads[d].second);
+    }
     out = empty_tiny(shape, self.scalar_type(), self.device(), self.suggest_memory_format());
   } else {
     at::Tensor narrowed = self;

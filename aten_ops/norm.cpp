@@ -486,10 +486,13 @@ Tensors3 native_group_norm(const at::Tensor& input, const std::optional<at::Tens
   UOpPtr dev = sub(x, expand(mean, full));
   UOpPtr var = div(sum_keep(mul(dev, dev), {2, 3}), fixed(dt, d, stat));
   UOpPtr rstd = once(alu(Ops::RECIP, alu(Ops::SQRT, add(alu(Ops::MAX, var, like(var, 0)), runtime(eps, dt, stat)))));
-  UOpPtr y = mul(dev, expand(rstd, full));
-  if (weight.defined()) y = mul(y, group_channel(weight, dt, s));
-  if (bias.defined()) y = add(y, group_channel(bias, dt, s));
-  store(out, y);
+  // torch's kernel: y = x * scale + (beta - scale * mean) with scale = rstd * gamma, so an infinite
+  // gamma gives its NaNs (inf * x - inf * mean), not (x - mean) * inf
+  UOpPtr scale = expand(rstd, full);
+  if (weight.defined()) scale = mul(scale, group_channel(weight, dt, s));
+  UOpPtr shift = sub(like(x, 0), mul(scale, expand(mean, full)));
+  if (bias.defined()) shift = add(shift, group_channel(bias, dt, s));
+  store(out, add(mul(x, scale), shift));
   store(mean_out, mean);
   store(rstd_out, rstd);
   return {out, mean_out, rstd_out};

@@ -47,6 +47,7 @@
 #include <tuple>
 #include <vector>
 
+#include "csrc/fallback.h"
 #include "csrc/tensor_bridge.h"
 
 namespace tiny::aten_ops {
@@ -464,6 +465,24 @@ Moments moments(const UOpPtr& x, const Axes& axes, double correction) {
   return {alu(Ops::FDIV, m2, runtime_like(m2, std::max(0.0, n - correction))), mean};
 }
 
+// torch's CPU var_mean computes the mean by Welford's updates, m += (x - m) / k: an infinity followed by
+// any element makes it NaN (inf - inf), and only an infinity in the last place (row-major over the
+// reduced dims, the order of a contiguous input) leaves it infinite, where sum / n is infinite for both.
+UOpPtr welford_mean(const UOpPtr& x, const Axes& axes, const UOpPtr& mean) {
+  UOpPtr last;
+  for (int64_t a : axes) {
+    Shape s(x->shape.size(), 1);
+    s[a] = x->shape[a];
+    UOpPtr at_end = alu(Ops::CMPEQ, iota(s[a], DType::Int64), fixed(DType::Int64, s[a] - 1, {s[a]}));
+    at_end = expand(reshape(at_end, s), x->shape);
+    last = last ? alu(Ops::AND, last, at_end) : at_end;
+  }
+  if (!last) return mean;
+  UOpPtr inf = alu(Ops::CMPEQ, alu(Ops::ABS, x), like(x, INFINITY));
+  UOpPtr early = fold_keep(cast(alu(Ops::AND, inf, alu(Ops::NOT, last)), x->dtype), Ops::MAX, axes);
+  return where(alu(Ops::CMPLT, like(early, 0), early), like(mean, NAN), mean);
+}
+
 struct StdVar {
   const char* name;
   bool sqrt;
@@ -492,7 +511,7 @@ void write_std_var(const StdVar& f, const at::Tensor& self, at::OptionalIntArray
   UOpPtr x = cast(cast(input(self), dt), opmath(dt));
   Moments m = moments(x, axes_of(mask, x), correction);
   finish(result, f.sqrt ? alu(Ops::SQRT, m.var) : m.var);
-  if (mean_result.defined()) finish(mean_result, m.mean);
+  if (mean_result.defined()) finish(mean_result, welford_mean(x, axes_of(mask, x), m.mean));
 }
 
 template <const StdVar& F>
@@ -646,6 +665,7 @@ template <bool Log> void write_softmax(const at::Tensor& self, int64_t dim, bool
 template <bool Log> at::Tensor softmax(const at::Tensor& self, int64_t dim, bool half_to_float) {
   at::Tensor meta =
       Log ? at::meta::_log_softmax(self, dim, half_to_float) : at::meta::_softmax(self, dim, half_to_float);
+  check_cpu_accepts<std::conditional_t<Log, at::_ops::_log_softmax, at::_ops::_softmax>>(self, dim, half_to_float);
   at::Tensor out = like_meta(meta, self);
   write_softmax<Log>(self, dim, half_to_float, out);
   return out;
@@ -656,6 +676,7 @@ template <bool Log> at::Tensor& softmax_out(const at::Tensor& self, int64_t dim,
     at::meta::_log_softmax_outf(self, dim, half_to_float, out);
   else
     at::meta::_softmax_outf(self, dim, half_to_float, out);
+  check_cpu_accepts<std::conditional_t<Log, at::_ops::_log_softmax, at::_ops::_softmax>>(self, dim, half_to_float);
   write_softmax<Log>(self, dim, half_to_float, out);
   return out;
 }

@@ -33,6 +33,7 @@
 #include <tuple>
 #include <vector>
 
+#include "csrc/fallback.h"
 #include "csrc/tensor_bridge.h"
 
 namespace tiny::aten_ops {
@@ -188,7 +189,8 @@ std::tuple<at::Tensor&, at::Tensor&> topk_out(const at::Tensor& self, int64_t k,
                                               at::Tensor& indices) {
   at::meta::topk_outf(self, k, dim, largest, true, values, indices);
   dim = at::maybe_wrap_dim(dim, self.dim(), /*wrap_scalar=*/true);
-  write_ranked(self, dim, largest, 0, k, values, indices);
+  // torch's CPU kernel returns a 0-d input itself for k of 0 or 1
+  write_ranked(self, dim, largest, 0, self.dim() == 0 ? 1 : k, values, indices);
   return {values, indices};
 }
 
@@ -238,6 +240,8 @@ at::Tensor& searchsorted_out(const at::Tensor& sorted_sequence, const at::Tensor
                              at::Tensor& out) {
   at::Tensor raw_sorter = sorter_opt.value_or(at::Tensor());
   at::native::searchsorted_pre_check(sorted_sequence, self, out, out_int32, right, side, raw_sorter);
+  check_cpu_accepts<at::_ops::searchsorted_Tensor>(sorted_sequence, self, out_int32, right, side,
+                                                   std::optional<at::Tensor>()); // a sorter of 1s is out of range
   at::native::resize_output(out, self.sizes());
   bool is_right = side ? *side == "right" : right;
   if (self.numel() == 0) return out;

@@ -375,9 +375,9 @@ private:
       if (x->op == Ops::IOTA) return where_valid(cast(flat, x->dtype), valid);
       bool scalar = x->op == Ops::CONST || x->op == Ops::DEFINE_VAR;
       if (scalar) return where_valid(eval(x, {}), valid);
-      // On a GPU, where an out-of-bounds read can fault, the reads of a masked value happen at index 0
-      // where the mask is off (the value there is discarded).
-      if (gpu && !(valid->is_const() && valid->const_i()))
+      // The reads of a masked computed value happen at index 0 where the mask is off (the value there is
+      // discarded): its loads are not guarded by the mask, and an index past the buffer can fault.
+      if (!(valid->is_const() && valid->const_i()))
         flat = UOp::make(Ops::WHERE, kIndex, {valid, flat, idx_const(0)});
       return where_valid(eval(x, unflatten(flat, x->shape)), valid);
     }

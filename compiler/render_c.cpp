@@ -124,6 +124,10 @@ static inline float tiny_logf(float x) {
 }
 #define TINY_IDIV(a, b) ((b) == 0 ? 0 : (b) == -1 ? -(a) : (a) / (b))
 #define TINY_IMOD(a, b) ((b) == 0 || (b) == -1 ? 0 : (a) % (b))
+int tiny_errors; /* set when a kernel divided an integer by zero: the sync raises ZeroDivisionError */
+#define TINY_ZERO_DIVISION (__atomic_store_n(&tiny_errors, 1, __ATOMIC_RELAXED), 0)
+#define TINY_IDIV_CHECKED(a, b) ((b) == 0 ? TINY_ZERO_DIVISION : TINY_IDIV(a, b))
+#define TINY_IMOD_CHECKED(a, b) ((b) == 0 ? TINY_ZERO_DIVISION : TINY_IMOD(a, b))
 #define TINY_FMAX(a, b) ((a) != (a) || (b) != (b) ? (a) + (b) : (a) > (b) ? (a) : (b))
 #define TINY_FMIN(a, b) ((a) != (a) || (b) != (b) ? (a) + (b) : (a) < (b) ? (a) : (b))
 )C";
@@ -472,6 +476,12 @@ private:
     if (n->op == Ops::REDUCE)
       for (size_t i = 1; i < n->src.size(); i++)
         std::erase(d, std::get<int64_t>(n->src[i]->arg));
+    // A load of the buffer the kernel stores into (a scatter that accumulates) sees the stores of
+    // earlier iterations: it stays in the innermost loop even when its index is loop-invariant.
+    if (n->op == Ops::LOAD && n->src[0]->op == Ops::PARAM && std::get<int64_t>(n->src[0]->arg) == 0)
+      for (size_t r = 0; r < k_.loops.size(); r++)
+        if (static_cast<int64_t>(r) != k_.lane_range && std::find(d.begin(), d.end(), r) == d.end())
+          d.push_back(static_cast<int64_t>(r));
     deps_[n.get()] = std::move(d);
   }
 
@@ -548,6 +558,8 @@ private:
     if (n->op == Ops::LOAD) {
       e = from_storage(n->dtype, ref(n->src[0]) + "[" + ref(n->src[1]) + "]");
       if (n->src.size() > 2) e = ref(n->src[2]) + " ? " + e + " : 0";
+    } else if (n->op == Ops::BITCAST && n->dtype == DType::Bool) {
+      e = ref(n->src[0]) + " != 0"; // a byte other than 0 or 1 is no _Bool: torch reads it as true
     } else if (n->op == Ops::BITCAST) {
       DType from = n->src[0]->dtype;
       sc.code << ind << reg_type(n->dtype) << " " << v << ";\n"
@@ -572,6 +584,8 @@ private:
     if (n->op == Ops::CAST) return render_cast(n->src[0]->dtype, n->dtype, a[0]);
     if (is_unary(n->op))
       e = render_unary(n->op, n->src[0]->dtype, a[0]);
+    else if (is_checked_division(n))
+      e = std::string(n->op == Ops::IDIV ? "TINY_IDIV_CHECKED(" : "TINY_IMOD_CHECKED(") + a[0] + ", " + a[1] + ")";
     else if (is_binary(n->op))
       e = render_binary(n->op, n->dtype, n->src[0]->dtype, a[0], a[1]);
     else
@@ -681,15 +695,18 @@ private:
   void emit_reduce(const UOpPtr& n) {
     size_t at = home(n);
     Scope& target = scopes_[open_[at]];
+    bool lanes_in_value = vec(n->src[0]);
     std::vector<UOpPtr> group;
     for (const UOpPtr& m : reduces_)
       if (!names_.count(m.get()) && std::equal(m->src.begin() + 1, m->src.end(), n->src.begin() + 1, n->src.end()) &&
-          home(m) == at)
+          home(m) == at && vec(m->src[0]) == lanes_in_value)
         group.push_back(m);
-    // The loops: every range but the lanes (a reduction over lanes steps its innermost loop by them).
+    // The loops: every range but the lanes (a reduction over lanes steps its innermost loop by them),
+    // unless the value is the same in every lane (a sum of a broadcast value): then the lanes are a loop
+    // like the others, or the sum would count one lane.
     std::vector<UOpPtr> loops;
     for (size_t i = 1; i < n->src.size(); i++)
-      if (std::get<int64_t>(n->src[i]->arg) != k_.lane_range) loops.push_back(n->src[i]);
+      if (std::get<int64_t>(n->src[i]->arg) != k_.lane_range || !lanes_in_value) loops.push_back(n->src[i]);
     // The loop body: a scope nested in `target`; what it reads that does not vary in it goes outside.
     Scope& body = scopes_.emplace_back();
     body.depth = target.depth + static_cast<int>(loops.size());

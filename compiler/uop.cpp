@@ -366,6 +366,17 @@ UOpPtr alu(Ops op, const UOpPtr& a, const UOpPtr& b) {
   return UOp::make(op, is_comparison(op) ? DType::Bool : a->dtype, {a, b});
 }
 
+UOpPtr checked_division(Ops op, const UOpPtr& a, const UOpPtr& b) {
+  UOpPtr n = alu(op, a, b);
+  if ((op != Ops::IDIV && op != Ops::MOD) || is_float(n->dtype) || n->dtype == DType::Bool) return n;
+  return UOp::make(op, n->dtype, {a, b}, int64_t{1});
+}
+
+bool is_checked_division(const UOpPtr& n) {
+  return (n->op == Ops::IDIV || n->op == Ops::MOD) && std::holds_alternative<int64_t>(n->arg) &&
+         std::get<int64_t>(n->arg) == 1;
+}
+
 UOpPtr where(const UOpPtr& c, const UOpPtr& a, const UOpPtr& b) {
   if (c->dtype != DType::Bool || a->dtype != b->dtype) throw std::invalid_argument("WHERE: bad dtypes");
   return UOp::make(Ops::WHERE, a->dtype, {c, a, b});

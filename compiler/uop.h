@@ -191,6 +191,10 @@ UOpPtr contiguous(const UOpPtr& x);
 UOpPtr alu(Ops op, const UOpPtr& a);
 UOpPtr alu(Ops op, const UOpPtr& a, const UOpPtr& b);
 UOpPtr where(const UOpPtr& c, const UOpPtr& a, const UOpPtr& b);
+// Integer a / b (IDIV) or a % b (MOD) of a user's values: a zero divisor is reported to the sync that
+// computes it, which raises ZeroDivisionError as torch does at the call (index math divides unchecked).
+UOpPtr checked_division(Ops op, const UOpPtr& a, const UOpPtr& b);
+bool is_checked_division(const UOpPtr& n);
 UOpPtr cast(const UOpPtr& x, DType dt);
 UOpPtr bitcast(const UOpPtr& x, DType dt);
 UOpPtr assign(const UOpPtr& base, const UOpPtr& value, const View& region);

@@ -19,6 +19,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/_copy_from_and_resize.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/ones.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
@@ -248,6 +250,82 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 
   run_on_cpu(op, stack);
+}
+
+namespace {
+
+// A stand-in for a tensor when asking the CPU kernel: same dtype and rank, sizes 1 (0 stays 0). A CPU
+// scalar (0-dim) is itself; a CPU tensor mixed with tiny ones gets its device error after the probe.
+at::Tensor probe_tensor(const at::Tensor& t) {
+  if (!t.defined() || (t.dim() == 0 && !t.device().is_privateuseone())) return t;
+  std::vector<int64_t> sizes;
+  for (int64_t s : t.sizes())
+    sizes.push_back(std::min<int64_t>(s, 1));
+  return at::ones(sizes, t.options().device(at::kCPU));
+}
+
+c10::IValue probe_argument(const c10::IValue& v) {
+  if (v.isTensor()) return probe_tensor(v.toTensor());
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> list;
+    for (const at::Tensor& t : v.toTensorList().vec())
+      list.push_back(probe_tensor(t));
+    return list;
+  }
+  if (v.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> list;
+    for (const std::optional<at::Tensor>& t : v.toOptionalTensorList().vec())
+      list.push_back(t ? std::optional<at::Tensor>(probe_tensor(*t)) : std::nullopt);
+    return list;
+  }
+  if (v.isDevice() && v.toDevice().is_privateuseone()) return c10::Device(at::kCPU);
+  return v;
+}
+
+// What the CPU's answer depends on: the op, and each argument's dtype (tensors) or kind (scalars).
+std::string probe_key(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
+  std::string key(reinterpret_cast<const char*>(&op.schema()), sizeof(void*));
+  auto add_tensor = [&](const at::Tensor& t) { key += t.defined() ? static_cast<char>(t.scalar_type()) : '-'; };
+  for (const c10::IValue& v : args) {
+    if (v.isTensor())
+      add_tensor(v.toTensor());
+    else if (v.isTensorList())
+      for (const at::Tensor& t : v.toTensorList().vec())
+        add_tensor(t);
+    else if (v.isScalar())
+      key += v.isDouble() ? 'd' : v.isInt() ? 'i' : v.isBool() ? 'b' : 'c';
+    else if (v.isString())
+      key += v.toStringRef(); // div's rounding_mode
+    key += ',';
+  }
+  return key;
+}
+
+} // namespace
+
+void check_cpu_accepts(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
+  static std::mutex mu;
+  static auto* accepted = new std::set<std::string>();
+  std::string key = probe_key(op, args);
+  {
+    std::lock_guard lock(mu);
+    if (accepted->count(key)) return;
+  }
+  torch::jit::Stack stack;
+  const auto& schema = op.schema().arguments();
+  for (size_t i = 0; i < args.size(); i++) {
+    const c10::AliasInfo* alias = i < schema.size() ? schema[i].alias_info() : nullptr;
+    bool out = alias && alias->isWrite() && schema[i].name() != "self" && args[i].isTensor();
+    // an out= tensor is empty, so the CPU resizes it without a warning
+    stack.push_back(out ? c10::IValue(at::empty({0}, args[i].toTensor().options().device(at::kCPU)))
+                        : probe_argument(args[i]));
+  }
+  {
+    c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset);
+    op.callBoxed(&stack); // throws what the CPU kernel throws
+  }
+  std::lock_guard lock(mu);
+  accepted->insert(key);
 }
 
 std::map<std::string, int64_t> fallback_op_counts() {

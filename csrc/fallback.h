@@ -20,6 +20,17 @@ template <class Op, class... Args> auto on_cpu(Args&&... args) {
   return at::native::call_fallback_fn<&fallback, Op>::call(std::forward<Args>(args)...);
 }
 
+// Raises what PyTorch's CPU kernel raises for arguments of these dtypes, so that tiny refuses exactly
+// what the CPU refuses (NotImplementedError for "abs_cpu" of bool, "Boolean inputs not supported for
+// relu", ...): the CPU kernel runs once on tensors of the same dtypes and ranks with every size 1 (0 where
+// the size is 0), other arguments as given; combinations it accepted are remembered.
+void check_cpu_accepts(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args);
+template <class Op, class... Args> void check_cpu_accepts(const Args&... args) {
+  static const c10::OperatorHandle handle = c10::Dispatcher::singleton().findSchemaOrThrow(Op::name, Op::overload_name);
+  torch::jit::Stack stack = c10::impl::boxArgs<Args...>(args...);
+  check_cpu_accepts(handle, stack);
+}
+
 // Calls through the fallback since the last reset, by operator name ("aten::cumsum", "aten::sort.values").
 std::map<std::string, int64_t> fallback_op_counts();
 void reset_fallback_op_counts();

@@ -146,6 +146,7 @@ public:
       dlclose(handle_);
       throw std::runtime_error("tiny: kernel " + fn_name + " missing from " + so);
     }
+    errors_ = static_cast<int*>(dlsym(handle_, "tiny_errors"));
     live_programs++;
   }
   ~CpuProgram() override {
@@ -160,13 +161,19 @@ public:
     const int64_t* iv = ivars.data();
     const double* fv = fvars.data();
     ThreadPool::get().parallel_for(global, [&](int64_t begin, int64_t end) { fn(b, iv, fv, begin, end); });
+    check_errors();
   }
   void launch_serial(std::span<void* const> bufs, std::span<const int64_t> ivars, std::span<const double> fvars,
                      int64_t global) {
     fn_(bufs.data(), ivars.data(), fvars.data(), 0, global);
+    check_errors();
   }
 
 private:
+  void check_errors() {
+    if (errors_ && __atomic_exchange_n(errors_, 0, __ATOMIC_RELAXED)) report_zero_division();
+  }
+  int* errors_ = nullptr; // the kernel library's tiny_errors flag
   void* handle_ = nullptr;
   KernelFn fn_ = nullptr;
 };

@@ -29,6 +29,17 @@ void reset_stats() {
   s.peak_bytes = s.live_bytes.load();
 }
 
+namespace {
+std::atomic<bool> zero_division{false};
+} // namespace
+
+void report_zero_division() { zero_division = true; }
+
+void raise_kernel_errors() {
+  if (zero_division.exchange(false))
+    throw std::runtime_error("ZeroDivisionError (an integer division by zero in a value computed at this sync)");
+}
+
 int debug_level() {
   static int level = [] {
     const char* e = std::getenv("TINY_DEBUG");
@@ -84,6 +95,15 @@ bool is_contiguous_window(const StridedView& v) {
 // Is `v` the whole storage of n elements in row-major order (the common read and write)?
 bool is_whole(const StridedView& v, int64_t n) {
   return v.offset == 0 && prod(v.sizes) == n && is_contiguous_window(v);
+}
+
+// A program that never syncs (a hand-written training loop without .item()) would grow one graph
+// without end: past TINY_MAX_PENDING_UOPS live graph nodes (default 100,000; a training step of the
+// demo has a few thousand), the next read realizes everything pending first. Checked every 64 reads.
+void realize_if_graphs_are_large() {
+  static int64_t reads = 0;
+  static const size_t limit = static_cast<size_t>(env_limit("TINY_MAX_PENDING_UOPS", 100000));
+  if (++reads % 64 == 0 && pending_list.head && live_uops() > limit) synchronize();
 }
 
 } // namespace
@@ -143,6 +163,7 @@ UOpPtr LazyBuffer::content_locked(DType dtype) {
 
 UOpPtr LazyBuffer::read(const StridedView& v) {
   std::lock_guard lock(graph_mutex());
+  realize_if_graphs_are_large();
   UOpPtr c = content_locked(v.dtype);
   UOpPtr r = is_whole(v, c->shape[0])
                  ? reshape(c, v.sizes)
@@ -155,6 +176,9 @@ void LazyBuffer::write(const StridedView& v, const UOpPtr& value) {
   std::lock_guard lock(graph_mutex());
   UOpPtr c = content_locked(v.dtype);
   if (prod(v.sizes) == 0) return;
+  // A bool storage written through a view of another 1-byte type (`b.view(torch.uint8)[0] = 5`) holds
+  // bytes a bool cannot: its content becomes that type, and bool reads of it see nonzero as true.
+  if (c->dtype == DType::Bool && v.dtype != DType::Bool) c = content_ = bitcast(c, v.dtype);
   UOpPtr val = bitcast(value, c->dtype);
   if (is_whole(v, c->shape[0]))
     content_ = reshape(val, c->shape);
@@ -223,10 +247,10 @@ void LazyBuffer::copy_out_bytes(void* dst) {
 void LazyBuffer::read_host(const StridedView& v, void* dst) {
   std::lock_guard lock(graph_mutex());
   if (prod(v.sizes) == 0) return;
+  // A strided view of a storage filled as bytes (torch.load without map_location) reads after its bytes
+  // become its type; a contiguous window of another element size is copied out as bytes.
+  if (content_ && itemsize(content_->dtype) != itemsize(v.dtype) && !is_contiguous_window(v)) content_locked(v.dtype);
   if (content_ && itemsize(content_->dtype) != itemsize(v.dtype)) {
-    if (!is_contiguous_window(v))
-      throw std::runtime_error("tiny: a strided read of " + std::string(name(v.dtype)) + " from a storage of " +
-                               std::string(name(content_->dtype)) + " is not supported yet");
     size_t begin = static_cast<size_t>(v.offset) * itemsize(v.dtype), len = prod(v.sizes) * itemsize(v.dtype);
     if (begin + len > nbytes_) throw std::out_of_range("tiny: read past the end of the storage");
     std::vector<char> bytes(nbytes_);
@@ -254,6 +278,7 @@ void LazyBuffer::read_host(const StridedView& v, void* dst) {
   }
   BufferRef out = realize_value(r);
   device_.allocator().copy_out(dst, std::static_pointer_cast<Buffer>(out)->ptr(), 0, nbytes);
+  raise_kernel_errors();
 }
 
 void synchronize() {
@@ -276,6 +301,7 @@ void synchronize() {
     if (std::find(devices.begin(), devices.end(), &lb->device_) == devices.end()) devices.push_back(&lb->device_);
   for (Device* d : devices)
     d->synchronize();
+  raise_kernel_errors();
 }
 
 } // namespace tiny::runtime

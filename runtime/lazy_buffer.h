@@ -93,6 +93,11 @@ struct Stats {
 Stats& stats();
 void reset_stats(); // clears the event counters (not live_*; peak_bytes starts again from live_bytes)
 
+// Kernels report an integer division by zero (torch raises ZeroDivisionError at the call; tiny sees
+// the values only when a kernel runs): the sync that ran the kernel raises it after it has finished.
+void report_zero_division();
+void raise_kernel_errors();
+
 // The lock that guards every lazy graph and the realize engine.
 std::recursive_mutex& graph_mutex();
 

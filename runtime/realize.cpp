@@ -186,17 +186,33 @@ bool is_reshape(const UOpPtr& n) {
   return n->op == Ops::VIEW && n->st().is_contiguous() && prod(n->shape) == prod(n->src[0]->shape);
 }
 
+// A value read by several nodes is computed once into a buffer when inlining it would cost more ops.
+constexpr int64_t kMaxInlineOps = 128;
+
 class Scheduler {
 public:
   Scheduler(const GraphKey* key, Device& device) : key_(key), device_(device) { record_.device = &device; }
 
   std::vector<UOpPtr> run(const std::vector<UOpPtr>& roots) {
     count_uses(roots);
-    for (const UOpPtr& n : order_)
-      // A reduction several nodes read (a gradient the optimizer's updates all use) is computed once.
+    // Ops a kernel would compute to inline each node (shared subexpressions counted per use, capped).
+    std::unordered_map<const UOp*, int64_t> inline_ops;
+    for (const UOpPtr& n : order_) {
+      int64_t ops = n->src.empty() ? 0 : 1;
+      for (const UOpPtr& s : n->src)
+        ops = std::min(ops + inline_ops[s.get()], kMaxInlineOps + 1);
+      bool computed = is_alu(n->op) || n->op == Ops::CAST || n->op == Ops::REDUCE;
+      // A reduction several nodes read (a gradient the optimizer's updates all use) is computed once,
+      // and so is a long computation several nodes read: a parameter updated step after step without a
+      // sync is a chain every later step would recompute (scheduling and running it grow with the square
+      // of the steps).
       if (n->op == Ops::ASSIGN || n->op == Ops::SCATTER || n->op == Ops::CONTIGUOUS || is_root_.count(n.get()) ||
-          (n->op == Ops::REDUCE && uses_[n.get()] > 1))
+          (n->op == Ops::REDUCE && uses_[n.get()] > 1) || (computed && uses_[n.get()] > 1 && ops > kMaxInlineOps)) {
         realize(n);
+        ops = 0;
+      }
+      inline_ops[n.get()] = ops;
+    }
     std::vector<UOpPtr> out;
     for (const UOpPtr& r : roots) {
       UOpPtr b = realized_.count(r.get()) ? realized_.at(r.get()) : r;
@@ -322,7 +338,7 @@ private:
   UOpPtr materialize_write(const UOpPtr& n) {
     const UOpPtr& base = n->src[0];
     UOpPtr target = resolve(base);
-    bool exclusive = target->op == Ops::BUFFER && made_.count(target->buffer().get()) && uses_[base.get()] == 1;
+    bool exclusive = target->op == Ops::BUFFER && made_.count(target->buffer().get()) && only_reader(base);
     if (!exclusive) target = into_new_buffer(target);
     auto out = std::static_pointer_cast<Buffer>(target->buffer());
     if (n->op == Ops::ASSIGN)
@@ -332,6 +348,16 @@ private:
         return lower_scatter(out, resolve(n->src[1]), resolve(n->src[2]), std::get<int64_t>(n->arg), device_.target());
       });
     return target;
+  }
+
+  // Whether the write is the only reader of base's buffer. A storage's flat reshape and the value
+  // under it share one buffer (realize() makes them one), so a reader of either (a flip of a sum whose
+  // storage is then written in place) must keep the buffer unwritten.
+  bool only_reader(const UOpPtr& base) {
+    if (uses_[base.get()] != 1) return false;
+    for (UOpPtr b = base; is_reshape(b) && b->src[0]->op != Ops::BUFFER; b = b->src[0])
+      if (uses_[b->src[0].get()] != 1) return false;
+    return true;
   }
 
   // Lowers (realizing first what the kernel must not recompute), renders, compiles (cached) and runs

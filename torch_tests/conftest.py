@@ -265,3 +265,22 @@ def recorded_warnings(fn):
         warnings.simplefilter("always")
         result = fn()
     return result, [str(w.message) for w in caught]
+
+
+def check_half_against_float32(fn, *args, rtol, atol):
+    """For float16/bfloat16 kernels whose CPU version rounds intermediates to the half type (which ones
+    depends on the CPU's instruction set: conv_transpose differs between AVX2 and AVX-512 machines),
+    while tiny computes in float32 and rounds once: tiny's result has the CPU's dtype, shape and strides,
+    and is as close to the float32 computation as the CPU's is, or within rtol/atol of it."""
+    expected = fn(*args)
+    exact = fn(*[a.float() if isinstance(a, torch.Tensor) else a for a in args])
+    actual = fn(*on_device(args, DEVICE))
+    assert (actual.dtype, actual.shape, actual.stride()) == (expected.dtype, expected.shape, expected.stride())
+    tiny_error = (actual.cpu().float() - exact).abs()
+    cpu_error = (expected.float() - exact).abs()
+    allowed = torch.maximum(cpu_error, atol + rtol * exact.abs())
+    worst = (tiny_error - allowed).argmax()
+    assert (tiny_error <= allowed).all(), (
+        f"tiny is {tiny_error.flatten()[worst]:.4g} from the float32 result at flat index {worst}, "
+        f"the CPU {cpu_error.flatten()[worst]:.4g}"
+    )

@@ -47,6 +47,88 @@ CPU_REFERENCE_ERRORS = {
     ),
 }
 
+INT = torch.arange(6).reshape(2, 3)
+BOOL = torch.tensor([[True, False, True], [False, False, True]])
+# Ops whose CPU kernel lacks a dtype (NotImplementedError) or refuses it (RuntimeError): tiny asks the
+# CPU kernel once per dtype combination, so its answer is torch's (issue #14's list, and more of each).
+CPU_REFUSED_DTYPES = {
+    "softmax_int": (lambda a: a.softmax(1), INT),
+    "softmax_bool": (lambda a: torch.softmax(a, 0), BOOL),
+    "log_softmax_int": (lambda a: a.log_softmax(0), INT),
+    "trunc_bool": (torch.trunc, BOOL),
+    "ceil_bool": (torch.ceil, BOOL),
+    "floor_bool": (torch.floor, BOOL),
+    "abs_bool": (torch.abs, BOOL),
+    "round_decimals_int": (lambda a: a.round(decimals=1), INT),
+    "round_decimals_bool": (lambda a: a.round(decimals=2), BOOL),
+    "fmod_bool": (torch.fmod, BOOL, BOOL),
+    "pow_bool": (torch.pow, BOOL, BOOL),
+    "lshift_bool": (lambda a, b: a << b, BOOL, BOOL),
+    "addcmul_bool": (lambda a: a.addcmul_(a, a), BOOL.clone()),
+    "searchsorted_bool": (torch.searchsorted, torch.tensor([False, True]), BOOL),
+    "relu_bool": (torch.relu, BOOL),
+    "sub_bool_inplace": (lambda a: a.sub_(BOOL.to(a.device)), BOOL.clone()),
+    "lerp_int_inplace": (lambda a: a.lerp_(a, 0.5), INT.clone()),
+    "inplace_int_pow_negative": (lambda a: a.pow_(-2), torch.arange(1, 4)),
+    "mv_bool": (torch.mv, BOOL.repeat(1, 1)[:, :2], torch.tensor([True, False])),
+    "remainder_bool_empty": (lambda a: a % a, torch.zeros(2, 0, 2, dtype=torch.bool)),
+    "lerp_bool_uint8": (lambda a, b: torch.lerp(a, b, 0.25), torch.tensor(True), torch.ones(3, dtype=torch.uint8)),
+    "pad_crop_past_empty_input": (lambda a: torch.nn.functional.pad(a, (2, -1, -1, 0)), torch.zeros(1, 0)),
+}
+
+
+@pytest.mark.parametrize("case", CPU_REFUSED_DTYPES.values(), ids=CPU_REFUSED_DTYPES.keys())
+def test_an_op_the_cpu_refuses_raises_the_same_error(case):
+    fn, *args = case
+    check(fn, *args)
+
+
+CPU_ACCEPTED_EDGES = {
+    "topk_of_0d_with_k_0": (lambda a: torch.topk(a, 0), torch.tensor(3.0)),
+    "topk_of_0d_with_k_1": (lambda a: torch.topk(a, 1), torch.tensor(3.0)),
+    "index_add_into_an_empty_tensor": (
+        lambda a, v: a.index_add(-2, torch.tensor([0]).to(a.device), v),
+        torch.zeros(1, 0, 1, dtype=torch.float64),
+        -torch.ones(1, 1, 1, dtype=torch.float64),
+    ),
+    "mask_put_of_an_overlapping_element": (
+        lambda a: a.__setitem__(torch.tensor([True, False, False, False]).to(a.device), a[-3:4:3]) or a,
+        torch.arange(4.0),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CPU_ACCEPTED_EDGES.values(), ids=CPU_ACCEPTED_EDGES.keys())
+def test_edge_cases_the_cpu_accepts_work(case):
+    fn, *args = case
+    check(fn, *args)
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda a, b: a // b,
+        lambda a, b: a % b,
+        lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+        lambda a, b: torch.fmod(a, b),
+        lambda a, b: a.floor_divide_(b),
+    ],
+    ids=["floor_divide", "remainder", "div_trunc", "fmod", "floor_divide_"],
+)
+def test_integer_division_by_zero_raises_at_the_sync_that_computes_it(op):
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        op(torch.arange(4), torch.tensor([1, 2, 0, 3]))
+    keep = torch.arange(4, device=DEVICE) * 5
+    x = torch.arange(4, device=DEVICE)
+    y = op(x, torch.tensor([1, 2, 0, 3], device=DEVICE))
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        y.cpu()
+    # the error is raised once; other tensors and later work are intact
+    assert_same(keep, torch.arange(4) * 5)
+    fresh = torch.arange(4, device=DEVICE)
+    assert_same(op(fresh, torch.tensor([1, 2, 1, 3], device=DEVICE)), op(torch.arange(4), torch.tensor([1, 2, 1, 3])))
+    assert_device_still_works()
+
 
 @pytest.mark.parametrize("case", CPU_REFERENCE_ERRORS.values(), ids=CPU_REFERENCE_ERRORS.keys())
 def test_bad_input_raises_the_cpu_error_type_and_changes_nothing(case):

@@ -229,3 +229,62 @@ def test_program_and_schedule_caches_are_bounded():
         TINY_MAX_SCHEDULES="2",
     )
     assert int(out.split()[-1]) >= 30
+
+
+def manual_sgd(device, steps, sync_each_step=False):
+    """A hand-written training loop: no torch.optim, updates under no_grad, no .item() unless asked."""
+    g = torch.Generator().manual_seed(0)
+    w1 = (torch.randn(16, 32, generator=g) * 0.1).to(device).requires_grad_()
+    w2 = (torch.randn(32, 4, generator=g) * 0.1).to(device).requires_grad_()
+    x, y = torch.randn(8, 16, generator=g).to(device), torch.randint(0, 4, (8,), generator=g).to(device)
+    for _ in range(steps):
+        loss = torch.nn.functional.cross_entropy((x @ w1).relu() @ w2, y)
+        loss.backward()
+        with torch.no_grad():
+            for p in (w1, w2):
+                p -= 0.1 * p.grad
+                p.grad = None
+        if sync_each_step:
+            loss.item()
+    return w1, w2, loss
+
+
+def test_unsynced_training_loop_matches_cpu():
+    expected = manual_sgd("cpu", 25)
+    got = manual_sgd(DEVICE, 25)
+    for a, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(a.detach().cpu(), e.detach(), rtol=1e-4, atol=1e-5)
+
+
+def test_unsynced_loop_runs_as_many_kernels_per_step_as_a_synced_one():
+    # A parameter updated step after step is a chain p - lr * g; inlined into every later step, the work
+    # (and the kernels' size) would grow with the square of the steps.
+    def kernels(steps, sync):
+        manual_sgd(DEVICE, 1, sync)  # compiles
+        with counting() as c:
+            w1, w2, loss = manual_sgd(DEVICE, steps, sync)
+            loss.item()
+        return c["kernels"]
+
+    synced, unsynced_20, unsynced_40 = kernels(20, True), kernels(20, False), kernels(40, False)
+    assert unsynced_20 <= synced, (unsynced_20, synced)
+    assert unsynced_40 <= 2 * unsynced_20 + 4, (unsynced_20, unsynced_40)
+
+
+def test_a_long_pending_graph_is_realized_on_its_own():
+    out = run_python(
+        f"""
+        import torch, torch_tiny, sys
+        sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+        from test_laziness import manual_sgd
+        torch.tiny.reset_stats()
+        w1, w2, loss = manual_sgd("tiny", 60)
+        syncs_before_reading = torch.tiny.stats()["syncs"]
+        print(syncs_before_reading, loss.item())
+        """,
+        TINY_MAX_PENDING_UOPS="3000",
+    )
+    syncs, loss = out.split()
+    assert int(syncs) >= 2, f"{syncs} syncs: the pending graph was never realized on its own"
+    expected = manual_sgd("cpu", 60)[2].item()
+    assert abs(float(loss) - expected) <= 1e-4 * max(1.0, abs(expected))
