@@ -6,6 +6,9 @@ The core (compiler/ + runtime/) is built by CMake first:
 (metadata and the torch.backends entry point only: pip would build in a throwaway directory), then builds
 the extension with `setup.py build_ext --inplace`, which keeps its ninja build in build/ so that a
 rebuild after touching one file compiles only that file. torch's build uses ccache when it is installed.
+
+TINY_SANITIZE=1 (`make sanitize`) builds the extension with ASan and UBSan against the sanitized core in
+build/asan, into build/asan/pkg/torch_tiny (never the package's own _C, which the normal build owns).
 """
 
 import glob
@@ -18,7 +21,10 @@ from setuptools import setup  # noqa: E402
 from torch.utils.cpp_extension import BuildExtension, CppExtension, include_paths  # noqa: E402
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-CORE_LIB = os.path.join(ROOT, "build", "cmake", "libtiny_core.a")
+SANITIZE = os.environ.get("TINY_SANITIZE") == "1"
+SANITIZE_FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer"]
+ASAN_DIR = os.path.join(ROOT, "build", "asan")
+CORE_LIB = os.path.join(ASAN_DIR if SANITIZE else os.path.join(ROOT, "build", "cmake"), "libtiny_core.a")
 
 
 def rel(pattern: str) -> list[str]:
@@ -36,10 +42,28 @@ extension = CppExtension(
     depends=depends,
     include_dirs=[ROOT],
     # torch's headers as system headers (gcc then ignores their -I), so -Wextra reports our code only.
-    extra_compile_args={"cxx": ["-std=c++20", "-O2", "-Wall", "-Wextra"] + [f"-isystem{p}" for p in include_paths()]},
+    extra_compile_args={
+        "cxx": ["-std=c++20", "-O1" if SANITIZE else "-O2", "-Wall", "-Wextra"]
+        + (SANITIZE_FLAGS if SANITIZE else [])
+        + [f"-isystem{p}" for p in include_paths()]
+    },
     # whole-archive: the core may register things through static initializers.
-    extra_link_args=["-Wl,--whole-archive", CORE_LIB, "-Wl,--no-whole-archive", "-ldl", "-lpthread"],
+    extra_link_args=["-Wl,--whole-archive", CORE_LIB, "-Wl,--no-whole-archive", "-ldl", "-lpthread"]
+    + (SANITIZE_FLAGS if SANITIZE else []),
 )
+
+BuildExt = BuildExtension.with_options(use_ninja=True)
+
+
+class SanitizedBuildExt(BuildExt):
+    """The sanitized build's objects and extension stay under build/asan, even with --inplace."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        self.inplace = 0
+        self.build_temp = os.path.join(ASAN_DIR, "temp")
+        self.build_lib = os.path.join(ASAN_DIR, "pkg")
+
 
 setup(
     name="torch_tiny",
@@ -47,7 +71,7 @@ setup(
     description="tiny: a lazy PyTorch device backend with an embedded compiler",
     packages=["torch_tiny"],
     ext_modules=[] if os.environ.get("TINY_SKIP_EXTENSION") == "1" else [extension],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    cmdclass={"build_ext": SanitizedBuildExt if SANITIZE else BuildExt},
     entry_points={"torch.backends": ["torch_tiny = torch_tiny:_autoload"]},
     python_requires=">=3.10",
     zip_safe=False,

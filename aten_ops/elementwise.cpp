@@ -41,8 +41,9 @@ struct Call {
   const c10::FunctionSchema& schema;
   std::vector<at::Tensor> tensors;                              // operands, scalars wrapped as 0-dim CPU tensors
   std::vector<std::pair<std::string_view, c10::IValue>> params; // by argument name (the schema's strings)
-  std::vector<UOpPtr> in; // operands read, cast to the compute dtype, broadcast to the result shape
-  DType compute = DType::Float32;
+  std::vector<UOpPtr> in;         // operands read, cast to the compute dtype, broadcast to the result shape
+  DType common = DType::Float32;  // torch's common dtype: tensor operands are rounded to it first
+  DType compute = DType::Float32; // opmath(common): what the formula computes in
   Shape shape;
 
   const UOpPtr& a() const { return in.at(0); }
@@ -558,13 +559,17 @@ at::Scalar host_scalar(const at::Tensor& t) {
 }
 
 // A tensor operand as a UOp of the result shape in the compute dtype.
-UOpPtr operand(const at::Tensor& t, DType compute, const Shape& shape) {
+UOpPtr operand(const at::Tensor& t, DType common, DType compute, const Shape& shape) {
   if (!t.is_privateuseone()) {
     TORCH_CHECK(t.dim() == 0, "Expected all tensors to be on the same device, but found at least two devices, ",
                 t.device(), " and tiny:0!");
     return scalar_constant(host_scalar(t), compute, shape);
   }
-  UOpPtr v = cast(read(t), compute);
+  // TensorIterator casts a tensor of another dtype to the common one (a float32 0-d tensor compared
+  // with float16 rounds to float16), then the kernel computes in opmath
+  UOpPtr v = read(t);
+  if (v->dtype != common) v = cast(v, common);
+  v = cast(v, compute);
   if (v->shape == shape) return v;
   Shape padded(shape.size() - v->shape.size(), 1);
   padded.insert(padded.end(), v->shape.begin(), v->shape.end());
@@ -678,24 +683,27 @@ void elementwise_kernel(const c10::OperatorHandle& handle, torch::jit::Stack* st
     }
     auto iter = make_iterator(kind, out, call.tensors);
     result = iter.output();
-    call.compute = opmath(to_tiny_dtype(rt));
+    call.common = to_tiny_dtype(rt);
+    call.compute = opmath(call.common);
   } else if (auto plain = out.defined() ? std::nullopt : plain_result(kind, call.tensors)) {
     result = plain->first;
-    call.compute = opmath(to_tiny_dtype(plain->second));
+    call.common = to_tiny_dtype(plain->second);
+    call.compute = opmath(call.common);
   } else {
     if (kind == Kind::UnaryBool && !out.defined()) out = empty_tiny({0}, at::kBool, call.tensors.at(0).device());
     auto iter = make_iterator(kind, out, call.tensors);
     result = iter.output();
     at::ScalarType common =
         kind == Kind::Unary || kind == Kind::UnaryBool ? call.tensors.at(0).scalar_type() : iter.common_dtype();
-    call.compute = opmath(to_tiny_dtype(common));
+    call.common = to_tiny_dtype(common);
+    call.compute = opmath(call.common);
   }
   if (op.check) op.check(call);
   call.shape = to_shape(result.sizes());
   for (size_t i = 0; i < call.tensors.size(); i++) {
     // where's condition stays bool; every other operand is read in the compute dtype
     DType dt = kind == Kind::Where && i == 0 ? DType::Bool : call.compute;
-    call.in.push_back(operand(call.tensors[i], dt, call.shape));
+    call.in.push_back(operand(call.tensors[i], dt == DType::Bool ? dt : call.common, dt, call.shape));
   }
   if (result.numel() > 0) write(result, cast(op.build(call), to_tiny_dtype(result.scalar_type())));
 

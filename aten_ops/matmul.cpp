@@ -76,7 +76,8 @@ UOpPtr mm_value(const at::Tensor& a, const at::Tensor& b, DType dt) {
   TORCH_CHECK(a.size(1) == b.size(0), "mat1 and mat2 shapes cannot be multiplied (", a.size(0), "x", a.size(1), " and ",
               b.size(0), "x", b.size(1), ")");
   check_same_dtype(a, b, "mat1 and mat2");
-  check_not_bool(a, "addmm_impl_cpu_");
+  // torch's CPU kernel returns an empty result before it dispatches on the dtype
+  if (a.size(0) * b.size(1) > 0) check_not_bool(a, "addmm_impl_cpu_");
   UOpPtr x = reshape(read_as(a, dt), {1, a.size(0), a.size(1)}), y = reshape(read_as(b, dt), {1, b.size(0), b.size(1)});
   return reshape(batched_product(x, y, false), {a.size(0), b.size(1)});
 }
@@ -86,8 +87,10 @@ UOpPtr bmm_value(const at::Tensor& a, const at::Tensor& b, DType dt, bool reduce
   TORCH_CHECK(b.dim() == 3, "batch2 must be a 3D tensor");
   TORCH_CHECK(b.size(0) == a.size(0) && b.size(1) == a.size(2), "Expected size for first two dimensions of batch2 ",
               "tensor to be: [", a.size(0), ", ", a.size(2), "] but got: [", b.size(0), ", ", b.size(1), "].");
+  // torch's CPU kernel dispatches on batch1's dtype first, unless the result is empty or zero-filled
+  // (a contraction over 0 elements)
+  if (a.size(0) * a.size(1) * b.size(2) * a.size(2) > 0) check_not_bool(a, "bmm");
   check_same_dtype(a, b, "batch1 and batch2");
-  check_not_bool(a, "bmm");
   return batched_product(read_as(a, dt), read_as(b, dt), reduce_batch);
 }
 

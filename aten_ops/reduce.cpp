@@ -13,6 +13,7 @@
 // Accumulation follows torch's CPU kernels: float16/bfloat16 in float32, rounded once at the end;
 // integer sums and products in the result dtype (int64 unless dtype= says otherwise).
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/native/ReduceOpsUtils.h>
 #include <ATen/native/Resize.h>
@@ -639,6 +640,10 @@ at::Tensor& cumulative_out(const at::Tensor& self, int64_t dim, std::optional<at
     at::meta::cumsum_outf(self, dim, dtype, out);
   else
     at::meta::cumprod_outf(self, dim, dtype, out);
+  check_cpu_accepts<std::conditional_t<Op == Ops::ADD, at::_ops::cumsum_out, at::_ops::cumprod_out>>(self, dim, dtype,
+                                                                                                     out);
+  // torch's CPU kernel writes through a TensorIterator that refuses an out= whose elements overlap
+  if (self.dim() > 0 && self.numel() > 0) at::assert_no_internal_overlap(out);
   write_cumulative<Op>(self, dim, out);
   return out;
 }

@@ -196,13 +196,15 @@ std::tuple<at::Tensor&, at::Tensor&> topk_out(const at::Tensor& self, int64_t k,
 
 std::tuple<at::Tensor&, at::Tensor&> kthvalue_out(const at::Tensor& self, int64_t k, int64_t dim_, bool keepdim,
                                                   at::Tensor& values, at::Tensor& indices) {
-  TORCH_CHECK_NOT_IMPLEMENTED(self.scalar_type() != at::kBool, "\"kthvalue_cpu\" not implemented for 'Bool'");
   int64_t dim = at::maybe_wrap_dim(dim_, self.dim(), /*wrap_scalar=*/true);
   int64_t slicesize = self.dim() == 0 ? 1 : self.size(dim);
   at::native::zero_numel_check_dims(self, dim, "kthvalue()");
   TORCH_CHECK(k >= 1 && k <= slicesize, "kthvalue(): selected number k out of range for dimension ", dim);
   at::assert_no_overlap(self, values);
   at::native::_reduction_with_indices_allocate_or_resize_output(values, indices, self, dim_, keepdim);
+  // torch's CPU kernel returns a 0-d input itself before it dispatches on the dtype
+  TORCH_CHECK_NOT_IMPLEMENTED(self.dim() == 0 || self.scalar_type() != at::kBool,
+                              "\"kthvalue_cpu\" not implemented for 'Bool'");
   write_ranked(self, dim, false, k - 1, 1, values, indices);
   if (!keepdim && self.dim() > 0) {
     values.squeeze_(dim);

@@ -377,8 +377,7 @@ private:
       if (scalar) return where_valid(eval(x, {}), valid);
       // The reads of a masked computed value happen at index 0 where the mask is off (the value there is
       // discarded): its loads are not guarded by the mask, and an index past the buffer can fault.
-      if (!(valid->is_const() && valid->const_i()))
-        flat = UOp::make(Ops::WHERE, kIndex, {valid, flat, idx_const(0)});
+      if (!(valid->is_const() && valid->const_i())) flat = UOp::make(Ops::WHERE, kIndex, {valid, flat, idx_const(0)});
       return where_valid(eval(x, unflatten(flat, x->shape)), valid);
     }
     default:
@@ -402,12 +401,17 @@ constexpr int64_t kReduceLanes = -2; // lower_blocked's lane group: lanes along 
 
 // Whether every buffer a reduction reads walks each reduced axis contiguously (or not at all).
 bool reads_reduced_contiguously(const UOpPtr& r) {
+  size_t rank = r->src[0]->shape.size();
   for (const UOpPtr& m : toposort(r->src[0]))
-    if (m->op == Ops::VIEW && m->src[0]->op == Ops::BUFFER)
+    if (m->op == Ops::VIEW && m->src[0]->op == Ops::BUFFER) {
+      // A read of another rank (behind a gather's computed index, say) has no reduced axes to walk, and
+      // indexing its strides by the reduction's axes would read past them.
+      if (m->st().views.size() != 1 || m->shape.size() != rank) return false;
       for (int64_t a : r->reduce_arg().axes) {
         int64_t st = m->st().views.back().strides[a];
-        if (m->st().views.size() != 1 || (st != 0 && st != 1)) return false;
+        if (st != 0 && st != 1) return false;
       }
+    }
   return true;
 }
 

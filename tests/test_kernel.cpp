@@ -237,3 +237,24 @@ TEST(Kernel, AReshapeOfAReductionIsOneViewOfIt) {
   EXPECT_EQ(flat->src[0], r);
   EXPECT_EQ(flat->st().views.size(), 1u);
 }
+
+// A reduction over a gather reads its 1-D data through a view of another rank than the reduction's
+// input: the layout choice must not index that view's strides by the reduction's axes (ASan found a read
+// past them in `make sanitize`).
+TEST(Kernel, ASumOverAGatherFromAFlippedVectorMatchesPlainLoops) {
+  const int64_t A = 4, B = 8, C = 16, N = 7;
+  auto dv = random_vec(N, 5);
+  std::vector<int64_t> iv(A * B * C);
+  for (size_t i = 0; i < iv.size(); i++)
+    iv[i] = static_cast<int64_t>((i * 5 + 3) % N);
+  auto data = flip(buffer(filled(dv)), {true});
+  auto idx = reshape(buffer(indices(iv)), {A, B, C});
+  auto got = values(realize_value(reduce(gather(data, idx), Ops::ADD, {2})));
+  ASSERT_EQ(got.size(), static_cast<size_t>(A * B));
+  for (int64_t r = 0; r < A * B; r++) {
+    float want = 0;
+    for (int64_t c = 0; c < C; c++)
+      want += dv[N - 1 - iv[r * C + c]];
+    EXPECT_NEAR(got[r], want, 1e-5f) << "row " << r;
+  }
+}

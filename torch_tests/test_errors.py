@@ -73,6 +73,9 @@ CPU_REFUSED_DTYPES = {
     "mv_bool": (torch.mv, BOOL.repeat(1, 1)[:, :2], torch.tensor([True, False])),
     "remainder_bool_empty": (lambda a: a % a, torch.zeros(2, 0, 2, dtype=torch.bool)),
     "lerp_bool_uint8": (lambda a, b: torch.lerp(a, b, 0.25), torch.tensor(True), torch.ones(3, dtype=torch.uint8)),
+    "cumsum_out_overlapping": (lambda a: torch.cumsum(a, -1, out=a), torch.tensor([-4.0]).as_strided((5,), (0,))),
+    "cumsum_out_bool": (lambda a, o: torch.cumsum(a, 0, out=o), torch.arange(3.0), torch.zeros(3, dtype=torch.bool)),
+    "bmm_bool_before_dtype_mismatch": (torch.bmm, torch.zeros(1, 1, 1, dtype=torch.bool), torch.ones(1, 1, 3)),
     "pad_crop_past_empty_input": (lambda a: torch.nn.functional.pad(a, (2, -1, -1, 0)), torch.zeros(1, 0)),
 }
 
@@ -86,6 +89,13 @@ def test_an_op_the_cpu_refuses_raises_the_same_error(case):
 CPU_ACCEPTED_EDGES = {
     "topk_of_0d_with_k_0": (lambda a: torch.topk(a, 0), torch.tensor(3.0)),
     "topk_of_0d_with_k_1": (lambda a: torch.topk(a, 1), torch.tensor(3.0)),
+    "mm_of_empty_bool": (torch.mm, torch.zeros(0, 1, dtype=torch.bool), torch.zeros(1, 1, dtype=torch.bool)),
+    "bmm_of_bool_over_no_elements": (
+        torch.bmm,
+        torch.zeros(4, 2, 0, dtype=torch.bool),
+        torch.zeros(4, 0, 4, dtype=torch.bool),
+    ),
+    "kthvalue_of_0d_bool": (lambda a: a.kthvalue(1, 0).values, torch.tensor(False)),
     "index_add_into_an_empty_tensor": (
         lambda a, v: a.index_add(-2, torch.tensor([0]).to(a.device), v),
         torch.zeros(1, 0, 1, dtype=torch.float64),

@@ -221,3 +221,14 @@ def test_results_keep_the_layout_torch_gives_operands_with_odd_size_1_strides(si
         return a // torch.ones(1, 1, device=dev), a * 2, a + a, a.float().exp()
 
     check_devices(program)
+
+
+@pytest.mark.parametrize("op", ["le", "lt", "eq", "add", "mul", "maximum"])
+@pytest.mark.parametrize("half", [torch.float16, torch.bfloat16], ids=str)
+def test_a_0d_float32_operand_is_rounded_to_the_half_common_dtype(op, half):
+    def program(dev):
+        t0 = torch.tensor(1.94).to(dev)
+        t1 = torch.tensor([[1.9404296875, 1.9375, 1.95]], dtype=half).to(dev)
+        return getattr(torch, op)(t1, t0), getattr(torch, op)(t0, t1)
+
+    check_devices(program)

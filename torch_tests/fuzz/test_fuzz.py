@@ -1,0 +1,58 @@
+"""The differential fuzzer (run.py) as part of the test suite: a few hundred seeded random programs on tiny
+against the CPU, the fuzzer's self-check (cpu against cpu), and its shrinker on a planted bug.
+
+`make fuzz` runs 10,000 programs; this is the bounded slice `make test` runs.
+"""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from comparator import compare  # noqa: E402
+from generator import generate  # noqa: E402
+from programs import execute, materialize  # noqa: E402
+from shrinker import op_names, reproducer, shrink  # noqa: E402
+
+PROGRAMS = 300
+
+
+def fuzz(*args, timeout=600):
+    cmd = [sys.executable, str(HERE / "run.py"), "--jobs", "2", "--timeout", "60", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def test_tiny_agrees_with_the_cpu_on_seeded_random_programs():
+    shrink = ("--shrink", "1", "--shrink-budget", "15", "--shrink-total", "45")
+    p = fuzz("--programs", str(PROGRAMS), "--seed", "0", *shrink)
+    assert p.returncode == 0, f"the fuzzer's reproducers:\n{p.stdout[-30000:]}\n{p.stderr[-3000:]}"
+
+
+def test_self_check_cpu_against_cpu_reports_no_mismatch():
+    p = fuzz("--programs", str(PROGRAMS), "--seed", "0", "--self-check", "--shrink", "0")
+    assert p.returncode == 0, p.stdout[-10000:] + p.stderr[-3000:]
+    assert f"{PROGRAMS} programs, 0 mismatches, 0 crashes, 0 hangs" in p.stdout
+
+
+def test_a_planted_bug_shrinks_to_a_short_program():
+    def fails(program):
+        mismatch = compare(execute(program, "cpu"), execute(program, "cpu", plant="flip"), len(program))
+        return mismatch is not None and mismatch["category"] == "values"
+
+    program = next(p for p in (generate(seed) for seed in range(200)) if fails(p))
+    small = shrink(program, fails, budget_s=60, materialize=materialize)
+    assert fails(small)
+    assert len(small) == 2 < len(program), reproducer(small, None)  # an input, and the flip
+    assert "flip" in op_names(small)
+    code = reproducer(small, None)
+    assert ".flip(" in code and 'run("tiny")' in code
+
+
+def test_a_crash_is_isolated_and_reported_with_its_seed():
+    p = fuzz("--programs", "20", "--self-check", "--plant", "abort:flip", "--shrink", "0")
+    assert p.returncode == 1
+    assert re.search(r"^seed \d+: crash: killed by signal 6", p.stdout, re.M), p.stdout[-5000:]
+    assert re.search(r"20 programs, 0 mismatches, [1-9]\d* crashes, 0 hangs", p.stdout), p.stdout[-5000:]
