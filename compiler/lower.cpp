@@ -160,7 +160,10 @@ public:
       key.second.push_back(i.get());
     if (auto it = memo_.find(key); it != memo_.end()) return it->second;
     UOpPtr r = eval_uncached(n, idx);
+    // the key's nodes stay alive: a freed index node's address reused by another (a GPU thread's next
+    // row) would find this row's value
     keep_.push_back(n);
+    keep_.insert(keep_.end(), idx.begin(), idx.end());
     memo_[key] = r;
     return r;
   }

@@ -14,6 +14,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "tiny: a lazy PyTorch device backend (torch.device('tiny'))";
 
   m.def("device_count", [] { return static_cast<int>(tiny::device_count()); });
+  // What runs `tiny:index` (torch.tiny.get_device_name): "CPU (clang)", "CL: <device> (<platform>)". Opens
+  // the device, so a backend that cannot run here raises its error saying what is missing.
+  m.def("device_name", [](int index) { return tiny::runtime::device(index).name(); });
   m.def("current_device", [] { return static_cast<int>(tiny::current_device()); });
   m.def("set_device", [](int index) { tiny::set_device(static_cast<c10::DeviceIndex>(index)); });
   m.def(

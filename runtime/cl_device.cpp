@@ -54,6 +54,7 @@ constexpr cl_uint CL_DEVICE_LOCAL_MEM_SIZE = 0x1023;
 constexpr cl_uint CL_DEVICE_NAME = 0x102B;
 constexpr cl_uint CL_DRIVER_VERSION = 0x102D;
 constexpr cl_uint CL_DEVICE_EXTENSIONS = 0x1030;
+constexpr cl_uint CL_DEVICE_PLATFORM = 0x1031;
 constexpr cl_bitfield CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT = 1 << 7;
 constexpr cl_bitfield CL_MEM_READ_WRITE = 1 << 0;
 constexpr cl_uint CL_PROGRAM_BINARY_SIZES = 0x1165;
@@ -369,6 +370,10 @@ public:
     queue_ = cl.CreateCommandQueue(ctx_, dev_, 0, &err); // in order
     check(err, "clCreateCommandQueue");
     name_ = device_string(dev_, CL_DEVICE_NAME);
+    char platform[256] = {};
+    cl.GetPlatformInfo(device_value<cl_platform_id>(dev_, CL_DEVICE_PLATFORM), CL_PLATFORM_NAME, sizeof platform - 1,
+                       platform, nullptr);
+    platform_ = platform;
     target_.dialect = Dialect::OpenCL;
     target_.max_local = static_cast<int64_t>(device_value<size_t>(dev_, CL_DEVICE_MAX_WORK_GROUP_SIZE));
     target_.local_mem = static_cast<int64_t>(device_value<cl_ulong>(dev_, CL_DEVICE_LOCAL_MEM_SIZE));
@@ -386,7 +391,7 @@ public:
       std::fprintf(stderr, "tiny: CL device %s (work-groups up to %lld threads, %lld bytes local memory)\n",
                    name_.c_str(), static_cast<long long>(target_.max_local), static_cast<long long>(target_.local_mem));
   }
-  std::string name() const override { return "CL:" + name_; }
+  std::string name() const override { return "CL: " + name_ + " (" + platform_ + ")"; }
   const Target& target() const override { return target_; }
   Allocator& allocator() override { return *allocator_; }
   Compiler& compiler() override { return *compiler_; }
@@ -426,7 +431,7 @@ private:
   cl_device_id dev_;
   cl_context ctx_ = nullptr;
   cl_command_queue queue_ = nullptr;
-  std::string name_;
+  std::string name_, platform_;
   Target target_;
   std::unique_ptr<ClAllocator> allocator_;
   std::unique_ptr<ClCompiler> compiler_;

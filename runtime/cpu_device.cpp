@@ -180,7 +180,7 @@ private:
 
 class CpuDevice : public Device {
 public:
-  std::string name() const override { return "CPU"; }
+  std::string name() const override { return "CPU (clang)"; }
   const Target& target() const override { return target_; }
   Allocator& allocator() override { return allocator_; }
   Compiler& compiler() override { return compiler_; }

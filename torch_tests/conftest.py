@@ -284,3 +284,14 @@ def check_half_against_float32(fn, *args, rtol, atol):
         f"tiny is {tiny_error.flatten()[worst]:.4g} from the float32 result at flat index {worst}, "
         f"the CPU {cpu_error.flatten()[worst]:.4g}"
     )
+
+
+def pytest_collection_modifyitems(config, items):
+    """With TINY_DEVICE=CL (make test's CL_TESTS, make test-cl) every test skips, saying why, where the
+    CL device cannot run here (no libOpenCL.so.1, no OpenCL platform with a device)."""
+    try:
+        torch.tiny.get_device_name()
+    except RuntimeError as e:
+        skip = pytest.mark.skip(reason=str(e))
+        for item in items:
+            item.add_marker(skip)

@@ -62,6 +62,7 @@ _register()
 from torch_tiny.device import (  # noqa: E402
     current_device,
     device_count,
+    get_device_name,
     is_available,
     manual_seed,
     manual_seed_all,
@@ -74,6 +75,7 @@ from torch_tiny.device import (  # noqa: E402
 __all__ = [
     "current_device",
     "device_count",
+    "get_device_name",
     "is_available",
     "manual_seed",
     "manual_seed_all",

@@ -9,6 +9,7 @@ __all__ = [
     "default_generators",
     "device",
     "device_count",
+    "get_device_name",
     "get_rng_state",
     "initial_seed",
     "is_available",
@@ -59,6 +60,12 @@ def _device_index(device) -> int:
             raise ValueError(f"expected a tiny device, got {device}")
         return current_device() if device.index is None else device.index
     return int(device)
+
+
+def get_device_name(device=None) -> str:
+    """Which backend and device runs `tiny:N`, as torch.cuda.get_device_name says: "tiny CPU (clang)",
+    "tiny CL: <OpenCL device> (<platform>)". TINY_DEVICE chooses the backend."""
+    return "tiny " + _C.device_name(_device_index(device))
 
 
 def set_device(device) -> None:
