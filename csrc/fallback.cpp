@@ -108,24 +108,28 @@ at::Tensor to_cpu(const at::Tensor& t) {
   return flat.as_strided(t.sizes(), t.strides(), 0);
 }
 
-// Each tiny tensor of an argument (a tensor, a list of tensors, a list of optional tensors) on the CPU.
-c10::IValue arguments_to_cpu(const c10::IValue& v) {
-  if (v.isTensor()) return to_cpu(v.toTensor());
+// An argument (a tensor, a list of tensors, a list of optional tensors, a device) for a CPU kernel: each
+// tensor mapped by `f`, a tiny device named as the CPU.
+template <class F> c10::IValue for_the_cpu(const c10::IValue& v, F f) {
+  if (v.isTensor()) return f(v.toTensor());
   if (v.isTensorList()) {
     c10::List<at::Tensor> list;
     for (const at::Tensor& t : v.toTensorList().vec())
-      list.push_back(to_cpu(t));
+      list.push_back(f(t));
     return list;
   }
   if (v.isOptionalTensorList()) {
     c10::List<std::optional<at::Tensor>> list;
     for (const std::optional<at::Tensor>& t : v.toOptionalTensorList().vec())
-      list.push_back(t ? std::optional<at::Tensor>(to_cpu(*t)) : std::nullopt);
+      list.push_back(t ? std::optional<at::Tensor>(f(*t)) : std::nullopt);
     return list;
   }
   if (v.isDevice() && v.toDevice().is_privateuseone()) return c10::Device(at::kCPU);
   return v;
 }
+
+// Each tiny tensor of an argument on the CPU.
+c10::IValue arguments_to_cpu(const c10::IValue& v) { return for_the_cpu(v, to_cpu); }
 
 // A result of the CPU kernel on the tiny device (a tensor or a list of tensors), layout kept.
 c10::IValue result_to_tiny(const c10::IValue& v, c10::Device device) {
@@ -264,24 +268,6 @@ at::Tensor probe_tensor(const at::Tensor& t) {
   return at::ones(sizes, t.options().device(at::kCPU));
 }
 
-c10::IValue probe_argument(const c10::IValue& v) {
-  if (v.isTensor()) return probe_tensor(v.toTensor());
-  if (v.isTensorList()) {
-    c10::List<at::Tensor> list;
-    for (const at::Tensor& t : v.toTensorList().vec())
-      list.push_back(probe_tensor(t));
-    return list;
-  }
-  if (v.isOptionalTensorList()) {
-    c10::List<std::optional<at::Tensor>> list;
-    for (const std::optional<at::Tensor>& t : v.toOptionalTensorList().vec())
-      list.push_back(t ? std::optional<at::Tensor>(probe_tensor(*t)) : std::nullopt);
-    return list;
-  }
-  if (v.isDevice() && v.toDevice().is_privateuseone()) return c10::Device(at::kCPU);
-  return v;
-}
-
 // What the CPU's answer depends on: the op, and each argument's dtype (tensors) or kind (scalars).
 std::string probe_key(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
   std::string key(reinterpret_cast<const char*>(&op.schema()), sizeof(void*));
@@ -318,7 +304,7 @@ void check_cpu_accepts(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue>
     bool out = alias && alias->isWrite() && schema[i].name() != "self" && args[i].isTensor();
     // an out= tensor is empty, so the CPU resizes it without a warning
     stack.push_back(out ? c10::IValue(at::empty({0}, args[i].toTensor().options().device(at::kCPU)))
-                        : probe_argument(args[i]));
+                        : for_the_cpu(args[i], probe_tensor));
   }
   {
     c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset);
