@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <exception>
 #include <functional>
 #include <optional>
 #include <string>
@@ -618,13 +619,27 @@ std::optional<std::pair<at::Tensor, at::ScalarType>> plain_result(Kind kind, con
   return std::make_pair(empty_tiny(sizes, dtype, on_tiny->device()), common);
 }
 
+// Whether the CPU kernel raised in its dispatch on dtypes ("... not implemented for 'Bool'").
+bool refused_in_dispatch(const std::exception_ptr& refused) {
+  try {
+    std::rethrow_exception(refused);
+  } catch (const c10::Error& e) {
+    return std::string_view(e.what()).find("not implemented for") != std::string_view::npos;
+  }
+}
+
+bool is_dtype_error(const c10::Error& e) {
+  std::string_view m = e.what();
+  return m.find("can't be cast") != std::string_view::npos || m.find("dtype") != std::string_view::npos;
+}
+
 void elementwise_kernel(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = handle.schema();
   const Op& op = op_of(schema);
   size_t nargs = schema.arguments().size();
   auto args = torch::jit::last(*stack, nargs);
 
-  Call call{schema, {}, {}, {}, DType::Float32, {}};
+  Call call{schema, {}, {}, {}, DType::Float32, DType::Float32, {}};
   at::Tensor out;
   bool inplace = false;
   for (size_t i = 0; i < nargs; i++) {
@@ -651,8 +666,6 @@ void elementwise_kernel(const c10::OperatorHandle& handle, torch::jit::Stack* st
     }
   }
 
-  // torch's own dtype checks come first, as the CPU kernel's (TensorIterator's shape checks then follow)
-  check_cpu_accepts(handle, args);
   // TensorIterator takes one CPU scalar; further scalar operands (clamp(x, lo, hi)) ride along as
   // wrapped numbers on tiny, holding a constant.
   int cpu_scalars = 0;
@@ -667,37 +680,54 @@ void elementwise_kernel(const c10::OperatorHandle& handle, torch::jit::Stack* st
   // torch's div promotes ints to float only without a rounding mode
   Kind kind = op.kind == Kind::BinaryFloat && call.has("rounding_mode") ? Kind::Binary : op.kind;
 
-  at::Tensor result;
-  if (kind == Kind::Where) {
-    const at::Tensor &cond = call.tensors.at(0), &a = call.tensors.at(1), &b = call.tensors.at(2);
-    TORCH_CHECK(cond.scalar_type() == at::kBool,
-                "where expected condition to be a boolean tensor, but got a tensor with dtype ", cond.scalar_type());
-    at::ScalarType rt = at::result_type(a, b);
-    if (out.defined()) {
-      TORCH_CHECK(out.scalar_type() == rt, "Expected out type to be ", rt, " but got ", out.scalar_type());
-    } else {
-      out = empty_tiny({0}, rt,
-                       cond.is_privateuseone() ? cond.device()
-                       : a.is_privateuseone()  ? a.device()
-                                               : b.device());
-    }
-    auto iter = make_iterator(kind, out, call.tensors);
-    result = iter.output();
-    call.common = to_tiny_dtype(rt);
-    call.compute = opmath(call.common);
-  } else if (auto plain = out.defined() ? std::nullopt : plain_result(kind, call.tensors)) {
-    result = plain->first;
-    call.common = to_tiny_dtype(plain->second);
-    call.compute = opmath(call.common);
-  } else {
-    if (kind == Kind::UnaryBool && !out.defined()) out = empty_tiny({0}, at::kBool, call.tensors.at(0).device());
-    auto iter = make_iterator(kind, out, call.tensors);
-    result = iter.output();
-    at::ScalarType common =
-        kind == Kind::Unary || kind == Kind::UnaryBool ? call.tensors.at(0).scalar_type() : iter.common_dtype();
-    call.common = to_tiny_dtype(common);
-    call.compute = opmath(call.common);
+  // The CPU kernel's answer for these dtypes (size-1 stand-ins: it cannot see shapes or overlap).
+  std::exception_ptr refused;
+  try {
+    check_cpu_accepts(handle, args);
+  } catch (const c10::Error&) {
+    refused = std::current_exception();
   }
+  at::Tensor result;
+  try {
+    if (kind == Kind::Where) {
+      const at::Tensor &cond = call.tensors.at(0), &a = call.tensors.at(1), &b = call.tensors.at(2);
+      TORCH_CHECK(cond.scalar_type() == at::kBool,
+                  "where expected condition to be a boolean tensor, but got a tensor with dtype ", cond.scalar_type());
+      at::ScalarType rt = at::result_type(a, b);
+      if (out.defined()) {
+        TORCH_CHECK(out.scalar_type() == rt, "Expected out type to be ", rt, " but got ", out.scalar_type());
+      } else {
+        out = empty_tiny({0}, rt,
+                         cond.is_privateuseone() ? cond.device()
+                         : a.is_privateuseone()  ? a.device()
+                                                 : b.device());
+      }
+      auto iter = make_iterator(kind, out, call.tensors);
+      result = iter.output();
+      call.common = to_tiny_dtype(rt);
+      call.compute = opmath(call.common);
+    } else if (auto plain = out.defined() ? std::nullopt : plain_result(kind, call.tensors)) {
+      result = plain->first;
+      call.common = to_tiny_dtype(plain->second);
+      call.compute = opmath(call.common);
+    } else {
+      if (kind == Kind::UnaryBool && !out.defined()) out = empty_tiny({0}, at::kBool, call.tensors.at(0).device());
+      auto iter = make_iterator(kind, out, call.tensors);
+      result = iter.output();
+      at::ScalarType common =
+          kind == Kind::Unary || kind == Kind::UnaryBool ? call.tensors.at(0).scalar_type() : iter.common_dtype();
+      call.common = to_tiny_dtype(common);
+      call.compute = opmath(call.common);
+    }
+  } catch (const c10::Error& e) {
+    // The CPU's meta function (its checks, then TensorIterator's) runs before its kernel's dispatch on
+    // dtypes. A refusal in that dispatch means the meta function passed these dtypes: then only a shape
+    // or overlap error of tiny's iterator is the CPU's too (lerp_'s weight, a cast error here, is no
+    // operand of the CPU's iterator).
+    if (refused && (!refused_in_dispatch(refused) || is_dtype_error(e))) std::rethrow_exception(refused);
+    throw;
+  }
+  if (refused) std::rethrow_exception(refused);
   if (op.check) op.check(call);
   call.shape = to_shape(result.sizes());
   for (size_t i = 0; i < call.tensors.size(); i++) {

@@ -284,6 +284,9 @@ AdvancedIndex advanced_index(const at::Tensor& self, const IndexList& indices) {
     }
   }
   if (common) ai.broadcast.assign(common->begin(), common->end());
+  // torch checks this before dtypes and values: no index is valid in an empty dim
+  bool empty_dim = std::any_of(ai.dims.begin(), ai.dims.end(), [&](size_t d) { return self.size(d) == 0; });
+  TORCH_CHECK_INDEX(!empty_dim || prod(ai.broadcast) == 0, "index is out of bounds for dimension with size 0");
   // Adjacent indexed dims keep their place; otherwise the broadcast dims go first (numpy's rule).
   bool adjacent = ai.dims.empty() || ai.dims.back() - ai.dims.front() + 1 == ai.dims.size();
   ai.start = adjacent && !ai.dims.empty() ? ai.dims.front() : 0;
@@ -679,6 +682,12 @@ UOpPtr source_of(const at::Tensor& src, const at::Tensor& index, DType dt) {
   return index.dim() == 0 ? reshape(s, {}) : shrink(s, box);
 }
 
+// scatter's value= at index's shape; the CPU converts it (and raises on overflow) only when there is
+// something to scatter.
+UOpPtr scatter_scalar(const at::Scalar& value, DType dt, const at::Tensor& index) {
+  return scalar_constant(index.numel() == 0 ? at::Scalar(0) : value, dt, to_shape(index.sizes()));
+}
+
 std::optional<Ops> legacy_reduce(std::string_view reduce) {
   if (reduce == "add") return Ops::ADD;
   if (reduce == "multiply") return Ops::MUL;
@@ -695,7 +704,7 @@ at::Tensor& scatter_src_out(const at::Tensor& self, int64_t dim, const at::Tenso
 at::Tensor& scatter_value_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Scalar& value,
                               at::Tensor& out) {
   at::meta::scatter_outf(self, dim, index, value, out);
-  scatter_along(self, dim, index, scalar_constant(value, dtype_of(out), to_shape(index.sizes())), std::nullopt, out);
+  scatter_along(self, dim, index, scatter_scalar(value, dtype_of(out), index), std::nullopt, out);
   return out;
 }
 
@@ -709,7 +718,7 @@ at::Tensor& scatter_reduce_src_out(const at::Tensor& self, int64_t dim, const at
 at::Tensor& scatter_reduce_value_out(const at::Tensor& self, int64_t dim, const at::Tensor& index,
                                      const at::Scalar& value, c10::string_view reduce, at::Tensor& out) {
   at::meta::scatter_outf(self, dim, index, value, reduce, out);
-  scatter_along(self, dim, index, scalar_constant(value, dtype_of(out), to_shape(index.sizes())), legacy_reduce(reduce),
+  scatter_along(self, dim, index, scatter_scalar(value, dtype_of(out), index), legacy_reduce(reduce),
                 out);
   return out;
 }

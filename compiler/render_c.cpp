@@ -30,7 +30,9 @@ static inline uint16_t tiny_f2h(float f) {
   uint32_t x, sign, ax;
   memcpy(&x, &f, 4);
   sign = (x >> 16) & 0x8000; ax = x & 0x7fffffffu;
-  if (ax >= 0x7f800000u) return (uint16_t)(sign | (ax > 0x7f800000u ? 0x7e00 : 0x7c00));
+  // NaN keeps its payload (a copy of float16 bits is exact); a payload below half's bits becomes quiet
+  if (ax > 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (((ax >> 13) & 0x3ffu) ? ((ax >> 13) & 0x3ffu) : 0x200u));
+  if (ax == 0x7f800000u) return (uint16_t)(sign | 0x7c00);
   if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);
   if (ax < 0x38800000u) { float af; memcpy(&af, &ax, 4); return (uint16_t)(sign | (uint32_t)nearbyintf(af * 16777216.0f)); }
   ax += 0xc8000fffu + ((ax >> 13) & 1);
@@ -39,7 +41,7 @@ static inline uint16_t tiny_f2h(float f) {
 static inline float tiny_bf2f(uint16_t b) { uint32_t u = (uint32_t)b << 16; float f; memcpy(&f, &u, 4); return f; }
 static inline uint16_t tiny_f2bf(float f) {
   uint32_t u; memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) & 0x7fu ? u >> 16 : (u >> 16) | 0x40);
   u += 0x7fffu + ((u >> 16) & 1);
   return (uint16_t)(u >> 16);
 }
@@ -200,6 +202,7 @@ std::string to_storage(DType dt, const std::string& e) {
 }
 
 std::string from_storage(DType dt, const std::string& e) {
+  if (dt == DType::Bool) return "(" + e + " != 0)"; // a byte other than 0 or 1 (a view(bool)) reads as true
   if (dt == DType::Float16) return "tiny_h2f(" + e + ")";
   if (dt == DType::BFloat16) return "tiny_bf2f(" + e + ")";
   return e;
@@ -233,8 +236,7 @@ std::string render_cast(DType from, DType to, const std::string& a) {
     if (is_half(to)) return round_to(to, "(float)" + a);
     return std::string("(") + reg_type(to) + ")" + a;
   }
-  // float -> narrow int goes through int64 so out-of-range values wrap as on torch's CPU
-  if (is_float(from) && itemsize(to) < 8) return std::string("(") + reg_type(to) + ")(int64_t)" + a;
+  if (is_float(from)) return float_to_int(a, is_f64(from), itemsize(to) == 8, reg_type(to), "int32_t", "int64_t");
   return std::string("(") + reg_type(to) + ")" + a;
 }
 
@@ -389,7 +391,9 @@ public:
        << "(void* const* bufs, const int64_t* ivars, const double* fvars, int64_t begin, int64_t end) {\n"
        << "  (void)ivars; (void)fvars;\n";
     for (size_t i = 0; i < k_.buffers.size(); i++) {
-      const char* t = info(k_.buffers[i]->dtype).c_name.data();
+      // bool buffers are bytes: a byte other than 0 or 1 (written through another view) is no _Bool
+      DType dt = k_.buffers[i]->dtype;
+      const char* t = dt == DType::Bool ? "uint8_t" : info(dt).c_name.data();
       os << "  " << (i == 0 ? "" : "const ") << t << "* restrict b" << i << " = (" << (i == 0 ? "" : "const ") << t
          << "*)bufs[" << i << "];\n";
     }
@@ -817,5 +821,14 @@ private:
 } // namespace
 
 std::string render_c(const Kernel& k, const std::string& fn_name) { return CRenderer(k).render(fn_name); }
+
+std::string float_to_int(const std::string& a, bool from_f64, bool to_64, const std::string& to_type,
+                         const std::string& i32, const std::string& i64) {
+  std::string lim = std::string(to_64 ? "9223372036854775808.0" : "2147483648.0") + (from_f64 ? "" : "f");
+  std::string t = to_64 ? i64 : i32;
+  std::string min = to_64 ? "(-9223372036854775807LL - 1)" : "(-2147483647 - 1)";
+  return "((" + to_type + ")(" + a + " >= -" + lim + " && " + a + " < " + lim + " ? (" + t + ")" + a + " : (" + t +
+         ")" + min + "))";
+}
 
 } // namespace tiny

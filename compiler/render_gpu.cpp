@@ -1,4 +1,5 @@
 #include "compiler/render_gpu.h"
+#include "compiler/render_c.h"
 
 #include <algorithm>
 #include <array>
@@ -148,7 +149,9 @@ constexpr const char* kPrelude = R"(TINY_FN float tiny_h2f(unsigned int h) {
 }
 TINY_FN unsigned short tiny_f2h(float f) {
   unsigned int x = TINY_AS_UINT(f), sign = (x >> 16) & 0x8000, ax = x & 0x7fffffffu;
-  if (ax >= 0x7f800000u) return (unsigned short)(sign | (ax > 0x7f800000u ? 0x7e00 : 0x7c00));
+  // NaN keeps its payload (a copy of float16 bits is exact); a payload below half's bits becomes quiet
+  if (ax > 0x7f800000u) return (unsigned short)(sign | 0x7c00 | (((ax >> 13) & 0x3ffu) ? ((ax >> 13) & 0x3ffu) : 0x200u));
+  if (ax == 0x7f800000u) return (unsigned short)(sign | 0x7c00);
   if (ax >= 0x477ff000u) return (unsigned short)(sign | 0x7c00);
   if (ax < 0x38800000u) return (unsigned short)(sign | (unsigned int)TINY_RINTF(TINY_AS_FLOAT(ax) * 16777216.0f));
   ax += 0xc8000fffu + ((ax >> 13) & 1);
@@ -157,7 +160,7 @@ TINY_FN unsigned short tiny_f2h(float f) {
 TINY_FN float tiny_bf2f(unsigned short b) { return TINY_AS_FLOAT((unsigned int)b << 16); }
 TINY_FN unsigned short tiny_f2bf(float f) {
   unsigned int u = TINY_AS_UINT(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) & 0x7fu ? u >> 16 : (u >> 16) | 0x40);
   u += 0x7fffu + ((u >> 16) & 1);
   return (unsigned short)(u >> 16);
 }
@@ -459,8 +462,8 @@ private:
   std::string cast(DType from, DType to, const std::string& a) const {
     if (to == DType::Bool) return "(" + a + " != 0)";
     if (is_float(to)) return is_half(to) ? round_to(to, "(float)" + a) : "(" + type(to) + ")" + a;
-    // float -> narrow int goes through int64 so out-of-range values wrap as on torch's CPU
-    if (is_float(from) && itemsize(to) < 8) return "(" + type(to) + ")(" + type(DType::Int64) + ")" + a;
+    if (is_float(from))
+      return float_to_int(a, from == DType::Float64, itemsize(to) == 8, type(to), type(DType::Int32), type(DType::Int64));
     return "(" + type(to) + ")" + a;
   }
 

@@ -268,10 +268,18 @@ at::Tensor probe_tensor(const at::Tensor& t) {
   return at::ones(sizes, t.options().device(at::kCPU));
 }
 
-// What the CPU's answer depends on: the op, and each argument's dtype (tensors) or kind (scalars).
+// What the CPU's answer depends on: the op, and each argument's dtype and whether it is empty or 0-d
+// (tensors; the CPU returns early on an empty tensor, before it checks dtypes) or kind (scalars).
 std::string probe_key(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
   std::string key(reinterpret_cast<const char*>(&op.schema()), sizeof(void*));
-  auto add_tensor = [&](const at::Tensor& t) { key += t.defined() ? static_cast<char>(t.scalar_type()) : '-'; };
+  auto add_tensor = [&](const at::Tensor& t) {
+    if (!t.defined()) {
+      key += '-';
+      return;
+    }
+    key += static_cast<char>(t.scalar_type());
+    key += t.numel() == 0 ? 'e' : t.dim() == 0 ? 'z' : 'n';
+  };
   for (const c10::IValue& v : args) {
     if (v.isTensor())
       add_tensor(v.toTensor());

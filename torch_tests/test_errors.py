@@ -101,11 +101,56 @@ CPU_ACCEPTED_EDGES = {
         torch.zeros(1, 0, 1, dtype=torch.float64),
         -torch.ones(1, 1, 1, dtype=torch.float64),
     ),
+    "scatter_of_an_out_of_range_value_at_no_index": (
+        lambda a: a.scatter(2, torch.zeros(0, dtype=torch.int64).to(a.device), -3.0),
+        torch.zeros(0, 3, 2, dtype=torch.uint8),
+    ),
     "mask_put_of_an_overlapping_element": (
         lambda a: a.__setitem__(torch.tensor([True, False, False, False]).to(a.device), a[-3:4:3]) or a,
         torch.arange(4.0),
     ),
 }
+
+
+# Calls wrong twice: the CPU's first check wins (TensorIterator's shapes and overlap before the kernel's
+# dtypes; an indexing error before a dtype mismatch), and tiny raises that one.
+TWICE_WRONG = {
+    "bitwise_or_of_float_with_mismatched_sizes": (torch.bitwise_or, torch.ones(2, 3), torch.ones(2, 2)),
+    "inplace_bitwise_or_of_float_not_broadcastable": (lambda a, b: a.bitwise_or_(b), torch.ones(3, 2), torch.ones(2)),
+    "hypot_of_int_with_mismatched_sizes": (
+        torch.hypot,
+        torch.ones(2, 5, dtype=torch.int32),
+        torch.ones(2, 2, dtype=torch.int32),
+    ),
+    "lerp_of_int_into_an_overlapping_self": (
+        lambda a: a[1:].lerp_(a[:-1], 0.5),
+        torch.arange(6),
+    ),
+    "neg_of_bool_into_an_out_of_another_dtype": (
+        lambda a, o: torch.neg(a, out=o),
+        torch.tensor(True),
+        torch.zeros(3, dtype=torch.uint8),
+    ),
+    "index_put_into_an_empty_dim_with_another_dtype": (
+        lambda a, v: a.index_put((torch.tensor([0, 0, 0]).to(a.device),), v, accumulate=True),
+        torch.zeros(0, 3, dtype=torch.int64),
+        torch.ones(3, 3, dtype=torch.bool),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", TWICE_WRONG.values(), ids=TWICE_WRONG.keys())
+def test_a_call_wrong_twice_raises_the_cpus_first_error(case):
+    fn, *args = case
+    check(fn, *args)
+
+
+def test_an_empty_tensor_the_cpu_accepts_does_not_vouch_for_a_full_one():
+    # the CPU returns before its dtype check when there is nothing to compute; the answer it gives for
+    # an empty int tensor says nothing about a full one
+    for shape in [(0, 3), (2, 3)]:
+        check(lambda a: a.softmax(1), torch.ones(shape, dtype=torch.int8))
+    check(lambda a: a.topk(1, 0), torch.zeros((), dtype=torch.bool))
 
 
 @pytest.mark.parametrize("case", CPU_ACCEPTED_EDGES.values(), ids=CPU_ACCEPTED_EDGES.keys())

@@ -118,6 +118,56 @@ def test_write_through_a_view_of_another_dtype_keeps_the_views_bits(base_dtype, 
     check_devices(program)
 
 
+@pytest.mark.parametrize("base_dtype", [torch.int64, torch.int16, torch.uint8, torch.float32], ids=str)
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda b: b.square(),
+        lambda b: b.sum(0),
+        lambda b: b.to(torch.int32),
+        lambda b: b.float() * 2,
+        lambda b: torch.where(b, 1, 0),
+        lambda b: b & b.flip(0),
+        lambda b: b.long().cumsum(0),
+    ],
+    ids=["square", "sum", "to_int32", "to_float", "where", "and", "cumsum"],
+)
+def test_bool_view_of_bytes_other_than_0_and_1_reads_them_as_true(base_dtype, op):
+    def program(dev):
+        base = torch.tensor([3, -3, 2, 0, 1, -128], dtype=torch.int64).to(base_dtype).to(dev)
+        return op(base.view(torch.bool))
+
+    check_devices(program)
+
+
+def test_a_write_through_a_half_view_keeps_the_nan_payloads_of_the_other_elements():
+    def program(dev):
+        base = torch.tensor([3, -3, 3, -3, 3, -3], dtype=torch.int64).to(dev).reshape(3, 2)
+        halves = base.view(torch.float16)
+        halves[1:2] = 2.0
+        bf = torch.tensor([-1, 0x7F81, 0x7FC0, 5], dtype=torch.int16).to(dev)
+        bf.view(torch.bfloat16)[3] = 1.0
+        return base, bf, halves.clone().view(torch.int16)
+
+    check_devices(program)
+
+
+@pytest.mark.parametrize("to", [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8], ids=str)
+@pytest.mark.parametrize("src", [torch.float32, torch.float64, torch.float16], ids=str)
+def test_a_float_cast_out_of_the_int_range_gives_the_cpus_value(src, to):
+    # C++ leaves it undefined; torch's CPU (x86) converts through 32 bits (64 for int64) and an out-of-range
+    # value becomes the minimum: tiny gives the same on every target
+    def program(dev):
+        big = 6e4 if src == torch.float16 else 5e9
+        x = torch.tensor(
+            [-float("inf"), float("inf"), float("nan"), big, -big, 300.0, -1.5, 70000.5], dtype=torch.float64
+        )
+        x = x.to(src).to(dev)
+        return x.to(to), x.sum(0, keepdim=True, dtype=to) if to != torch.uint8 else x[:1].to(to)
+
+    check_devices(program)
+
+
 # ---- gradients of broadcasts sum over every broadcast element ----
 
 
