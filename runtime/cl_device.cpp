@@ -45,11 +45,16 @@ using cl_event = struct _cl_event*;
 
 constexpr cl_int CL_SUCCESS = 0;
 constexpr cl_int CL_DEVICE_NOT_FOUND = -1;
+constexpr cl_int CL_MEM_OBJECT_ALLOCATION_FAILURE = -4;
+constexpr cl_int CL_OUT_OF_RESOURCES = -5;
+constexpr cl_int CL_OUT_OF_HOST_MEMORY = -6;
 constexpr cl_int CL_PLATFORM_NOT_FOUND_KHR = -1001;
 constexpr cl_bitfield CL_DEVICE_TYPE_ALL = 0xFFFFFFFF;
 constexpr cl_uint CL_PLATFORM_NAME = 0x0902;
+constexpr cl_uint CL_DEVICE_MAX_COMPUTE_UNITS = 0x1002;
 constexpr cl_uint CL_DEVICE_MAX_WORK_GROUP_SIZE = 0x1004;
 constexpr cl_uint CL_DEVICE_SINGLE_FP_CONFIG = 0x101B;
+constexpr cl_uint CL_DEVICE_GLOBAL_MEM_SIZE = 0x101F;
 constexpr cl_uint CL_DEVICE_LOCAL_MEM_SIZE = 0x1023;
 constexpr cl_uint CL_DEVICE_NAME = 0x102B;
 constexpr cl_uint CL_DRIVER_VERSION = 0x102D;
@@ -185,32 +190,6 @@ std::vector<cl_device_id> all_devices(std::string* platforms) {
 class ClAllocator : public Allocator {
 public:
   ClAllocator(cl_context ctx, cl_command_queue queue) : ctx_(ctx), queue_(queue) {}
-  void* alloc(size_t nbytes) override {
-    size_t size = bucket(nbytes);
-    std::lock_guard lock(mu_);
-    auto it = free_.find(size);
-    if (it != free_.end() && !it->second.empty()) {
-      void* p = it->second.back();
-      it->second.pop_back();
-      cached_bytes_ -= size;
-      return p;
-    }
-    cl_int err = CL_SUCCESS;
-    cl_mem m = cl_api().CreateBuffer(ctx_, CL_MEM_READ_WRITE, size, nullptr, &err);
-    if (err != CL_SUCCESS) {
-      trim_locked();
-      m = cl_api().CreateBuffer(ctx_, CL_MEM_READ_WRITE, size, nullptr, &err);
-    }
-    check(err, "clCreateBuffer of " + std::to_string(nbytes) + " bytes");
-    return m;
-  }
-  void free(void* ptr, size_t nbytes) override {
-    size_t size = bucket(nbytes);
-    std::lock_guard lock(mu_);
-    free_[size].push_back(ptr);
-    cached_bytes_ += size;
-    if (cached_bytes_ > kMaxCached) trim_locked();
-  }
   // Host memory is the caller's again when these return, so both copies block.
   void copy_in(void* dst, const void* src, size_t n) override {
     check(cl_api().EnqueueWriteBuffer(queue_, static_cast<cl_mem>(dst), CL_TRUE, 0, n, src, 0, nullptr, nullptr),
@@ -222,22 +201,21 @@ public:
           "clEnqueueReadBuffer");
   }
 
-private:
-  static constexpr size_t kMaxCached = size_t{1} << 30;
-  static size_t bucket(size_t n) { return n <= 64 ? 64 : (n + 4095) / 4096 * 4096; }
-  // clReleaseMemObject defers the release until enqueued commands using the block have finished.
-  void trim_locked() {
-    for (auto& [size, list] : free_)
-      for (void* p : list)
-        cl_api().ReleaseMemObject(static_cast<cl_mem>(p));
-    free_.clear();
-    cached_bytes_ = 0;
+protected:
+  void* system_alloc(size_t nbytes) override {
+    cl_int err = CL_SUCCESS;
+    cl_mem m = cl_api().CreateBuffer(ctx_, CL_MEM_READ_WRITE, nbytes, nullptr, &err);
+    if (err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES || err == CL_OUT_OF_HOST_MEMORY)
+      return nullptr;
+    check(err, "clCreateBuffer of " + std::to_string(nbytes) + " bytes");
+    return m;
   }
+  // clReleaseMemObject defers the release until enqueued commands using the block have finished.
+  void system_free(void* ptr) override { cl_api().ReleaseMemObject(static_cast<cl_mem>(ptr)); }
+
+private:
   cl_context ctx_;
   cl_command_queue queue_;
-  std::mutex mu_;
-  std::map<size_t, std::vector<void*>> free_;
-  size_t cached_bytes_ = 0;
 };
 
 class ClProgram : public Program {
@@ -392,6 +370,13 @@ public:
                    name_.c_str(), static_cast<long long>(target_.max_local), static_cast<long long>(target_.local_mem));
   }
   std::string name() const override { return "CL: " + name_ + " (" + platform_ + ")"; }
+  int64_t total_memory() const override {
+    return static_cast<int64_t>(device_value<cl_ulong>(dev_, CL_DEVICE_GLOBAL_MEM_SIZE));
+  }
+  int compute_units() const override {
+    return static_cast<int>(device_value<cl_uint>(dev_, CL_DEVICE_MAX_COMPUTE_UNITS));
+  }
+  std::optional<int64_t> free_memory() const override { return std::nullopt; } // OpenCL has no query for it
   const Target& target() const override { return target_; }
   Allocator& allocator() override { return *allocator_; }
   Compiler& compiler() override { return *compiler_; }

@@ -30,59 +30,17 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Freed blocks are kept by size and handed out again: a training step frees and allocates the
-// same sizes every iteration.
+// Host memory, 64-byte aligned for vector loads; the base class caches freed blocks.
 class CpuAllocator : public Allocator {
 public:
-  void* alloc(size_t nbytes) override {
-    size_t size = bucket(nbytes);
-    {
-      std::lock_guard lock(mu_);
-      auto it = free_.find(size);
-      if (it != free_.end() && !it->second.empty()) {
-        void* p = it->second.back();
-        it->second.pop_back();
-        cached_bytes_ -= size;
-        return p;
-      }
-    }
-    void* p = std::aligned_alloc(64, size);
-    if (!p) {
-      trim();
-      p = std::aligned_alloc(64, size);
-    }
-    if (!p) throw std::runtime_error("tiny: out of memory allocating " + std::to_string(nbytes) + " bytes");
-    return p;
-  }
-  void free(void* ptr, size_t nbytes) override {
-    size_t size = bucket(nbytes);
-    std::lock_guard lock(mu_);
-    free_[size].push_back(ptr);
-    cached_bytes_ += size;
-    if (cached_bytes_ > kMaxCached) trim_locked();
-  }
   void copy_in(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
   void copy_out(void* dst, const void* src, size_t offset, size_t n) override {
     std::memcpy(dst, static_cast<const char*>(src) + offset, n);
   }
 
-private:
-  static constexpr size_t kMaxCached = size_t{1} << 30;
-  static size_t bucket(size_t n) { return n <= 64 ? 64 : (n + 4095) / 4096 * 4096; }
-  void trim() {
-    std::lock_guard lock(mu_);
-    trim_locked();
-  }
-  void trim_locked() {
-    for (auto& [size, list] : free_)
-      for (void* p : list)
-        std::free(p);
-    free_.clear();
-    cached_bytes_ = 0;
-  }
-  std::mutex mu_;
-  std::map<size_t, std::vector<void*>> free_;
-  size_t cached_bytes_ = 0;
+protected:
+  void* system_alloc(size_t nbytes) override { return std::aligned_alloc(64, nbytes); } // nbytes: multiples of 64
+  void system_free(void* ptr) override { std::free(ptr); }
 };
 
 std::string find_cc() {
@@ -181,6 +139,13 @@ private:
 class CpuDevice : public Device {
 public:
   std::string name() const override { return "CPU (clang)"; }
+  int64_t total_memory() const override {
+    return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+  }
+  int compute_units() const override { return ThreadPool::get().size(); }
+  std::optional<int64_t> free_memory() const override {
+    return static_cast<int64_t>(sysconf(_SC_AVPHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+  }
   const Target& target() const override { return target_; }
   Allocator& allocator() override { return allocator_; }
   Compiler& compiler() override { return compiler_; }

@@ -1,9 +1,13 @@
 #pragma once
 // A device: allocator, compiler, programs and an in-order queue.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -15,15 +19,63 @@ namespace tiny::runtime {
 
 class Device;
 
-// Device memory with a size-bucketed cache of freed blocks.
+// One counter of a device's memory: its value now, its peak since the last reset_peak_memory_stats(),
+// and the totals it grew and shrank by since the last reset_accumulated_memory_stats() (torch's Stat).
+struct MemoryCounter {
+  int64_t current = 0;
+  int64_t peak = 0;
+  int64_t allocated = 0;
+  int64_t freed = 0;
+  void increase(int64_t n);
+  void decrease(int64_t n);
+};
+
+// What a device's allocator holds (torch.tiny.memory_stats), named as torch's caching allocators name it,
+// for all blocks and for each pool (as torch's: large blocks are 1 MiB or more, small ones less).
+struct PoolMemoryStats {
+  MemoryCounter allocation;      // live blocks
+  MemoryCounter allocated_bytes; // their bytes (the block sizes: requests rounded up to 64 or 4096 bytes)
+  MemoryCounter requested_bytes; // the bytes asked for
+  MemoryCounter segment;         // blocks held from the system: live ones and cached free ones
+  MemoryCounter reserved_bytes;  // their bytes
+};
+enum class MemoryPool { All, Small, Large };
+struct MemoryStats {
+  std::array<PoolMemoryStats, 3> pools; // indexed by MemoryPool
+  int64_t num_alloc_retries = 0;        // system allocations that failed, emptied the cache and were retried
+  int64_t num_ooms = 0;                 // allocations that failed after that
+  int64_t num_device_alloc = 0;         // blocks allocated from the system
+  int64_t num_device_free = 0;          // blocks returned to it
+  const PoolMemoryStats& all() const { return pools[0]; }
+};
+
+// Device memory with a size-bucketed cache of freed blocks (a training step frees and allocates the
+// same sizes every iteration). A backend supplies the system allocation and the copies.
 class Allocator {
 public:
   virtual ~Allocator() = default;
-  virtual void* alloc(size_t nbytes) = 0;
-  virtual void free(void* ptr, size_t nbytes) = 0;
+  void* alloc(size_t nbytes); // throws a runtime_error saying so when the device is out of memory
+  void free(void* ptr, size_t nbytes);
+  void empty_cache(); // returns every cached free block to the system
+  MemoryStats memory_stats();
+  void reset_peak_memory_stats();
+  void reset_accumulated_memory_stats();
+
   virtual void copy_in(void* dst, const void* src, size_t nbytes) = 0;
   // Copies nbytes from byte `offset` of the device block `src` (a handle, not an address, on a GPU).
   virtual void copy_out(void* dst, const void* src, size_t offset, size_t nbytes) = 0;
+
+protected:
+  // A block of `nbytes` from the system; nullptr when the device is out of memory.
+  virtual void* system_alloc(size_t nbytes) = 0;
+  virtual void system_free(void* ptr) = 0;
+
+private:
+  void empty_cache_locked();
+  std::mutex mu_;
+  std::map<size_t, std::vector<void*>> free_; // cached free blocks by size
+  size_t cached_bytes_ = 0;
+  MemoryStats stats_;
 };
 
 // A realized device buffer. Memory is allocated on first use and returned when the last holder
@@ -73,6 +125,12 @@ public:
   virtual std::shared_ptr<Program> program(const std::string& src, const std::string& fn_name) = 0;
   // Waits until everything enqueued has run.
   virtual void synchronize() = 0;
+  // torch.tiny.get_device_properties: the device's memory in bytes (the machine's RAM for the CPU device),
+  // its parallel units (the thread pool's threads on the CPU, compute units on OpenCL), and the memory
+  // the system could still give when the backend can tell (OpenCL cannot).
+  virtual int64_t total_memory() const = 0;
+  virtual int compute_units() const = 0;
+  virtual std::optional<int64_t> free_memory() const = 0;
 };
 
 // The device `tiny:index` of the backend TINY_DEVICE names: CPU (the default) or CL.

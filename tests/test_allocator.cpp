@@ -1,0 +1,106 @@
+// The caching allocator every device uses (runtime/allocator.cpp): blocks reused by size, the counters
+// torch.tiny.memory_stats reports, empty_cache, and the retry after a failed system allocation.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+
+#include "runtime/device.h"
+
+using namespace tiny::runtime;
+
+namespace {
+
+constexpr size_t MiB = size_t{1} << 20;
+
+// Host memory that can be told to run out, and remembers what the system handed out.
+class FakeDeviceAllocator : public Allocator {
+public:
+  size_t system_limit = SIZE_MAX; // bytes the "device" has
+  size_t system_bytes = 0;
+  std::map<void*, size_t> live;
+  ~FakeDeviceAllocator() override { empty_cache(); }
+  void copy_in(void*, const void*, size_t) override {}
+  void copy_out(void*, const void*, size_t, size_t) override {}
+
+protected:
+  void* system_alloc(size_t nbytes) override {
+    if (system_bytes + nbytes > system_limit) return nullptr;
+    system_bytes += nbytes;
+    void* p = std::malloc(nbytes);
+    live[p] = nbytes;
+    return p;
+  }
+  void system_free(void* ptr) override {
+    system_bytes -= live.at(ptr);
+    live.erase(ptr);
+    std::free(ptr);
+  }
+};
+
+} // namespace
+
+TEST(Allocator, AllocatedAndReservedFollowAllocationsAndFrees) {
+  FakeDeviceAllocator a;
+  void* big = a.alloc(2 * MiB);
+  void* small = a.alloc(10);
+  MemoryStats s = a.memory_stats();
+  EXPECT_EQ(s.all().allocated_bytes.current, static_cast<int64_t>(2 * MiB + 64)); // 10 bytes: a 64-byte block
+  EXPECT_EQ(s.all().requested_bytes.current, static_cast<int64_t>(2 * MiB + 10));
+  EXPECT_EQ(s.pools[static_cast<size_t>(MemoryPool::Large)].allocated_bytes.current, static_cast<int64_t>(2 * MiB));
+  EXPECT_EQ(s.pools[static_cast<size_t>(MemoryPool::Small)].allocation.current, 1);
+  EXPECT_EQ(s.all().reserved_bytes.current, s.all().allocated_bytes.current);
+  EXPECT_EQ(s.num_device_alloc, 2);
+
+  a.free(big, 2 * MiB);
+  s = a.memory_stats();
+  EXPECT_EQ(s.all().allocated_bytes.current, 64);
+  EXPECT_EQ(s.all().allocated_bytes.peak, static_cast<int64_t>(2 * MiB + 64));
+  EXPECT_EQ(s.all().reserved_bytes.current, static_cast<int64_t>(2 * MiB + 64)); // cached, still reserved
+
+  EXPECT_EQ(a.alloc(2 * MiB - 100), big); // same block size: the cached block again, no system call
+  EXPECT_EQ(a.memory_stats().num_device_alloc, 2);
+  a.free(big, 2 * MiB - 100);
+  a.free(small, 10);
+  a.empty_cache();
+  s = a.memory_stats();
+  EXPECT_EQ(s.all().reserved_bytes.current, 0);
+  EXPECT_EQ(s.all().segment.current, 0);
+  EXPECT_EQ(s.num_device_free, 2);
+  EXPECT_TRUE(a.live.empty());
+}
+
+TEST(Allocator, ResetsClearPeaksAndTotals) {
+  FakeDeviceAllocator a;
+  void* p = a.alloc(4096);
+  a.free(p, 4096);
+  a.reset_peak_memory_stats();
+  MemoryStats s = a.memory_stats();
+  EXPECT_EQ(s.all().allocated_bytes.peak, 0);
+  EXPECT_EQ(s.all().reserved_bytes.peak, 4096);
+  EXPECT_EQ(s.all().allocated_bytes.allocated, 4096);
+  EXPECT_EQ(s.all().allocated_bytes.freed, 4096);
+  a.reset_accumulated_memory_stats();
+  s = a.memory_stats();
+  EXPECT_EQ(s.all().allocated_bytes.allocated, 0);
+  EXPECT_EQ(s.all().allocated_bytes.freed, 0);
+  EXPECT_EQ(s.num_device_alloc, 0);
+}
+
+TEST(Allocator, AFailedSystemAllocationEmptiesTheCacheAndRetries) {
+  FakeDeviceAllocator a;
+  a.system_limit = 3 * MiB;
+  void* p = a.alloc(2 * MiB);
+  a.free(p, 2 * MiB); // cached: 2 MiB of the 3 are held
+  void* q = a.alloc(3 * MiB - 4096);
+  EXPECT_NE(q, nullptr);
+  MemoryStats s = a.memory_stats();
+  EXPECT_EQ(s.num_alloc_retries, 1);
+  EXPECT_EQ(s.all().reserved_bytes.current, static_cast<int64_t>(3 * MiB - 4096));
+  a.free(q, 3 * MiB - 4096);
+  a.empty_cache();
+  a.system_limit = a.system_bytes; // nothing left
+  EXPECT_THROW(a.alloc(4096), std::runtime_error);
+  EXPECT_EQ(a.memory_stats().num_ooms, 1);
+}
