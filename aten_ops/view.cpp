@@ -1,4 +1,5 @@
-// Views and storage metadata: as_strided, view, _reshape_alias, unfold, set_, resize_.
+// Views and storage metadata: as_strided, view, _reshape_alias, unfold, set_, resize_,
+// _has_compatible_shallow_copy_type.
 //
 // Views reuse torch's own metadata kernels, so sizes, strides, storage_offset and aliasing are exactly
 // the CPU's; every other view op (transpose, slice, select, expand, diagonal, alias...) is
@@ -87,9 +88,33 @@ at::Tensor& set_empty(at::Tensor& self) {
 
 bool is_set_to(const at::Tensor& self, const at::Tensor& tensor) { return at::native::is_set_to(self, tensor); }
 
+// module.to("tiny") and `p.data = t` (set_data) ask whether `from`'s TensorImpl may be shallow-copied into
+// `self`'s. torch says yes for two strided dense tensors of its own backends (CPU, CUDA, ...), which is how
+// module.to("cuda") keeps the same Parameter objects, and leaves PrivateUse1 to the backend. A tiny tensor
+// is a plain dense TensorImpl, so tiny is one more such backend.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) {
+    switch (t.device().type()) {
+    case c10::DeviceType::CPU:
+    case c10::DeviceType::CUDA:
+    case c10::DeviceType::MPS:
+    case c10::DeviceType::HIP:
+    case c10::DeviceType::XPU:
+    case c10::DeviceType::HPU:
+    case c10::DeviceType::MTIA:
+    case c10::DeviceType::PrivateUse1:
+      return t.layout() == at::kStrided && t.key_set().has(c10::DispatchKey::Dense);
+    default:
+      return false;
+    }
+  };
+  return self.key_set() == from.key_set() || (dense(self) && dense(from));
+}
+
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
   m.impl("as_strided", as_strided);
   m.impl("view", view);
   m.impl("_reshape_alias", reshape_alias);
