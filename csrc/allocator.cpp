@@ -1,5 +1,6 @@
 #include "csrc/allocator.h"
 
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -7,6 +8,8 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <utility>
 
 #include "csrc/backend.h"
 #include "runtime/device.h"
@@ -65,7 +68,10 @@ void delete_lazy_buffer(void* ctx) {
   delete c;
 }
 
-class TinyAllocator final : public c10::Allocator {
+// A DeviceAllocator, so that torch.accelerator's memory functions work on tiny. A tiny allocation is a lazy
+// buffer: it takes device memory only when a sync realizes it, from the device's caching allocator
+// (runtime::Allocator), whose counters answer the statistics.
+class TinyAllocator final : public c10::DeviceAllocator {
 public:
   c10::DataPtr allocate(size_t nbytes) override { return allocate_lazy_buffer(nbytes, current_device()); }
 
@@ -83,6 +89,35 @@ public:
         {n}, {1}, static_cast<int64_t>(reinterpret_cast<uintptr_t>(dest) - to->first), DType::UInt8};
     to->second.buffer->write(dst_view, from->second.buffer->read(src_view));
   }
+
+  bool initialized() override { return true; }
+  // Every device's cached free blocks go back to the system (as CUDA's empty_cache does for all devices);
+  // tiny has no private memory pools, so there is only the default one.
+  void emptyCache(c10::MempoolId_t /*mempool_id*/) override {
+    for (c10::DeviceIndex i = 0; i < device_count(); ++i)
+      runtime::device(i).allocator().empty_cache();
+  }
+  // Each device runs everything on one in-order queue, so a block is never in use by another stream.
+  void recordStream(const c10::DataPtr& /*ptr*/, c10::Stream /*stream*/) override {}
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    return device_memory_stats(device);
+  }
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    check_device_index(device);
+    runtime::device(device).allocator().reset_accumulated_memory_stats();
+  }
+  void resetPeakStats(c10::DeviceIndex device) override {
+    check_device_index(device);
+    runtime::device(device).allocator().reset_peak_memory_stats();
+  }
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    check_device_index(device);
+    const runtime::Device& d = runtime::device(device);
+    std::optional<int64_t> free = d.free_memory();
+    TORCH_CHECK_NOT_IMPLEMENTED(free.has_value(), "tiny ", d.name(),
+                                ": the device cannot tell how much of its memory is free (OpenCL has no query for it)");
+    return {static_cast<size_t>(*free), static_cast<size_t>(d.total_memory())};
+  }
 };
 
 TinyAllocator allocator;
@@ -91,6 +126,40 @@ REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &allocator);
 } // namespace
 
 c10::Allocator& tiny_allocator() { return allocator; }
+
+c10::CachingDeviceAllocator::DeviceStats device_memory_stats(c10::DeviceIndex index) {
+  check_device_index(index);
+  // A lazy tensor takes memory when a sync realizes it: realizing pending work first makes the numbers
+  // count every live tensor, as CUDA's do.
+  runtime::synchronize();
+  runtime::MemoryStats m = runtime::device(index).allocator().memory_stats();
+  auto to_stat = [](const runtime::MemoryCounter& c) {
+    c10::CachingAllocator::Stat s;
+    s.current = c.current;
+    s.peak = c.peak;
+    s.allocated = c.allocated;
+    s.freed = c.freed;
+    return s;
+  };
+  // torch's pools are indexed by StatType (all, small, large), as runtime::MemoryPool is.
+  c10::CachingDeviceAllocator::DeviceStats stats;
+  for (size_t i = 0; i < m.pools.size(); ++i) {
+    const runtime::PoolMemoryStats& p = m.pools[i];
+    stats.allocation[i] = to_stat(p.allocation);
+    stats.allocated_bytes[i] = to_stat(p.allocated_bytes);
+    stats.requested_bytes[i] = to_stat(p.requested_bytes);
+    stats.segment[i] = to_stat(p.segment);
+    stats.reserved_bytes[i] = to_stat(p.reserved_bytes);
+    // Without streams every allocated block is active, and blocks are never split.
+    stats.active[i] = to_stat(p.allocation);
+    stats.active_bytes[i] = to_stat(p.allocated_bytes);
+  }
+  stats.num_alloc_retries = m.num_alloc_retries;
+  stats.num_ooms = m.num_ooms;
+  stats.num_device_alloc = m.num_device_alloc;
+  stats.num_device_free = m.num_device_free;
+  return stats;
+}
 
 c10::DataPtr allocate_lazy_buffer(size_t nbytes, c10::DeviceIndex index) {
   check_device_index(index);

@@ -15,9 +15,17 @@
 #include "compiler/dtype.h"
 #include "runtime/lazy_buffer.h"
 
+namespace c10::CachingDeviceAllocator {
+struct DeviceStats;
+} // namespace c10::CachingDeviceAllocator
+
 namespace tiny {
 
 c10::Allocator& tiny_allocator();
+
+// The memory statistics of tiny:`index` (its caching allocator's counters) as torch's caching allocators
+// report them: torch.tiny.memory_stats and torch.accelerator.memory_stats.
+c10::CachingDeviceAllocator::DeviceStats device_memory_stats(c10::DeviceIndex index);
 
 // A fresh lazy buffer of `nbytes` on tiny:`index`.
 c10::DataPtr allocate_lazy_buffer(size_t nbytes, c10::DeviceIndex index);

@@ -1,8 +1,10 @@
 // torch_tiny._C: the Python side of the backend (torch.tiny's functions call these).
 
+#include <c10/core/CachingDeviceAllocator.h>
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "csrc/allocator.h"
 #include "csrc/backend.h"
 #include "csrc/fallback.h"
 #include "runtime/device.h"
@@ -17,11 +19,65 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   // What runs `tiny:index` (torch.tiny.get_device_name): "CPU (clang)", "CL: <device> (<platform>)". Opens
   // the device, so a backend that cannot run here raises its error saying what is missing.
   m.def("device_name", [](int index) { return tiny::runtime::device(index).name(); });
+  // torch.tiny.get_device_properties: name, memory in bytes, parallel units.
+  m.def("device_properties", [](int index) {
+    tiny::check_device_index(static_cast<c10::DeviceIndex>(index));
+    const tiny::runtime::Device& d = tiny::runtime::device(index);
+    return py::make_tuple(d.name(), d.total_memory(), d.compute_units());
+  });
   m.def("current_device", [] { return static_cast<int>(tiny::current_device()); });
   m.def("set_device", [](int index) { tiny::set_device(static_cast<c10::DeviceIndex>(index)); });
   m.def(
       "synchronize", [] { tiny::runtime::synchronize(); }, py::call_guard<py::gil_scoped_release>(),
       "Runs every pending computation on every tiny device.");
+
+  // Memory: torch.tiny.memory_stats and friends, from the same counters torch.accelerator reads.
+  m.def("memory_stats", [](int index) {
+    c10::CachingDeviceAllocator::DeviceStats s = tiny::device_memory_stats(static_cast<c10::DeviceIndex>(index));
+    auto stat = [](const c10::CachingAllocator::Stat& c) {
+      py::dict d;
+      d["current"] = c.current;
+      d["peak"] = c.peak;
+      d["allocated"] = c.allocated;
+      d["freed"] = c.freed;
+      return d;
+    };
+    auto pools = [&stat](const c10::CachingAllocator::StatArray& a) {
+      py::dict d;
+      const char* names[] = {"all", "small_pool", "large_pool"};
+      for (size_t i = 0; i < a.size(); ++i)
+        d[names[i]] = stat(a[i]);
+      return d;
+    };
+    py::dict d;
+    d["allocation"] = pools(s.allocation);
+    d["segment"] = pools(s.segment);
+    d["active"] = pools(s.active);
+    d["inactive_split"] = pools(s.inactive_split);
+    d["allocated_bytes"] = pools(s.allocated_bytes);
+    d["reserved_bytes"] = pools(s.reserved_bytes);
+    d["active_bytes"] = pools(s.active_bytes);
+    d["inactive_split_bytes"] = pools(s.inactive_split_bytes);
+    d["requested_bytes"] = pools(s.requested_bytes);
+    d["num_alloc_retries"] = s.num_alloc_retries;
+    d["num_ooms"] = s.num_ooms;
+    d["num_device_alloc"] = s.num_device_alloc;
+    d["num_device_free"] = s.num_device_free;
+    // tiny's allocator never splits blocks nor has oversize ones: these stay 0, as torch reports them
+    d["num_sync_all_streams"] = s.num_sync_all_streams;
+    d["max_split_size"] = s.max_split_size;
+    d["oversize_allocations"] = stat(s.oversize_allocations);
+    d["oversize_segments"] = stat(s.oversize_segments);
+    return d;
+  });
+  auto* allocator = &dynamic_cast<c10::DeviceAllocator&>(tiny::tiny_allocator());
+  m.def("reset_peak_memory_stats",
+        [allocator](int index) { allocator->resetPeakStats(static_cast<c10::DeviceIndex>(index)); });
+  m.def("reset_accumulated_memory_stats",
+        [allocator](int index) { allocator->resetAccumulatedStats(static_cast<c10::DeviceIndex>(index)); });
+  m.def("empty_cache", [allocator] { allocator->emptyCache(); });
+  m.def("memory_info",
+        [allocator](int index) { return allocator->getMemoryInfo(static_cast<c10::DeviceIndex>(index)); });
 
   m.def("stats", [] {
     const tiny::runtime::Stats& s = tiny::runtime::stats();

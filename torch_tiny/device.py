@@ -1,5 +1,7 @@
 """torch.tiny: the device module of the tiny backend (registered by torch_tiny)."""
 
+import collections
+
 import torch
 
 from torch_tiny import _C
@@ -9,13 +11,25 @@ __all__ = [
     "default_generators",
     "device",
     "device_count",
+    "empty_cache",
     "get_device_name",
+    "get_device_properties",
     "get_rng_state",
     "initial_seed",
     "is_available",
+    "is_bf16_supported",
     "is_initialized",
     "manual_seed",
     "manual_seed_all",
+    "max_memory_allocated",
+    "max_memory_reserved",
+    "mem_get_info",
+    "memory_allocated",
+    "memory_reserved",
+    "memory_stats",
+    "memory_stats_as_nested_dict",
+    "reset_accumulated_memory_stats",
+    "reset_peak_memory_stats",
     "reset_stats",
     "seed",
     "set_device",
@@ -66,6 +80,34 @@ def get_device_name(device=None) -> str:
     """Which backend and device runs `tiny:N`, as torch.cuda.get_device_name says: "tiny CPU (clang)",
     "tiny CL: <OpenCL device> (<platform>)". TINY_DEVICE chooses the backend."""
     return "tiny " + _C.device_name(_device_index(device))
+
+
+class _TinyDeviceProperties:
+    """What torch.tiny.get_device_properties returns: the fields of torch.cuda's that a tiny device has."""
+
+    def __init__(self, name: str, total_memory: int, multi_processor_count: int) -> None:
+        self.name = name
+        self.total_memory = total_memory
+        self.multi_processor_count = multi_processor_count
+
+    def __repr__(self) -> str:
+        return (
+            f"_TinyDeviceProperties(name='{self.name}', total_memory={self.total_memory // (1024 * 1024)}MB, "
+            f"multi_processor_count={self.multi_processor_count})"
+        )
+
+
+def get_device_properties(device=None) -> _TinyDeviceProperties:
+    """name (as get_device_name), total_memory in bytes (the machine's RAM for the CPU device, the device's
+    global memory on CL) and multi_processor_count (the threads kernels run on for the CPU device, compute
+    units on CL)."""
+    _, total_memory, units = _C.device_properties(_device_index(device))
+    return _TinyDeviceProperties(get_device_name(device), total_memory, units)
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """tiny computes bfloat16 on every device (in float32, rounding each result to bfloat16)."""
+    return True
 
 
 def set_device(device) -> None:
@@ -130,3 +172,66 @@ def get_rng_state(device="tiny") -> torch.Tensor:
 
 def set_rng_state(new_state: torch.Tensor, device="tiny") -> None:
     default_generators[_device_index(device)].set_state(new_state)
+
+
+# Memory, as torch.cuda reports it, from the device's caching allocator (the same counters
+# torch.accelerator.memory_* read). A tiny tensor takes device memory when a sync realizes it: these
+# functions realize pending work first (a sync point), so the numbers count every live tensor.
+
+
+def memory_stats_as_nested_dict(device=None) -> dict:
+    return _C.memory_stats(_device_index(device))
+
+
+def memory_stats(device=None) -> collections.OrderedDict:
+    """The allocator's statistics, flattened and sorted as torch.cuda.memory_stats:
+    "allocated_bytes.all.current", "reserved_bytes.large_pool.peak", "num_device_alloc", ...
+    allocated: blocks holding live tensors (and a sync's intermediates while it runs); reserved: those
+    plus the freed blocks the allocator keeps for reuse (empty_cache returns them to the system)."""
+    flat = []
+
+    def flatten(prefix, value):
+        if isinstance(value, dict):
+            for key, nested in value.items():
+                flatten(f"{prefix}.{key}" if prefix else key, nested)
+        else:
+            flat.append((prefix, value))
+
+    flatten("", memory_stats_as_nested_dict(device))
+    flat.sort()
+    return collections.OrderedDict(flat)
+
+
+def memory_allocated(device=None) -> int:
+    return memory_stats(device)["allocated_bytes.all.current"]
+
+
+def max_memory_allocated(device=None) -> int:
+    return memory_stats(device)["allocated_bytes.all.peak"]
+
+
+def memory_reserved(device=None) -> int:
+    return memory_stats(device)["reserved_bytes.all.current"]
+
+
+def max_memory_reserved(device=None) -> int:
+    return memory_stats(device)["reserved_bytes.all.peak"]
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    _C.reset_peak_memory_stats(_device_index(device))
+
+
+def reset_accumulated_memory_stats(device=None) -> None:
+    _C.reset_accumulated_memory_stats(_device_index(device))
+
+
+def empty_cache() -> None:
+    """Returns the freed blocks every tiny device's allocator keeps for reuse to the system."""
+    _C.empty_cache()
+
+
+def mem_get_info(device=None) -> tuple[int, int]:
+    """(free, total) bytes of the device's memory: the machine's available and total RAM for the CPU
+    device. An OpenCL device cannot tell what is free: NotImplementedError."""
+    return tuple(_C.memory_info(_device_index(device)))
