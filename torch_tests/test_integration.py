@@ -244,3 +244,27 @@ def test_mem_get_info_reports_free_and_total_memory():
     assert total == torch.tiny.get_device_properties().total_memory
     assert 0 < free <= total
     assert torch.accelerator.get_memory_info()[1] == total
+
+
+# DLPack: a lazy storage has no device pointer to share.
+
+
+def test_to_dlpack_of_a_tiny_tensor_raises_naming_the_lazy_storage():
+    x = torch.arange(6.0, device=DEVICE)
+    for to_dlpack in (torch.utils.dlpack.to_dlpack, torch.to_dlpack):
+        with pytest.raises(RuntimeError, match="lazy and has no device pointer"):
+            to_dlpack(x)
+    with pytest.raises(BufferError, match="lazy and has no device pointer"):
+        x.__dlpack__()
+    with pytest.raises(BufferError, match="lazy and has no device pointer"):
+        torch.from_dlpack(x)
+
+
+def test_dlpack_still_exports_cpu_tensors_and_a_cpu_copy_of_a_tiny_one():
+    cpu = torch.arange(6.0)
+    assert torch.equal(torch.from_dlpack(torch.utils.dlpack.to_dlpack(cpu)), cpu)
+    x = cpu.to(DEVICE)
+    capsule = x.__dlpack__(dl_device=(torch.utils.dlpack.DLDeviceType.kDLCPU, 0))
+    out = torch.from_dlpack(capsule)
+    assert out.device.type == "cpu"
+    assert torch.equal(out, cpu)

@@ -28,6 +28,7 @@ def _register() -> None:
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
     _print_from_cpu()
     _sync_after_optimizer_steps()
+    _refuse_dlpack_export()
 
 
 def _sync_after_optimizer_steps() -> None:
@@ -42,6 +43,57 @@ def _sync_after_optimizer_steps() -> None:
             device.synchronize()
 
     register_optimizer_step_post_hook(hook)
+
+
+def _refuse_dlpack_export() -> None:
+    # DLPack shares a device pointer. A tiny storage is lazy: a graph until a sync, then a buffer that the
+    # next write replaces, so there is no pointer to hand out (torch would export the fake address torch
+    # sees, and the consumer's tensor would be broken). Exporting a CPU copy (dl_device=CPU) still works.
+    import functools
+
+    import torch.utils.dlpack as dlpack
+
+    reason = (
+        "tiny's storage is lazy and has no device pointer to share; export a CPU copy instead "
+        "(x.cpu(), or x.__dlpack__(dl_device=(torch.utils.dlpack.DLDeviceType.kDLCPU, 0)))"
+    )
+
+    def exports_a_cpu_copy(dl_device) -> bool:
+        return dl_device is not None and int(dl_device[0]) == int(dlpack.DLDeviceType.kDLCPU)
+
+    export = dlpack.to_dlpack
+
+    @functools.wraps(export)
+    def to_dlpack(tensor):
+        if isinstance(tensor, torch.Tensor) and tensor.device.type == "tiny":
+            raise RuntimeError(f"Cannot pack tensors on {tensor.device} into DLPack: {reason}")
+        return export(tensor)
+
+    dlpack.to_dlpack = to_dlpack
+    torch.to_dlpack = to_dlpack
+
+    dunder = torch.Tensor.__dlpack__
+
+    @functools.wraps(dunder)
+    def __dlpack__(self, *args, **kwargs):
+        if self.device.type == "tiny" and not exports_a_cpu_copy(kwargs.get("dl_device")):
+            # the DLPack protocol's error for a tensor that cannot be exported (torch's own refusals too)
+            raise BufferError(f"Can't export tensors on {self.device} to DLPack: {reason}")
+        return dunder(self, *args, **kwargs)
+
+    torch.Tensor.__dlpack__ = __dlpack__
+
+    device_of = torch.Tensor.__dlpack_device__
+
+    # torch names the PrivateUse1 device kDLExtDev but looks for it as "privateuse1", which tiny renamed:
+    # without this, torch.from_dlpack(x) fails with "Unknown device type tiny" before asking __dlpack__.
+    @functools.wraps(device_of)
+    def __dlpack_device__(self):
+        if self.device.type == "tiny":
+            return (dlpack.DLDeviceType.kDLExtDev, self.device.index or 0)
+        return device_of(self)
+
+    torch.Tensor.__dlpack_device__ = __dlpack_device__
 
 
 def _print_from_cpu() -> None:
