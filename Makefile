@@ -40,7 +40,10 @@ CL_TESTS := torch_tests/test_reduce.py torch_tests/test_matmul.py torch_tests/te
             torch_tests/test_elementwise.py::test_binary_op_with_broadcast_tensor_matches_cpu \
             torch_tests/test_elementwise.py::test_unary_op_matches_cpu \
             torch_tests/test_training.py::test_twenty_training_steps_match_cpu_losses_and_final_weights \
-            torch_tests/test_training.py::test_demo_model_training_step_runs_without_fallbacks
+            torch_tests/test_training.py::test_demo_model_training_step_runs_without_fallbacks \
+            torch_tests/test_errors.py::test_integer_division_by_zero_raises_at_the_sync_that_computes_it \
+            torch_tests/test_silent_errors.py::test_bool_view_of_bytes_other_than_0_and_1_reads_them_as_true \
+            torch_tests/test_silent_errors.py::test_a_float_cast_out_of_the_int_range_gives_the_cpus_value
 .PHONY: test-cl
 test-cl: build
 	TINY_DEVICE=CL $(PY) -m pytest -q torch_tests --ignore=torch_tests/upstream

@@ -687,6 +687,8 @@ void elementwise_kernel(const c10::OperatorHandle& handle, torch::jit::Stack* st
   } catch (const c10::Error&) {
     refused = std::current_exception();
   }
+  // A check of the CPU's meta function (before it builds its TensorIterator, which may resize out=)
+  if (refused && !refused_in_dispatch(refused)) std::rethrow_exception(refused);
   at::Tensor result;
   try {
     if (kind == Kind::Where) {
@@ -724,7 +726,7 @@ void elementwise_kernel(const c10::OperatorHandle& handle, torch::jit::Stack* st
     // dtypes. A refusal in that dispatch means the meta function passed these dtypes: then only a shape
     // or overlap error of tiny's iterator is the CPU's too (lerp_'s weight, a cast error here, is no
     // operand of the CPU's iterator).
-    if (refused && (!refused_in_dispatch(refused) || is_dtype_error(e))) std::rethrow_exception(refused);
+    if (refused && is_dtype_error(e)) std::rethrow_exception(refused);
     throw;
   }
   if (refused) std::rethrow_exception(refused);

@@ -718,8 +718,7 @@ at::Tensor& scatter_reduce_src_out(const at::Tensor& self, int64_t dim, const at
 at::Tensor& scatter_reduce_value_out(const at::Tensor& self, int64_t dim, const at::Tensor& index,
                                      const at::Scalar& value, c10::string_view reduce, at::Tensor& out) {
   at::meta::scatter_outf(self, dim, index, value, reduce, out);
-  scatter_along(self, dim, index, scatter_scalar(value, dtype_of(out), index), legacy_reduce(reduce),
-                out);
+  scatter_along(self, dim, index, scatter_scalar(value, dtype_of(out), index), legacy_reduce(reduce), out);
   return out;
 }
 

@@ -21,3 +21,35 @@ def best_time(fn, reps=5):
 def row(name, tiny_s, torch_s, extra=""):
     times = f"tiny {tiny_s * 1e3:9.3f} ms   torch {torch_s * 1e3:9.3f} ms"
     print(f"{name:<34} {times}   ratio {torch_s / tiny_s:5.2f}x {extra}")
+
+
+def interleaved(contenders, rounds=12):
+    """Times each contender (name -> fn) once per round, in turn, so that the shared machine's changing
+    speed reaches all of them alike; every fn is called once first (compiles, allocates, warms caches).
+    Returns name -> list of seconds. tiny work is synchronized inside each timing."""
+    for fn in contenders.values():
+        result = fn()  # held until the sync: a lazy result dropped first would never be computed
+        torch.tiny.synchronize()
+        del result
+    times = {name: [] for name in contenders}
+    for _ in range(rounds):
+        for name, fn in contenders.items():
+            start = time.perf_counter()
+            result = fn()
+            torch.tiny.synchronize()
+            times[name].append(time.perf_counter() - start)
+            del result
+    return times
+
+
+def report(title, times, base="tiny"):
+    """One line per contender: best and median, and its best and median over `base`'s (above 1: base
+    is faster)."""
+    import statistics
+
+    b_best, b_med = min(times[base]), statistics.median(times[base])
+    print(title)
+    for name, ts in times.items():
+        best, med = min(ts), statistics.median(ts)
+        ratio = "" if name == base else f"   {base} is {best / b_best:5.2f}x (best) {med / b_med:5.2f}x (median) faster"
+        print(f"  {name:<18} best {best * 1e3:9.3f} ms   median {med * 1e3:9.3f} ms{ratio}")

@@ -921,6 +921,37 @@ UOpPtr realize_reused_values(const UOpPtr& value) {
   });
 }
 
+UOpPtr split_long_reductions(const UOpPtr& value) {
+  return substitute(value, [](const UOpPtr& n) -> UOpPtr {
+    if (n->op != Ops::REDUCE) return nullptr;
+    const UOpPtr& x = n->src[0];
+    int64_t outputs = prod(n->shape);
+    if (outputs == 0 || outputs >= kSplitOutputs) return nullptr;
+    int64_t elements = prod(x->shape) / outputs;
+    if (elements < kSplitMinElements) return nullptr;
+    int64_t parts = 0;
+    for (int64_t p = std::min((kSplitOutputs + outputs - 1) / outputs, elements / kSplitMinPart); p >= 2 && !parts; p--)
+      if (elements % p == 0) parts = p;
+    if (parts == 0) return nullptr; // a prime count of elements, say: no even split
+    // x with the kept axes first and the reduced axes, flattened, split into (parts, elements / parts)
+    const ReduceArg& r = n->reduce_arg();
+    std::vector<int64_t> order;
+    Shape split;
+    for (int64_t d = 0; d < static_cast<int64_t>(x->shape.size()); d++)
+      if (std::find(r.axes.begin(), r.axes.end(), d) == r.axes.end()) {
+        order.push_back(d);
+        split.push_back(x->shape[d]);
+      }
+    order.insert(order.end(), r.axes.begin(), r.axes.end());
+    int64_t kept = static_cast<int64_t>(split.size());
+    split.push_back(parts);
+    split.push_back(elements / parts);
+    UOpPtr xs = reshape(permute(split_long_reductions(x), order), split);
+    UOpPtr partial = contiguous(reduce(xs, r.op, {kept + 1}));
+    return reshape(reduce(partial, r.op, {kept}), n->shape);
+  });
+}
+
 Kernel lower_scatter(const BufferRef& out, const UOpPtr& index, const UOpPtr& value, int64_t combine,
                      const Target& target) {
   // One thread walks the elements in order, as torch's CPU kernels do: writes to one place combine

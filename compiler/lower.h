@@ -74,6 +74,15 @@ UOpPtr contiguous_reduce_layout(const UOpPtr& value);
 // the graph before views are pushed to the leaves.
 UOpPtr realize_reused_values(const UOpPtr& value);
 
+// A reduction of many elements into few outputs would run on few threads (one thread, or one
+// work-group on a GPU, for a full reduction): it is split in two. Each output's elements, in `parts`
+// equal runs, are reduced in parallel into a buffer of partial results (a CONTIGUOUS node the scheduler
+// realizes first), and the partial results are reduced in the kernel. It applies to reductions of
+// fewer than kSplitOutputs outputs over kSplitMinElements or more elements each, with parts of
+// kSplitMinPart elements or more (so that a part's loop is long enough to pay for its launch share).
+constexpr int64_t kSplitOutputs = 256, kSplitMinElements = 16384, kSplitMinPart = 1024;
+UOpPtr split_long_reductions(const UOpPtr& value);
+
 // The kernel that scatters `value` into `out` at the flat positions `index` (same shape as value),
 // combining with the old value by `combine` (an Ops value as int64; -1 replaces), in element order.
 Kernel lower_scatter(const BufferRef& out, const UOpPtr& index, const UOpPtr& value, int64_t combine,

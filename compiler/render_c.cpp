@@ -774,21 +774,23 @@ private:
       const UOpPtr& m = group[g];
       where_[m.get()] = open_[at];
       if (vec(m->src[0]) && !vec(m)) {
-        // a reduction over lanes: the lanes' accumulators combine, pairwise
+        // a reduction over lanes: the lanes' accumulators combine, pairwise, each step a named value
+        // (nested expressions would repeat their operands: source exponential in the steps)
         std::vector<std::string> parts;
         for (int64_t l = 0; l < k_.lanes; l++)
           parts.push_back(accs[g] + "[" + std::to_string(l) + "]");
         while (parts.size() > 1) {
           std::vector<std::string> next;
-          for (size_t i = 0; i + 1 < parts.size(); i += 2)
-            next.push_back("(" + combine(m->reduce_arg().op, m->dtype, parts[i], parts[i + 1]) + ")");
+          for (size_t i = 0; i + 1 < parts.size(); i += 2) {
+            std::string h = "acc" + std::to_string(next_++);
+            target.code << ind << "const " << reg_type(m->dtype) << " " << h << " = (" << reg_type(m->dtype) << ")("
+                        << combine(m->reduce_arg().op, m->dtype, parts[i], parts[i + 1]) << ");\n";
+            next.push_back(h);
+          }
           if (parts.size() % 2) next.push_back(parts.back());
           parts = std::move(next);
         }
-        std::string acc = "acc" + std::to_string(next_++);
-        target.code << ind << "const " << reg_type(m->dtype) << " " << acc << " = (" << reg_type(m->dtype) << ")"
-                    << parts[0] << ";\n";
-        names_[m.get()] = acc;
+        names_[m.get()] = parts[0];
       } else {
         names_[m.get()] = accs[g];
       }

@@ -229,6 +229,8 @@ TINY_FN float tiny_logf(float x) {
 }
 #define TINY_IDIV(a, b) ((b) == 0 ? 0 : (b) == -1 ? -(a) : (a) / (b))
 #define TINY_IMOD(a, b) ((b) == 0 || (b) == -1 ? 0 : (a) % (b))
+#define TINY_IDIV_CHECKED(a, b) ((b) == 0 ? (*tiny_errors = 1, 0) : TINY_IDIV(a, b))
+#define TINY_IMOD_CHECKED(a, b) ((b) == 0 ? (*tiny_errors = 1, 0) : TINY_IMOD(a, b))
 #define TINY_FMAX(a, b) ((a) != (a) || (b) != (b) ? (a) + (b) : (a) > (b) ? (a) : (b))
 #define TINY_FMIN(a, b) ((a) != (a) || (b) != (b) ? (a) + (b) : (a) < (b) ? (a) : (b))
 )";
@@ -311,6 +313,9 @@ public:
       os << sep << type(DType::Int64) << " i" << i;
     for (size_t i = 0; i < k_.fvars.size(); i++, sep = ", ")
       os << sep << (k_.launch.f64_scalars ? "double" : "float") << " f" << i;
+    // a kernel dividing a user's integers by a user's integers sets the device's error flag on a zero
+    // divisor (the last argument, kGpuErrorFlag); the sync raises ZeroDivisionError
+    if (checked_) os << sep << d_.global << "int* " << kGpuErrorFlag;
     os << ") {\n" << ids.str() << scopes_[0].code.str();
     for (size_t d = 0; d < k_.loops.size(); d++) {
       std::string r = "r" + std::to_string(kGpuRanges + static_cast<int64_t>(d));
@@ -336,6 +341,7 @@ private:
   const Target& t_;
   const DialectSpec& d_;
   bool f64_ = false;
+  bool checked_ = false; // a checked integer division: the kernel takes the error flag
   std::unordered_map<const UOp*, std::string> names_;
   std::unordered_map<const UOp*, size_t> where_;
   std::unordered_map<const UOp*, std::vector<int64_t>> deps_; // loop ids each node varies with
@@ -463,7 +469,8 @@ private:
     if (to == DType::Bool) return "(" + a + " != 0)";
     if (is_float(to)) return is_half(to) ? round_to(to, "(float)" + a) : "(" + type(to) + ")" + a;
     if (is_float(from))
-      return float_to_int(a, from == DType::Float64, itemsize(to) == 8, type(to), type(DType::Int32), type(DType::Int64));
+      return float_to_int(a, from == DType::Float64, itemsize(to) == 8, type(to), type(DType::Int32),
+                          type(DType::Int64));
     return "(" + type(to) + ")" + a;
   }
 
@@ -639,6 +646,10 @@ private:
       e = bitcast(n->src[0]->dtype, n->dtype, operand(n, 0));
     } else if (is_unary(n->op)) {
       e = round_to(n->dtype, unary(n->op, n->src[0]->dtype, operand(n, 0)));
+    } else if (is_checked_division(n)) {
+      checked_ = true;
+      e = std::string(n->op == Ops::IDIV ? "TINY_IDIV_CHECKED(" : "TINY_IMOD_CHECKED(") + operand(n, 0) + ", " +
+          operand(n, 1) + ")";
     } else if (is_binary(n->op)) {
       e = round_to(n->dtype, binary(n->op, n->dtype, n->src[0]->dtype, operand(n, 0), operand(n, 1)));
     } else {

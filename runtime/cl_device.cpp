@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "compiler/render_gpu.h"
 #include "runtime/debug.h"
 #include "runtime/device.h"
 #include "runtime/disk_cache.h"
@@ -218,9 +220,17 @@ private:
   cl_command_queue queue_;
 };
 
+// The device's integer-division error flag: kernels that divide a user's integers set it (their last
+// argument); a sync reads and clears it.
+struct ErrorFlag {
+  void* mem = nullptr;            // a cl_mem of one int
+  std::atomic<bool> used = false; // a kernel that may set it ran since the last check
+};
+
 class ClProgram : public Program {
 public:
-  ClProgram(cl_program program, const std::string& name, cl_command_queue queue) : program_(program), queue_(queue) {
+  ClProgram(cl_program program, const std::string& name, cl_command_queue queue, ErrorFlag* errors)
+      : program_(program), queue_(queue), errors_(errors) {
     cl_int err = CL_SUCCESS;
     kernel_ = cl_api().CreateKernel(program_, name.c_str(), &err);
     if (err != CL_SUCCESS) cl_api().ReleaseProgram(program_);
@@ -248,6 +258,10 @@ public:
                                : cl.SetKernelArg(kernel_, i++, sizeof f, &f),
             "clSetKernelArg of " + name_);
     }
+    if (errors_) {
+      check(cl.SetKernelArg(kernel_, i++, sizeof(cl_mem), &errors_->mem), "clSetKernelArg of " + name_);
+      errors_->used = true;
+    }
     size_t global[3], local[3];
     for (int a = 0; a < 3; a++) {
       global[a] = static_cast<size_t>(launch.global[a] * launch.local[a]);
@@ -261,6 +275,7 @@ private:
   cl_program program_;
   cl_kernel kernel_ = nullptr;
   cl_command_queue queue_;
+  ErrorFlag* errors_; // null: the kernel divides no user's integers
   std::string name_;
   std::mutex mu_;
 };
@@ -364,6 +379,9 @@ public:
     if (device_value<cl_bitfield>(dev_, CL_DEVICE_SINGLE_FP_CONFIG) & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT)
       options += " -cl-fp32-correctly-rounded-divide-sqrt";
     allocator_ = std::make_unique<ClAllocator>(ctx_, queue_);
+    int zero = 0;
+    errors_.mem = allocator_->alloc(sizeof zero);
+    allocator_->copy_in(errors_.mem, &zero, sizeof zero);
     compiler_ = std::make_unique<ClCompiler>(ctx_, dev_, name_ + " " + device_string(dev_, CL_DRIVER_VERSION), options);
     if (debug_level() >= 1)
       std::fprintf(stderr, "tiny: CL device %s (work-groups up to %lld threads, %lld bytes local memory)\n",
@@ -399,7 +417,8 @@ public:
       p = compiler_->load_binary(bin);
       if (!p) p = compiler_->build_source(src, fn_name); // a driver that cannot reload its own binaries
     }
-    auto prog = std::make_shared<ClProgram>(p, fn_name, queue_);
+    bool checks = src.find(std::string("int* ") + kGpuErrorFlag) != std::string::npos;
+    auto prog = std::make_shared<ClProgram>(p, fn_name, queue_, checks ? &errors_ : nullptr);
     recent_.push_front(key);
     programs_.emplace(key, Cached{prog, recent_.begin()});
     // as on the CPU: at most TINY_MAX_PROGRAMS, the least recently used dropped (a cached schedule
@@ -410,7 +429,16 @@ public:
     }
     return prog;
   }
-  void synchronize() override { check(cl_api().Finish(queue_), "clFinish"); }
+  void synchronize() override {
+    check(cl_api().Finish(queue_), "clFinish");
+    if (!errors_.used.exchange(false)) return;
+    int flag = 0;
+    allocator_->copy_out(&flag, errors_.mem, 0, sizeof flag);
+    if (!flag) return;
+    flag = 0;
+    allocator_->copy_in(errors_.mem, &flag, sizeof flag);
+    report_zero_division();
+  }
 
 private:
   cl_device_id dev_;
@@ -420,6 +448,7 @@ private:
   Target target_;
   std::unique_ptr<ClAllocator> allocator_;
   std::unique_ptr<ClCompiler> compiler_;
+  ErrorFlag errors_;
   struct Cached {
     std::shared_ptr<Program> program;
     std::list<std::string>::iterator recent; // its place in recent_

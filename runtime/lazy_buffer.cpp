@@ -153,7 +153,10 @@ UOpPtr LazyBuffer::content_locked(DType dtype) {
                                std::string(name(dtype)) + " (a different element size) is not supported yet");
     std::vector<char> bytes(nbytes_);
     copy_out_bytes(bytes.data());
-    auto buf = std::make_shared<Buffer>(device_, dtype, static_cast<int64_t>(nbytes_ / itemsize(dtype)));
+    // bytes read as bool stay bytes (a bool read of them sees nonzero as true; a write of some keeps the
+    // others' bits)
+    DType held = dtype == DType::Bool ? DType::UInt8 : dtype;
+    auto buf = std::make_shared<Buffer>(device_, held, static_cast<int64_t>(nbytes_ / itemsize(dtype)));
     device_.allocator().copy_in(buf->ptr(), bytes.data(), buf->nbytes());
     content_ = buffer(buf);
     mark_pending();
@@ -161,14 +164,19 @@ UOpPtr LazyBuffer::content_locked(DType dtype) {
   return content_;
 }
 
+namespace {
+// The elements of the flat content c that the view names, in c's dtype.
+UOpPtr elements(const UOpPtr& c, const StridedView& v) {
+  return is_whole(v, c->shape[0])
+             ? reshape(c, v.sizes)
+             : view(c, ShapeTracker::from_shape(c->shape).as_strided(v.sizes, v.strides, v.offset));
+}
+} // namespace
+
 UOpPtr LazyBuffer::read(const StridedView& v) {
   std::lock_guard lock(graph_mutex());
   realize_if_graphs_are_large();
-  UOpPtr c = content_locked(v.dtype);
-  UOpPtr r = is_whole(v, c->shape[0])
-                 ? reshape(c, v.sizes)
-                 : view(c, ShapeTracker::from_shape(c->shape).as_strided(v.sizes, v.strides, v.offset));
-  return bitcast(r, v.dtype);
+  return bitcast(elements(content_locked(v.dtype), v), v.dtype);
 }
 
 void LazyBuffer::write(const StridedView& v, const UOpPtr& value) {
@@ -180,6 +188,14 @@ void LazyBuffer::write(const StridedView& v, const UOpPtr& value) {
   // bytes a bool cannot: its content becomes that type, and bool reads of it see nonzero as true.
   if (c->dtype == DType::Bool && v.dtype != DType::Bool) c = content_ = bitcast(c, v.dtype);
   UOpPtr val = bitcast(value, c->dtype);
+  // A bool write that keeps the old element where a mask says so (masked_fill_, x[mask] = v) into bytes
+  // of another type keeps those bytes: its bool read of them would make a byte other than 0 or 1 a 1.
+  if (v.dtype == DType::Bool && c->dtype != DType::Bool && value->op == Ops::WHERE) {
+    UOpPtr raw = elements(c, v), old = bitcast(raw, DType::Bool);
+    const UOpPtr &cond = value->src[0], &a = value->src[1], &b = value->src[2];
+    if (b == old) val = where(cond, bitcast(a, c->dtype), raw);
+    if (a == old) val = where(cond, raw, bitcast(b, c->dtype));
+  }
   if (is_whole(v, c->shape[0]))
     content_ = reshape(val, c->shape);
   else if (covers_storage(v, c->shape[0]))
@@ -197,10 +213,21 @@ void LazyBuffer::scatter(DType dtype, const UOpPtr& index, const UOpPtr& value, 
   if (prod(index->shape) == 0) return;
   // Combining needs the elements as `dtype`: a storage first written as another type of the same size
   // is viewed as `dtype` for the scatter.
-  if (c->dtype == dtype)
+  if (c->dtype == dtype) {
     content_ = tiny::scatter(c, index, value, combine);
-  else
+  } else if (dtype == DType::Bool && !combine) {
+    // bools placed into bytes: the bytes not written keep their bits
+    content_ = tiny::scatter(c, index, bitcast(value, c->dtype), combine);
+  } else if (dtype == DType::Bool) {
+    // combined as bools where written (0 or 1 there, as torch stores), the other bytes unchanged
+    UOpPtr combined = bitcast(tiny::scatter(bitcast(c, dtype), index, value, combine), c->dtype);
+    UOpPtr none = expand(reshape(const_int(c->dtype, 0), {1}), c->shape);
+    UOpPtr written =
+        tiny::scatter(none, index, expand(reshape(const_int(c->dtype, 1), {1}), index->shape), std::nullopt);
+    content_ = where(bitcast(written, DType::Bool), combined, c);
+  } else {
     content_ = bitcast(tiny::scatter(bitcast(c, dtype), index, value, combine), c->dtype);
+  }
   mark_pending();
 }
 
@@ -278,6 +305,7 @@ void LazyBuffer::read_host(const StridedView& v, void* dst) {
   }
   BufferRef out = realize_value(r);
   device_.allocator().copy_out(dst, std::static_pointer_cast<Buffer>(out)->ptr(), 0, nbytes);
+  device_.synchronize(); // a GPU device learns of its kernels' errors there
   raise_kernel_errors();
 }
 

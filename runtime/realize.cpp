@@ -6,11 +6,13 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <unordered_map>
 
 #include "compiler/lower.h"
 #include "compiler/render_c.h"
 #include "compiler/render_gpu.h"
+#include "compiler/schedule.h"
 #include "runtime/debug.h"
 #include "runtime/device.h"
 #include "runtime/lazy_buffer.h"
@@ -179,234 +181,63 @@ ScheduleCache& schedule_cache() {
   return *c;
 }
 
-// ---- scheduling ----
+// ---- running a schedule ----
 
-// A view that only reshapes its source (row-major, every element once).
-bool is_reshape(const UOpPtr& n) {
-  return n->op == Ops::VIEW && n->st().is_contiguous() && prod(n->shape) == prod(n->src[0]->shape);
+// Renders, compiles (cached) and launches one kernel on `device`.
+std::shared_ptr<Program> run_kernel(const Kernel& k, Device& device) {
+  auto t0 = Clock::now();
+  if (debug_level() >= 4) std::fprintf(stderr, "tiny: kernel\n%s", k.ast->tree_str().c_str());
+  const Target& target = device.target();
+  std::string src = target.gpu() ? render_gpu(k, k.name, target) : render_c(k, k.name);
+  if (debug_level() >= 3) std::fprintf(stderr, "%s\n", src.c_str());
+  std::shared_ptr<Program> prog = device.program(src, k.name);
+  std::vector<void*> ptrs;
+  for (const BufferRef& b : k.buffers)
+    ptrs.push_back(std::static_pointer_cast<Buffer>(b)->ptr());
+  auto t1 = Clock::now();
+  prog->launch(ptrs, k.ivars, k.fvars, k.launch);
+  stats().kernels++;
+  if (debug_level() >= 2)
+    std::fprintf(stderr, "tiny: kernel %-24s %3zu bufs  prepare %8.1f us  run %8.1f us\n", k.name.c_str(),
+                 k.buffers.size(), std::chrono::duration<double, std::micro>(t1 - t0).count(), us_since(t1));
+  return prog;
 }
 
-// A value read by several nodes is computed once into a buffer when inlining it would cost more ops.
-constexpr int64_t kMaxInlineOps = 128;
-
-class Scheduler {
-public:
-  Scheduler(const GraphKey* key, Device& device) : key_(key), device_(device) { record_.device = &device; }
-
-  std::vector<UOpPtr> run(const std::vector<UOpPtr>& roots) {
-    count_uses(roots);
-    // Ops a kernel would compute to inline each node (shared subexpressions counted per use, capped).
-    std::unordered_map<const UOp*, int64_t> inline_ops;
-    for (const UOpPtr& n : order_) {
-      int64_t ops = n->src.empty() ? 0 : 1;
-      for (const UOpPtr& s : n->src)
-        ops = std::min(ops + inline_ops[s.get()], kMaxInlineOps + 1);
-      bool computed = is_alu(n->op) || n->op == Ops::CAST || n->op == Ops::REDUCE;
-      // A reduction several nodes read (a gradient the optimizer's updates all use) is computed once,
-      // and so is a long computation several nodes read: a parameter updated step after step without a
-      // sync is a chain every later step would recompute (scheduling and running it grow with the square
-      // of the steps).
-      if (n->op == Ops::ASSIGN || n->op == Ops::SCATTER || n->op == Ops::CONTIGUOUS || is_root_.count(n.get()) ||
-          (n->op == Ops::REDUCE && uses_[n.get()] > 1) || (computed && uses_[n.get()] > 1 && ops > kMaxInlineOps)) {
-        realize(n);
-        ops = 0;
-      }
-      inline_ops[n.get()] = ops;
-    }
-    std::vector<UOpPtr> out;
-    for (const UOpPtr& r : roots) {
-      UOpPtr b = realized_.count(r.get()) ? realized_.at(r.get()) : r;
-      out.push_back(b);
-      if (key_) record_.results.push_back(slot(b->buffer()));
-    }
-    return out;
+// Runs a new schedule's kernels and records them for the schedule cache, in slots of `key`'s inputs and
+// the schedule's new buffers; nullopt when a kernel uses a buffer or scalar the key does not name.
+std::optional<CachedSchedule> run_and_record(const Schedule& s, const GraphKey& key, Device& device) {
+  CachedSchedule rec;
+  rec.device = &device;
+  bool recordable = true;
+  std::unordered_map<const BufferBase*, int64_t> made;
+  for (const BufferRef& b : s.made) {
+    made[b.get()] = static_cast<int64_t>(rec.new_buffers.size());
+    rec.new_buffers.emplace_back(b->dtype, b->numel);
   }
-
-  UOpPtr realize_value(const UOpPtr& value) {
-    UOpPtr v = resolve(value);
-    if (v->op == Ops::BUFFER) return v;
-    return into_new_buffer(v);
-  }
-
-  CachedSchedule take_record() {
-    record_.plan();
-    return std::move(record_);
-  }
-  bool recordable() const { return recordable_; }
-
-private:
-  const GraphKey* key_; // when set, steps are recorded for the schedule cache
-  Device& device_;      // where the kernels run and the new buffers live
-  CachedSchedule record_;
-  bool recordable_ = true;
-  std::unordered_map<const UOp*, int> uses_;
-  std::unordered_map<const UOp*, bool> is_root_;
-  std::unordered_map<const UOp*, UOpPtr> realized_;     // realize point -> its value read from a buffer
-  std::unordered_map<const BufferBase*, int64_t> made_; // buffers made here -> new buffer index
-  std::vector<UOpPtr> order_;                           // every node, sources first
-  std::vector<UOpPtr> keep_;                            // realize points made while scheduling
-
-  void count_uses(const std::vector<UOpPtr>& roots) {
-    std::unordered_map<const UOp*, bool> seen;
-    for (const UOpPtr& r : roots) {
-      uses_[r.get()]++; // the storage holds it
-      is_root_[r.get()] = true;
-      // A storage holds its value reshaped flat while other kernels read the value itself: it is
-      // realized where it first appears, before any of them recomputes it.
-      if (is_reshape(r) && r->src[0]->op != Ops::BUFFER) is_root_[r->src[0].get()] = true;
-      for (const UOpPtr& n : toposort(r)) {
-        if (seen[n.get()]) continue;
-        seen[n.get()] = true;
-        order_.push_back(n);
-        for (const UOpPtr& s : n->src)
-          uses_[s.get()]++;
-      }
-    }
-  }
-
-  // The graph with every realized point replaced by its buffer.
-  UOpPtr resolve(const UOpPtr& n) {
-    return substitute(n, [&](const UOpPtr& m) -> UOpPtr {
-      auto it = realized_.find(m.get());
-      return it == realized_.end() ? nullptr : it->second;
-    });
-  }
-
-  // A kernel's value over buffers, with layout copies for its reductions realized first.
-  // Views are pushed to the leaves first, as lowering reads them: a reduction the kernel reports in
-  // must_realize is then a node of this graph, and the next try finds it realized.
-  // The reused values come first: the layout copies are chosen for the buffers they are read from.
-  UOpPtr prepare(const UOpPtr& value) {
-    UOpPtr v = realize_contiguous(realize_reused_values(resolve(value)));
-    return realize_contiguous(contiguous_reduce_layout(resolve(graph_rewrite(v, push_views))));
-  }
-
-  // The graph with its CONTIGUOUS nodes realized and read from their buffers.
-  UOpPtr realize_contiguous(const UOpPtr& v) {
-    for (const UOpPtr& n : toposort(v))
-      if (n->op == Ops::CONTIGUOUS && !realized_.count(n.get())) {
-        keep_.push_back(n);
-        realize(n);
-      }
-    return resolve(v);
-  }
-
-  int64_t slot(const BufferRef& b) {
-    if (auto it = made_.find(b.get()); it != made_.end()) return ~it->second;
-    if (key_) {
-      auto& idx = key_->buffers;
-      for (size_t i = 0; i < idx.size(); i++)
-        if (idx[i] == b) return static_cast<int64_t>(i);
-    }
-    recordable_ = false; // a buffer the key does not name (cannot happen for well-formed graphs)
+  auto slot = [&](const BufferRef& b) -> int64_t {
+    if (auto it = made.find(b.get()); it != made.end()) return ~it->second;
+    for (size_t i = 0; i < key.buffers.size(); i++)
+      if (key.buffers[i] == b) return static_cast<int64_t>(i);
+    recordable = false;
     return 0;
-  }
-
-  void realize(const UOpPtr& n) {
-    if (n->op == Ops::BUFFER) return;
-    // A storage holds its value reshaped flat; readers compose their views onto the value itself,
-    // so the value is what gets realized (a reshape of it is the same buffer).
-    if (is_reshape(n) && n->src[0]->op != Ops::BUFFER) {
-      const UOpPtr& inner = n->src[0];
-      if (!realized_.count(inner.get())) realize(inner);
-      UOpPtr b = realized_.at(inner.get());
-      if (is_reshape(b)) b = b->src[0];
-      if (b->op == Ops::BUFFER) {
-        realized_[n.get()] = b->shape == n->shape ? b : reshape(b, n->shape);
-        return;
-      }
-    }
-    UOpPtr b;
-    if (n->op == Ops::ASSIGN || n->op == Ops::SCATTER)
-      b = materialize_write(n);
-    else
-      b = realize_value(n->op == Ops::CONTIGUOUS ? n->src[0] : n);
-    realized_[n.get()] = b->shape == n->shape ? b : reshape(b, n->shape);
-  }
-
-  UOpPtr into_new_buffer(const UOpPtr& value) {
-    auto out = std::make_shared<Buffer>(device_, value->dtype, prod(value->shape));
-    made_[out.get()] = static_cast<int64_t>(record_.new_buffers.size());
-    record_.new_buffers.emplace_back(value->dtype, out->numel);
-    View region = View::contiguous(value->shape);
-    run(out, [&] { return lower_kernel(out, region, prepare(value), device_.target()); });
-    return buffer(out);
-  }
-
-  // ASSIGN(base, value) and SCATTER(base, index, value) write into a buffer that holds base. That
-  // buffer is base's own when this schedule made it and nothing else reads it; otherwise a copy.
-  UOpPtr materialize_write(const UOpPtr& n) {
-    const UOpPtr& base = n->src[0];
-    UOpPtr target = resolve(base);
-    bool exclusive = target->op == Ops::BUFFER && made_.count(target->buffer().get()) && only_reader(base);
-    if (!exclusive) target = into_new_buffer(target);
-    auto out = std::static_pointer_cast<Buffer>(target->buffer());
-    if (n->op == Ops::ASSIGN)
-      run(out, [&] { return lower_kernel(out, std::get<View>(n->arg), prepare(n->src[1]), device_.target()); });
-    else if (prod(n->src[1]->shape) > 0)
-      run(out, [&] {
-        return lower_scatter(out, resolve(n->src[1]), resolve(n->src[2]), std::get<int64_t>(n->arg), device_.target());
-      });
-    return target;
-  }
-
-  // Whether the write is the only reader of base's buffer. A storage's flat reshape and the value
-  // under it share one buffer (realize() makes them one), so a reader of either (a flip of a sum whose
-  // storage is then written in place) must keep the buffer unwritten.
-  bool only_reader(const UOpPtr& base) {
-    if (uses_[base.get()] != 1) return false;
-    for (UOpPtr b = base; is_reshape(b) && b->src[0]->op != Ops::BUFFER; b = b->src[0])
-      if (uses_[b->src[0].get()] != 1) return false;
-    return true;
-  }
-
-  // Lowers (realizing first what the kernel must not recompute), renders, compiles (cached) and runs
-  // one kernel.
-  void run(const std::shared_ptr<Buffer>& out, const std::function<Kernel()>& lower) {
-    auto t0 = Clock::now();
-    Kernel k;
-    for (;;) {
-      k = lower();
-      if (debug_level() >= 5)
-        std::fprintf(stderr, "tiny: lowered %s, %zu reductions to realize first\n", k.name.c_str(),
-                     k.must_realize.size());
-      if (k.must_realize.empty()) break;
-      for (const UOpPtr& m : k.must_realize)
-        if (!realized_.count(m.get())) {
-          keep_.push_back(m);
-          realize(m);
-        }
-    }
-    if (prod(k.loops) == 0) return;
-    if (debug_level() >= 4) std::fprintf(stderr, "tiny: kernel\n%s", k.ast->tree_str().c_str());
-    const Target& target = device_.target();
-    std::string src = target.gpu() ? render_gpu(k, k.name, target) : render_c(k, k.name);
-    if (debug_level() >= 3) std::fprintf(stderr, "%s\n", src.c_str());
-    std::shared_ptr<Program> prog = out->device().program(src, k.name);
-    std::vector<void*> ptrs;
-    for (const BufferRef& b : k.buffers)
-      ptrs.push_back(std::static_pointer_cast<Buffer>(b)->ptr());
-    auto t1 = Clock::now();
-    prog->launch(ptrs, k.ivars, k.fvars, k.launch);
-    stats().kernels++;
-    if (debug_level() >= 2)
-      std::fprintf(stderr, "tiny: kernel %-24s %3zu bufs  prepare %8.1f us  run %8.1f us\n", k.name.c_str(),
-                   k.buffers.size(), std::chrono::duration<double, std::micro>(t1 - t0).count(), us_since(t1));
-    if (key_) record(k, prog);
-  }
-
-  void record(const Kernel& k, const std::shared_ptr<Program>& prog) {
-    CachedSchedule::Step step{prog, {}, {}, {}, k.launch, k.name};
+  };
+  for (const Kernel& k : s.kernels) {
+    CachedSchedule::Step step{run_kernel(k, device), {}, {}, {}, k.launch, k.name};
     for (const BufferRef& b : k.buffers)
       step.buffers.push_back(slot(b));
     for (const UOpPtr& v : k.var_nodes) {
-      auto it = key_->var_index.find(v.get());
-      if (it == key_->var_index.end()) recordable_ = false;
-      (is_float(v->dtype) ? step.fvars : step.ivars).push_back(it == key_->var_index.end() ? 0 : it->second);
+      auto it = key.var_index.find(v.get());
+      if (it == key.var_index.end()) recordable = false;
+      (is_float(v->dtype) ? step.fvars : step.ivars).push_back(it == key.var_index.end() ? 0 : it->second);
     }
-    record_.steps.push_back(std::move(step));
+    rec.steps.push_back(std::move(step));
   }
-};
+  for (const UOpPtr& r : s.results)
+    rec.results.push_back(slot(r->buffer()));
+  if (!recordable) return std::nullopt;
+  rec.plan();
+  return rec;
+}
 
 // Runs a cached schedule on the inputs `key` names; returns the root buffers.
 std::vector<UOpPtr> replay(const CachedSchedule& s, const GraphKey& key) {
@@ -446,6 +277,11 @@ std::vector<UOpPtr> replay(const CachedSchedule& s, const GraphKey& key) {
   return out;
 }
 
+// New buffers of a schedule for `device`: memory comes when a kernel first uses them.
+NewBuffer new_buffers_on(Device& device) {
+  return [&device](DType dt, int64_t numel) -> BufferRef { return std::make_shared<Buffer>(device, dt, numel); };
+}
+
 } // namespace
 
 std::vector<UOpPtr> realize_all(const std::vector<UOpPtr>& roots) {
@@ -459,13 +295,13 @@ std::vector<UOpPtr> realize_all(const std::vector<UOpPtr>& roots) {
     stats().schedule_hits++;
     hit = true;
   } else {
-    Scheduler sched(&key, key.device ? *key.device : device(0));
-    out = sched.run(roots);
-    if (sched.recordable()) {
-      CachedSchedule rec = sched.take_record();
-      rec.tokens = key.tokens;
-      schedule_cache().add(key.hash, std::move(rec));
+    Device& dev = key.device ? *key.device : device(0);
+    Schedule s = schedule(roots, dev.target(), new_buffers_on(dev));
+    if (std::optional<CachedSchedule> rec = run_and_record(s, key, dev)) {
+      rec->tokens = key.tokens;
+      schedule_cache().add(key.hash, std::move(*rec));
     }
+    out = s.results;
   }
   int64_t launched = stats().kernels - k0;
   if (launched > 0) stats().syncs++;
@@ -484,8 +320,11 @@ BufferRef realize_value(const UOpPtr& value) {
       throw std::runtime_error("tiny: one graph reads buffers on " + dev->name() + " and " + d.name());
     dev = &d;
   }
-  UOpPtr b = Scheduler(nullptr, dev ? *dev : device(0)).realize_value(value);
-  return b->buffer();
+  Device& d = dev ? *dev : device(0);
+  Schedule s = schedule_value(value, d.target(), new_buffers_on(d));
+  for (const Kernel& k : s.kernels)
+    run_kernel(k, d);
+  return s.results.at(0)->buffer();
 }
 
 } // namespace tiny::runtime

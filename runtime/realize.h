@@ -1,5 +1,6 @@
 #pragma once
-// The realize engine: turns lazy graphs into kernels (the schedule), compiles and runs them.
+// The realize engine: schedules lazy graphs into kernels (compiler/schedule.h), renders, compiles and
+// runs them on their device's queue, and replays a schedule seen before (the schedule cache).
 
 #include <vector>
 
@@ -8,8 +9,7 @@
 namespace tiny::runtime {
 
 // Realizes the contents of pending storages together: each root becomes a BUFFER node holding
-// its value. Realize points are the roots and every ASSIGN; everything else fuses into the
-// kernel of the realize point that reads it.
+// its value (schedule() says which kernels do it).
 std::vector<UOpPtr> realize_all(const std::vector<UOpPtr>& roots);
 
 // Evaluates a graph over realized buffers into a new contiguous buffer (row-major over its shape).

@@ -17,6 +17,7 @@
 
 #include "compiler/lower.h"
 #include "compiler/render_gpu.h"
+#include "compiler/schedule.h"
 #include "runtime/device.h"
 #include "runtime/lazy_buffer.h"
 #include "runtime/realize.h"
@@ -355,6 +356,32 @@ TEST_F(ClDevice, AFullSumOfAMillionFloatsIsOneGroupedReduce) {
   EXPECT_EQ(k.name[0], 'G') << src;
   EXPECT_NE(src.find("__local float"), std::string::npos) << src;
   EXPECT_NE(src.find("barrier(CLK_LOCAL_MEM_FENCE)"), std::string::npos) << src;
+}
+
+TEST_F(ClDevice, ALongFullReductionRunsInManyWorkGroupsThenOne) {
+  // 4M elements into one output: 256 partial results, each a grouped reduce in its own work-group,
+  // then their sum (compiler/schedule.h); a max too, with a NaN in one part
+  const int64_t n = int64_t{1} << 22;
+  auto x = random_floats(n, 7);
+  x[3 * n / 4] = std::nanf("");
+  for (Ops op : {Ops::ADD, Ops::MAX}) {
+    auto graph = [&](const std::vector<UOpPtr>& in) { return reduce(in[0], op, {0}); };
+    UOpPtr value = graph({buffer(upload(*cl, input(DType::Float32, x)))});
+    Schedule s = schedule_value(value, cl->target(),
+                                [&](DType dt, int64_t numel) { return std::make_shared<Buffer>(*cl, dt, numel); });
+    ASSERT_EQ(s.kernels.size(), 2u);
+    EXPECT_EQ(s.kernels[0].launch.global[0] * s.kernels[0].launch.global[1] * s.kernels[0].launch.global[2], 256);
+    auto [got, want] = run_both({input(DType::Float32, x)}, graph);
+    EXPECT_TRUE(std::isnan(as<float>(got)[0]));
+    EXPECT_TRUE(std::isnan(as<float>(want)[0]));
+  }
+  x[3 * n / 4] = 0;
+  auto graph = [&](const std::vector<UOpPtr>& in) { return reduce(in[0], Ops::ADD, {0}); };
+  auto [got, want] = run_both({input(DType::Float32, x)}, graph);
+  double exact = 0, mag = 0;
+  for (float v : x)
+    exact += v, mag += std::fabs(v);
+  EXPECT_NEAR(as<float>(got)[0], exact, 1e-6 * mag);
 }
 
 TEST_F(ClDevice, RowSumsAreGroupedWhenLongAndPerThreadWhenMany) {

@@ -140,6 +140,32 @@ def test_bool_view_of_bytes_other_than_0_and_1_reads_them_as_true(base_dtype, op
     check_devices(program)
 
 
+BOOL_WRITES = {
+    "index_put": lambda b: b.index_put_((torch.tensor([0, 3, 1]).to(b.device),), torch.tensor(False).to(b.device)),
+    "index_put_accumulate": lambda b: b.index_put_(
+        (torch.tensor([0, 3, 0]).to(b.device),), torch.tensor(True).to(b.device), accumulate=True
+    ),
+    "setitem_slice": lambda b: b.__setitem__((slice(1, 3), slice(None, None, 3)), False),
+    "masked_fill": lambda b: b.masked_fill_(torch.eye(4, 16, dtype=torch.bool).to(b.device), True),
+    "scatter": lambda b: b.scatter_(1, torch.tensor([[2], [5], [0], [1]]).to(b.device), True),
+}
+
+
+@pytest.mark.parametrize("write", BOOL_WRITES, ids=str)
+@pytest.mark.parametrize("base_dtype", [torch.float32, torch.int32, torch.uint8], ids=str)
+def test_a_write_through_a_bool_view_keeps_the_other_bytes(base_dtype, write):
+    def program(dev):
+        base = torch.tensor([4.0, 3.0, 0.0, 1.0, 5.0, 0.0, 5.0, 9.0, 4.0, 0.0, 4.0, 9.0, 0.0, 7.0, 9.0, 3.0])
+        base = base.to(base_dtype).to(dev)
+        if base_dtype == torch.uint8:
+            base = base.repeat(4)
+        bools = base.view(torch.bool).reshape(4, 16)
+        BOOL_WRITES[write](bools)
+        return base, bools.clone()
+
+    check_devices(program)
+
+
 def test_a_write_through_a_half_view_keeps_the_nan_payloads_of_the_other_elements():
     def program(dev):
         base = torch.tensor([3, -3, 3, -3, 3, -3], dtype=torch.int64).to(dev).reshape(3, 2)

@@ -1,0 +1,196 @@
+#include "compiler/schedule.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+namespace tiny {
+
+namespace {
+
+// A view that only reshapes its source (row-major, every element once).
+bool is_reshape(const UOpPtr& n) {
+  return n->op == Ops::VIEW && n->st().is_contiguous() && prod(n->shape) == prod(n->src[0]->shape);
+}
+
+// A value read by several nodes is computed once into a buffer when inlining it would cost more ops.
+constexpr int64_t kMaxInlineOps = 128;
+
+class Scheduler {
+public:
+  Scheduler(const Target& target, const NewBuffer& new_buffer) : target_(target), new_buffer_(new_buffer) {}
+
+  Schedule run(const std::vector<UOpPtr>& roots) {
+    count_uses(roots);
+    // Ops a kernel would compute to inline each node (shared subexpressions counted per use, capped).
+    std::unordered_map<const UOp*, int64_t> inline_ops;
+    for (const UOpPtr& n : order_) {
+      int64_t ops = n->src.empty() ? 0 : 1;
+      for (const UOpPtr& s : n->src)
+        ops = std::min(ops + inline_ops[s.get()], kMaxInlineOps + 1);
+      bool computed = is_alu(n->op) || n->op == Ops::CAST || n->op == Ops::REDUCE;
+      // A reduction several nodes read (a gradient the optimizer's updates all use) is computed once,
+      // and so is a long computation several nodes read: a parameter updated step after step without a
+      // sync is a chain every later step would recompute (scheduling and running it grow with the square
+      // of the steps).
+      if (n->op == Ops::ASSIGN || n->op == Ops::SCATTER || n->op == Ops::CONTIGUOUS || is_root_.count(n.get()) ||
+          (n->op == Ops::REDUCE && uses_[n.get()] > 1) || (computed && uses_[n.get()] > 1 && ops > kMaxInlineOps)) {
+        realize(n);
+        ops = 0;
+      }
+      inline_ops[n.get()] = ops;
+    }
+    for (const UOpPtr& r : roots)
+      out_.results.push_back(realized_.count(r.get()) ? realized_.at(r.get()) : r);
+    return std::move(out_);
+  }
+
+  Schedule run_value(const UOpPtr& value) {
+    UOpPtr v = resolve(value);
+    out_.results.push_back(v->op == Ops::BUFFER ? v : into_new_buffer(v));
+    return std::move(out_);
+  }
+
+private:
+  const Target& target_;
+  const NewBuffer& new_buffer_;
+  Schedule out_;
+  std::unordered_map<const UOp*, int> uses_;
+  std::unordered_map<const UOp*, bool> is_root_;
+  std::unordered_map<const UOp*, UOpPtr> realized_;  // realize point -> its value read from a buffer
+  std::unordered_map<const BufferBase*, bool> made_; // buffers made here
+  std::vector<UOpPtr> order_;                        // every node, sources first
+  std::vector<UOpPtr> keep_;                         // realize points made while scheduling
+
+  void count_uses(const std::vector<UOpPtr>& roots) {
+    std::unordered_map<const UOp*, bool> seen;
+    for (const UOpPtr& r : roots) {
+      uses_[r.get()]++; // the storage holds it
+      is_root_[r.get()] = true;
+      // A storage holds its value reshaped flat while other kernels read the value itself: it is
+      // realized where it first appears, before any of them recomputes it.
+      if (is_reshape(r) && r->src[0]->op != Ops::BUFFER) is_root_[r->src[0].get()] = true;
+      for (const UOpPtr& n : toposort(r)) {
+        if (seen[n.get()]) continue;
+        seen[n.get()] = true;
+        order_.push_back(n);
+        for (const UOpPtr& s : n->src)
+          uses_[s.get()]++;
+      }
+    }
+  }
+
+  // The graph with every realized point replaced by its buffer.
+  UOpPtr resolve(const UOpPtr& n) {
+    return substitute(n, [&](const UOpPtr& m) -> UOpPtr {
+      auto it = realized_.find(m.get());
+      return it == realized_.end() ? nullptr : it->second;
+    });
+  }
+
+  // A kernel's value over buffers, with layout copies for its reductions realized first.
+  // Long reductions into few outputs are split in two first (their partial results realized).
+  // Views are pushed to the leaves next, as lowering reads them: a reduction the kernel reports in
+  // must_realize is then a node of this graph, and the next try finds it realized.
+  // The reused values come first: the layout copies are chosen for the buffers they are read from.
+  UOpPtr prepare(const UOpPtr& value) {
+    UOpPtr v = realize_contiguous(realize_reused_values(split_long_reductions(resolve(value))));
+    return realize_contiguous(contiguous_reduce_layout(resolve(graph_rewrite(v, push_views))));
+  }
+
+  // The graph with its CONTIGUOUS nodes realized and read from their buffers.
+  UOpPtr realize_contiguous(const UOpPtr& v) {
+    for (const UOpPtr& n : toposort(v))
+      if (n->op == Ops::CONTIGUOUS && !realized_.count(n.get())) {
+        keep_.push_back(n);
+        realize(n);
+      }
+    return resolve(v);
+  }
+
+  void realize(const UOpPtr& n) {
+    if (n->op == Ops::BUFFER) return;
+    // A storage holds its value reshaped flat; readers compose their views onto the value itself,
+    // so the value is what gets realized (a reshape of it is the same buffer).
+    if (is_reshape(n) && n->src[0]->op != Ops::BUFFER) {
+      const UOpPtr& inner = n->src[0];
+      if (!realized_.count(inner.get())) realize(inner);
+      UOpPtr b = realized_.at(inner.get());
+      if (is_reshape(b)) b = b->src[0];
+      if (b->op == Ops::BUFFER) {
+        realized_[n.get()] = b->shape == n->shape ? b : reshape(b, n->shape);
+        return;
+      }
+    }
+    UOpPtr b;
+    if (n->op == Ops::ASSIGN || n->op == Ops::SCATTER)
+      b = materialize_write(n);
+    else {
+      UOpPtr v = resolve(n->op == Ops::CONTIGUOUS ? n->src[0] : n);
+      b = v->op == Ops::BUFFER ? v : into_new_buffer(v);
+    }
+    realized_[n.get()] = b->shape == n->shape ? b : reshape(b, n->shape);
+  }
+
+  UOpPtr into_new_buffer(const UOpPtr& value) {
+    BufferRef out = new_buffer_(value->dtype, prod(value->shape));
+    made_[out.get()] = true;
+    out_.made.push_back(out);
+    View region = View::contiguous(value->shape);
+    add([&] { return lower_kernel(out, region, prepare(value), target_); });
+    return buffer(out);
+  }
+
+  // ASSIGN(base, value) and SCATTER(base, index, value) write into a buffer that holds base. That
+  // buffer is base's own when this schedule made it and nothing else reads it; otherwise a copy.
+  UOpPtr materialize_write(const UOpPtr& n) {
+    const UOpPtr& base = n->src[0];
+    UOpPtr target = resolve(base);
+    bool exclusive = target->op == Ops::BUFFER && made_.count(target->buffer().get()) && only_reader(base);
+    if (!exclusive) target = into_new_buffer(target);
+    const BufferRef& out = target->buffer();
+    if (n->op == Ops::ASSIGN)
+      add([&] { return lower_kernel(out, std::get<View>(n->arg), prepare(n->src[1]), target_); });
+    else if (prod(n->src[1]->shape) > 0)
+      add([&] {
+        return lower_scatter(out, resolve(n->src[1]), resolve(n->src[2]), std::get<int64_t>(n->arg), target_);
+      });
+    return target;
+  }
+
+  // Whether the write is the only reader of base's buffer. A storage's flat reshape and the value
+  // under it share one buffer (realize() makes them one), so a reader of either (a flip of a sum whose
+  // storage is then written in place) must keep the buffer unwritten.
+  bool only_reader(const UOpPtr& base) {
+    if (uses_[base.get()] != 1) return false;
+    for (UOpPtr b = base; is_reshape(b) && b->src[0]->op != Ops::BUFFER; b = b->src[0])
+      if (uses_[b->src[0].get()] != 1) return false;
+    return true;
+  }
+
+  // Lowers one kernel, realizing first what it must not recompute (those kernels come before it).
+  void add(const std::function<Kernel()>& lower) {
+    Kernel k;
+    for (;;) {
+      k = lower();
+      if (k.must_realize.empty()) break;
+      for (const UOpPtr& m : k.must_realize)
+        if (!realized_.count(m.get())) {
+          keep_.push_back(m);
+          realize(m);
+        }
+    }
+    if (prod(k.loops) > 0) out_.kernels.push_back(std::move(k));
+  }
+};
+
+} // namespace
+
+Schedule schedule(const std::vector<UOpPtr>& roots, const Target& target, const NewBuffer& new_buffer) {
+  return Scheduler(target, new_buffer).run(roots);
+}
+
+Schedule schedule_value(const UOpPtr& value, const Target& target, const NewBuffer& new_buffer) {
+  return Scheduler(target, new_buffer).run_value(value);
+}
+
+} // namespace tiny

@@ -1,0 +1,76 @@
+// The scheduler (compiler/schedule.h) without running anything: which kernels a graph becomes, and the
+// split of long reductions into few outputs, whose results are then checked on the CPU device.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "compiler/schedule.h"
+#include "runtime/device.h"
+#include "runtime/realize.h"
+
+using namespace tiny;
+using namespace tiny::runtime;
+
+namespace {
+
+// Buffers that only record their dtype and size: scheduling never touches memory.
+struct Placeholder : BufferBase {
+  using BufferBase::BufferBase;
+};
+
+Schedule schedule_of(const UOpPtr& value) {
+  return schedule_value(value, Target{}, [](DType dt, int64_t n) { return std::make_shared<Placeholder>(dt, n); });
+}
+
+UOpPtr input(const Shape& shape) {
+  return reshape(buffer(std::make_shared<Placeholder>(DType::Float32, prod(shape))), shape);
+}
+
+std::shared_ptr<Buffer> iota_buffer(int64_t n) {
+  auto b = std::make_shared<Buffer>(cpu_device(), DType::Int64, n);
+  std::iota(static_cast<int64_t*>(b->ptr()), static_cast<int64_t*>(b->ptr()) + n, int64_t{0});
+  return b;
+}
+
+} // namespace
+
+TEST(Schedule, AFullReductionOfManyElementsRunsAsPartialResultsThenTheirReduction) {
+  Schedule s = schedule_of(reduce(input({1 << 20}), Ops::ADD, {0}));
+  ASSERT_EQ(s.kernels.size(), 2u);
+  ASSERT_EQ(s.made.size(), 2u);
+  EXPECT_EQ(s.results[0]->buffer(), s.made[0]);
+  EXPECT_EQ(s.made[1]->numel, 256); // partial results: 256 runs of 4096 elements, computed first
+  EXPECT_EQ(s.kernels[0].buffers[0], s.made[1]);
+  EXPECT_EQ(s.kernels[1].buffers[0], s.made[0]);
+}
+
+TEST(Schedule, ARowReductionWithManyOutputsOrFewElementsIsNotSplit) {
+  EXPECT_EQ(schedule_of(reduce(input({4096, 1024}), Ops::ADD, {1})).kernels.size(), 1u);
+  EXPECT_EQ(schedule_of(reduce(input({4, 1000}), Ops::MAX, {1})).kernels.size(), 1u);
+  // a prime count of elements has no even split
+  EXPECT_EQ(schedule_of(reduce(input({65537}), Ops::ADD, {0})).kernels.size(), 1u);
+}
+
+TEST(Schedule, AReductionOverSeveralAxesSplitsTheFlattenedAxes) {
+  // (8, 64, 3, 64): reduce axes 1 and 3 (4096 elements per output, 24 outputs): not long enough
+  EXPECT_EQ(schedule_of(reduce(input({8, 64, 3, 64}), Ops::ADD, {1, 3})).kernels.size(), 1u);
+  // (2, 256, 3, 128): 32768 elements per output, 6 outputs: 32 runs each (the largest divisor of 32768
+  // up to 256 / 6, rounded up)
+  Schedule s = schedule_of(reduce(input({2, 256, 3, 128}), Ops::MAX, {1, 3}));
+  ASSERT_EQ(s.kernels.size(), 2u);
+  EXPECT_EQ(s.made[1]->numel, 6 * 32);
+}
+
+TEST(Schedule, SplitReductionsGiveExactIntegerResults) {
+  // Sums and maxima of integers are exact in any order: a split must give the same numbers.
+  const int64_t R = 3, C = 40000;
+  auto x = reshape(buffer(iota_buffer(R * C)), {R, C});
+  auto sums = realize_value(reduce(x, Ops::ADD, {1}));
+  auto maxes = realize_value(reduce(view(x, ShapeTracker::from_shape({R, C}).permute({1, 0})), Ops::MAX, {0}));
+  auto* s = static_cast<int64_t*>(std::static_pointer_cast<Buffer>(sums)->ptr());
+  auto* m = static_cast<int64_t*>(std::static_pointer_cast<Buffer>(maxes)->ptr());
+  for (int64_t r = 0; r < R; r++) {
+    EXPECT_EQ(s[r], C * r * C + C * (C - 1) / 2);
+    EXPECT_EQ(m[r], r * C + C - 1);
+  }
+}
