@@ -3,6 +3,7 @@
 // shared dim, with torch's optional beta * self + alpha * (...) epilogue fused in the same kernel.
 
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/TypeProperties.h>
 #include <torch/library.h>
@@ -55,10 +56,15 @@ UOpPtr with_epilogue(const UOpPtr& product, const std::optional<at::Tensor>& sel
   return alu(Ops::ADD, s, r);
 }
 
-// Writes the result into out= (resized like torch) or a new tensor.
-at::Tensor& store(at::Tensor& out, const UOpPtr& value, at::ScalarType dtype) {
+void check_out_dtype(const at::Tensor& out, at::ScalarType dtype) {
   TORCH_CHECK(out.scalar_type() == dtype, "Expected out tensor to have dtype ", dtype, ", but got ", out.scalar_type(),
               " instead");
+}
+
+// Writes the result into out= (resized like torch) or a new tensor.
+at::Tensor& store(at::Tensor& out, const UOpPtr& value, at::ScalarType dtype) {
+  check_out_dtype(out, dtype);
+  at::assert_no_internal_overlap(out);
   at::native::resize_output(out, c10::IntArrayRef(value->shape));
   write(out, cast(value, to_tiny_dtype(dtype)));
   return out;
@@ -76,8 +82,6 @@ UOpPtr mm_value(const at::Tensor& a, const at::Tensor& b, DType dt) {
   TORCH_CHECK(a.size(1) == b.size(0), "mat1 and mat2 shapes cannot be multiplied (", a.size(0), "x", a.size(1), " and ",
               b.size(0), "x", b.size(1), ")");
   check_same_dtype(a, b, "mat1 and mat2");
-  // torch's CPU kernel returns an empty result before it dispatches on the dtype
-  if (a.size(0) * b.size(1) > 0) check_not_bool(a, "addmm_impl_cpu_");
   UOpPtr x = reshape(read_as(a, dt), {1, a.size(0), a.size(1)}), y = reshape(read_as(b, dt), {1, b.size(0), b.size(1)});
   return reshape(batched_product(x, y, false), {a.size(0), b.size(1)});
 }
@@ -98,14 +102,29 @@ DType compute_of(const at::Tensor& t) { return opmath(to_tiny_dtype(t.scalar_typ
 
 // ---- kernels ----
 
+// What torch's CPU kernel checks after its meta function (shapes, out='s dtype): an empty result returns
+// first; a contraction over no elements is self * beta (a float beta on integers a cast error there, as
+// the kernel's mul_ raises); otherwise it dispatches on the dtype.
+void check_mm_dispatch(const at::Tensor& a, const Shape& result, const at::Scalar& beta = 0) {
+  if (prod(result) == 0) return;
+  if (a.size(1) > 0) return check_not_bool(a, "addmm_impl_cpu_");
+  bool beta_zero = beta.isFloatingPoint() ? beta.toDouble() == 0.0 : beta.toLong() == 0;
+  TORCH_CHECK(beta_zero || !beta.isFloatingPoint() || !at::isIntegralType(a.scalar_type(), /*includeBool=*/true),
+              "result type Float can't be cast to the desired output type ", a.scalar_type());
+}
+
 at::Tensor mm(const at::Tensor& a, const at::Tensor& b) {
   UOpPtr v = mm_value(a, b, compute_of(a));
+  check_mm_dispatch(a, v->shape);
   at::Tensor out = fresh(a, v->shape);
   return store(out, v, a.scalar_type());
 }
 
 at::Tensor& mm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
-  return store(out, mm_value(a, b, compute_of(a)), a.scalar_type());
+  UOpPtr v = mm_value(a, b, compute_of(a));
+  check_out_dtype(out, a.scalar_type());
+  check_mm_dispatch(a, v->shape);
+  return store(out, v, a.scalar_type());
 }
 
 at::Tensor bmm(const at::Tensor& a, const at::Tensor& b) {
@@ -131,19 +150,24 @@ UOpPtr addmm_value(const at::Tensor& self, const at::Tensor& m1, const at::Tenso
 at::Tensor addmm(const at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2, const at::Scalar& beta,
                  const at::Scalar& alpha) {
   UOpPtr v = addmm_value(self, m1, m2, beta, alpha);
+  check_mm_dispatch(m1, v->shape, beta);
   at::Tensor out = fresh(m1, v->shape);
   return store(out, v, m1.scalar_type());
 }
 
 at::Tensor& addmm_out(const at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2, const at::Scalar& beta,
                       const at::Scalar& alpha, at::Tensor& out) {
-  return store(out, addmm_value(self, m1, m2, beta, alpha), m1.scalar_type());
+  UOpPtr v = addmm_value(self, m1, m2, beta, alpha);
+  check_out_dtype(out, m1.scalar_type());
+  check_mm_dispatch(m1, v->shape, beta);
+  return store(out, v, m1.scalar_type());
 }
 
 at::Tensor& addmm_(at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2, const at::Scalar& beta,
                    const at::Scalar& alpha) {
   UOpPtr v = addmm_value(self, m1, m2, beta, alpha);
   TORCH_CHECK(self.sizes() == c10::IntArrayRef(v->shape), "The input tensor must be a matrix of the result's size");
+  check_mm_dispatch(m1, v->shape, beta);
   return store(self, v, self.scalar_type());
 }
 

@@ -197,6 +197,7 @@ std::shared_ptr<Program> run_kernel(const Kernel& k, Device& device) {
   auto t1 = Clock::now();
   prog->launch(ptrs, k.ivars, k.fvars, k.launch);
   stats().kernels++;
+  if (debug_level() >= 2) device.synchronize(); // a GPU device's launch only enqueues: time the kernel itself
   if (debug_level() >= 2)
     std::fprintf(stderr, "tiny: kernel %-24s %3zu bufs  prepare %8.1f us  run %8.1f us\n", k.name.c_str(),
                  k.buffers.size(), std::chrono::duration<double, std::micro>(t1 - t0).count(), us_since(t1));
@@ -266,6 +267,7 @@ std::vector<UOpPtr> replay(const CachedSchedule& s, const GraphKey& key) {
     step.program->launch(ptrs, iv, fv, step.launch);
     stats().kernels++;
     stats().cache_hits++; // the program came from the cache, with the schedule
+    if (debug_level() >= 2) s.device->synchronize();
     if (debug_level() >= 2)
       std::fprintf(stderr, "tiny: kernel %-24s (cached)  run %8.1f us\n", step.name.c_str(), us_since(t));
     for (int64_t b : s.release_after[i])

@@ -101,6 +101,13 @@ CPU_ACCEPTED_EDGES = {
         torch.zeros(1, 0, 1, dtype=torch.float64),
         -torch.ones(1, 1, 1, dtype=torch.float64),
     ),
+    "mm_of_bool_over_no_elements": (torch.mm, torch.ones(2, 0, dtype=torch.bool), torch.ones(0, 2, dtype=torch.bool)),
+    "addmm_of_ints_over_no_elements_with_an_int_beta": (
+        lambda s, a, b: torch.addmm(s, a, b, beta=2, alpha=0.5),
+        torch.tensor(3, dtype=torch.int32),
+        torch.ones(2, 0, dtype=torch.int32),
+        torch.ones(0, 1, dtype=torch.int32),
+    ),
     "scatter_of_an_out_of_range_value_at_no_index": (
         lambda a: a.scatter(2, torch.zeros(0, dtype=torch.int64).to(a.device), -3.0),
         torch.zeros(0, 3, 2, dtype=torch.uint8),
@@ -131,12 +138,35 @@ TWICE_WRONG = {
         torch.tensor(True),
         torch.zeros(3, dtype=torch.uint8),
     ),
+    "mm_of_bool_into_an_out_of_another_dtype": (
+        lambda a, o: torch.mm(a, a, out=o),
+        torch.ones(2, 2, dtype=torch.bool),
+        torch.zeros(2, 2, dtype=torch.int16),
+    ),
+    "addmm_of_bool_with_a_self_that_does_not_broadcast": (
+        lambda s, a: torch.addmm(s, a, a[:, :1]),
+        torch.ones(2, dtype=torch.bool),
+        torch.ones(2, 2, dtype=torch.bool),
+    ),
+    "mm_into_an_out_with_internal_overlap": (
+        lambda a, o: torch.mm(a, a, out=o.as_strided((2, 2), (1, 0))),
+        torch.ones(2, 2),
+        torch.zeros(4),
+    ),
     "index_put_into_an_empty_dim_with_another_dtype": (
         lambda a, v: a.index_put((torch.tensor([0, 0, 0]).to(a.device),), v, accumulate=True),
         torch.zeros(0, 3, dtype=torch.int64),
         torch.ones(3, 3, dtype=torch.bool),
     ),
 }
+
+
+TWICE_WRONG["addmm_of_ints_over_no_elements_with_a_float_beta"] = (
+    lambda s, a, b: torch.addmm(s, a, b, beta=0.5),
+    torch.tensor(3, dtype=torch.int32),
+    torch.ones(2, 0, dtype=torch.int32),
+    torch.ones(0, 1, dtype=torch.int32),
+)
 
 
 @pytest.mark.parametrize("case", TWICE_WRONG.values(), ids=TWICE_WRONG.keys())

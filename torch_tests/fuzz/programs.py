@@ -41,6 +41,15 @@ def _storage_key(t):
         return None
 
 
+def _out_target(rec, env):
+    """The tensor an `out=` record writes into, or None."""
+    code = rec.get("code", "")
+    if "out=" not in code:
+        return None
+    t = env.get(code.split("out=")[1].split(")")[0].split(",")[0].strip())
+    return t if isinstance(t, torch.Tensor) else None
+
+
 class Execution:
     """One run of a program on one device, record by record."""
 
@@ -69,6 +78,8 @@ class Execution:
             return
         code = code_of(rec)
         name = defined(rec)
+        out = _out_target(rec, self.env)
+        out_size = out.numel() if out is not None else None
         try:
             if rec.get("obs"):
                 # a Python float from .item()/.tolist() is compared at the tolerance of the tensor's dtype
@@ -86,6 +97,10 @@ class Execution:
         except Exception as e:  # the other device must raise the same type here
             if name:
                 self.env.pop(name, None)
+            if out is not None and out.numel() != out_size:
+                # torch resized out= before the error: the new memory is uninitialized on both devices
+                with torch.no_grad():
+                    out.zero_()
             self.log.append(("raise", type(e).__name__, _first_line(e)))
 
     def planted(self, value):
