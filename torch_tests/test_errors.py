@@ -101,6 +101,13 @@ CPU_ACCEPTED_EDGES = {
         torch.zeros(1, 0, 1, dtype=torch.float64),
         -torch.ones(1, 1, 1, dtype=torch.float64),
     ),
+    "mv_of_bool_with_no_rows": (torch.mv, torch.ones(0, 2, dtype=torch.bool), torch.ones(2, dtype=torch.bool)),
+    "addmv_of_bool_over_no_elements": (
+        torch.addmv,
+        torch.ones(2, dtype=torch.bool),
+        torch.ones(2, 0, dtype=torch.bool),
+        torch.ones(0, dtype=torch.bool),
+    ),
     "mm_of_bool_over_no_elements": (torch.mm, torch.ones(2, 0, dtype=torch.bool), torch.ones(0, 2, dtype=torch.bool)),
     "addmm_of_ints_over_no_elements_with_an_int_beta": (
         lambda s, a, b: torch.addmm(s, a, b, beta=2, alpha=0.5),
