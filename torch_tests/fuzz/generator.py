@@ -147,7 +147,7 @@ class Generator:
         return self.ex.env[name]
 
     def tensors(self, pred=lambda t: True):
-        return [n for n in self.ex.names if n in self.ex.env and pred(self.T(n))]
+        return [n for n in self.ex.names if n in self.ex.env and _holds(pred, self.T(n))]
 
     def pick(self, pred=lambda t: True, exact=False):
         names = [n for n in self.tensors(pred) if not exact or self.exact.get(n, True)]
@@ -1352,6 +1352,14 @@ def generate(seed, include_known=False, max_records=None):
             guard += 1
             gen.step()
     return gen.program
+
+
+def _holds(pred, t):
+    """pred(t), False where asking raises (`is_leaf` of a view that a later in-place write made invalid)."""
+    try:
+        return bool(pred(t))
+    except RuntimeError:
+        return False
 
 
 def _write_target(rec):
