@@ -1392,7 +1392,7 @@ def _reads_its_target_elsewhere(g, target, rec):
     """An in-place write whose operand is another view of the written memory (`x.mul_(x.select(1, 0))`):
     torch reads each element as its loop reaches it, after the writes before it, an order no contract fixes."""
     t = g.T(target)
-    lo, hi = _extent(t)
+    lo, hi = _byte_span(t)
     for n in used(rec):
         u = g.ex.env.get(n)
         if (
@@ -1403,13 +1403,13 @@ def _reads_its_target_elsewhere(g, target, rec):
             continue
         if (u.data_ptr(), u.shape, u.stride()) == (t.data_ptr(), t.shape, t.stride()):
             continue
-        ulo, uhi = _extent(u)
+        ulo, uhi = _byte_span(u)
         if ulo < hi and lo < uhi:
             return True
     return False
 
 
-def _extent(t):
+def _byte_span(t):
     """The bytes [lo, hi) of t's storage that t's elements span."""
     if t.numel() == 0:
         return 0, 0
