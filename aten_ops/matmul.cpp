@@ -39,14 +39,15 @@ void check_not_bool(const at::Tensor& t, const char* op) {
   TORCH_CHECK_NOT_IMPLEMENTED(t.scalar_type() != at::kBool, "\"", op, "\" not implemented for 'Bool'");
 }
 
+bool is_zero(const at::Scalar& s) { return s.isFloatingPoint() ? s.toDouble() == 0.0 : s.toLong() == 0; }
+
 // beta * self + alpha * product, as torch: beta == 0 ignores self (its NaNs too).
 UOpPtr with_epilogue(const UOpPtr& product, const std::optional<at::Tensor>& self, const at::Scalar& beta,
                      const at::Scalar& alpha, DType dt) {
   UOpPtr r = product;
   if (!(alpha.isIntegral(true) && alpha.toLong() == 1) && !(alpha.isFloatingPoint() && alpha.toDouble() == 1.0))
     r = alu(Ops::MUL, r, scalar_constant(alpha, dt, r->shape));
-  bool beta_zero = beta.isFloatingPoint() ? beta.toDouble() == 0.0 : beta.toLong() == 0;
-  if (!self || beta_zero) return r;
+  if (!self || is_zero(beta)) return r;
   UOpPtr s = read_as(*self, dt);
   Shape padded(r->shape.size() - s->shape.size(), 1);
   padded.insert(padded.end(), s->shape.begin(), s->shape.end());
@@ -108,8 +109,7 @@ DType compute_of(const at::Tensor& t) { return opmath(to_tiny_dtype(t.scalar_typ
 void check_mm_dispatch(const at::Tensor& a, const Shape& result, const at::Scalar& beta = 0) {
   if (prod(result) == 0) return;
   if (a.size(1) > 0) return check_not_bool(a, "addmm_impl_cpu_");
-  bool beta_zero = beta.isFloatingPoint() ? beta.toDouble() == 0.0 : beta.toLong() == 0;
-  TORCH_CHECK(beta_zero || !beta.isFloatingPoint() || !at::isIntegralType(a.scalar_type(), /*includeBool=*/true),
+  TORCH_CHECK(is_zero(beta) || !beta.isFloatingPoint() || !at::isIntegralType(a.scalar_type(), /*includeBool=*/true),
               "result type Float can't be cast to the desired output type ", a.scalar_type());
 }
 
@@ -257,8 +257,6 @@ void check_addr_scalar(at::ScalarType dtype, const at::Scalar& scalar, const cha
   TORCH_CHECK(at::isFloatingType(dtype) || scalar.isIntegral(true), "For integral input tensors, argument ", name,
               " must not be a floating point number.");
 }
-
-bool is_zero(const at::Scalar& s) { return s.isFloatingPoint() ? s.toDouble() == 0.0 : s.toLong() == 0; }
 
 // The value of addr in dtype (torch's promotion of the three tensors), self expanded to (n, m) unless
 // inplace (self then must be (n, m) itself).

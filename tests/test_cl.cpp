@@ -142,6 +142,21 @@ UOpPtr scalar(DType dt, double v, const Shape& shape) {
 }
 
 // The kernel the CL device would run for `value` (lowered and rendered, not run).
+double magnitude(const std::vector<float>& x) {
+  double mag = 0;
+  for (float v : x)
+    mag += std::fabs(v);
+  return mag;
+}
+
+// A float sum of x is within 1e-6 of its magnitude from the sum in double.
+void expect_exact_sum(float got, const std::vector<float>& x) {
+  double exact = 0;
+  for (float v : x)
+    exact += v;
+  EXPECT_NEAR(got, exact, 1e-6 * magnitude(x));
+}
+
 std::pair<Kernel, std::string> cl_kernel_of(Device& cl, const UOpPtr& value) {
   auto out = std::make_shared<Buffer>(cl, value->dtype, prod(value->shape));
   Kernel k = lower_kernel(out, View::contiguous(value->shape), value, cl.target());
@@ -347,11 +362,8 @@ TEST_F(ClDevice, AFullSumOfAMillionFloatsIsOneGroupedReduce) {
   auto x = random_floats(n, 5);
   auto graph = [&](const std::vector<UOpPtr>& in) { return reduce(in[0], Ops::ADD, {0}); };
   auto [got, want] = run_both({input(DType::Float32, x)}, graph);
-  double exact = 0, mag = 0;
-  for (float v : x)
-    exact += v, mag += std::fabs(v);
-  EXPECT_NEAR(as<float>(got)[0], exact, 1e-6 * mag);
-  EXPECT_NEAR(as<float>(got)[0], as<float>(want)[0], 1e-6 * mag);
+  expect_exact_sum(as<float>(got)[0], x);
+  EXPECT_NEAR(as<float>(got)[0], as<float>(want)[0], 1e-6 * magnitude(x));
   auto [k, src] = cl_kernel_of(*cl, graph({buffer(upload(*cl, input(DType::Float32, x)))}));
   EXPECT_EQ(k.name[0], 'G') << src;
   EXPECT_NE(src.find("__local float"), std::string::npos) << src;
@@ -378,10 +390,7 @@ TEST_F(ClDevice, ALongFullReductionRunsInManyWorkGroupsThenOne) {
   x[3 * n / 4] = 0;
   auto graph = [&](const std::vector<UOpPtr>& in) { return reduce(in[0], Ops::ADD, {0}); };
   auto [got, want] = run_both({input(DType::Float32, x)}, graph);
-  double exact = 0, mag = 0;
-  for (float v : x)
-    exact += v, mag += std::fabs(v);
-  EXPECT_NEAR(as<float>(got)[0], exact, 1e-6 * mag);
+  expect_exact_sum(as<float>(got)[0], x);
 }
 
 TEST_F(ClDevice, RowSumsAreGroupedWhenLongAndPerThreadWhenMany) {

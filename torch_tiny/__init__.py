@@ -111,29 +111,9 @@ def _print_from_cpu() -> None:
 
 _register()
 
-from torch_tiny.device import (  # noqa: E402
-    current_device,
-    device_count,
-    empty_cache,
-    get_device_name,
-    get_device_properties,
-    is_available,
-    is_bf16_supported,
-    manual_seed,
-    manual_seed_all,
-    max_memory_allocated,
-    max_memory_reserved,
-    mem_get_info,
-    memory_allocated,
-    memory_reserved,
-    memory_stats,
-    reset_peak_memory_stats,
-    reset_stats,
-    set_device,
-    stats,
-    synchronize,
-)
+from torch_tiny import device as _device  # noqa: E402
 
+# torch.tiny's functions, also importable from torch_tiny
 __all__ = [
     "current_device",
     "device_count",
@@ -156,3 +136,4 @@ __all__ = [
     "stats",
     "synchronize",
 ]
+globals().update({name: getattr(_device, name) for name in __all__})
