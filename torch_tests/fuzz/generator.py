@@ -33,6 +33,7 @@ import re
 import warnings
 
 import torch
+from comparator import loosest
 from programs import Execution
 from records import NAME, defined, used
 
@@ -82,6 +83,7 @@ class Generator:
         self.program = []
         self.ex = Execution("cpu")
         self.exact = {}
+        self.precision = {}  # name -> the loosest float dtype an inexact step of its history rounded in
         self.count = 0
         self.last_read = []
         self.max_records = max_records or self.rng.randint(6, 22)
@@ -115,10 +117,27 @@ class Generator:
         name = defined(rec)
         if name is not None and name in self.ex.env:
             self.exact[name] = exact and operands_exact
+            self.note_precision(rec, [name], exact)
         elif name is None and not obs and not (exact and operands_exact):
             for n in used(rec):  # an inexact write reaches every tensor sharing the storage
-                self.taint(n)
+                self.note_precision(rec, self.taint(n), exact)
         return name if name in self.ex.env else None
+
+    def note_precision(self, rec, names, exact):
+        """Records the tolerance the values of names are compared at: a float64 cast of a float32
+        convolution carries float32's rounding differences. rec["tol"] names those looser than their
+        own dtype."""
+        history = [self.precision[n] for n in used(rec) if n in self.precision and not self.exact.get(n, True)]
+        for n in names:
+            t = self.ex.env.get(n)
+            if not isinstance(t, torch.Tensor) or self.exact.get(n, True):
+                continue
+            own = [dtype_of(t)] if is_float(t) and not exact else []
+            candidates = history + own + ([self.precision[n]] if n in self.precision else [])
+            if candidates:
+                self.precision[n] = loosest(*candidates)
+                if is_float(t) and loosest(self.precision[n], dtype_of(t)) != dtype_of(t):
+                    rec.setdefault("tol", {})[n] = self.precision[n]
 
     def undefined_write(self, rec):
         """Writes whose result torch leaves undefined: into a tensor whose elements overlap in memory
@@ -144,12 +163,16 @@ class Generator:
         return False
 
     def taint(self, name):
+        """Marks every tensor sharing name's storage inexact; returns their names."""
         t = self.T(name)
         key = t.untyped_storage().data_ptr() if isinstance(t, torch.Tensor) else None
+        names = []
         for n in self.ex.names:
             u = self.ex.env.get(n)
             if isinstance(u, torch.Tensor) and u.untyped_storage().data_ptr() == key:
                 self.exact[n] = False
+                names.append(n)
+        return names
 
     def T(self, name):
         return self.ex.env[name]
@@ -1234,14 +1257,22 @@ class Generator:
         x = self.pick()
         t = self.T(x)
         kind = r.choice(("cpu", "cpu", "item", "tolist", "clone_cpu"))
+        tol = self.tolerance(x)
         if kind == "item" and t.numel():
-            self.emit(f"{x}.flatten()[{r.randrange(t.numel())}].item()", "item", obs=True, dtype=dtype_of(t))
+            self.emit(f"{x}.flatten()[{r.randrange(t.numel())}].item()", "item", obs=True, dtype=tol)
         elif kind == "tolist":
-            self.emit(f"{x}.tolist()", "tolist", obs=True, dtype=dtype_of(t))
+            self.emit(f"{x}.tolist()", "tolist", obs=True, dtype=tol)
         elif kind == "clone_cpu":
-            self.emit(f"{x}.clone().cpu()", "cpu", obs=True)
+            self.emit(f"{x}.clone().cpu()", "cpu", obs=True, dtype=tol)
         else:
-            self.emit(f"{x}", "cpu", obs=True)
+            self.emit(f"{x}", "cpu", obs=True, dtype=tol)
+
+    def tolerance(self, x):
+        """The dtype whose tolerance x's values compare at: its own, or a looser one it was computed in."""
+        t = self.T(x)
+        if is_float(t) and x in self.precision and not self.exact.get(x, True):
+            return loosest(dtype_of(t), self.precision[x])
+        return dtype_of(t)
 
 
 def _contiguous(shape):

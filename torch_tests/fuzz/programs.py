@@ -7,6 +7,8 @@ as plain PyTorch code. A record:
     op     the op's name (the summary counts mismatches by it; KNOWN in generator.py names ops)
     obs    True when `code` is an expression whose value both devices must agree on
     input  for an input tensor: {values, dtype, size, stride, offset}; its code is rendered from it
+    tol    {name: dtype}: tensors this record defines or writes whose values carry the rounding of a
+           less precise float dtype (a float64 cast of a float32 convolution), compared at its tolerance
 
 Names are `t<N>`; the only other free names are `torch`, `F` (torch.nn.functional), `io` and `dev`. A record
 that uses a name no earlier record defined (it was dropped, or the op defining it raised) is skipped, on
@@ -25,6 +27,7 @@ import warnings
 
 import torch
 import torch.nn.functional as F
+from comparator import loosest
 from records import code_of, defined, used
 
 
@@ -39,6 +42,10 @@ def _storage_key(t):
         return (st.data_ptr(), st.nbytes()) if st.nbytes() > 0 else None
     except Exception:
         return None
+
+
+def _is_float_tensor(v):
+    return isinstance(v, torch.Tensor) and v.dtype.is_floating_point
 
 
 def _out_target(rec, env):
@@ -61,6 +68,7 @@ class Execution:
         self.names = []  # defined tensor names, in order
         self.log = []
         self.leaves = []  # names that were made leaves requiring grad
+        self.tol = {}  # name -> a looser dtype its values compare at (the generator's rec["tol"])
 
     def run(self, program):
         with warnings.catch_warnings():
@@ -86,6 +94,7 @@ class Execution:
                 self.log.append(("obs", self.summary(eval(code, self.env), values=True), rec.get("dtype")))
                 return
             exec(code, self.env)
+            self.tol.update(rec.get("tol", {}))
             value = self.env[name] if name else None
             if self.plant and rec["op"] == self.plant.split(":")[-1]:
                 self.planted(value)
@@ -118,14 +127,17 @@ class Execution:
     def finish(self):
         for name in self.names:
             if name in self.env:
-                self._final(("end", name), lambda n=name: self.env[n])
+                self._final(("end", name), lambda n=name: self.env[n], self.tol.get(name))
+        # a gradient flows back through every op of the program: it compares at the loosest dtype used
+        floats = [str(t.dtype).removeprefix("torch.") for t in self.env.values() if _is_float_tensor(t)]
+        grad_tol = loosest(*floats, *self.tol.values())
         for name in self.leaves:
             if name in self.env:
-                self._final(("grad", name), lambda n=name: self.env[n].grad)
+                self._final(("grad", name), lambda n=name: self.env[n].grad, grad_tol)
 
-    def _final(self, head, get):
+    def _final(self, head, get, tol):
         try:
-            self.log.append((*head, self.summary(get(), values=True)))
+            self.log.append((*head, self.summary(get(), values=True), tol))
         except Exception as e:  # reading a tensor back must not fail on one device only
             self.log.append(("raise", type(e).__name__, _first_line(e)))
 

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
@@ -56,3 +58,22 @@ def test_a_crash_is_isolated_and_reported_with_its_seed():
     assert p.returncode == 1
     assert re.search(r"^seed \d+: crash: killed by signal 6", p.stdout, re.M), p.stdout[-5000:]
     assert re.search(r"20 programs, 0 mismatches, [1-9]\d* crashes, 0 hangs", p.stdout), p.stdout[-5000:]
+
+
+def test_a_cast_of_rounded_floats_compares_at_the_precision_it_was_computed_in():
+    # seed 8454: a float32 conv_transpose2d cast to float64; the two devices sum in different orders, so
+    # the float64 values differ by float32 rounding, not by float64's
+    program = generate(8454)
+    cast = next(rec for rec in program if rec["op"] == "cast" and "float64" in rec["code"])
+    assert cast.get("tol") == {cast["code"].split(" =")[0]: "float32"}, cast
+    cpu = torch.tensor([17.816999435424805], dtype=torch.float64)
+    tiny = torch.tensor([17.816997528076172], dtype=torch.float64)  # one float32 step away
+    summary = {"dtype": "float64", "shape": (1,), "stride": (1,), "offset": 0, "requires_grad": False}
+    summary |= {"base": None, "shares": ()}
+
+    def log(values, tol):
+        return [("end", "t5", {**summary, "values": values}, tol)]
+
+    assert compare(log(cpu, None), log(tiny, None), 0)["category"] == "values"
+    assert compare(log(cpu, "float32"), log(tiny, "float32"), 0) is None
+    assert compare(log(cpu, "float32"), log(cpu + 0.01, "float32"), 0)["category"] == "values"
