@@ -9,9 +9,9 @@
 // CUDA, binary_cross_entropy refuses autocast (its input is usually a sigmoid rounded to the autocast
 // dtype); torch's CPU list differs from CUDA's in places (softmax stays in the input dtype there).
 //
-// GradScaler. Both kernels are UOp graphs, so a step that unscales and checks its gradients, skips or
-// takes the optimizer step and updates the scale runs without leaving the device or syncing: found_inf,
-// the scale and the growth tracker stay lazy tensors. They compute as torch's CPU kernels do: gradients
+// GradScaler. Both kernels are UOp graphs, so unscaling, the inf/NaN check and the scale update never
+// leave the device: found_inf, the scale and the growth tracker stay lazy tensors until GradScaler.step
+// reads found_inf (a sync) to decide whether to step. They compute as torch's CPU kernels do: gradients
 // are multiplied by inv_scale in float32 (float64 for float64 gradients), and the scale is multiplied by
 // the growth or backoff factor in float64 and rounded to float32.
 
