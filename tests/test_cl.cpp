@@ -512,6 +512,23 @@ TEST_F(ClDevice, AMatmulAsAReduceOfABroadcastProductMatchesTheCpu) {
   EXPECT_EQ(k.ast->src.size(), 8u) << src;
 }
 
+// A work-group's threads read a row of x (all columns) or a column of w (all row blocks) alike: each
+// is copied into local memory once per group, 16 reduce steps at a time, between barriers.
+TEST_F(ClDevice, AMatmulStagesTilesOfBothOperandsInLocalMemory) {
+  const int64_t M = 128, K = 96, N = 64;
+  auto graph = [&](const std::vector<UOpPtr>& in) {
+    auto a = expand(reshape(in[0], {M, K, 1}), {M, K, N});
+    auto b = expand(reshape(in[1], {1, K, N}), {M, K, N});
+    return reshape(reduce(alu(Ops::MUL, a, b), Ops::ADD, {1}), {M, N});
+  };
+  Input x = input(DType::Float32, random_floats(M * K, 3)), w = input(DType::Float32, random_floats(K * N, 4));
+  auto [got, want] = run_both({x, w}, graph);
+  expect_close(as<float>(got), as<float>(want), 1e-5f * static_cast<float>(K));
+  auto [k, src] = cl_kernel_of(*cl, graph({buffer(upload(*cl, x)), buffer(upload(*cl, w))}));
+  EXPECT_NE(src.find("__local float tile"), std::string::npos) << src;
+  EXPECT_NE(src.find("barrier(CLK_LOCAL_MEM_FENCE)"), std::string::npos) << src;
+}
+
 TEST_F(ClDevice, AScatterCombinesRepeatedIndicesInOrderLikeTheCpu) {
   std::vector<float> base(50, 1.0f), vals = random_floats(40, 14);
   std::vector<int64_t> idx(40);
