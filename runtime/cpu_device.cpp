@@ -17,6 +17,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <unordered_map>
+#include <vector>
 
 #include "runtime/debug.h"
 #include "runtime/device.h"
@@ -200,9 +201,23 @@ private:
 
 } // namespace
 
-Device& cpu_device() {
-  static CpuDevice* dev = new CpuDevice(); // never destroyed: buffers may be freed during static teardown
-  return *dev;
+int cpu_device_count() {
+  static const int count = static_cast<int>(env_limit("TINY_CPU_DEVICES", 1));
+  return count;
+}
+
+Device& cpu_device(int index) {
+  // never destroyed: buffers may be freed during static teardown
+  static const std::vector<CpuDevice*> devices = [] {
+    std::vector<CpuDevice*> all;
+    for (int i = 0; i < cpu_device_count(); ++i)
+      all.push_back(new CpuDevice());
+    return all;
+  }();
+  if (index < 0 || index >= cpu_device_count())
+    throw std::out_of_range("tiny: CPU device index " + std::to_string(index) + " out of range (" +
+                            std::to_string(cpu_device_count()) + " CPU devices, TINY_CPU_DEVICES)");
+  return *devices[static_cast<size_t>(index)];
 }
 
 int64_t loaded_programs() { return live_programs.load(); }

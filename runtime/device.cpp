@@ -1,4 +1,4 @@
-// Which backend `tiny:N` is: TINY_DEVICE=CPU|CL (default CPU).
+// Which backend `tiny:N` is: TINY_DEVICE=CPU|CL (default CPU), and how many devices it has.
 
 #include <cstdlib>
 #include <stdexcept>
@@ -11,7 +11,11 @@ namespace tiny::runtime {
 
 namespace {
 
-const std::pair<const char*, Device& (*)()> kBackends[] = {{"CPU", cpu_device}, {"CL", cl_device}};
+Device& first_cpu_device() { return cpu_device(0); }
+
+const std::pair<const char*, Device& (*)()> kBackends[] = {{"CPU", first_cpu_device}, {"CL", cl_device}};
+
+std::string backend_name() { return std::getenv("TINY_DEVICE") ? std::getenv("TINY_DEVICE") : "CPU"; }
 
 } // namespace
 
@@ -25,11 +29,16 @@ Device& backend_device(const std::string& backend) {
 }
 
 Device& device(int index) {
-  if (index != 0) throw std::out_of_range("tiny: device index " + std::to_string(index) + " out of range (1 device)");
-  static Device& dev = backend_device(std::getenv("TINY_DEVICE") ? std::getenv("TINY_DEVICE") : "CPU");
-  return dev;
+  static Device& first = backend_device(backend_name());
+  if (index < 0 || index >= device_count())
+    throw std::out_of_range("tiny: device index " + std::to_string(index) + " out of range (" +
+                            std::to_string(device_count()) + " devices)");
+  return index == 0 ? first : cpu_device(index);
 }
 
-int device_count() { return 1; }
+int device_count() {
+  static const int count = backend_name() == "CPU" ? cpu_device_count() : 1;
+  return count;
+}
 
 } // namespace tiny::runtime

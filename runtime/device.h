@@ -133,14 +133,17 @@ public:
   virtual std::optional<int64_t> free_memory() const = 0;
 };
 
-// The device `tiny:index` of the backend TINY_DEVICE names: CPU (the default) or CL.
+// The device `tiny:index` of the backend TINY_DEVICE names: CPU (the default) or CL. The CPU backend has
+// TINY_CPU_DEVICES (default 1) devices, each with its own allocator, programs and queue (they share the
+// thread pool), so that multi-device code runs and is tested on one machine; CL has one.
 Device& device(int index = 0);
 int device_count();
 // The device of a backend by name ("CPU", "CL"), whatever TINY_DEVICE says; throws a runtime_error
 // saying what is missing when the backend cannot run here (no libOpenCL.so.1, no OpenCL platform).
 Device& backend_device(const std::string& backend);
-Device& cpu_device();
-Device& cl_device(); // TINY_CL_DEVICE=N picks the N-th OpenCL device (all platforms, in order)
+Device& cpu_device(int index = 0); // index < cpu_device_count()
+int cpu_device_count();            // TINY_CPU_DEVICES, default 1
+Device& cl_device();               // TINY_CL_DEVICE=N picks the N-th OpenCL device (all platforms, in order)
 
 // Programs loaded now (on the CPU each is a dlopen'ed library, and a process can map only so many):
 // devices keep at most TINY_MAX_PROGRAMS (default 2048) cached, dropping the least recently used, and

@@ -303,33 +303,45 @@ void LazyBuffer::read_host(const StridedView& v, void* dst) {
       return;
     }
   }
-  BufferRef out = realize_value(r);
+  BufferRef out = realize_value(r, &device_);
   device_.allocator().copy_out(dst, std::static_pointer_cast<Buffer>(out)->ptr(), 0, nbytes);
   device_.synchronize(); // a GPU device learns of its kernels' errors there
   raise_kernel_errors();
 }
 
-void synchronize() {
+void LazyBuffer::realize_pending(Device* only) {
   std::lock_guard lock(graph_mutex());
-  if (!pending_list.head) return;
-  std::vector<LazyBuffer*> list;
-  std::vector<UOpPtr> roots;
-  for (LazyBuffer* lb = pending_list.head; lb; lb = lb->next_pending_) {
-    list.push_back(lb);
-    roots.push_back(lb->content_);
-  }
-  std::vector<UOpPtr> results = realize_all(roots);
-  for (size_t i = 0; i < list.size(); i++) {
-    list[i]->content_ = results[i];
-    list[i]->leave_pending();
+  // One graph never mixes devices (a copy between devices goes through the host): each device's pending
+  // storages realize together, as one schedule on that device.
+  std::vector<Device*> devices;
+  for (LazyBuffer* lb = pending_list.head; lb; lb = lb->next_pending_)
+    if ((!only || &lb->device_ == only) && std::find(devices.begin(), devices.end(), &lb->device_) == devices.end())
+      devices.push_back(&lb->device_);
+  for (Device* d : devices) {
+    std::vector<LazyBuffer*> list;
+    std::vector<UOpPtr> roots;
+    for (LazyBuffer* lb = pending_list.head; lb; lb = lb->next_pending_) {
+      if (&lb->device_ != d) continue;
+      list.push_back(lb);
+      roots.push_back(lb->content_);
+    }
+    std::vector<UOpPtr> results = realize_all(roots, d);
+    for (size_t i = 0; i < list.size(); i++) {
+      list[i]->content_ = results[i];
+      list[i]->leave_pending();
+    }
   }
   // A sync point waits for what it enqueued (GPU launches are asynchronous).
-  std::vector<Device*> devices;
-  for (LazyBuffer* lb : list)
-    if (std::find(devices.begin(), devices.end(), &lb->device_) == devices.end()) devices.push_back(&lb->device_);
   for (Device* d : devices)
     d->synchronize();
   raise_kernel_errors();
+}
+
+void synchronize() { LazyBuffer::realize_pending(nullptr); }
+
+void synchronize(Device& device) {
+  LazyBuffer::realize_pending(&device);
+  device.synchronize(); // what earlier syncs enqueued on it
 }
 
 } // namespace tiny::runtime

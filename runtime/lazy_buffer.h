@@ -58,6 +58,8 @@ public:
 
 private:
   friend void synchronize();
+  friend void synchronize(Device& device);
+  static void realize_pending(Device* only);
   UOpPtr content_locked(DType dtype); // content as `dtype`, created empty on first use
   void write_host_bytes(const StridedView& v, const void* src);
   void copy_out_bytes(void* dst); // the whole storage, realized
@@ -74,8 +76,11 @@ private:
   void leave_pending();
 };
 
-// Realizes every pending LazyBuffer (one schedule).
+// Realizes every pending LazyBuffer (one schedule per device, in the order the devices' storages first
+// became pending) and waits for the queues of the devices it ran on.
 void synchronize();
+// The same for the pending LazyBuffers of one device (an event's record, torch.tiny.synchronize(device)).
+void synchronize(Device& device);
 
 // Counters reported by torch.tiny.stats().
 struct Stats {

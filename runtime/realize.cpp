@@ -38,7 +38,8 @@ struct GraphKey {
   size_t hash = 0;
   Device* device = nullptr; // the device its buffers are on (null: it reads none)
 
-  explicit GraphKey(const std::vector<UOpPtr>& roots) {
+  GraphKey(const std::vector<UOpPtr>& roots, Device* on) : device(on) {
+    if (device) tokens.push_back(reinterpret_cast<uintptr_t>(device)); // schedules are per device
     std::unordered_map<const UOp*, uint64_t> pos;
     for (const UOpPtr& r : roots) {
       for (const UOpPtr& n : toposort(r)) {
@@ -286,10 +287,10 @@ NewBuffer new_buffers_on(Device& device) {
 
 } // namespace
 
-std::vector<UOpPtr> realize_all(const std::vector<UOpPtr>& roots) {
+std::vector<UOpPtr> realize_all(const std::vector<UOpPtr>& roots, Device* on) {
   auto t0 = Clock::now();
   int64_t k0 = stats().kernels;
-  GraphKey key(roots);
+  GraphKey key(roots, on);
   std::vector<UOpPtr> out;
   bool hit = false;
   if (const CachedSchedule* cached = schedule_cache().find(key)) {
@@ -313,8 +314,8 @@ std::vector<UOpPtr> realize_all(const std::vector<UOpPtr>& roots) {
   return out;
 }
 
-BufferRef realize_value(const UOpPtr& value) {
-  Device* dev = nullptr;
+BufferRef realize_value(const UOpPtr& value, Device* on) {
+  Device* dev = on;
   for (const UOpPtr& n : toposort(value)) {
     if (n->op != Ops::BUFFER) continue;
     Device& d = static_cast<Buffer&>(*n->buffer()).device();

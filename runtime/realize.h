@@ -8,11 +8,14 @@
 
 namespace tiny::runtime {
 
+class Device;
+
 // Realizes the contents of pending storages together: each root becomes a BUFFER node holding
-// its value (schedule() says which kernels do it).
-std::vector<UOpPtr> realize_all(const std::vector<UOpPtr>& roots);
+// its value (schedule() says which kernels do it). The kernels run on `on` (null: the device of the
+// buffers the graphs read, tiny:0 when they read none); a graph reading buffers of two devices throws.
+std::vector<UOpPtr> realize_all(const std::vector<UOpPtr>& roots, Device* on = nullptr);
 
 // Evaluates a graph over realized buffers into a new contiguous buffer (row-major over its shape).
-BufferRef realize_value(const UOpPtr& value);
+BufferRef realize_value(const UOpPtr& value, Device* on = nullptr);
 
 } // namespace tiny::runtime
