@@ -197,6 +197,7 @@ at::Tensor result(const Shape& shape, const at::Tensor& like, c10::MemoryFormat 
 at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                        c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
                        c10::IntArrayRef output_padding, int64_t groups) {
+  check_same_device({input, weight, bias.value_or(at::Tensor())});
   TORCH_CHECK(weight.dim() >= 3 && weight.dim() <= 5 && input.dim() == weight.dim(), "tiny: convolution expects a ",
               "batched input and a weight of 3, 4 or 5 dims, got input ", input.sizes(), " and weight ",
               weight.sizes());

@@ -234,6 +234,8 @@ std::string shapes_of(const std::vector<at::Tensor>& tensors) {
 }
 
 AdvancedIndex advanced_index(const at::Tensor& self, const IndexList& indices) {
+  for (const std::optional<at::Tensor>& i : indices)
+    if (i.has_value()) check_same_device({self, *i});
   TORCH_CHECK_INDEX(indices.size() <= static_cast<size_t>(self.dim()), "too many indices for tensor of dimension ",
                     self.dim(), " (got ", indices.size(), ")");
   at::native::checkIndexTensorTypes(indices, /*allow_int=*/true);
@@ -469,6 +471,7 @@ void check_index_dtype(const at::Tensor& index, const char* op) {
 }
 
 at::Tensor& index_select_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, at::Tensor& out) {
+  check_same_device({self, index, out});
   dim = at::maybe_wrap_dim(dim, self.dim());
   int64_t n = index.numel();
   TORCH_CHECK_INDEX(index.dim() <= 1, "index_select(): Index is supposed to be a vector");
@@ -650,6 +653,7 @@ at::Tensor& put_(at::Tensor& self, const at::Tensor& index, const at::Tensor& so
 
 at::Tensor& gather_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, bool sparse_grad,
                        at::Tensor& out) {
+  check_same_device({self, index, out});
   at::meta::gather_outf(self, dim, index, sparse_grad, out);
   dim = at::maybe_wrap_dim(dim, self.dim());
   check_scatter_gather_range(index, dim, self.dim() == 0 ? 1 : self.size(dim));

@@ -377,6 +377,7 @@ void check_float(const Pointwise& f, at::ScalarType dtype) {
 // The loss of input against target into `out` (its shape and dtype already torch's).
 void write_pointwise(const Pointwise& f, const at::Tensor& self, const at::Tensor& target, int64_t reduction,
                      double param, const at::Tensor& out) {
+  check_same_device({self, target, out});
   check_reduction(reduction);
   at::ScalarType common = at::result_type(self, target);
   check_float(f, common);
@@ -442,6 +443,7 @@ at::Tensor& huber_loss_out(const at::Tensor& self, const at::Tensor& target, int
 void write_pointwise_backward(const Pointwise& f, const at::Tensor& grad_output, const at::Tensor& self,
                               const at::Tensor& target, int64_t reduction, double param, at::Tensor& grad_input,
                               bool promote) {
+  check_same_device({grad_output, self, target, grad_input});
   check_reduction(reduction);
   at::TensorIteratorConfig cfg;
   cfg.add_output(grad_input).add_const_input(self).add_const_input(target).add_const_input(grad_output);

@@ -78,6 +78,7 @@ at::Tensor fresh(const at::Tensor& like, const Shape& shape) {
 void check_2d(const at::Tensor& t, const char* name) { TORCH_CHECK(t.dim() == 2, name, " must be a matrix"); }
 
 UOpPtr mm_value(const at::Tensor& a, const at::Tensor& b, DType dt) {
+  check_same_device({a, b});
   check_2d(a, "self");
   check_2d(b, "mat2");
   TORCH_CHECK(a.size(1) == b.size(0), "mat1 and mat2 shapes cannot be multiplied (", a.size(0), "x", a.size(1), " and ",
@@ -88,6 +89,7 @@ UOpPtr mm_value(const at::Tensor& a, const at::Tensor& b, DType dt) {
 }
 
 UOpPtr bmm_value(const at::Tensor& a, const at::Tensor& b, DType dt, bool reduce_batch) {
+  check_same_device({a, b});
   TORCH_CHECK(a.dim() == 3, "batch1 must be a 3D tensor");
   TORCH_CHECK(b.dim() == 3, "batch2 must be a 3D tensor");
   TORCH_CHECK(b.size(0) == a.size(0) && b.size(1) == a.size(2), "Expected size for first two dimensions of batch2 ",
@@ -139,6 +141,7 @@ at::Tensor& bmm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
 
 UOpPtr addmm_value(const at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2, const at::Scalar& beta,
                    const at::Scalar& alpha) {
+  check_same_device({self, m1, m2});
   check_same_dtype(self, m1, "self and mat1");
   DType dt = compute_of(m1);
   UOpPtr p = mm_value(m1, m2, dt);
@@ -173,6 +176,7 @@ at::Tensor& addmm_(at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2,
 
 UOpPtr addmv_value(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec, const at::Scalar& beta,
                    const at::Scalar& alpha) {
+  check_same_device({self, mat, vec});
   TORCH_CHECK(mat.dim() == 2 && vec.dim() == 1, "vector + matrix @ vector expected, got ", self.dim(), ", ", mat.dim(),
               ", ", vec.dim());
   TORCH_CHECK(mat.size(1) == vec.size(0), "size mismatch, got input (", self.size(0), "), mat (", mat.size(0), "x",
@@ -204,6 +208,7 @@ at::Tensor& addmv_(at::Tensor& self, const at::Tensor& mat, const at::Tensor& ve
 }
 
 at::Tensor dot(const at::Tensor& a, const at::Tensor& b) {
+  check_same_device({a, b});
   TORCH_CHECK(a.dim() == 1 && b.dim() == 1, "1D tensors expected, but got ", a.dim(), "D and ", b.dim(), "D tensors");
   TORCH_CHECK(a.scalar_type() == b.scalar_type(), "dot : expected both vectors to have same dtype, but found ",
               a.scalar_type(), " and ", b.scalar_type());
@@ -219,6 +224,7 @@ at::Tensor dot(const at::Tensor& a, const at::Tensor& b) {
 
 UOpPtr baddbmm_value(const at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2, const at::Scalar& beta,
                      const at::Scalar& alpha, bool reduce_batch) {
+  check_same_device({self, b1, b2});
   check_same_dtype(self, b1, "self and batch1");
   DType dt = compute_of(b1);
   UOpPtr p = bmm_value(b1, b2, dt, reduce_batch);
@@ -262,6 +268,7 @@ void check_addr_scalar(at::ScalarType dtype, const at::Scalar& scalar, const cha
 // inplace (self then must be (n, m) itself).
 UOpPtr addr_value(const at::Tensor& self, const at::Tensor& vec1, const at::Tensor& vec2, const at::Scalar& beta,
                   const at::Scalar& alpha, at::ScalarType dtype, bool inplace) {
+  check_same_device({self, vec1, vec2});
   TORCH_CHECK(vec1.dim() == 1, "addr: Expected 1-D argument vec1, but got ", vec1.dim(), "-D");
   TORCH_CHECK(vec2.dim() == 1, "addr: Expected 1-D argument vec2, but got ", vec2.dim(), "-D");
   check_addr_scalar(dtype, beta, "beta");

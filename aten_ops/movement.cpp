@@ -153,6 +153,9 @@ void write_cat(const at::ITensorListRef& tensors, int64_t dim, const at::Tensor&
 }
 
 at::Tensor& cat_out(const at::ITensorListRef& tensors, int64_t dim, at::Tensor& out) {
+  std::vector<at::Tensor> all(tensors.begin(), tensors.end());
+  all.push_back(out);
+  check_same_device(all);
   at::meta::cat_outf(tensors, dim, out);
   at::assert_no_internal_overlap(out);
   write_cat(tensors, dim, out);
@@ -160,6 +163,7 @@ at::Tensor& cat_out(const at::ITensorListRef& tensors, int64_t dim, at::Tensor& 
 }
 
 at::Tensor cat(const at::ITensorListRef& tensors, int64_t dim) {
+  check_same_device(std::vector<at::Tensor>(tensors.begin(), tensors.end()));
   at::Tensor meta = at::meta::cat(tensors, dim);
   c10::Device device = tensors.front().device();
   for (const at::Tensor& t : tensors)
@@ -601,6 +605,7 @@ template <bool Lower> at::Tensor& triangle_out(const at::Tensor& self, int64_t k
 
 void masked_fill_with(at::Tensor& self, const at::Tensor& mask,
                       const std::function<UOpPtr(DType, const Shape&)>& value) {
+  check_same_device({self, mask});
   TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_fill_ only supports boolean masks, but got mask with dtype ",
               mask.scalar_type());
   if (at::has_internal_overlap(self) == at::MemOverlap::Yes)
@@ -634,6 +639,7 @@ at::Tensor& masked_fill_tensor(at::Tensor& self, const at::Tensor& mask, const a
   TORCH_CHECK(value.dim() == 0, "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
               value.dim(), " dimension(s).");
   if (!value.is_privateuseone()) return masked_fill_scalar(self, mask, value.item());
+  check_same_device({self, value});
   // a tiny value stays lazy: no sync
   masked_fill_with(self, mask, [&](DType dt, const Shape& shape) {
     return expand(reshape(cast(read(value), dt), Shape(shape.size(), 1)), shape);

@@ -183,6 +183,8 @@ void batch_norm_out(const BatchNormArgs& a, at::Tensor& out, at::Tensor& save_me
 Tensors3 native_batch_norm(const at::Tensor& input, const std::optional<at::Tensor>& weight,
                            const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& running_mean,
                            const std::optional<at::Tensor>& running_var, bool training, double momentum, double eps) {
+  check_same_device({input, weight.value_or(at::Tensor()), bias.value_or(at::Tensor()),
+                     running_mean.value_or(at::Tensor()), running_var.value_or(at::Tensor())});
   return batch_norm({input, value_or_undefined(weight), value_or_undefined(bias), value_or_undefined(running_mean),
                      value_or_undefined(running_var), training, momentum, eps});
 }
@@ -362,6 +364,7 @@ LayerNormShape layer_norm_shape(const at::Tensor& input, c10::IntArrayRef normal
 Tensors3 native_layer_norm(const at::Tensor& input, c10::IntArrayRef normalized_shape,
                            const std::optional<at::Tensor>& weight_opt, const std::optional<at::Tensor>& bias_opt,
                            double eps) {
+  check_same_device({input, weight_opt.value_or(at::Tensor()), bias_opt.value_or(at::Tensor())});
   const at::Tensor& weight = value_or_undefined(weight_opt);
   const at::Tensor& bias = value_or_undefined(bias_opt);
   bool mixed = is_mixed_type(input, weight, bias);
@@ -462,6 +465,7 @@ UOpPtr group_channel(const at::Tensor& t, DType dt, const GroupShape& s) {
 Tensors3 native_group_norm(const at::Tensor& input, const std::optional<at::Tensor>& weight_opt,
                            const std::optional<at::Tensor>& bias_opt, int64_t n, int64_t c, int64_t hw, int64_t group,
                            double eps) {
+  check_same_device({input, weight_opt.value_or(at::Tensor()), bias_opt.value_or(at::Tensor())});
   const at::Tensor& weight = value_or_undefined(weight_opt);
   const at::Tensor& bias = value_or_undefined(bias_opt);
   check_group_norm(input, weight, bias, c, group);

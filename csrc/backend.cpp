@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "csrc/allocator.h"
+#include "csrc/stream.h"
 #include "runtime/device.h"
 #include "runtime/lazy_buffer.h"
 
@@ -111,21 +112,37 @@ struct TinyGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   void uncheckedSetDevice(c10::Device d) const noexcept override { current_index = d.index(); }
 
-  // One in-order queue per device: every stream is the default stream.
-  static c10::Stream default_stream(c10::Device d) { return c10::Stream(c10::Stream::DEFAULT, d); }
-  c10::Stream getStream(c10::Device d) const override { return default_stream(d); }
-  c10::Stream getDefaultStream(c10::Device d) const override { return default_stream(d); }
-  c10::Stream getNewStream(c10::Device d, int /*priority*/) const override { return default_stream(d); }
+  // Streams and events (csrc/stream.h): every stream of a device names its one in-order queue.
+  c10::Stream getStream(c10::Device d) const override { return current_stream(d.index()); }
+  c10::Stream getDefaultStream(c10::Device d) const override { return default_stream(d.index()); }
+  c10::Stream getNewStream(c10::Device d, int /*priority*/) const override { return new_stream(d.index()); }
   c10::Stream getStreamFromGlobalPool(c10::Device d, bool /*high_priority*/) const override {
-    return default_stream(d);
+    return new_stream(d.index());
   }
-  c10::Stream exchangeStream(c10::Stream s) const override { return default_stream(s.device()); }
+  c10::Stream exchangeStream(c10::Stream s) const override { return exchange_stream(s); }
+  bool queryStream(const c10::Stream& stream) const override { return query_stream(stream); }
+  void synchronizeStream(const c10::Stream& stream) const override { synchronize_stream(stream); }
+  void synchronizeDevice(const c10::DeviceIndex index) const override {
+    synchronize_stream(default_stream(index == -1 ? current_device() : index));
+  }
+
+  void record(void** event, const c10::Stream& stream, const c10::DeviceIndex /*index*/,
+              const c10::EventFlag flag) const override {
+    record_event(event, stream, flag);
+  }
+  // The device's queue is in order and a recorded event has run: a stream has nothing to wait for.
+  void block(void* /*event*/, const c10::Stream& stream) const override { index_checked(stream); }
+  bool queryEvent(void* event) const override { return query_event(event); }
+  void synchronizeEvent(void* /*event*/) const override {}
+  double elapsedTime(void* start, void* end, const c10::DeviceIndex /*index*/) const override {
+    return elapsed_ms(start, end);
+  }
+  void destroyEvent(void* event, const c10::DeviceIndex /*index*/) const noexcept override { destroy_event(event); }
 
   c10::DeviceIndex deviceCount() const noexcept override { return device_count(); }
-  // Lazy work is not queued until a sync, so a stream never has work in flight.
-  bool queryStream(const c10::Stream& /*stream*/) const override { return true; }
-  void synchronizeStream(const c10::Stream& /*stream*/) const override { runtime::synchronize(); }
-  void synchronizeDevice(const c10::DeviceIndex /*index*/) const override { runtime::synchronize(); }
+
+private:
+  static void index_checked(const c10::Stream& stream) { check_device_index(stream.device_index()); }
 };
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, TinyGuardImpl);

@@ -79,18 +79,26 @@ bool is_generator_argument(const c10::Argument& arg) {
   return type->kind() == c10::TypeKind::GeneratorType;
 }
 
-// The tiny device the op runs on: its first tiny tensor argument's, or its tiny `device=` argument.
+// The tiny device the op runs on: that of its tiny tensor arguments, which torch requires to be one
+// device, or else its tiny `device=` argument.
 std::optional<c10::Device> tiny_device_of(c10::ArrayRef<c10::IValue> arguments) {
+  std::optional<c10::Device> found;
+  auto see = [&found](const at::Tensor& t) {
+    if (!t.defined() || !t.device().is_privateuseone()) return;
+    TORCH_CHECK(!found || *found == t.device(),
+                "Expected all tensors to be on the same device, but found at least two devices, ", *found, " and ",
+                t.device(), "!");
+    found = t.device();
+  };
   for (const c10::IValue& v : arguments) {
-    if (v.isTensor() && v.toTensor().defined() && v.toTensor().device().is_privateuseone())
-      return v.toTensor().device();
+    if (v.isTensor()) see(v.toTensor());
+    if (v.isTensorList())
+      for (const at::Tensor& t : v.toTensorList().vec())
+        see(t);
+  }
+  if (found) return found;
+  for (const c10::IValue& v : arguments)
     if (v.isDevice() && v.toDevice().is_privateuseone()) return v.toDevice();
-  }
-  for (const c10::IValue& v : arguments) {
-    if (!v.isTensorList()) continue;
-    for (const at::Tensor& t : v.toTensorList().vec())
-      if (t.defined() && t.device().is_privateuseone()) return t.device();
-  }
   return std::nullopt;
 }
 

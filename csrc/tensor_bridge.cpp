@@ -110,6 +110,17 @@ void write(const at::Tensor& dst, const UOpPtr& value) {
   lazy_buffer(dst).write(view, dst.is_neg() ? alu(Ops::NEG, value) : value);
 }
 
+void check_same_device(c10::ArrayRef<at::Tensor> tensors) {
+  const at::Tensor* first = nullptr;
+  for (const at::Tensor& t : tensors) {
+    if (!t.defined() || !t.is_privateuseone()) continue;
+    if (!first) first = &t;
+    TORCH_CHECK(t.device() == first->device(),
+                "Expected all tensors to be on the same device, but found at least two devices, ", first->device(),
+                " and ", t.device(), "!");
+  }
+}
+
 UOpPtr scalar_constant(const at::Scalar& value, DType dt, const Shape& shape) {
   UOpPtr c;
   switch (dt) {

@@ -33,6 +33,10 @@ UOpPtr read(const at::Tensor& t);
 // alias of its storage. `dst` must not overlap itself.
 void write(const at::Tensor& dst, const UOpPtr& value);
 
+// torch's error when an op's tiny tensors are on two devices (TensorIterator's message), raised at the call;
+// undefined tensors and tensors of other devices (a CPU scalar) are left to the op's own checks.
+void check_same_device(c10::ArrayRef<at::Tensor> tensors);
+
 // A runtime scalar (DEFINE_VAR: a kernel argument, so new values compile nothing) holding `value`
 // converted to `dt` the way torch converts a Scalar for a tensor of that dtype (including torch's
 // overflow error), broadcast to `shape`.

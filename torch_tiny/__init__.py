@@ -115,7 +115,11 @@ from torch_tiny import device as _device  # noqa: E402
 
 # torch.tiny's functions, also importable from torch_tiny
 __all__ = [
+    "Event",
+    "Stream",
     "current_device",
+    "current_stream",
+    "default_stream",
     "device_count",
     "empty_cache",
     "get_device_name",
@@ -133,7 +137,9 @@ __all__ = [
     "reset_peak_memory_stats",
     "reset_stats",
     "set_device",
+    "set_stream",
     "stats",
+    "stream",
     "synchronize",
 ]
 globals().update({name: getattr(_device, name) for name in __all__})

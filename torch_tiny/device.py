@@ -7,8 +7,13 @@ import torch
 from torch_tiny import _C
 
 __all__ = [
+    "Event",
+    "Stream",
+    "StreamContext",
     "current_device",
+    "current_stream",
     "default_generators",
+    "default_stream",
     "device",
     "device_count",
     "empty_cache",
@@ -35,7 +40,9 @@ __all__ = [
     "seed",
     "set_device",
     "set_rng_state",
+    "set_stream",
     "stats",
+    "stream",
     "synchronize",
 ]
 
@@ -143,8 +150,88 @@ class device:  # noqa: N801  (torch's device modules name it so: torch.cuda.devi
 
 
 def synchronize(device=None) -> None:
-    """Runs every pending computation (on every tiny device: one realize)."""
+    """Runs every pending computation (on every tiny device: one realize per device)."""
     _C.synchronize()
+
+
+# Streams and events, as torch.cuda's. A tiny device has one in-order queue and every stream of the device
+# names it (stream 0 is the default stream), so work on two streams never overlaps and waiting between
+# streams has nothing to wait for. Work is lazy: recording an event realizes the device's pending work and
+# waits for the queue to run it, so a recorded event is complete, and elapsed_time measures the device work
+# submitted between two events (csrc/stream.h).
+
+
+class Stream(torch.Stream):
+    """A stream of tiny device `device` (default: the current one), like torch.cuda.Stream: query(),
+    synchronize(), wait_event(), wait_stream(), record_event(). `priority` is accepted and has no effect."""
+
+    def __new__(cls, device=None, priority: int = 0, **kwargs):
+        if kwargs:  # an existing stream: stream_id, device_index, device_type
+            return super().__new__(cls, **kwargs)
+        return super().__new__(cls, device=torch.device("tiny", _device_index(device)), priority=priority)
+
+
+class Event(torch.Event):
+    """An event of the tiny device it is recorded on, like torch.cuda.Event: record(), wait(), query(),
+    synchronize(), elapsed_time() (milliseconds, with enable_timing=True)."""
+
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
+        return super().__new__(
+            cls, device="tiny", enable_timing=enable_timing, blocking=blocking, interprocess=interprocess
+        )
+
+
+def _as_tiny_stream(s: torch.Stream) -> Stream:
+    return Stream(stream_id=s.stream_id, device_index=s.device_index, device_type=s.device_type)
+
+
+def current_stream(device=None) -> Stream:
+    """The calling thread's current stream of the device (the default stream until set_stream)."""
+    return _as_tiny_stream(torch.accelerator.current_stream(_device_index(device)))
+
+
+def default_stream(device=None) -> Stream:
+    """Stream 0 of the device."""
+    s = torch.accelerator.current_stream(_device_index(device))
+    return Stream(stream_id=0, device_index=s.device_index, device_type=s.device_type)
+
+
+def set_stream(stream: torch.Stream) -> None:
+    """Makes `stream` the current stream of its device, and its device the current one (torch.cuda.set_stream)."""
+    if stream is not None:
+        torch.accelerator.set_stream(stream)
+
+
+class StreamContext:
+    """Makes a stream current inside a `with` block (and its device, as torch.cuda.StreamContext), then
+    restores the previous current device and streams. A None stream does nothing."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.src_prev_stream = None
+        self.dst_prev_stream = None
+
+    def __enter__(self):
+        if self.stream is None:
+            return None
+        self.src_prev_stream = current_stream()
+        # the stream's device keeps its own current stream, restored on exit as well
+        if self.src_prev_stream.device_index != self.stream.device_index:
+            self.dst_prev_stream = current_stream(self.stream.device_index)
+        set_stream(self.stream)
+        return self.stream
+
+    def __exit__(self, *exc) -> None:
+        if self.stream is None:
+            return
+        if self.dst_prev_stream is not None:
+            set_stream(self.dst_prev_stream)
+        set_stream(self.src_prev_stream)
+
+
+def stream(stream) -> StreamContext:
+    """`with torch.tiny.stream(s):` runs the block with `s` as the current stream."""
+    return StreamContext(stream)
 
 
 def stats() -> dict:
