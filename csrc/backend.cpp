@@ -113,11 +113,12 @@ struct TinyGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void uncheckedSetDevice(c10::Device d) const noexcept override { current_index = d.index(); }
 
   // Streams and events (csrc/stream.h): every stream of a device names its one in-order queue.
-  c10::Stream getStream(c10::Device d) const override { return current_stream(d.index()); }
-  c10::Stream getDefaultStream(c10::Device d) const override { return default_stream(d.index()); }
-  c10::Stream getNewStream(c10::Device d, int /*priority*/) const override { return new_stream(d.index()); }
+  // torch.Stream(device="tiny") asks with index -1: the current device's
+  c10::Stream getStream(c10::Device d) const override { return current_stream(resolved(d)); }
+  c10::Stream getDefaultStream(c10::Device d) const override { return default_stream(resolved(d)); }
+  c10::Stream getNewStream(c10::Device d, int /*priority*/) const override { return new_stream(resolved(d)); }
   c10::Stream getStreamFromGlobalPool(c10::Device d, bool /*high_priority*/) const override {
-    return new_stream(d.index());
+    return new_stream(resolved(d));
   }
   c10::Stream exchangeStream(c10::Stream s) const override { return exchange_stream(s); }
   bool queryStream(const c10::Stream& stream) const override { return query_stream(stream); }
@@ -143,6 +144,7 @@ struct TinyGuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
 private:
   static void index_checked(const c10::Stream& stream) { check_device_index(stream.device_index()); }
+  static c10::DeviceIndex resolved(c10::Device d) { return d.index() == -1 ? current_device() : d.index(); }
 };
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, TinyGuardImpl);

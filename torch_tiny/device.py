@@ -171,14 +171,13 @@ class Stream(torch.Stream):
         return super().__new__(cls, device=torch.device("tiny", _device_index(device)), priority=priority)
 
 
-class Event(torch.Event):
-    """An event of the tiny device it is recorded on, like torch.cuda.Event: record(), wait(), query(),
-    synchronize(), elapsed_time() (milliseconds, with enable_timing=True)."""
+class Event:
+    """A torch.Event of the tiny device, like torch.cuda.Event: record(), wait(), query(), synchronize(),
+    elapsed_time() (milliseconds, with enable_timing=True). It makes a plain torch.Event: torch's
+    elapsed_time and wait_event accept no subclass of it."""
 
     def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
-        return super().__new__(
-            cls, device="tiny", enable_timing=enable_timing, blocking=blocking, interprocess=interprocess
-        )
+        return torch.Event(device="tiny", enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
 
 
 def _as_tiny_stream(s: torch.Stream) -> Stream:
