@@ -9,9 +9,9 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import DEVICE, assert_same, rand
+from conftest import DEVICE, assert_same, rand, tol
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from torch.nn.utils.rnn import pack_padded_sequence, pack_sequence, pad_packed_sequence, pad_sequence
 
 # A sequence of a few steps sums several float32 products per gate: the CPU's matmul and tiny's sum in
 # different orders.
@@ -60,18 +60,18 @@ def _flat(x):
             yield from _flat(v)
 
 
-def check_module(make, *inputs, dtype=torch.float32, loss_of=None):
+def check_module(make, *inputs, dtype=torch.float32, loss_of=None, tolerance=TOL):
     module = seeded(make).to(dtype)
     inputs = [x.to(dtype) if x is not None and x.is_floating_point() else x for x in inputs]
     expected, expected_grads, names = run(module, inputs, "cpu", loss_of)
     actual, actual_grads, _ = run(module, inputs, DEVICE, loss_of)
-    assert_same(actual, expected, path="output", **TOL)
+    assert_same(actual, expected, path="output", **tolerance)
     assert len(actual_grads) == len(expected_grads)
     labels = [f"input {i}" for i in range(len(actual_grads) - len(names))] + names
     for label, a, e in zip(labels, actual_grads, expected_grads, strict=True):
         assert (a is None) == (e is None), f"gradient of {label}: tiny {a is not None}, CPU {e is not None}"
         if e is not None:
-            assert_same(a, e, path=f"gradient of {label}", **TOL)
+            assert_same(a, e, path=f"gradient of {label}", **tolerance)
 
 
 def sequence(batch_first, seed=0, features=FEATURES):
@@ -156,6 +156,14 @@ def test_rnn_outputs_states_and_gradients_match_cpu(native, case, nonlinearity):
 def test_float64_recurrent_layers_match_cpu(native, kind, dtype):
     layer = nn.LSTM if kind == "lstm" else nn.GRU
     check_module(lambda: layer(FEATURES, HIDDEN, 2, bidirectional=True), sequence(False), dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_half_precision_recurrent_layers_match_cpu(native, kind, dtype):
+    """float16/bfloat16 cells compute in float32 and round once; the CPU rounds its gates to the half type."""
+    layer = nn.LSTM if kind == "lstm" else nn.GRU
+    check_module(lambda: layer(FEATURES, HIDDEN, 2), sequence(False), dtype=dtype, tolerance=tol(dtype))
 
 
 class _WithState(nn.Module):
@@ -273,6 +281,38 @@ def test_packed_sequence_keeps_cpu_lengths_and_indices(native):
     padded, lengths = pad_packed_sequence(packed)
     assert lengths.device.type == "cpu" and torch.equal(lengths, torch.tensor([2, 5, 3]))
     assert_same(padded, pad_packed_sequence(expected)[0])
+
+
+class _Sequences(nn.Module):
+    """Sequences of different lengths: pad_sequence, and pack_sequence into a GRU."""
+
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(FEATURES, HIDDEN)
+
+    def forward(self, a, b, c):
+        out, h = self.gru(pack_sequence([a, b, c], enforce_sorted=False))
+        return pad_sequence([a, b, c], padding_value=-1.0), pad_packed_sequence(out)[0], h
+
+
+def test_pack_sequence_and_pad_sequence_match_cpu(native):
+    check_module(_Sequences, rand(2, FEATURES), rand(5, FEATURES, seed=1), rand(3, FEATURES, seed=2))
+
+
+def test_lstm_dropout_between_layers_runs_natively(native):
+    """Dropout draws different numbers on tiny: in training the outputs differ from eval mode's, which
+    match the CPU's, and the gradients have the CPU's shapes."""
+    torch.manual_seed(0)
+    lstm = nn.LSTM(FEATURES, HIDDEN, 2, dropout=0.5)
+    check_module(lambda: copy.deepcopy(lstm).eval(), sequence(False))
+    tiny_lstm = copy.deepcopy(lstm).to(DEVICE)
+    x = sequence(False).to(DEVICE).requires_grad_()
+    out, _ = tiny_lstm(x)
+    out.sum().backward()
+    eval_out, _ = copy.deepcopy(lstm).eval()(sequence(False))
+    assert not torch.allclose(out.detach().cpu(), eval_out)
+    assert x.grad.shape == x.shape and all(p.grad.shape == p.shape for p in tiny_lstm.parameters())
+    assert torch.isfinite(x.grad.cpu()).all()
 
 
 # ---------------------------------------------------------------------------------------------
