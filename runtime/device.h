@@ -133,10 +133,11 @@ public:
   virtual std::optional<int64_t> free_memory() const = 0;
 };
 
-// The device `tiny:index` of the backend TINY_DEVICE names: CPU (the default) or CL.
+// The device `tiny:index` of the backend TINY_DEVICE names: CPU (the default), CL or CUDA
+// (runtime/cuda_device.h).
 Device& device(int index = 0);
 int device_count();
-// The device of a backend by name ("CPU", "CL"), whatever TINY_DEVICE says; throws a runtime_error
+// The device of a backend by name ("CPU", "CL", "CUDA"), whatever TINY_DEVICE says; throws a runtime_error
 // saying what is missing when the backend cannot run here (no libOpenCL.so.1, no OpenCL platform).
 Device& backend_device(const std::string& backend);
 Device& cpu_device();
