@@ -1060,6 +1060,191 @@ constexpr int64_t kGroupedReduce = 256;   // a reduction this long or longer ...
 constexpr int64_t kGroupedOutputs = 8192; // ... with this few outputs or fewer is a grouped reduce
 constexpr int64_t kGpuRows = 8;           // outputs per thread of a reduction in its own loop, at most
 
+// ---- tiles staged in local memory ----
+//
+// In a reduction that every thread of a work-group runs (not a grouped reduce; no thread past the end),
+// a load whose address does not depend on some of the group's thread ids reads each element from global
+// memory once per such thread (x @ w: a row of x once per column thread). The reduction's outermost
+// loop r (extent K) splits into kt (K / T) and ki (T); in each kt step the group's threads copy the
+// load's tile (its elements over ki, the inner reduce loops and the thread ids it depends on) into
+// local memory together (STAGE, between barriers), and the reduction reads the copy.
+constexpr int64_t kStageDepth = 16;      // T: the reduce steps a tile holds, at most
+constexpr int64_t kStageElements = 4096; // elements of one tile, at most
+constexpr DType kStageDtypes[] = {DType::Float32, DType::Float64, DType::Int32, DType::Int64};
+
+struct TileDim {
+  UOpPtr range; // a thread id, ki or an inner reduce loop
+  int64_t extent;
+};
+
+// The RANGE ids idx depends on.
+std::vector<int64_t> range_ids(const std::vector<UOpPtr>& roots) {
+  std::vector<int64_t> ids;
+  for (const UOpPtr& root : roots)
+    for (const UOpPtr& n : toposort(root))
+      if (n->op == Ops::RANGE && std::find(ids.begin(), ids.end(), std::get<int64_t>(n->arg)) == ids.end())
+        ids.push_back(std::get<int64_t>(n->arg));
+  return ids;
+}
+
+// The loads of a reduction's value, not looking inside other reductions (computed before its loop).
+std::vector<UOpPtr> reduce_loads(const UOpPtr& value) {
+  std::vector<UOpPtr> loads, stack{value};
+  std::unordered_map<const UOp*, bool> seen;
+  while (!stack.empty()) {
+    UOpPtr n = stack.back();
+    stack.pop_back();
+    if (seen[n.get()] || n->op == Ops::REDUCE) continue;
+    seen[n.get()] = true;
+    if (n->op == Ops::LOAD) loads.push_back(n);
+    stack.insert(stack.end(), n->src.begin(), n->src.end());
+  }
+  return loads;
+}
+
+class TileStager {
+public:
+  TileStager(const std::array<int64_t, kGpuRanges>& extent, const Target& target, int64_t& next_range)
+      : extent_(extent), budget_(target.local_mem / 2), next_range_(next_range) {}
+
+  UOpPtr run(const UOpPtr& ast) {
+    // the reductions that share loops accumulate in one loop (a thread's rows): they split together
+    std::vector<std::vector<UOpPtr>> groups;
+    for (const UOpPtr& n : toposort(ast)) {
+      if (n->op != Ops::REDUCE) continue;
+      auto same = [&](const std::vector<UOpPtr>& g) {
+        return std::equal(g[0]->src.begin() + 1, g[0]->src.end(), n->src.begin() + 1, n->src.end());
+      };
+      auto it = std::find_if(groups.begin(), groups.end(), same);
+      if (it == groups.end())
+        groups.push_back({n});
+      else
+        it->push_back(n);
+    }
+    std::unordered_map<const UOp*, UOpPtr> replaced;
+    for (const auto& g : groups)
+      split(g, replaced);
+    if (replaced.empty()) return ast;
+    return substitute(ast, [&](const UOpPtr& n) -> UOpPtr {
+      auto it = replaced.find(n.get());
+      return it == replaced.end() ? nullptr : it->second;
+    });
+  }
+
+private:
+  const std::array<int64_t, kGpuRanges>& extent_;
+  int64_t budget_; // bytes of local memory the tiles may take
+  int64_t& next_range_;
+
+  UOpPtr range(int64_t n) { return UOp::make(Ops::RANGE, kIndex, {idx_const(n)}, next_range_++); }
+
+  void split(const std::vector<UOpPtr>& group, std::unordered_map<const UOp*, UOpPtr>& replaced) {
+    std::vector<UOpPtr> loops(group[0]->src.begin() + 1, group[0]->src.end());
+    std::vector<int64_t> loop_ids;
+    for (const UOpPtr& r : loops) {
+      if (std::get<int64_t>(r->arg) < kGpuRanges) return; // a grouped reduce
+      loop_ids.push_back(std::get<int64_t>(r->arg));
+    }
+    int64_t k = loops[0]->src[0]->const_i(), depth = 0;
+    for (int64_t t = std::min(kStageDepth, k); t >= 4 && depth == 0; t--)
+      if (k % t == 0) depth = t;
+    if (depth == 0) return;
+    UOpPtr kt = k / depth > 1 ? range(k / depth) : nullptr, ki = range(depth);
+    UOpPtr r0 = kt ? kt * idx_const(depth) + ki : ki;
+    std::unordered_map<const UOp*, UOpPtr> staged;
+    for (const UOpPtr& m : group)
+      for (const UOpPtr& load : reduce_loads(m->src[0]))
+        if (!staged.count(load.get()))
+          if (UOpPtr s = stage(load, loops, loop_ids, r0, ki, depth)) staged[load.get()] = s;
+    if (staged.empty()) return;
+    std::vector<UOpPtr> inner_loops{ki};
+    inner_loops.insert(inner_loops.end(), loops.begin() + 1, loops.end());
+    for (const UOpPtr& m : group) {
+      UOpPtr v = substitute(m->src[0], [&](const UOpPtr& n) -> UOpPtr {
+        if (auto it = staged.find(n.get()); it != staged.end()) return it->second;
+        return n == loops[0] ? r0 : nullptr;
+      });
+      std::vector<UOpPtr> src{graph_rewrite(v, symbolic)};
+      src.insert(src.end(), inner_loops.begin(), inner_loops.end());
+      UOpPtr inner = UOp::make(Ops::REDUCE, m->dtype, std::move(src), m->arg);
+      replaced[m.get()] = kt ? UOp::make(Ops::REDUCE, m->dtype, {inner, kt}, m->arg) : inner;
+    }
+  }
+
+  // The load read through a tile in local memory, or nullptr when it does not pay or cannot be.
+  UOpPtr stage(const UOpPtr& load, const std::vector<UOpPtr>& loops, const std::vector<int64_t>& loop_ids,
+               const UOpPtr& r0, const UOpPtr& ki, int64_t depth) {
+    if (load->src[0]->op != Ops::PARAM || std::get<int64_t>(load->src[0]->arg) == 0) return nullptr;
+    if (std::find(std::begin(kStageDtypes), std::end(kStageDtypes), load->dtype) == std::end(kStageDtypes))
+      return nullptr;
+    std::vector<UOpPtr> addr(load->src.begin() + 1, load->src.end());
+    std::vector<int64_t> ids = range_ids(addr);
+    // the tile: the thread ids and reduce loops the address depends on; group ids are the same for
+    // the whole group, and nothing else may vary (a kernel loop, another reduction's loop)
+    bool reduced = false;
+    int64_t reuse = 1;
+    std::vector<TileDim> dims;
+    for (int64_t r = kLocalRange; r < kGpuRanges; r++)
+      if (std::find(ids.begin(), ids.end(), r) == ids.end()) reuse *= extent_[r];
+    for (int64_t id : ids) {
+      if (id < kLocalRange) continue;
+      if (id < kGpuRanges) {
+        dims.push_back({UOp::make(Ops::RANGE, kIndex, {idx_const(extent_[id])}, id), extent_[id]});
+        continue;
+      }
+      auto at = std::find(loop_ids.begin(), loop_ids.end(), id);
+      if (at == loop_ids.end()) return nullptr;
+      reduced = true;
+      if (at != loop_ids.begin())
+        dims.push_back({loops[at - loop_ids.begin()], loops[at - loop_ids.begin()]->src[0]->const_i()});
+    }
+    if (!reduced || reuse < 2) return nullptr;
+    if (std::find(ids.begin(), ids.end(), loop_ids[0]) != ids.end()) dims.push_back({ki, depth});
+    // the dim the address steps through by one element goes last: consecutive threads fill
+    // consecutive elements (coalesced on a GPU)
+    auto unit = std::find_if(dims.begin(), dims.end(), [&](const TileDim& d) {
+      auto at = [&](int64_t step) {
+        return graph_rewrite(substitute(addr[0],
+                                        [&](const UOpPtr& n) -> UOpPtr {
+                                          if (n->op != Ops::RANGE) return nullptr;
+                                          return idx_const(n == d.range || (d.range == ki && n == loops[0]) ? step : 0);
+                                        }),
+                             symbolic);
+      };
+      UOpPtr a = at(0), b = at(1);
+      return a->is_const() && b->is_const() && b->const_i() - a->const_i() == 1;
+    });
+    if (unit != dims.end()) std::rotate(unit, unit + 1, dims.end());
+    int64_t size = 1;
+    for (const TileDim& d : dims)
+      size *= d.extent;
+    int64_t bytes = size * static_cast<int64_t>(itemsize(load->dtype));
+    if (size > kStageElements || bytes > budget_) return nullptr;
+    budget_ -= bytes;
+    // element f of the tile holds the dims' values f's digits name (the last dim fastest)
+    UOpPtr fill = UOp::make(Ops::RANGE, kIndex, {idx_const(size)}, next_range_++), local = idx_const(0);
+    std::unordered_map<const UOp*, UOpPtr> digit;
+    int64_t suffix = 1;
+    for (size_t i = dims.size(); i-- > 0;) {
+      UOpPtr q = suffix == 1 ? fill : UOp::make(Ops::IDIV, kIndex, {fill, idx_const(suffix)});
+      digit[dims[i].range.get()] = i == 0 ? q : UOp::make(Ops::MOD, kIndex, {q, idx_const(dims[i].extent)});
+      local = local + dims[i].range * idx_const(suffix);
+      suffix *= dims[i].extent;
+    }
+    std::vector<UOpPtr> src{fill, load->src[0]};
+    for (const UOpPtr& a : addr) {
+      UOpPtr in_loop = substitute(a, [&](const UOpPtr& n) { return n == loops[0] ? r0 : nullptr; });
+      UOpPtr in_tile = substitute(in_loop, [&](const UOpPtr& n) -> UOpPtr {
+        auto it = digit.find(n.get());
+        return it == digit.end() ? nullptr : it->second;
+      });
+      src.push_back(graph_rewrite(in_tile, symbolic));
+    }
+    UOpPtr tile = UOp::make(Ops::STAGE, load->dtype, std::move(src), size);
+    return UOp::make(Ops::LOAD, load->dtype, {tile, graph_rewrite(local, symbolic)});
+  }
+};
+
 Kernel lower_kernel_gpu(const BufferRef& out, const View& out_region, const LoopPlan& plan, const Target& target) {
   const UOpPtr& value = plan.value;
   int64_t outputs = prod(plan.loops), longest = 0, reduces = 0;
@@ -1123,6 +1308,8 @@ Kernel lower_kernel_gpu(const BufferRef& out, const View& out_region, const Loop
     stores.push_back(UOp::make(Ops::STORE, DType::Void, std::move(store)));
   }
   UOpPtr ast = graph_rewrite(UOp::make(Ops::SINK, DType::Void, stores), symbolic);
+  // every thread reaches a tile's barriers: none leaves early
+  if (!grouped && reduces && !grid.valid) ast = TileStager(lw.thread_extent, target, lw.next_range).run(ast);
 
   std::string name = grouped ? "G" : reduces ? "R" : "E";
   for (int64_t s : grid_loops)

@@ -268,6 +268,7 @@ public:
     for (const UOpPtr& n : toposort(k_.ast)) {
       deps(n);
       if (n->op == Ops::REDUCE) reduces_.push_back(n);
+      if (n->op == Ops::STAGE) stages_.push_back(n);
       f64_ = f64_ || n->dtype == DType::Float64;
     }
     f64_ = f64_ || k_.launch.f64_scalars;
@@ -316,7 +317,7 @@ public:
     // a kernel dividing a user's integers by a user's integers sets the device's error flag on a zero
     // divisor (the last argument, kGpuErrorFlag); the sync raises ZeroDivisionError
     if (checked_) os << sep << d_.global << "int* " << kGpuErrorFlag;
-    os << ") {\n" << ids.str() << scopes_[0].code.str();
+    os << ") {\n" << ids.str() << locals_.str() << scopes_[0].code.str();
     for (size_t d = 0; d < k_.loops.size(); d++) {
       std::string r = "r" + std::to_string(kGpuRanges + static_cast<int64_t>(d));
       os << indent(static_cast<int>(d) + 1) << "for (" << (k_.loops[d] <= INT32_MAX ? "int" : type(kIndex)) << " " << r
@@ -347,7 +348,9 @@ private:
   std::unordered_map<const UOp*, std::vector<int64_t>> deps_; // loop ids each node varies with
   std::deque<Scope> scopes_;
   std::vector<UOpPtr> reduces_;
+  std::vector<UOpPtr> stages_;
   std::vector<size_t> open_;
+  std::ostringstream locals_; // tiles in local memory, declared at function scope
   int next_ = 0;
 
   static std::string indent(int depth) { return std::string(2 * depth, ' '); }
@@ -545,6 +548,7 @@ private:
     if (n->op == Ops::REDUCE)
       for (size_t i = 1; i < n->src.size(); i++)
         std::erase(d, std::get<int64_t>(n->src[i]->arg));
+    if (n->op == Ops::STAGE) std::erase(d, std::get<int64_t>(n->src[0]->arg));
     // A load of the buffer the kernel stores into (a scatter that accumulates) sees the stores of
     // earlier iterations: it stays in the innermost loop even when its index is loop-invariant.
     if (n->op == Ops::LOAD && n->src[0]->op == Ops::PARAM && std::get<int64_t>(n->src[0]->arg) == 0)
@@ -619,6 +623,8 @@ private:
       return;
     case Ops::REDUCE:
       return emit_reduce(n);
+    case Ops::STAGE:
+      return emit_stage(n);
     default:
       break;
     }
@@ -718,6 +724,49 @@ private:
       names_[m.get()] = accs[g];
       if (lane) emit_tree(m, accs[g], ref(lane), lane->src[0]->const_i(), target);
     }
+  }
+
+  // Tiles the work-group's threads fill together, thread t every n-th element from t: every tile not
+  // yet filled at this place, between one barrier before (the previous tiles' readers are done) and
+  // one after (every element is written). Local memory is declared at function scope (OpenCL allows
+  // it nowhere else).
+  void emit_stage(const UOpPtr& n) {
+    size_t at = home(n);
+    Scope& target = scopes_[open_[at]];
+    std::string ind = indent(target.depth);
+    target.code << ind << d_.barrier << "\n";
+    for (const UOpPtr& m : stages_)
+      if (!names_.count(m.get()) && home(m) == at) fill_tile(m, at, target);
+    target.code << ind << d_.barrier << "\n";
+  }
+
+  void fill_tile(const UOpPtr& n, size_t at, Scope& target) {
+    const UOpPtr& fill = n->src[0];
+    Scope& body = scopes_.emplace_back();
+    body.depth = target.depth + 1;
+    body.reduce_ranges.push_back(std::get<int64_t>(fill->arg));
+    std::vector<size_t> saved = open_;
+    open_.resize(at + 1);
+    open_.push_back(scopes_.size() - 1);
+    for (size_t i = 1; i < n->src.size(); i++)
+      emit(n->src[i]);
+    std::string value = ref(n->src[1]) + "[" + ref(n->src[2]) + "]";
+    if (n->src.size() > 3) value = ref(n->src[3]) + " ? " + value + " : 0";
+    open_ = saved;
+
+    const auto& l = k_.launch.local;
+    std::string sm = "tile" + std::to_string(next_++), fn = "r" + std::to_string(std::get<int64_t>(fill->arg));
+    std::string lid = std::string("(int)") + d_.local_id[0] + " + " + std::to_string(l[0]) + " * ((int)" +
+                      d_.local_id[1] + " + " + std::to_string(l[1]) + " * (int)" + d_.local_id[2] + ")";
+    int64_t size = std::get<int64_t>(n->arg);
+    locals_ << "  " << d_.local << " " << storage(n->dtype) << " " << sm << "[" << size << "];\n";
+    std::string ind = indent(target.depth);
+    target.code << ind << "for (int " << fn << " = " << lid << "; " << fn << " < " << size << "; " << fn
+                << " += " << l[0] * l[1] * l[2] << ") {\n"
+                << body.code.str() << indent(body.depth) << sm << "[" << fn << "] = " << value << ";\n"
+                << ind << "}\n";
+    names_[n.get()] = sm;
+    where_[n.get()] = open_[at];
   }
 
   void emit_tree(const UOpPtr& m, const std::string& acc, const std::string& lid, int64_t width, Scope& sc) {

@@ -23,7 +23,7 @@ constexpr const char* kOpNames[] = {
     "COSH",   "ASINH",  "ACOSH",      "ATANH", "ERFC",  "LGAMMA", "ADD",   "SUB",     "MUL",    "FDIV",
     "IDIV",   "MOD",    "POW",        "ATAN2", "MAX",   "MIN",    "CMPLT", "CMPLE",   "CMPEQ",  "CMPNE",
     "AND",    "OR",     "XOR",        "SHL",   "SHR",   "WHERE",  "CAST",  "BITCAST", "REDUCE", "CONTIGUOUS",
-    "ASSIGN", "GATHER", "SCATTER",    "PARAM", "ARG",   "RANGE",  "LOAD",  "STORE",   "SINK"};
+    "ASSIGN", "GATHER", "SCATTER",    "PARAM", "ARG",   "RANGE",  "LOAD",  "STORE",   "STAGE",  "SINK"};
 static_assert(sizeof(kOpNames) / sizeof(kOpNames[0]) == static_cast<size_t>(Ops::SINK) + 1);
 
 void mix(size_t& h, size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); }

@@ -101,7 +101,11 @@ enum class Ops : uint8_t {
   RANGE, // a loop variable; src = (end); arg = axis
   LOAD,  // src = (param, index[, valid])
   STORE, // src = (param, index, value)
-  SINK,  // groups the stores of one kernel
+  // GPU: a tile of a buffer the work-group's threads copy into local memory together, between barriers,
+  // for a reduction to read (LOAD with the STAGE as its buffer). src = (fill, param, index[, valid]):
+  // element `fill` (a RANGE over the tile, arg = its size) is param[index], or 0 where valid is false.
+  STAGE,
+  SINK, // groups the stores of one kernel
 };
 
 const char* op_name(Ops op);

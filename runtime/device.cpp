@@ -1,17 +1,19 @@
-// Which backend `tiny:N` is: TINY_DEVICE=CPU|CL (default CPU).
+// Which backend `tiny:N` is: TINY_DEVICE=CPU|CL|CUDA (default CPU).
 
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
+#include "runtime/cuda_device.h"
 #include "runtime/device.h"
 
 namespace tiny::runtime {
 
 namespace {
 
-const std::pair<const char*, Device& (*)()> kBackends[] = {{"CPU", cpu_device}, {"CL", cl_device}};
+const std::pair<const char*, Device& (*)()> kBackends[] = {
+    {"CPU", cpu_device}, {"CL", cl_device}, {"CUDA", cuda_device}};
 
 } // namespace
 

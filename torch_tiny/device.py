@@ -12,6 +12,7 @@ __all__ = [
     "device",
     "device_count",
     "empty_cache",
+    "get_amp_supported_dtype",
     "get_device_name",
     "get_device_properties",
     "get_rng_state",
@@ -43,8 +44,13 @@ def is_available() -> bool:
     return _C.device_count() > 0
 
 
+# tiny needs no lazy initialization. torch.utils.checkpoint reads this flag (as torch.cuda's) to decide
+# whether to save the device's random-number state and restore it for the recomputed forward.
+_initialized = True
+
+
 def is_initialized() -> bool:
-    return True
+    return _initialized
 
 
 def _is_in_bad_fork() -> bool:
@@ -108,6 +114,13 @@ def get_device_properties(device=None) -> _TinyDeviceProperties:
 def is_bf16_supported(including_emulation: bool = True) -> bool:
     """tiny computes bfloat16 on every device (in float32, rounding each result to bfloat16)."""
     return True
+
+
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    """The dtypes torch.autocast("tiny", dtype=...) accepts. Under autocast, tiny casts the inputs of the ops
+    in torch's lists as CUDA does: matmuls, linear and convolutions to this dtype, softmax, norms, sums and
+    losses to float32 (aten_ops/amp.cpp)."""
+    return [torch.float16, torch.bfloat16]
 
 
 def set_device(device) -> None:
