@@ -43,12 +43,13 @@ struct Stream {
   std::deque<std::function<void()>> work;
 };
 
-struct Module {
-  std::string image; // its bytes: an ELF's up to its section headers, text up to the NUL
-};
-
 struct Function {
   std::string name;
+};
+
+struct Module {
+  std::string image;                                // its bytes: an ELF's up to its section headers, text up to the NUL
+  std::vector<std::unique_ptr<Function>> functions; // handed out by cuModuleGetFunction, freed with it
 };
 
 struct State {
@@ -353,14 +354,14 @@ CUresult cuModuleLoadData(Module** module, const void* image) {
                          4) == 0
                  ? elf_size(bytes)
                  : std::strlen(bytes);
-  *module = new Module{std::string(bytes, n)};
+  *module = new Module{std::string(bytes, n), {}};
   return CUDA_SUCCESS;
 }
 CUresult cuModuleGetFunction(Function** f, Module* module, const char* name) {
   auto lock = locked();
   if (CUresult r = enter("cuModuleGetFunction")) return r;
   if (module->image.find(name) == std::string::npos) return CUDA_ERROR_NOT_FOUND;
-  *f = new Function{name}; // a module's functions live as long as the process here
+  *f = module->functions.emplace_back(std::make_unique<Function>(Function{name})).get();
   return CUDA_SUCCESS;
 }
 CUresult cuModuleUnload(Module* module) {
@@ -384,7 +385,7 @@ CUresult cuLaunchKernel(Function* f, unsigned gx, unsigned gy, unsigned gz, unsi
   l.shared_bytes = shared;
   l.arg_size = *static_cast<size_t*>(extra[3]);
   if (l.arg_size > sizeof l.args) return CUDA_ERROR_INVALID_VALUE;
-  std::memcpy(l.args, extra[1], l.arg_size);
+  if (l.arg_size) std::memcpy(l.args, extra[1], l.arg_size); // a kernel without arguments packs none
   state().launches.push_back(l);
   FakeCudaKernel fn = state().kernels.count(f->name) ? state().kernels[f->name] : nullptr;
   stream->work.push_back([l, fn] {
