@@ -11,12 +11,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <list>
 #include <map>
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
-#include <unordered_map>
 #include <vector>
 
 #include "compiler/render_gpu.h"
@@ -24,6 +22,7 @@
 #include "runtime/device.h"
 #include "runtime/disk_cache.h"
 #include "runtime/lazy_buffer.h"
+#include "runtime/program_cache.h"
 
 namespace tiny::runtime {
 
@@ -399,35 +398,21 @@ public:
   Allocator& allocator() override { return *allocator_; }
   Compiler& compiler() override { return *compiler_; }
   std::shared_ptr<Program> program(const std::string& src, const std::string& fn_name) override {
-    std::lock_guard lock(mu_);
-    std::string key = fn_name + "\n" + src;
-    if (auto it = programs_.find(key); it != programs_.end()) {
-      stats().cache_hits++;
-      recent_.splice(recent_.begin(), recent_, it->second.recent);
-      return it->second.program;
-    }
-    fs::path bin = compiler_->binary_path(src);
-    cl_program p = fs::exists(bin) ? compiler_->load_binary(bin) : nullptr;
-    if (p) {
-      stats().cache_hits++;
-      stats().disk_hits++;
-    } else {
-      bin = compiler_->compile(src, fn_name);
-      stats().compiles++;
-      p = compiler_->load_binary(bin);
-      if (!p) p = compiler_->build_source(src, fn_name); // a driver that cannot reload its own binaries
-    }
-    bool checks = src.find(std::string("int* ") + kGpuErrorFlag) != std::string::npos;
-    auto prog = std::make_shared<ClProgram>(p, fn_name, queue_, checks ? &errors_ : nullptr);
-    recent_.push_front(key);
-    programs_.emplace(key, Cached{prog, recent_.begin()});
-    // as on the CPU: at most TINY_MAX_PROGRAMS, the least recently used dropped (a cached schedule
-    // holding one keeps it alive)
-    while (static_cast<int64_t>(programs_.size()) > max_programs_) {
-      programs_.erase(recent_.back());
-      recent_.pop_back();
-    }
-    return prog;
+    return programs_.get(fn_name + "\n" + src, [&] {
+      fs::path bin = compiler_->binary_path(src);
+      cl_program p = fs::exists(bin) ? compiler_->load_binary(bin) : nullptr;
+      if (p) {
+        stats().cache_hits++;
+        stats().disk_hits++;
+      } else {
+        bin = compiler_->compile(src, fn_name);
+        stats().compiles++;
+        p = compiler_->load_binary(bin);
+        if (!p) p = compiler_->build_source(src, fn_name); // a driver that cannot reload its own binaries
+      }
+      bool checks = src.find(std::string("int* ") + kGpuErrorFlag) != std::string::npos;
+      return std::make_shared<ClProgram>(p, fn_name, queue_, checks ? &errors_ : nullptr);
+    });
   }
   void synchronize() override {
     check(cl_api().Finish(queue_), "clFinish");
@@ -449,14 +434,7 @@ private:
   std::unique_ptr<ClAllocator> allocator_;
   std::unique_ptr<ClCompiler> compiler_;
   ErrorFlag errors_;
-  struct Cached {
-    std::shared_ptr<Program> program;
-    std::list<std::string>::iterator recent; // its place in recent_
-  };
-  std::mutex mu_;
-  std::unordered_map<std::string, Cached> programs_;
-  std::list<std::string> recent_; // keys, most recently used first
-  int64_t max_programs_ = env_limit("TINY_MAX_PROGRAMS", 2048);
+  ProgramCache programs_;
 };
 
 ClDevice* open_cl_device() {

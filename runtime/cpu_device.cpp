@@ -14,8 +14,10 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -161,8 +163,10 @@ public:
     fs::path so = compiler_.so_path(src);
     std::shared_ptr<CpuProgram> p;
     if (fs::exists(so)) {
-      stats().cache_hits++;
-      stats().disk_hits++;
+      if (!precompiled_.erase(so.string())) { // precompile() counted it as compiled
+        stats().cache_hits++;
+        stats().disk_hits++;
+      }
       try {
         p = std::make_shared<CpuProgram>(so.string(), fn_name);
       } catch (const std::runtime_error&) {
@@ -183,6 +187,45 @@ public:
     }
     return p;
   }
+  // The sources neither loaded nor on disk, each compiled once, by one clang per core at a time (a
+  // schedule's kernels: the first training step compiles about a hundred).
+  void precompile(const std::vector<std::pair<std::string, std::string>>& sources) override {
+    std::vector<std::pair<std::string, std::string>> todo;
+    {
+      std::lock_guard lock(mu_);
+      std::set<std::string> seen;
+      for (const auto& [src, fn] : sources) {
+        std::string so = compiler_.so_path(src).string();
+        if (programs_.count(fn + "\n" + src) || fs::exists(so) || !seen.insert(so).second) continue;
+        todo.emplace_back(src, fn);
+      }
+    }
+    if (todo.size() < 2) return;
+    std::atomic<size_t> next{0};
+    std::vector<char> done(todo.size(), 0);
+    auto work = [&] {
+      for (size_t i; (i = next++) < todo.size();) {
+        try {
+          compiler_.compile(todo[i].first, todo[i].second);
+          done[i] = 1;
+        } catch (const std::runtime_error&) { // program() compiles it again and reports the error
+        }
+      }
+    };
+    size_t n = std::min<size_t>(todo.size(), std::max(1u, std::thread::hardware_concurrency()));
+    std::vector<std::thread> threads;
+    for (size_t t = 1; t < n; t++)
+      threads.emplace_back(work);
+    work();
+    for (std::thread& t : threads)
+      t.join();
+    std::lock_guard lock(mu_);
+    for (size_t i = 0; i < todo.size(); i++)
+      if (done[i]) {
+        stats().compiles++;
+        precompiled_.insert(compiler_.so_path(todo[i].first).string());
+      }
+  }
   void synchronize() override {}
 
 private:
@@ -195,7 +238,8 @@ private:
   ClangCompiler compiler_;
   std::mutex mu_;
   std::unordered_map<std::string, Cached> programs_;
-  std::list<std::string> recent_; // keys, most recently used first
+  std::list<std::string> recent_;     // keys, most recently used first
+  std::set<std::string> precompiled_; // libraries precompile() compiled that program() has not loaded yet
   int64_t max_programs_ = env_limit("TINY_MAX_PROGRAMS", 2048);
 };
 

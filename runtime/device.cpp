@@ -1,10 +1,11 @@
-// Which backend `tiny:N` is: TINY_DEVICE=CPU|CL (default CPU), and how many devices it has.
+// Which backend `tiny:N` is: TINY_DEVICE=CPU|CL|CUDA (default CPU), and how many devices it has.
 
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
+#include "runtime/cuda_device.h"
 #include "runtime/device.h"
 
 namespace tiny::runtime {
@@ -13,7 +14,8 @@ namespace {
 
 Device& first_cpu_device() { return cpu_device(0); }
 
-const std::pair<const char*, Device& (*)()> kBackends[] = {{"CPU", first_cpu_device}, {"CL", cl_device}};
+const std::pair<const char*, Device& (*)()> kBackends[] = {
+    {"CPU", first_cpu_device}, {"CL", cl_device}, {"CUDA", cuda_device}};
 
 std::string backend_name() { return std::getenv("TINY_DEVICE") ? std::getenv("TINY_DEVICE") : "CPU"; }
 

@@ -123,6 +123,10 @@ public:
   virtual Compiler& compiler() = 0;
   // A program from the source its target renders (cached in memory and on disk).
   virtual std::shared_ptr<Program> program(const std::string& src, const std::string& fn_name) = 0;
+  // A hint before several program() calls: the sources (source, function name) may be compiled now, at
+  // once, so that program() finds them (the CPU device runs one compiler per core). Errors are left to
+  // program() to report.
+  virtual void precompile(const std::vector<std::pair<std::string, std::string>>& sources) { (void)sources; }
   // Waits until everything enqueued has run.
   virtual void synchronize() = 0;
   // torch.tiny.get_device_properties: the device's memory in bytes (the machine's RAM for the CPU device),
@@ -133,12 +137,13 @@ public:
   virtual std::optional<int64_t> free_memory() const = 0;
 };
 
-// The device `tiny:index` of the backend TINY_DEVICE names: CPU (the default) or CL. The CPU backend has
+// The device `tiny:index` of the backend TINY_DEVICE names: CPU (the default), CL or
+// CUDA (runtime/cuda_device.h). The CPU backend has
 // TINY_CPU_DEVICES (default 1) devices, each with its own allocator, programs and queue (they share the
 // thread pool), so that multi-device code runs and is tested on one machine; CL has one.
 Device& device(int index = 0);
 int device_count();
-// The device of a backend by name ("CPU", "CL"), whatever TINY_DEVICE says; throws a runtime_error
+// The device of a backend by name ("CPU", "CL", "CUDA"), whatever TINY_DEVICE says; throws a runtime_error
 // saying what is missing when the backend cannot run here (no libOpenCL.so.1, no OpenCL platform).
 Device& backend_device(const std::string& backend);
 Device& cpu_device(int index = 0); // index < cpu_device_count()

@@ -184,12 +184,14 @@ ScheduleCache& schedule_cache() {
 
 // ---- running a schedule ----
 
-// Renders, compiles (cached) and launches one kernel on `device`.
-std::shared_ptr<Program> run_kernel(const Kernel& k, Device& device) {
+std::string render(const Kernel& k, const Target& target) {
+  return target.gpu() ? render_gpu(k, k.name, target) : render_c(k, k.name);
+}
+
+// Compiles (cached) and launches one kernel on `device`, from its source.
+std::shared_ptr<Program> run_kernel(const Kernel& k, const std::string& src, Device& device) {
   auto t0 = Clock::now();
   if (debug_level() >= 4) std::fprintf(stderr, "tiny: kernel\n%s", k.ast->tree_str().c_str());
-  const Target& target = device.target();
-  std::string src = target.gpu() ? render_gpu(k, k.name, target) : render_c(k, k.name);
   if (debug_level() >= 3) std::fprintf(stderr, "%s\n", src.c_str());
   std::shared_ptr<Program> prog = device.program(src, k.name);
   std::vector<void*> ptrs;
@@ -223,8 +225,13 @@ std::optional<CachedSchedule> run_and_record(const Schedule& s, const GraphKey& 
     recordable = false;
     return 0;
   };
-  for (const Kernel& k : s.kernels) {
-    CachedSchedule::Step step{run_kernel(k, device), {}, {}, {}, k.launch, k.name};
+  std::vector<std::pair<std::string, std::string>> sources;
+  for (const Kernel& k : s.kernels)
+    sources.emplace_back(render(k, device.target()), k.name);
+  device.precompile(sources);
+  for (size_t i = 0; i < s.kernels.size(); i++) {
+    const Kernel& k = s.kernels[i];
+    CachedSchedule::Step step{run_kernel(k, sources[i].first, device), {}, {}, {}, k.launch, k.name};
     for (const BufferRef& b : k.buffers)
       step.buffers.push_back(slot(b));
     for (const UOpPtr& v : k.var_nodes) {
@@ -326,7 +333,7 @@ BufferRef realize_value(const UOpPtr& value, Device* on) {
   Device& d = dev ? *dev : device(0);
   Schedule s = schedule_value(value, d.target(), new_buffers_on(d));
   for (const Kernel& k : s.kernels)
-    run_kernel(k, d);
+    run_kernel(k, render(k, d.target()), d);
   return s.results.at(0)->buffer();
 }
 

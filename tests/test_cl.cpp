@@ -21,6 +21,7 @@
 #include "runtime/device.h"
 #include "runtime/lazy_buffer.h"
 #include "runtime/realize.h"
+#include "tests/gpu_kernels.h"
 
 using namespace tiny;
 using namespace tiny::runtime;
@@ -639,41 +640,6 @@ TEST(Devices, AFloat64KernelForADeviceWithoutItSaysSo) {
 
 namespace {
 
-// Kernels of every shape the GPU lowering makes, over buffers that are only identities (never run).
-// The first calls libm functions (erf), which a HIP build takes from ROCm's device library.
-std::vector<Kernel> sample_gpu_kernels(const Target& t) {
-  auto buf = [](DType dt, int64_t n) { return std::make_shared<Buffer>(cpu_device(), dt, n); };
-  auto lower = [&](const UOpPtr& v) {
-    return lower_kernel(buf(v->dtype, prod(v->shape)), View::contiguous(v->shape), v, t);
-  };
-  std::vector<Kernel> ks;
-  auto x = reshape(buffer(buf(DType::Float32, 64 * 500)), {64, 500});
-  // elementwise with the prelude's and libm's functions
-  ks.push_back(lower(alu(Ops::ADD, alu(Ops::TANH, alu(Ops::EXP, x)), alu(Ops::ERF, alu(Ops::LOG, alu(Ops::ABS, x))))));
-  // grouped reductions, one inside another (softmax)
-  auto e = alu(Ops::EXP, alu(Ops::SUB, x, expand(reduce(x, Ops::MAX, {1}), {64, 500})));
-  ks.push_back(lower(alu(Ops::FDIV, e, expand(reduce(e, Ops::ADD, {1}), {64, 500}))));
-  // per-thread reduction (a matmul), float16 in and out, bfloat16 and bitcasts
-  auto h = reshape(buffer(buf(DType::Float16, 300 * 40)), {300, 40});
-  auto m = reduce(alu(Ops::MUL, expand(reshape(h, {1, 300, 40}), {40, 300, 40}),
-                      expand(reshape(permute(h, {1, 0}), {40, 300, 1}), {40, 300, 40})),
-                  Ops::ADD, {1});
-  ks.push_back(lower(m));
-  auto i16 = bitcast(cast(x, DType::BFloat16), DType::Int16);
-  ks.push_back(lower(alu(Ops::ADD, cast(i16, DType::Int64), cast(bitcast(i16, DType::Float16), DType::Int64))));
-  // masked views, int64 and float64 scalars
-  auto d = reshape(buffer(buf(DType::Float64, 30 * 40)), {30, 40});
-  auto scaled = alu(Ops::MUL, pad(flip(d, {true, false}), {{1, 2}, {3, 0}}),
-                    expand(reshape(var_float(DType::Float64, 0.5), {1, 1}), {33, 43}));
-  ks.push_back(
-      lower(alu(Ops::ADD, scaled, cast(expand(reshape(var_int(DType::Int64, 3), {1, 1}), {33, 43}), DType::Float64))));
-  // a scatter
-  auto idx = buffer(buf(DType::Int64, 40));
-  auto base = buf(DType::Float32, 50);
-  ks.push_back(lower_scatter(base, idx, buffer(buf(DType::Float32, 40)), static_cast<int64_t>(Ops::ADD), t));
-  return ks;
-}
-
 // Compiles each sample kernel for `dialect` with `command` (source file appended), the first with
 // `libm_command`, when `tool` is installed; the failure names the kernel and its source.
 void compiles_with(Dialect dialect, const std::string& tool, const std::string& command,
@@ -685,16 +651,16 @@ void compiles_with(Dialect dialect, const std::string& tool, const std::string& 
   auto dir = std::filesystem::temp_directory_path() / ("tiny_dialect_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   auto kernels = sample_gpu_kernels(t);
-  for (const Kernel& k : kernels) {
+  for (const auto& [what, k] : kernels) {
     auto src = dir / (k.name + (dialect == Dialect::CUDA ? ".cu" : ".hip"));
     std::ofstream(src) << render_gpu(k, k.name, t);
-    std::string cmd = (&k == &kernels[0] ? libm_command : command) + " -o " + (dir / (k.name + ".o")).string() + " " +
-                      src.string() + " 2>" + (dir / "log").string();
+    std::string cmd = (&k == &kernels[0].kernel ? libm_command : command) + " -o " + (dir / (k.name + ".o")).string() +
+                      " " + src.string() + " 2>" + (dir / "log").string();
     if (std::system(cmd.c_str()) != 0) {
       std::ifstream log(dir / "log");
       std::stringstream msg;
       msg << log.rdbuf();
-      ADD_FAILURE() << k.name << " does not compile (source at " << src << "):\n" << msg.str();
+      ADD_FAILURE() << what << ": " << k.name << " does not compile (source at " << src << "):\n" << msg.str();
       return;
     }
   }

@@ -8,6 +8,7 @@
 #include "compiler/lower.h"
 #include "compiler/render_c.h"
 #include "runtime/device.h"
+#include "runtime/lazy_buffer.h"
 #include "runtime/realize.h"
 
 using namespace tiny;
@@ -257,4 +258,26 @@ TEST(Kernel, ASumOverAGatherFromAFlippedVectorMatchesPlainLoops) {
       want += dv[N - 1 - iv[r * C + c]];
     EXPECT_NEAR(got[r], want, 1e-5f) << "row " << r;
   }
+}
+
+// A schedule's kernels compile at once (one compiler per core) before the first runs: program() then
+// loads each without compiling it again, and a source compiled twice is compiled once.
+TEST(Kernel, PrecompiledSourcesLoadWithoutCompilingAgain) {
+  auto a = reshape(buffer(filled(random_vec(64, 5))), {64});
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, 64);
+  // constants no other test uses: sources not in the disk cache yet (unless an earlier run left them)
+  double salt = static_cast<double>(std::random_device{}() % 1000000) + 0.5;
+  std::vector<std::pair<std::string, std::string>> sources;
+  for (int i = 0; i < 3; i++) {
+    auto value = alu(Ops::ADD, a, expand(reshape(const_float(DType::Float32, salt + i), {1}), {64}));
+    Kernel k = lower_kernel(out, View::contiguous({64}), value);
+    sources.emplace_back(render_c(k, "k"), "k");
+  }
+  sources.push_back(sources[0]);
+  int64_t before = stats().compiles;
+  cpu_device().precompile(sources);
+  EXPECT_EQ(stats().compiles - before, 3);
+  for (const auto& [src, fn] : sources)
+    EXPECT_NE(cpu_device().program(src, fn), nullptr);
+  EXPECT_EQ(stats().compiles - before, 3);
 }
