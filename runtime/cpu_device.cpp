@@ -251,11 +251,12 @@ int cpu_device_count() {
 }
 
 Device& cpu_device(int index) {
-  // never destroyed: buffers may be freed during static teardown
-  static const std::vector<CpuDevice*> devices = [] {
-    std::vector<CpuDevice*> all;
+  // never destroyed (the list neither, so the devices stay reachable): buffers may be freed during
+  // static teardown
+  static const std::vector<CpuDevice*>& devices = *[] {
+    auto* all = new std::vector<CpuDevice*>();
     for (int i = 0; i < cpu_device_count(); ++i)
-      all.push_back(new CpuDevice());
+      all->push_back(new CpuDevice());
     return all;
   }();
   if (index < 0 || index >= cpu_device_count())
