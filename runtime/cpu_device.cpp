@@ -11,20 +11,19 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <list>
 #include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "runtime/debug.h"
 #include "runtime/device.h"
 #include "runtime/disk_cache.h"
 #include "runtime/lazy_buffer.h"
+#include "runtime/program_cache.h"
 #include "runtime/thread_pool.h"
 
 namespace tiny::runtime {
@@ -153,52 +152,18 @@ public:
   Allocator& allocator() override { return allocator_; }
   Compiler& compiler() override { return compiler_; }
   std::shared_ptr<Program> program(const std::string& src, const std::string& fn_name) override {
-    std::lock_guard lock(mu_);
-    std::string key = fn_name + "\n" + src;
-    if (auto it = programs_.find(key); it != programs_.end()) {
-      stats().cache_hits++;
-      recent_.splice(recent_.begin(), recent_, it->second.recent);
-      return it->second.program;
-    }
-    fs::path so = compiler_.so_path(src);
-    std::shared_ptr<CpuProgram> p;
-    if (fs::exists(so)) {
-      if (!precompiled_.erase(so.string())) { // precompile() counted it as compiled
-        stats().cache_hits++;
-        stats().disk_hits++;
-      }
-      try {
-        p = std::make_shared<CpuProgram>(so.string(), fn_name);
-      } catch (const std::runtime_error&) {
-        fs::remove(so); // a damaged cache entry (an older tiny's race): compiled again below
-      }
-    }
-    if (!p) {
-      so = compiler_.compile(src, fn_name);
-      stats().compiles++;
-      p = std::make_shared<CpuProgram>(so.string(), fn_name);
-    }
-    recent_.push_front(key);
-    programs_.emplace(key, Cached{p, recent_.begin()});
-    // A program dropped here unloads when the last schedule holding it is gone.
-    while (static_cast<int64_t>(programs_.size()) > max_programs_) {
-      programs_.erase(recent_.back());
-      recent_.pop_back();
-    }
-    return p;
+    // A program dropped from the cache unloads when the last schedule holding it is gone.
+    return programs_.get(fn_name + "\n" + src, [&] { return load_or_compile(src, fn_name); });
   }
   // The sources neither loaded nor on disk, each compiled once, by one clang per core at a time (a
   // schedule's kernels: the first training step compiles about a hundred).
   void precompile(const std::vector<std::pair<std::string, std::string>>& sources) override {
     std::vector<std::pair<std::string, std::string>> todo;
-    {
-      std::lock_guard lock(mu_);
-      std::set<std::string> seen;
-      for (const auto& [src, fn] : sources) {
-        std::string so = compiler_.so_path(src).string();
-        if (programs_.count(fn + "\n" + src) || fs::exists(so) || !seen.insert(so).second) continue;
-        todo.emplace_back(src, fn);
-      }
+    std::set<std::string> seen;
+    for (const auto& [src, fn] : sources) {
+      std::string so = compiler_.so_path(src).string();
+      if (programs_.contains(fn + "\n" + src) || fs::exists(so) || !seen.insert(so).second) continue;
+      todo.emplace_back(src, fn);
     }
     if (todo.size() < 2) return;
     std::atomic<size_t> next{0};
@@ -229,18 +194,37 @@ public:
   void synchronize() override {}
 
 private:
-  struct Cached {
-    std::shared_ptr<Program> program;
-    std::list<std::string>::iterator recent; // its place in recent_
-  };
+  // A program not loaded yet: from the disk cache, else compiled (a damaged cache entry, an older tiny's
+  // race, is compiled again).
+  std::shared_ptr<Program> load_or_compile(const std::string& src, const std::string& fn_name) {
+    fs::path so = compiler_.so_path(src);
+    if (fs::exists(so)) {
+      bool counted = false; // precompile() counted it as compiled
+      {
+        std::lock_guard lock(mu_);
+        counted = precompiled_.erase(so.string()) != 0;
+      }
+      if (!counted) {
+        stats().cache_hits++;
+        stats().disk_hits++;
+      }
+      try {
+        return std::make_shared<CpuProgram>(so.string(), fn_name);
+      } catch (const std::runtime_error&) {
+        fs::remove(so);
+      }
+    }
+    so = compiler_.compile(src, fn_name);
+    stats().compiles++;
+    return std::make_shared<CpuProgram>(so.string(), fn_name);
+  }
+
   Target target_; // C
   CpuAllocator allocator_;
   ClangCompiler compiler_;
-  std::mutex mu_;
-  std::unordered_map<std::string, Cached> programs_;
-  std::list<std::string> recent_;     // keys, most recently used first
+  ProgramCache programs_;
+  std::mutex mu_;                     // guards precompiled_
   std::set<std::string> precompiled_; // libraries precompile() compiled that program() has not loaded yet
-  int64_t max_programs_ = env_limit("TINY_MAX_PROGRAMS", 2048);
 };
 
 } // namespace

@@ -1,6 +1,6 @@
 #pragma once
-// A GPU device's loaded programs by source: at most TINY_MAX_PROGRAMS, the least recently used dropped
-// (a cached schedule holding one keeps it alive until the schedule goes).
+// A device's loaded programs by source: at most TINY_MAX_PROGRAMS, the least recently used dropped (a
+// cached schedule holding one keeps it alive until the schedule goes).
 
 #include <cstdint>
 #include <list>
@@ -32,6 +32,10 @@ public:
       recent_.pop_back();
     }
     return p;
+  }
+  bool contains(const std::string& key) {
+    std::lock_guard lock(mu_);
+    return programs_.count(key) != 0;
   }
   void clear() {
     std::lock_guard lock(mu_);
