@@ -16,11 +16,13 @@
 #include <cstdlib>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 
+#include "aten_ops/special_math.h"
 #include "csrc/fallback.h"
 #include "csrc/tensor_bridge.h"
 
@@ -322,6 +324,41 @@ UOpPtr entr(const Call& c) {
   return where(is_nan(x), x, v);
 }
 
+// torch's nan_to_num: NaN to `nan` (0), +-inf to `posinf`/`neginf` (the result dtype's largest and
+// lowest finite values); integers and bools are left as they are.
+UOpPtr nan_to_num(const Call& c) {
+  const UOpPtr& x = c.a();
+  if (!is_float(c.compute)) return x;
+  double largest = c.common == DType::Float16    ? 65504.0
+                   : c.common == DType::BFloat16 ? 3.38953138925153547590e38
+                   : c.common == DType::Float32  ? static_cast<double>(std::numeric_limits<float>::max())
+                                                 : std::numeric_limits<double>::max();
+  // torch converts the replacements with a plain cast (1e300 becomes inf in float32), not a checked one
+  auto value = [&](std::string_view name, double otherwise) {
+    if (!c.has(name)) return c.constant(otherwise);
+    UOpPtr v = var_float(c.compute, c.param(name).toDouble());
+    return expand(reshape(v, Shape(c.shape.size(), 1)), c.shape);
+  };
+  UOpPtr v = where(is_nan(x), value("nan", 0.0), x);
+  v = where(bin(Ops::CMPEQ, x, c.constant(INFINITY)), value("posinf", largest), v);
+  return where(bin(Ops::CMPEQ, x, c.constant(-INFINITY)), value("neginf", -largest), v);
+}
+
+// polygamma(n, x): digamma and trigamma for n = 0 and 1, the Hurwitz zeta series above (torch refuses n < 0).
+UOpPtr polygamma(const Call& c) {
+  int64_t n = c.param("n").toInt();
+  if (n == 0) return aten_ops::special::digamma(c.a());
+  if (n == 1) return aten_ops::special::trigamma(c.a());
+  return aten_ops::special::polygamma_high(n, c.a());
+}
+
+Build special_fn(UOpPtr (*f)(const UOpPtr&)) {
+  return [f](const Call& c) { return f(c.a()); };
+}
+Build bessel(UOpPtr (*f)(const UOpPtr&, bool), bool scaled) {
+  return [f, scaled](const Call& c) { return f(c.a(), scaled); };
+}
+
 const std::unordered_map<std::string, Op>& table() {
   using K = Kind;
   static const std::unordered_map<std::string, Op> t = {
@@ -380,6 +417,21 @@ const std::unordered_map<std::string, Op>& table() {
       {"exp2", {K::UnaryFloat, unary(Ops::EXP2)}},
       {"log", {K::UnaryFloat, unary(Ops::LOG)}},
       {"log2", {K::UnaryFloat, unary(Ops::LOG2)}},
+      {"log10",
+       {K::UnaryFloat, [](const Call& c) { return bin(Ops::MUL, un(Ops::LOG, c.a()), c.constant(1.0 / M_LN10)); }}},
+      {"nan_to_num", {K::Unary, nan_to_num}},
+      {"digamma", {K::UnaryFloat, special_fn(aten_ops::special::digamma)}},
+      {"polygamma",
+       {K::UnaryFloat, polygamma,
+        [](const Call& c) {
+          // the CPU's probe is remembered per dtype, not per n: torch's check, here
+          TORCH_CHECK(c.param("n").toInt() >= 0, "polygamma(n, x) does not support negative n.");
+        }}},
+      {"erfinv", {K::UnaryFloat, special_fn(aten_ops::special::erfinv)}},
+      {"i0", {K::UnaryFloat, bessel(aten_ops::special::bessel_i0, false)}},
+      {"special_i0e", {K::UnaryFloat, bessel(aten_ops::special::bessel_i0, true)}},
+      {"special_i1", {K::UnaryFloat, bessel(aten_ops::special::bessel_i1, false)}},
+      {"special_i1e", {K::UnaryFloat, bessel(aten_ops::special::bessel_i1, true)}},
       {"log1p", {K::UnaryFloat, unary(Ops::LOG1P)}},
       {"expm1", {K::UnaryFloat, unary(Ops::EXPM1)}},
       {"sqrt", {K::UnaryFloat, unary(Ops::SQRT)}},
@@ -844,6 +896,30 @@ constexpr const char* kOverloads[] = {
     "log2",
     "log2.out",
     "log2_",
+    "log10",
+    "log10.out",
+    "log10_",
+    "nan_to_num",
+    "nan_to_num.out",
+    "nan_to_num_",
+    "digamma",
+    "digamma.out",
+    "digamma_",
+    "polygamma",
+    "polygamma.out",
+    "polygamma_",
+    "erfinv",
+    "erfinv.out",
+    "erfinv_",
+    "i0",
+    "i0.out",
+    "i0_",
+    "special_i0e",
+    "special_i0e.out",
+    "special_i1",
+    "special_i1.out",
+    "special_i1e",
+    "special_i1e.out",
     "log1p",
     "log1p.out",
     "log1p_",
