@@ -30,6 +30,7 @@
 #include <ATen/ops/index_add_meta_dispatch.h>
 #include <ATen/ops/index_copy_meta_dispatch.h>
 #include <ATen/ops/index_meta_dispatch.h>
+#include <ATen/ops/index_reduce_meta_dispatch.h>
 #include <ATen/ops/linalg_vector_norm.h>
 #include <ATen/ops/nonzero.h>
 #include <ATen/ops/scatter_add_meta_dispatch.h>
@@ -40,6 +41,7 @@
 
 #include <limits>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -797,6 +799,106 @@ at::Tensor& scatter_reduce_two_out(const at::Tensor& self, int64_t dim, const at
   return out;
 }
 
+// index_reduce: scatter_reduce with the 1-D index spread over source's shape (index[i] for every element
+// of slice i along dim), after torch's own checks (its meta function) and its IndexError for a bad index.
+at::Tensor& index_reduce_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source,
+                             c10::string_view reduce, bool include_self, at::Tensor& out) {
+  at::meta::index_reduce_outf(self, dim, index, source, reduce, include_self, out);
+  int64_t d = at::maybe_wrap_dim(dim, self.dim());
+  IndexRange r = index_range(index);
+  TORCH_CHECK_INDEX(r.empty || (r.min >= 0 && r.max < (self.dim() == 0 ? 1 : self.size(d))), "index out of bounds");
+  std::vector<int64_t> spread(std::max<int64_t>(source.dim(), 1), 1);
+  spread[d] = index.numel();
+  at::Tensor along =
+      index.to(at::kLong).reshape(spread).expand(source.dim() == 0 ? c10::IntArrayRef{1} : source.sizes());
+  if (source.dim() == 0) along = along.reshape({});
+  return scatter_reduce_two_out(self, dim, along, source, reduce, include_self, out);
+}
+
+// ---- max_unpool2d, max_unpool3d ----
+
+// The output (batch, channels, *size) is zero except where the indices (flat within each plane of
+// `size`) point; those get the input's values, in order (a repeated index, whose winner torch leaves
+// undefined, keeps the last). The indices are checked against the plane on the host (a sync), as the CPU
+// kernel raises.
+at::Tensor& max_unpool_out(const at::Tensor& self, const at::Tensor& indices, at::IntArrayRef size, at::Tensor& out) {
+  const int64_t spatial = static_cast<int64_t>(size.size());
+  const char* name = spatial == 2 ? "max_unpooling2d" : "max_unpooling3d";
+  TORCH_CHECK(indices.scalar_type() == at::kLong,
+              "elements in indices should be type int64 but got: ", indices.scalar_type());
+  TORCH_CHECK(self.dim() == spatial + 1 || self.dim() == spatial + 2, "Input to ", name, " should be a ", spatial + 1,
+              "d or ", spatial + 2, "d Tensor, but got a tensor with ", self.dim(), " dimensions.");
+  TORCH_CHECK(self.sizes() == indices.sizes(), "Expected shape of indices to be same as that of the input tensor (",
+              self.sizes(), ") but got indices tensor with shape: ", indices.sizes());
+  for (int64_t i = 1; i < self.dim(); i++)
+    TORCH_CHECK(self.size(i) > 0, name, "(): Expected input to have non-zero size for non-batch dimensions, but got ",
+                self.sizes(), " with dimension ", i, " being empty.");
+  TORCH_CHECK(self.scalar_type() == out.scalar_type(), "Expected out tensor to have dtype ", self.scalar_type(),
+              ", but got ", out.scalar_type(), " instead");
+  std::vector<int64_t> sizes(self.sizes().begin(), self.sizes().end() - spatial);
+  sizes.insert(sizes.end(), size.begin(), size.end());
+  at::native::resize_output(out, sizes);
+  int64_t plane = 1;
+  std::string plane_str;
+  for (int64_t s : size) {
+    plane *= s;
+    plane_str += (plane_str.empty() ? "" : "x") + std::to_string(s);
+  }
+  IndexRange r = index_range(indices);
+  TORCH_CHECK(r.empty || (r.min >= 0 && r.max < plane), "Found an invalid max index: ", offender(r, 0, plane),
+              " (output volumes are of size ", plane_str, ")");
+  DType dt = dtype_of(out);
+  at::Tensor result = out.is_contiguous() ? out : empty_tiny(sizes, out.scalar_type(), out.device());
+  write(result, fixed(dt, 0, to_shape(result.sizes())));
+  if (self.numel() > 0 && plane > 0) {
+    int64_t inner = 1;
+    for (int64_t i = self.dim() - spatial; i < self.dim(); i++)
+      inner *= self.size(i);
+    Shape flat = {self.numel() / inner, inner};
+    UOpPtr pos = add(add(mul(coordinate(flat, 0), full(plane, flat)), reshape(read_index(indices), flat)),
+                     full(result.storage_offset(), flat));
+    scatter_into(result, pos, reshape(read(self), flat), std::nullopt);
+  }
+  if (!result.is_same(out)) write(out, read(result));
+  return out;
+}
+
+at::Tensor& max_unpool2d_out(const at::Tensor& self, const at::Tensor& indices, c10::SymIntArrayRef output_size,
+                             at::Tensor& out) {
+  TORCH_CHECK(output_size.size() == 2, "There should be exactly two elements (height, width) in output_size, but got ",
+              output_size.size(), " elements.");
+  return max_unpool_out(self, indices, C10_AS_INTARRAYREF_SLOW(output_size), out);
+}
+
+at::Tensor max_unpool2d(const at::Tensor& self, const at::Tensor& indices, c10::SymIntArrayRef output_size) {
+  at::Tensor out = empty_tiny({0}, self.scalar_type(), self.device());
+  return max_unpool2d_out(self, indices, output_size, out);
+}
+
+at::Tensor& max_unpool3d_out(const at::Tensor& self, const at::Tensor& indices, c10::SymIntArrayRef output_size,
+                             at::IntArrayRef stride, at::IntArrayRef padding, at::Tensor& out) {
+  TORCH_CHECK(output_size.size() == 3,
+              "There should be exactly three elements (depth, height, width) in output_size, "
+              "but got: ",
+              output_size.size(), " elements.");
+  TORCH_CHECK(stride.size() == 3,
+              "There should be exactly three elements (depth, height, width) in stride, but got: ", stride.size(),
+              " elements.");
+  TORCH_CHECK(padding.size() == 3,
+              "There should be exactly three elements (depth, height, width) in padding, but "
+              "got: ",
+              padding.size(), " elements.");
+  TORCH_CHECK(stride[0] > 0 && stride[1] > 0 && stride[2] > 0,
+              "strides should be greater than zero, but got stride: ", stride);
+  return max_unpool_out(self, indices, C10_AS_INTARRAYREF_SLOW(output_size), out);
+}
+
+at::Tensor max_unpool3d(const at::Tensor& self, const at::Tensor& indices, c10::SymIntArrayRef output_size,
+                        at::IntArrayRef stride, at::IntArrayRef padding) {
+  at::Tensor out = empty_tiny({0}, self.scalar_type(), self.device());
+  return max_unpool3d_out(self, indices, output_size, stride, padding, out);
+}
+
 // ---- masked_select, nonzero ----
 
 at::Tensor& masked_select_out(const at::Tensor& self, const at::Tensor& mask, at::Tensor& out) {
@@ -936,6 +1038,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("scatter.value_reduce_out", TORCH_FN(scatter_reduce_value_out));
   m.impl("scatter_add.out", TORCH_FN(scatter_add_out));
   m.impl("scatter_reduce.two_out", TORCH_FN(scatter_reduce_two_out));
+  m.impl("index_reduce.out", TORCH_FN(index_reduce_out));
+  m.impl("max_unpool2d", TORCH_FN(max_unpool2d));
+  m.impl("max_unpool2d.out", TORCH_FN(max_unpool2d_out));
+  m.impl("max_unpool3d", TORCH_FN(max_unpool3d));
+  m.impl("max_unpool3d.out", TORCH_FN(max_unpool3d_out));
   m.impl("masked_scatter_", TORCH_FN(masked_scatter_));
   m.impl("masked_select", TORCH_FN(masked_select));
   m.impl("masked_select.out", TORCH_FN(masked_select_out));

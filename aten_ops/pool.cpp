@@ -1,6 +1,7 @@
-// Pooling: max_pool2d_with_indices, max_pool3d_with_indices, avg_pool2d/avg_pool3d, _adaptive_avg_pool2d/3d, and their
-// backward ops. Each result is one reduce over a window view of the (padded) input, so it fuses with what produces the
-// input and what consumes the result:
+// Pooling: max_pool2d_with_indices, max_pool3d_with_indices, avg_pool2d/avg_pool3d, _adaptive_avg_pool2d/3d,
+// adaptive_max_pool2d/3d, and their backward ops; im2col/col2im (F.unfold/F.fold) as window views. Each result is one
+// reduce over a window view of the (padded) input, so it fuses with what produces the input and what consumes the
+// result:
 //   max         the MAX over the window, the input padded with the dtype's lowest value (-inf)
 //   indices     the MIN over the window of the flat input-plane index where the input equals the max
 //               (the first such position, as torch; the last NaN when the max is NaN, as torch)
@@ -15,6 +16,11 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/native/Pool.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/adaptive_max_pool2d_backward_meta_dispatch.h>
+#include <ATen/ops/adaptive_max_pool2d_meta_dispatch.h>
+#include <ATen/ops/adaptive_max_pool3d_backward_meta_dispatch.h>
+#include <ATen/ops/adaptive_max_pool3d_meta_dispatch.h>
 #include <ATen/ops/avg_pool2d_backward_meta_dispatch.h>
 #include <ATen/ops/avg_pool2d_meta_dispatch.h>
 #include <ATen/ops/avg_pool3d_backward_meta_dispatch.h>
@@ -618,9 +624,265 @@ template <size_t ND> at::Tensor adaptive_avg_pool_backward_fn(const at::Tensor& 
   return grad_input;
 }
 
+// ---- adaptive max pooling ----
+
+// The max of each ragged window and the flat input-plane index of its first max (its last NaN), as
+// max_pool's indices.
+std::pair<UOpPtr, UOpPtr> ragged_max(const UOpPtr& src, const std::vector<Ragged>& dims) {
+  size_t nd = dims.size(), lead = src->shape.size() - nd;
+  Shape shape(src->shape.begin(), src->shape.begin() + static_cast<std::ptrdiff_t>(lead)), result;
+  int64_t planes = prod(shape), plane = 1;
+  for (const Ragged& r : dims) {
+    shape.push_back(r.out);
+    plane *= r.source;
+  }
+  result = shape;
+  for (const Ragged& r : dims)
+    shape.push_back(r.reach);
+  Shape lead_only(shape.size(), 1);
+  std::copy(shape.begin(), shape.begin() + static_cast<std::ptrdiff_t>(lead), lead_only.begin());
+  UOpPtr base = window::expanded(
+      window::reshaped(mul(iota(planes, DType::Int64), full(index_const(plane), {planes})), lead_only), shape);
+  UOpPtr pos = full(index_const(0), shape), inside;
+  int64_t stride = plane;
+  for (size_t i = 0; i < nd; i++) {
+    const Ragged& r = dims[i];
+    stride /= r.source;
+    UOpPtr k = positions(r.reach, 1, 0, shape, lead + nd + i);
+    pos = add(pos, mul(add(broadcast(r.start, shape, lead + i), k), full(index_const(stride), shape)));
+    UOpPtr in = alu(Ops::CMPLT, k, broadcast(r.count, shape, lead + i));
+    inside = inside ? alu(Ops::AND, inside, in) : in;
+  }
+  UOpPtr v = gather(window::reshaped(src, {prod(src->shape)}), add(base, pos));
+  v = where(inside, v, full(lowest(v->dtype), shape));
+  std::vector<int64_t> kernel_axes = range(static_cast<int64_t>(lead + nd), static_cast<int64_t>(lead + 2 * nd));
+  UOpPtr m = reduce(v, Ops::MAX, kernel_axes);
+  UOpPtr is_nan = alu(Ops::CMPNE, v, v);
+  UOpPtr hit = alu(Ops::AND, inside, alu(Ops::OR, alu(Ops::CMPEQ, v, window::expanded(m, shape)), is_nan));
+  UOpPtr key = where(is_nan, alu(Ops::SUB, full(index_const(-1), shape), pos), pos);
+  UOpPtr k = reduce_to(where(hit, key, full(index_const(plane), shape)), Ops::MIN, kernel_axes, result);
+  UOpPtr index =
+      where(alu(Ops::CMPLT, k, full(index_const(0), result)), alu(Ops::SUB, full(index_const(-1), result), k), k);
+  return {window::reshaped(m, result), index};
+}
+
+template <size_t ND>
+std::tuple<at::Tensor&, at::Tensor&> write_adaptive_max_pool(const at::Tensor& self, c10::IntArrayRef output_size,
+                                                             at::Tensor& out, at::Tensor& indices) {
+  check_dtype(self, ND == 2 ? "adaptive_max_pool2d" : "adaptive_max_pool3d", false, false);
+  if (out.numel() == 0) return {out, indices};
+  DType dt = to_tiny_dtype(self.scalar_type());
+  UOpPtr x = cast(read(self), opmath(dt));
+  Shape in = last(x->shape, ND), o(output_size.begin(), output_size.end());
+  std::pair<UOpPtr, UOpPtr> r;
+  if (divides(in, o)) {
+    r = max_pool(x, o, even_windows(in, o));
+  } else {
+    std::vector<Ragged> dims;
+    for (size_t i = 0; i < ND; i++)
+      dims.push_back(adaptive_window(in[i], o[i]));
+    r = ragged_max(x, dims);
+  }
+  write(out, cast(r.first, dt));
+  write(indices, r.second);
+  return {out, indices};
+}
+
+template <size_t ND>
+std::tuple<at::Tensor, at::Tensor> adaptive_max_pool(const at::Tensor& self, c10::IntArrayRef output_size) {
+  auto [mo, mi] =
+      ND == 2 ? at::meta::adaptive_max_pool2d(self, output_size) : at::meta::adaptive_max_pool3d(self, output_size);
+  at::Tensor out = like_meta(mo, self), indices = like_meta(mi, self);
+  write_adaptive_max_pool<ND>(self, output_size, out, indices);
+  return {out, indices};
+}
+
+template <size_t ND>
+std::tuple<at::Tensor&, at::Tensor&> adaptive_max_pool_out(const at::Tensor& self, c10::IntArrayRef output_size,
+                                                           at::Tensor& out, at::Tensor& indices) {
+  if (ND == 2)
+    at::meta::adaptive_max_pool2d_outf(self, output_size, out, indices);
+  else
+    at::meta::adaptive_max_pool3d_outf(self, output_size, out, indices);
+  return write_adaptive_max_pool<ND>(self, output_size, out, indices);
+}
+
+// The gradient: each window's grad_output goes to its max's input position. Even windows reuse max
+// pooling's adjoint; ragged ones scatter-add in output order (as torch's CPU kernel adds).
+template <size_t ND>
+at::Tensor& write_adaptive_max_pool_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                                             const at::Tensor& indices, at::Tensor& grad_input) {
+  check_dtype(self, ND == 2 ? "adaptive_max_pool2d_backward" : "adaptive_max_pool3d_backward", false, false);
+  if (grad_input.numel() == 0) return grad_input;
+  DType dt = to_tiny_dtype(grad_input.scalar_type());
+  Shape in = last(to_shape(self.sizes()), ND), o = last(to_shape(grad_output.sizes()), ND);
+  UOpPtr grad = cast(read(grad_output), opmath(dt));
+  if (divides(in, o)) {
+    write(grad_input, cast(max_pool_backward(grad, read(indices), in, even_windows(in, o)), dt));
+    return grad_input;
+  }
+  at::Tensor acc = empty_tiny(grad_input.sizes(), to_scalar_type(opmath(dt)), grad_input.device());
+  write(acc, full(const_like(grad, 0), to_shape(acc.sizes())));
+  int64_t plane = prod(in), outs = prod(o);
+  Shape flat = {grad_output.numel() / std::max<int64_t>(outs, 1), outs};
+  UOpPtr base = mul(window::expanded(window::reshaped(iota(flat[0], DType::Int64), {flat[0], 1}), flat),
+                    full(index_const(plane), flat));
+  UOpPtr pos = add(base, window::reshaped(cast(read(indices), DType::Int64), flat));
+  lazy_buffer(acc).scatter(opmath(dt), pos, window::reshaped(grad, flat), Ops::ADD);
+  write(grad_input, cast(read(acc), dt));
+  return grad_input;
+}
+
+template <size_t ND>
+at::Tensor adaptive_max_pool_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                                      const at::Tensor& indices) {
+  at::Tensor meta = ND == 2 ? at::meta::adaptive_max_pool2d_backward(grad_output, self, indices)
+                            : at::meta::adaptive_max_pool3d_backward(grad_output, self, indices);
+  at::Tensor grad_input = like_meta(meta, self);
+  return write_adaptive_max_pool_backward<ND>(grad_output, self, indices, grad_input);
+}
+
+template <size_t ND>
+at::Tensor& adaptive_max_pool_backward_out(const at::Tensor& grad_output, const at::Tensor& self,
+                                           const at::Tensor& indices, at::Tensor& grad_input) {
+  if (ND == 2)
+    at::meta::adaptive_max_pool2d_backward_outf(grad_output, self, indices, grad_input);
+  else
+    at::meta::adaptive_max_pool3d_backward_outf(grad_output, self, indices, grad_input);
+  return write_adaptive_max_pool_backward<ND>(grad_output, self, indices, grad_input);
+}
+
+// ---- im2col, col2im (F.unfold, F.fold) ----
+
+// torch's checks of both ops' window arguments; returns the number of sliding blocks per dim.
+Shape sliding_blocks(const char* op, c10::IntArrayRef spatial, c10::IntArrayRef kernel, c10::IntArrayRef dilation,
+                     c10::IntArrayRef padding, c10::IntArrayRef stride) {
+  TORCH_CHECK(kernel.size() == 2, "It is expected kernel_size equals to 2, but got size ", kernel.size());
+  TORCH_CHECK(dilation.size() == 2, "It is expected dilation equals to 2, but got size ", dilation.size());
+  TORCH_CHECK(padding.size() == 2, "It is expected padding equals to 2, but got size ", padding.size());
+  TORCH_CHECK(stride.size() == 2, "It is expected stride equals to 2, but got size ", stride.size());
+  TORCH_CHECK(kernel[0] > 0 && kernel[1] > 0,
+              "kernel size should be greater than zero, but got kernel_height: ", kernel[0],
+              " kernel_width: ", kernel[1]);
+  TORCH_CHECK(dilation[0] > 0 && dilation[1] > 0,
+              "dilation should be greater than zero, but got dilation_height: ", dilation[0],
+              " dilation_width: ", dilation[1]);
+  TORCH_CHECK(padding[0] >= 0 && padding[1] >= 0, "padding should be non-negative, but got pad_height: ", padding[0],
+              " pad_width: ", padding[1]);
+  TORCH_CHECK(stride[0] > 0 && stride[1] > 0, "stride should be greater than zero, but got stride_height: ", stride[0],
+              " stride_width: ", stride[1]);
+  Shape blocks;
+  for (size_t i = 0; i < 2; i++)
+    blocks.push_back((spatial[i] + 2 * padding[i] - (dilation[i] * (kernel[i] - 1) + 1)) / stride[i] + 1);
+  TORCH_CHECK(blocks[0] >= 1 && blocks[1] >= 1, op, ": Given input with spatial size (", spatial[0], ", ", spatial[1],
+              "), kernel_size=(", kernel[0], ", ", kernel[1], "), dilation=(", dilation[0], ", ", dilation[1],
+              "), padding=(", padding[0], ", ", padding[1], "), calculated shape of the array of sliding blocks as (",
+              blocks[0], ", ", blocks[1], "), but its components must be at least one.");
+  return blocks;
+}
+
+// im2col: (N, C, H, W) -> (N, C * kh * kw, oh * ow), column [c, i, j] of block (y, x) reading the zero-padded
+// input at (y * stride + i * dilation, x * stride + j * dilation): a window view, no copy.
+at::Tensor& im2col_out(const at::Tensor& self, c10::IntArrayRef kernel, c10::IntArrayRef dilation,
+                       c10::IntArrayRef padding, c10::IntArrayRef stride, at::Tensor& out) {
+  TORCH_CHECK((self.dim() == 3 || self.dim() == 4) && self.size(-1) > 0 && self.size(-2) > 0 && self.size(-3) > 0,
+              "Expected 3D or 4D (batch mode) tensor with possibly 0 batch size and other non-zero dimensions for "
+              "input, but got: ",
+              self.sizes());
+  Shape blocks = sliding_blocks("im2col", self.sizes().slice(self.dim() - 2), kernel, dilation, padding, stride);
+  int64_t n = self.dim() == 4 ? self.size(0) : 1, c = self.size(-3);
+  std::vector<int64_t> sizes = {c * kernel[0] * kernel[1], blocks[0] * blocks[1]};
+  if (self.dim() == 4) sizes.insert(sizes.begin(), n);
+  at::native::resize_output(out, sizes);
+  if (out.numel() == 0) return out;
+  window::Geometry g = geometry(2, kernel, stride, padding, dilation);
+  UOpPtr x = window::reshaped(read(self), {n, c, self.size(-2), self.size(-1)});
+  UOpPtr win = window::windows(window::pad_for_windows(x, blocks, g), blocks, g); // (n, c, oh, ow, kh, kw)
+  UOpPtr cols = window::permuted(win, {0, 1, 4, 5, 2, 3});
+  write(out, cast(window::reshaped(cols, to_shape(out.sizes())), to_tiny_dtype(out.scalar_type())));
+  return out;
+}
+
+at::Tensor im2col(const at::Tensor& self, c10::IntArrayRef kernel, c10::IntArrayRef dilation, c10::IntArrayRef padding,
+                  c10::IntArrayRef stride) {
+  at::Tensor out = empty_tiny({0}, self.scalar_type(), self.device());
+  return im2col_out(self, kernel, dilation, padding, stride, out);
+}
+
+// col2im: the adjoint, each input position summing the columns that read it: for every kernel offset
+// (i, j), the (oh, ow) blocks spread by the stride and shifted into place, kh * kw terms added in one kernel.
+at::Tensor& col2im_out(const at::Tensor& self, c10::SymIntArrayRef output_size_sym, c10::IntArrayRef kernel,
+                       c10::IntArrayRef dilation, c10::IntArrayRef padding, c10::IntArrayRef stride, at::Tensor& out) {
+  c10::IntArrayRef output_size = C10_AS_INTARRAYREF_SLOW(output_size_sym);
+  TORCH_CHECK(output_size.size() == 2, "It is expected output_size equals to 2, but got size ", output_size.size());
+  TORCH_CHECK((self.dim() == 2 || self.dim() == 3) && self.size(-1) > 0 && self.size(-2) > 0,
+              "Expected 2D or 3D (batch mode) tensor for input with possibly 0 batch size and non-zero dimensions "
+              "for input, but got: ",
+              self.sizes());
+  Shape blocks = sliding_blocks("col2im", output_size, kernel, dilation, padding, stride);
+  int64_t taps = kernel[0] * kernel[1];
+  TORCH_CHECK(
+      taps > 0 && self.size(-2) % taps == 0,
+      "Expected size of input's dimension 1 to be divisible by the product of kernel_size, but got input.size(1)=",
+      self.size(-2), ", kernel_size=(", kernel[0], ", ", kernel[1], ").");
+  TORCH_CHECK(self.size(-1) == blocks[0] * blocks[1], "Given output_size=(", output_size[0], ", ", output_size[1],
+              "), kernel_size=(", kernel[0], ", ", kernel[1], "), dilation=(", dilation[0], ", ", dilation[1],
+              "), padding=(", padding[0], ", ", padding[1], "), stride=(", stride[0], ", ", stride[1],
+              "), expected size of input's dimension 2 to match the calculated number of sliding blocks ", blocks[0],
+              " * ", blocks[1], " = ", blocks[0] * blocks[1], ", but got input.size(2)=", self.size(-1), ".");
+  int64_t n = self.dim() == 3 ? self.size(0) : 1, c = self.size(-2) / taps;
+  std::vector<int64_t> sizes = {c, output_size[0], output_size[1]};
+  if (self.dim() == 3) sizes.insert(sizes.begin(), n);
+  at::native::resize_output(out, sizes);
+  if (out.numel() == 0) return out;
+  DType dt = to_tiny_dtype(out.scalar_type());
+  UOpPtr cols = window::reshaped(cast(read(self), opmath(dt)), {n, c, kernel[0], kernel[1], blocks[0], blocks[1]});
+  UOpPtr sum;
+  for (int64_t i = 0; i < kernel[0]; i++) {
+    for (int64_t j = 0; j < kernel[1]; j++) {
+      UOpPtr tap = window::reshaped(
+          window::shrunk(cols, {{0, n}, {0, c}, {i, i + 1}, {j, j + 1}, {0, blocks[0]}, {0, blocks[1]}}),
+          {n, c, blocks[0], 1, blocks[1], 1});
+      // block y lands on y * stride + i * dilation - padding
+      UOpPtr spread = window::reshaped(
+          window::padded(tap, {{0, 0}, {0, 0}, {0, 0}, {0, stride[0] - 1}, {0, 0}, {0, stride[1] - 1}}),
+          {n, c, blocks[0] * stride[0], blocks[1] * stride[1]});
+      int64_t top = i * dilation[0] - padding[0], left = j * dilation[1] - padding[1];
+      // a tap whose blocks all land in the padding adds nothing
+      if (top + blocks[0] * stride[0] <= 0 || top >= output_size[0] || left + blocks[1] * stride[1] <= 0 ||
+          left >= output_size[1])
+        continue;
+      UOpPtr placed = window::pad_spatial(spread, {{top, output_size[0] - top - blocks[0] * stride[0]},
+                                                   {left, output_size[1] - left - blocks[1] * stride[1]}});
+      sum = sum ? add(sum, placed) : placed;
+    }
+  }
+  if (!sum) sum = full(const_like(cols, 0), {n, c, output_size[0], output_size[1]});
+  write(out, cast(window::reshaped(sum, to_shape(out.sizes())), dt));
+  return out;
+}
+
+at::Tensor col2im(const at::Tensor& self, c10::SymIntArrayRef output_size, c10::IntArrayRef kernel,
+                  c10::IntArrayRef dilation, c10::IntArrayRef padding, c10::IntArrayRef stride) {
+  at::Tensor out = empty_tiny({0}, self.scalar_type(), self.device());
+  return col2im_out(self, output_size, kernel, dilation, padding, stride, out);
+}
+
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("im2col", TORCH_FN(im2col));
+  m.impl("im2col.out", TORCH_FN(im2col_out));
+  m.impl("col2im", TORCH_FN(col2im));
+  m.impl("col2im.out", TORCH_FN(col2im_out));
+  m.impl("adaptive_max_pool2d", TORCH_FN(adaptive_max_pool<2>));
+  m.impl("adaptive_max_pool2d.out", TORCH_FN(adaptive_max_pool_out<2>));
+  m.impl("adaptive_max_pool2d_backward", TORCH_FN(adaptive_max_pool_backward<2>));
+  m.impl("adaptive_max_pool2d_backward.grad_input", TORCH_FN(adaptive_max_pool_backward_out<2>));
+  m.impl("adaptive_max_pool3d", TORCH_FN(adaptive_max_pool<3>));
+  m.impl("adaptive_max_pool3d.out", TORCH_FN(adaptive_max_pool_out<3>));
+  m.impl("adaptive_max_pool3d_backward", TORCH_FN(adaptive_max_pool_backward<3>));
+  m.impl("adaptive_max_pool3d_backward.grad_input", TORCH_FN(adaptive_max_pool_backward_out<3>));
   m.impl("max_pool2d_with_indices", TORCH_FN(max_pool2d_with_indices));
   m.impl("max_pool2d_with_indices.out", TORCH_FN(max_pool2d_with_indices_out));
   m.impl("max_pool2d_with_indices_backward", TORCH_FN(max_pool2d_with_indices_backward));

@@ -19,6 +19,7 @@
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_log_softmax_backward_data_meta_dispatch.h>
 #include <ATen/ops/_log_softmax_meta_dispatch.h>
+#include <ATen/ops/_logcumsumexp_ops.h>
 #include <ATen/ops/_softmax_backward_data_meta_dispatch.h>
 #include <ATen/ops/_softmax_meta_dispatch.h>
 #include <ATen/ops/all_meta_dispatch.h>
@@ -648,6 +649,94 @@ at::Tensor& cumulative_out(const at::Tensor& self, int64_t dim, std::optional<at
   return out;
 }
 
+// ---- cummax, cummin, logcumsumexp ----
+
+// x spread over a new axis j next to `axis` (i): [..., i, j, ...] = x[..., j, ...], and whether j <= i.
+struct Prefix {
+  UOpPtr xs, in_prefix;
+};
+Prefix prefix_of(const UOpPtr& x, int64_t axis) {
+  Shape spread = x->shape, source = x->shape;
+  spread.insert(spread.begin() + axis, x->shape[axis]);
+  source.insert(source.begin() + axis, 1);
+  UOpPtr xs = expand(reshape(x, source), spread);
+  return {xs, alu(Ops::CMPLE, index_along(spread, axis + 1), index_along(spread, axis))};
+}
+
+// A value of the spread shape that is x[..., 0, ...] everywhere: a member of every prefix, so a masked
+// max/min needs no identity (integers have none that torch's kernel would give).
+UOpPtr first_of(const UOpPtr& xs, int64_t axis) {
+  return expand(shrink(xs,
+                       [&] {
+                         std::vector<std::pair<int64_t, int64_t>> r;
+                         for (int64_t s : xs->shape)
+                           r.emplace_back(0, s);
+                         r[axis + 1] = {0, 1};
+                         return r;
+                       }()),
+                xs->shape);
+}
+
+// torch's CPU cummax/cummin: the running extreme (a NaN, once seen, wins) and the index of the last
+// element that set it (x[j] >= the running max replaces it, so ties take the later index): the last
+// j <= i whose x[j] equals the extreme at i, NaN matching NaN.
+template <Ops Op> void cum_extreme(const at::Tensor& self, at::Tensor& values, at::Tensor& indices, int64_t dim) {
+  UOpPtr x = input(self);
+  if (x->dtype == DType::Bool) x = cast(x, DType::Int32);
+  int64_t axis = one_axis(self, dim)[0];
+  Prefix p = prefix_of(x, axis);
+  UOpPtr masked = where(p.in_prefix, p.xs, first_of(p.xs, axis));
+  UOpPtr m = reduce(masked, Op, {axis + 1}); // [..., i, 1, ...]
+  UOpPtr me = expand(m, p.xs->shape);
+  UOpPtr hit = alu(Ops::CMPEQ, p.xs, me);
+  if (is_float(x->dtype)) hit = alu(Ops::OR, hit, alu(Ops::AND, alu(Ops::CMPNE, p.xs, p.xs), alu(Ops::CMPNE, me, me)));
+  Shape spread = p.xs->shape;
+  UOpPtr j = index_along(spread, axis + 1);
+  UOpPtr idx = reduce(where(alu(Ops::AND, hit, p.in_prefix), j, fixed(DType::Int64, -1, spread)), Ops::MAX, {axis + 1});
+  finish(values, reshape(m, x->shape));
+  finish(indices, reshape(idx, x->shape));
+}
+
+// log(sum over j <= i of exp(x[j])), shifted by the prefix's max m (0 when m is infinite, so that all
+// -inf gives -inf and a +inf gives inf), in opmath.
+void write_logcumsumexp(const at::Tensor& self, int64_t dim, const at::Tensor& out) {
+  if (out.numel() == 0) return;
+  DType dt = to_tiny_dtype(out.scalar_type());
+  UOpPtr x = cast(cast(input(self), dt), opmath(dt));
+  int64_t axis = one_axis(self, dim)[0];
+  Prefix p = prefix_of(x, axis);
+  UOpPtr m = reduce(where(p.in_prefix, p.xs, first_of(p.xs, axis)), Ops::MAX, {axis + 1});
+  m = where(alu(Ops::CMPEQ, alu(Ops::ABS, m), like(m, INFINITY)), like(m, 0), m);
+  UOpPtr me = expand(m, p.xs->shape);
+  UOpPtr terms = where(p.in_prefix, alu(Ops::EXP, alu(Ops::SUB, p.xs, me)), like(p.xs, 0));
+  UOpPtr s = reduce(terms, Ops::ADD, {axis + 1});
+  finish(out, reshape(alu(Ops::ADD, alu(Ops::LOG, s), m), x->shape));
+}
+
+at::Tensor& logcumsumexp_out(const at::Tensor& self, int64_t dim, at::Tensor& out) {
+  check_cpu_accepts<at::_ops::_logcumsumexp_out>(self, dim, out);
+  at::native::resize_output(out, self.sizes());
+  write_logcumsumexp(self, dim, out);
+  return out;
+}
+
+at::Tensor logcumsumexp(const at::Tensor& self, int64_t dim) {
+  at::Tensor out = empty_tiny(self.sizes(), self.scalar_type(), self.device());
+  return logcumsumexp_out(self, dim, out);
+}
+
+// count_nonzero over a list of dims (every dim when empty), an int64 without the counted dims.
+at::Tensor count_nonzero(const at::Tensor& self, at::IntArrayRef dims) {
+  DimMask mask = at::native::make_dim_mask(dims, self.dim());
+  std::vector<int64_t> sizes;
+  for (int64_t d = 0; d < self.dim(); d++)
+    if (!mask[d]) sizes.push_back(self.size(d));
+  at::Tensor out = empty_tiny(sizes, at::kLong, self.device());
+  UOpPtr x = cast(truth(input(self)), DType::Int64);
+  finish(out, fold(x, Ops::ADD, axes_of(mask, x), to_shape(out.sizes())));
+  return out;
+}
+
 // ---- softmax, log_softmax and their backward ----
 
 // exp(x - max) / sum and (x - max) - log(sum), over `axis`, in opmath.
@@ -782,6 +871,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("cumsum.out", cumulative_out<Ops::ADD>);
   m.impl("cumprod", cumulative_op<Ops::MUL>);
   m.impl("cumprod.out", cumulative_out<Ops::MUL>);
+  m.impl("_cummax_helper", cum_extreme<Ops::MAX>);
+  m.impl("_cummin_helper", cum_extreme<Ops::MIN>);
+  m.impl("_logcumsumexp", logcumsumexp);
+  m.impl("_logcumsumexp.out", logcumsumexp_out);
+  m.impl("count_nonzero.dim_IntList", count_nonzero);
   m.impl("_softmax", softmax<false>);
   m.impl("_softmax.out", softmax_out<false>);
   m.impl("_log_softmax", softmax<true>);

@@ -1,5 +1,7 @@
 // Sorting: sort (ascending or descending, along any dim; always stable), topk and kthvalue, and what torch
-// builds from them (argsort, msort, ...); searchsorted and bucketize; mode's out= form.
+// builds from them (argsort, msort, ...); median, nanmedian, unique and unique_consecutive from the stable sort;
+// searchsorted and bucketize;
+// mode's out= form.
 //
 // A row of up to kCountingMax elements is sorted by counting, in UOps. An element's place in its sorted
 // row is the number of elements that go before it, rank[i] = #{j : x[j] before x[i]} + #{j < i : x[j]
@@ -23,9 +25,23 @@
 #include <ATen/native/ReduceOpsUtils.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/SortingUtils.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/clamp_min.h>
+#include <ATen/ops/cumsum.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/eq.h>
+#include <ATen/ops/floor_divide.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/masked_select.h>
 #include <ATen/ops/mode.h>
+#include <ATen/ops/ne.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/sort.h>
 #include <ATen/ops/sort_meta_dispatch.h>
 #include <ATen/ops/topk_meta_dispatch.h>
+#include <ATen/ops/unique_consecutive_ops.h>
+#include <ATen/ops/where.h>
+#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
 #include <bit>
@@ -324,10 +340,134 @@ std::tuple<at::Tensor&, at::Tensor&> mode_out(const at::Tensor& self, int64_t di
   return {values, indices};
 }
 
+// ---- median, nanmedian ----
+
+// torch's lower median along dim and its index, from the stable sort (NaN last): element (k - 1) / 2 of the
+// k numbers for nanmedian (the first NaN when all are NaN); for median the first NaN when there is one.
+std::tuple<at::Tensor, at::Tensor> median_along(const at::Tensor& self, int64_t dim, bool keepdim, bool ignore_nan) {
+  dim = at::maybe_wrap_dim(dim, self.dim());
+  const char* name = ignore_nan ? "nanmedian()" : "median()";
+  TORCH_CHECK_INDEX(self.dim() == 0 || self.size(dim) > 0, name, ": Expected reduction dim ", dim,
+                    " to have non-zero size.");
+  if (self.dim() == 0) return {self.clone(), at::zeros({}, self.options().dtype(at::kLong))};
+  auto [sorted, order] = at::sort(self, /*stable=*/true, dim, /*descending=*/false);
+  at::Tensor numbers = at::eq(sorted, sorted).sum(dim, /*keepdim=*/true); // int64: the non-NaN count
+  at::Tensor lower = at::floor_divide(at::clamp_min(numbers.sub(1), 0), 2);
+  at::Tensor pos = ignore_nan ? lower : at::where(numbers.lt(self.size(dim)), numbers, lower);
+  at::Tensor values = sorted.gather(dim, pos), indices = order.gather(dim, pos);
+  if (!keepdim) return {values.squeeze(dim), indices.squeeze(dim)};
+  return {values, indices};
+}
+
+template <bool IgnoreNan>
+std::tuple<at::Tensor&, at::Tensor&> median_dim_out(const at::Tensor& self, int64_t dim, bool keepdim,
+                                                    at::Tensor& values, at::Tensor& indices) {
+  const char* name = IgnoreNan ? "nanmedian" : "median";
+  TORCH_CHECK(self.scalar_type() == values.scalar_type(), name, "(): Expected out tensor to have dtype ",
+              self.scalar_type(), ", but got ", values.scalar_type(), " instead");
+  TORCH_CHECK(indices.scalar_type() == at::kLong, name, "(): Expected out tensor to have dtype Long, but got ",
+              indices.scalar_type(), " instead");
+  auto [v, i] = median_along(self, dim, keepdim, IgnoreNan);
+  at::native::resize_output(values, v.sizes());
+  at::native::resize_output(indices, i.sizes());
+  values.copy_(v);
+  indices.copy_(i);
+  return {values, indices};
+}
+
+template <bool IgnoreNan>
+std::tuple<at::Tensor, at::Tensor> median_dim(const at::Tensor& self, int64_t dim, bool keepdim) {
+  return median_along(self, dim, keepdim, IgnoreNan);
+}
+
+// Over every element: an empty input gives NaN (converted to the dtype, as the CPU).
+template <bool IgnoreNan> at::Tensor median_all(const at::Tensor& self) {
+  if (self.numel() == 0) return at::full({}, NAN, self.options().dtype(at::kDouble)).to(self.scalar_type());
+  return std::get<0>(median_along(self.reshape({-1}), 0, false, IgnoreNan));
+}
+
+template <bool IgnoreNan> at::Tensor& median_all_out(const at::Tensor& self, at::Tensor& out) {
+  at::Tensor v = median_all<IgnoreNan>(self);
+  at::native::resize_output(out, v.sizes());
+  out.copy_(v);
+  return out;
+}
+
+// ---- unique (torch.unique without dim), unique_consecutive ----
+
+// The runs of equal neighbours in `values` (1-D; NaNs are never equal, so each is its own run): the first
+// element of each run, and on request the run of every element (put back in input order through `order`,
+// the input position of each element of `values`, when it is defined) and the length of each run. The number
+// of runs sizes the result: the run starts are read to the host (one sync, in masked_select); the rest is lazy.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> runs_of(const at::Tensor& values, const at::Tensor& order,
+                                                       at::IntArrayRef input_sizes, bool return_inverse,
+                                                       bool return_counts) {
+  at::TensorOptions longs = values.options().dtype(at::kLong);
+  int64_t n = values.numel();
+  at::Tensor inverse = at::empty(return_inverse ? input_sizes : at::IntArrayRef{0}, longs);
+  at::Tensor counts = at::empty({0}, longs);
+  if (n == 0) return {values.clone(), inverse, counts};
+  at::Tensor starts = at::cat(
+      {at::ones({1}, values.options().dtype(at::kBool)), at::ne(values.slice(0, 1), values.slice(0, 0, n - 1))});
+  at::Tensor first = at::masked_select(values, starts);
+  // scatters straight into the buffers: the positions are valid by construction, so no range check (a sync)
+  UOpPtr run = reshape(read(at::cumsum(starts, 0).sub_(1)), {n});
+  UOpPtr zeros = expand(reshape(const_int(DType::Int64, 0), {1}), {n});
+  if (return_inverse) {
+    at::Tensor flat = empty_tiny({n}, at::kLong, values.device());
+    if (order.defined()) {
+      write(flat, zeros);
+      lazy_buffer(flat).scatter(DType::Int64, reshape(read(order), {n}), run, std::nullopt);
+    } else {
+      write(flat, run);
+    }
+    inverse = flat.reshape(input_sizes);
+  }
+  if (return_counts) {
+    int64_t k = first.numel();
+    counts = empty_tiny({k}, at::kLong, values.device());
+    write(counts, expand(reshape(const_int(DType::Int64, 0), {1}), {k}));
+    lazy_buffer(counts).scatter(DType::Int64, run, expand(reshape(const_int(DType::Int64, 1), {1}), {n}), Ops::ADD);
+  }
+  return {first, inverse, counts};
+}
+
+// torch.unique: always sorted (stably, NaNs last), which is also what the CPU gives for sorted=False.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique2(const at::Tensor& self, bool /*sorted*/, bool return_inverse,
+                                                       bool return_counts) {
+  // bools sort as bytes
+  if (self.scalar_type() == at::kBool) {
+    auto [values, inverse, counts] = unique2(self.to(at::kByte), true, return_inverse, return_counts);
+    return {values.to(at::kBool), inverse, counts};
+  }
+  at::Tensor flat = self.reshape({-1});
+  if (flat.numel() == 0) return runs_of(flat, at::Tensor(), self.sizes(), return_inverse, return_counts);
+  auto [values, order] = at::sort(flat, /*stable=*/true, 0, /*descending=*/false);
+  return runs_of(values, order, self.sizes(), return_inverse, return_counts);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_consecutive(const at::Tensor& self, bool return_inverse,
+                                                                  bool return_counts, std::optional<int64_t> dim) {
+  // unique_consecutive along a dim compares whole slices: not built yet, so the CPU runs it (counted)
+  if (dim.has_value() && self.dim() > 1)
+    return on_cpu<at::_ops::unique_consecutive>(self, return_inverse, return_counts, dim);
+  return runs_of(self.reshape({-1}), at::Tensor(), self.sizes(), return_inverse, return_counts);
+}
+
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("mode.values", TORCH_FN(mode_out));
+  m.impl("_unique2", TORCH_FN(unique2));
+  m.impl("unique_consecutive", TORCH_FN(unique_consecutive));
+  m.impl("median", TORCH_FN(median_all<false>));
+  m.impl("median.out", TORCH_FN(median_all_out<false>));
+  m.impl("median.dim", TORCH_FN(median_dim<false>));
+  m.impl("median.dim_values", TORCH_FN(median_dim_out<false>));
+  m.impl("nanmedian", TORCH_FN(median_all<true>));
+  m.impl("nanmedian.out", TORCH_FN(median_all_out<true>));
+  m.impl("nanmedian.dim", TORCH_FN(median_dim<true>));
+  m.impl("nanmedian.dim_values", TORCH_FN(median_dim_out<true>));
   m.impl("searchsorted.Tensor", TORCH_FN(searchsorted_tensor));
   m.impl("searchsorted.Tensor_out", TORCH_FN(searchsorted_out));
   m.impl("searchsorted.Scalar", TORCH_FN(searchsorted_scalar));
