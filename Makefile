@@ -17,7 +17,7 @@ SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 CXX_SOURCES = $(wildcard compiler/*.h compiler/*.cpp runtime/*.h runtime/*.cpp csrc/*.h csrc/*.cpp \
                          aten_ops/*.h aten_ops/*.cpp tests/*.h tests/*.cpp)
 
-.PHONY: demo test test-upstream test-oclgrind build setup core extension sanitize sanitize-core format lint clean
+.PHONY: demo test test-upstream test-oclgrind test-gpu-compile build setup core extension sanitize sanitize-core format lint clean
 
 # The demo, short: 40 training steps of the Fashion-MNIST CNN on tiny, accuracy on 20 test batches, the
 # loss curve in mnist_loss.png (a few minutes). The whole epoch: .venv/bin/python examples/mnist.py
@@ -51,6 +51,20 @@ test-cl: build
 # The whole upstream OpInfo suite: every dtype and test kind, natively and with the CPU fallback (README).
 test-upstream: build $(STAMPS)/upstream
 	$(PY) torch_tests/upstream/run.py --slice full
+
+# TINY_GPU_COMPILE_CHECK (runtime/gpu_check.h): CL_TESTS on the CL device, each new schedule also made for
+# the NVIDIA and AMD targets and every kernel of it compiled for sm_80 and sm_90 (NVRTC), its cubins read by
+# cuobjdump (no stack or local memory, shared memory within 48 KiB); a kernel that does not compile or that
+# spills fails its test. NVRTC and cuobjdump come from the .venv's wheels (nvidia-cuda-nvrtc, triton). A
+# kernel checked once is not compiled again (markers under $TINY_CACHE_DIR/gpu_check). The counts per
+# architecture are printed at the end.
+GPU_CHECK_SITE = $(CURDIR)/$(firstword $(wildcard .venv/lib/python3*/site-packages))
+GPU_CHECK_NVRTC = $(firstword $(wildcard $(GPU_CHECK_SITE)/nvidia/cu*/lib/libnvrtc.so.1[0-9]))
+GPU_CHECK_CUOBJDUMP = $(firstword $(wildcard $(GPU_CHECK_SITE)/triton/backends/nvidia/bin/cuobjdump))
+GPU_CHECK_ENV = TINY_DEVICE=CL TINY_GPU_COMPILE_CHECK=1 $(if $(GPU_CHECK_NVRTC),TINY_NVRTC=$(GPU_CHECK_NVRTC)) \
+  $(if $(GPU_CHECK_CUOBJDUMP),TINY_CUOBJDUMP=$(GPU_CHECK_CUOBJDUMP))
+test-gpu-compile: build
+	$(GPU_CHECK_ENV) $(PY) -m pytest -q -p no:cacheprovider $(CL_TESTS)
 
 # The CL device's tests under Oclgrind, an OpenCL interpreter that reports data races and out-of-bounds
 # accesses (about 5 minutes; it fails on a report, a failed test or a run that dies). Its

@@ -15,6 +15,7 @@
 #include "compiler/schedule.h"
 #include "runtime/debug.h"
 #include "runtime/device.h"
+#include "runtime/gpu_check.h"
 #include "runtime/lazy_buffer.h"
 
 namespace tiny::runtime {
@@ -306,6 +307,8 @@ std::vector<UOpPtr> realize_all(const std::vector<UOpPtr>& roots, Device* on) {
     hit = true;
   } else {
     Device& dev = key.device ? *key.device : device(0);
+    if (dev.target().gpu() && gpu_compile_check_on())
+      check_gpu_compiles([&](const Target& t) { return schedule(roots, t, new_buffers_on(dev)); });
     Schedule s = schedule(roots, dev.target(), new_buffers_on(dev));
     if (std::optional<CachedSchedule> rec = run_and_record(s, key, dev)) {
       rec->tokens = key.tokens;
@@ -331,6 +334,8 @@ BufferRef realize_value(const UOpPtr& value, Device* on) {
     dev = &d;
   }
   Device& d = dev ? *dev : device(0);
+  if (d.target().gpu() && gpu_compile_check_on())
+    check_gpu_compiles([&](const Target& t) { return schedule_value(value, t, new_buffers_on(d)); });
   Schedule s = schedule_value(value, d.target(), new_buffers_on(d));
   for (const Kernel& k : s.kernels)
     run_kernel(k, render(k, d.target()), d);
