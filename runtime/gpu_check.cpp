@@ -16,6 +16,7 @@
 #include "compiler/render_gpu.h"
 #include "runtime/cuda_device.h"
 #include "runtime/disk_cache.h"
+#include "runtime/hip_device.h"
 
 namespace tiny::runtime {
 
@@ -72,6 +73,19 @@ CompileCheckTarget cuda_check(int sm) {
   if (!c.tool.empty())
     c.resource_problems = [tool = c.tool](const std::string& bin) {
       return cubin_usage_problems(run(tool + " -res-usage " + bin));
+    };
+  return c;
+}
+
+CompileCheckTarget hip_check(const std::string& gfx) {
+  CompileCheckTarget c;
+  c.arch = gfx;
+  c.target = check_target(Dialect::HIP);
+  c.make_compiler = [gfx] { return hip_compiler(gfx); };
+  c.tool = find_tool("TINY_LLVM_READELF", {"llvm-readelf-19", "llvm-readelf"});
+  if (!c.tool.empty())
+    c.resource_problems = [tool = c.tool](const std::string& bin) {
+      return code_object_usage_problems(run(tool + " --notes " + bin));
     };
   return c;
 }
@@ -148,7 +162,7 @@ ProcessCheck* process_check() {
 } // namespace
 
 std::vector<CompileCheckTarget> compile_check_targets(const std::string& spec) {
-  const std::vector<std::string> all = {"sm_80", "sm_90"};
+  const std::vector<std::string> all = {"sm_80", "sm_90", "gfx942", "gfx1100"};
   std::vector<std::string> names;
   if (spec == "1" || spec == "all")
     names = all;
@@ -161,6 +175,8 @@ std::vector<CompileCheckTarget> compile_check_targets(const std::string& spec) {
   for (const std::string& n : names) {
     if (n == "sm_80" || n == "sm_90")
       out.push_back(cuda_check(std::stoi(n.substr(3))));
+    else if (n == "gfx942" || n == "gfx1100")
+      out.push_back(hip_check(n));
     else {
       std::string known;
       for (const std::string& a : all)

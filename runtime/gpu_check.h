@@ -36,8 +36,10 @@ struct CompileCheckTarget {
   int64_t kernels = 0, compiled = 0, cached = 0;
 };
 
-// The architectures `spec` names: "1" (or "all") every one of sm_80, sm_90, gfx942, gfx1100; otherwise a
-// comma-separated list of them. Throws on a name it does not know.
+// The architectures `spec` names: "1" (or "all") every one of sm_80, sm_90 (NVRTC; cubins read by
+// cuobjdump: $TINY_CUOBJDUMP, else on PATH), gfx942, gfx1100 (clang-19; code objects read by llvm-readelf:
+// $TINY_LLVM_READELF, else llvm-readelf-19 or llvm-readelf on PATH); otherwise a comma-separated list of
+// them. Throws on a name it does not know.
 std::vector<CompileCheckTarget> compile_check_targets(const std::string& spec);
 
 // Schedules with `schedule_for(target)` for each target, renders each kernel and compiles it (each

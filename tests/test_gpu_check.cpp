@@ -225,3 +225,40 @@ TEST(GpuCompileCheckUsage, AnUnknownArchitectureNamesTheKnownOnes) {
     EXPECT_NE(std::string(e.what()).find("sm_80 sm_90"), std::string::npos) << e.what();
   }
 }
+
+TEST_F(GpuCompileCheck, EveryKernelOfASoftmaxCompilesForGfx942AndGfx1100WithoutScratch) {
+  std::vector<CompileCheckTarget> ts;
+  try {
+    ts = compile_check_targets("gfx942,gfx1100");
+    ts[0].make_compiler();
+  } catch (const std::runtime_error& e) {
+    GTEST_SKIP() << e.what();
+  }
+  if (!ts[0].resource_problems) GTEST_SKIP() << "llvm-readelf is not found";
+  check_gpu_compiles(schedule_of(softmax_graph()), ts);
+  for (const CompileCheckTarget& t : ts) {
+    EXPECT_GE(t.kernels, 1) << t.arch;
+    EXPECT_EQ(t.compiled, t.kernels) << t.arch;
+  }
+}
+
+// A real code object that keeps an array in scratch memory, read by llvm-readelf: the check sees it.
+TEST_F(GpuCompileCheck, LlvmReadelfShowsAKernelUsingScratch) {
+  std::vector<CompileCheckTarget> ts;
+  std::unique_ptr<Compiler> clang;
+  try {
+    ts = compile_check_targets("gfx942");
+    clang = ts[0].make_compiler();
+  } catch (const std::runtime_error& e) {
+    GTEST_SKIP() << e.what();
+  }
+  if (!ts[0].resource_problems) GTEST_SKIP() << "llvm-readelf is not found";
+  std::string bin = clang->compile("extern \"C\" __attribute__((global)) void on_stack(float* a, int i) {\n"
+                                   "  float t[256];\n"
+                                   "  for (int j = 0; j < 256; j++) t[j] = a[j] * j;\n"
+                                   "  a[0] = t[i];\n"
+                                   "}\n",
+                                   "on_stack");
+  std::string problems = ts[0].resource_problems(bin);
+  EXPECT_NE(problems.find("bytes of scratch (private segment)"), std::string::npos) << problems;
+}
