@@ -53,11 +53,11 @@ test-upstream: build $(STAMPS)/upstream
 	$(PY) torch_tests/upstream/run.py --slice full
 
 # TINY_GPU_COMPILE_CHECK (runtime/gpu_check.h): CL_TESTS on the CL device, each new schedule also made for
-# the NVIDIA and AMD targets and every kernel of it compiled for sm_80 and sm_90 (NVRTC), its cubins read by
-# cuobjdump (no stack or local memory, shared memory within 48 KiB); a kernel that does not compile or that
-# spills fails its test. NVRTC and cuobjdump come from the .venv's wheels (nvidia-cuda-nvrtc, triton). A
-# kernel checked once is not compiled again (markers under $TINY_CACHE_DIR/gpu_check). The counts per
-# architecture are printed at the end.
+# the NVIDIA and AMD targets and every kernel of it compiled for sm_80 and sm_90 (NVRTC; cubins read by
+# cuobjdump) and for gfx942 and gfx1100 (clang-19; code objects read by llvm-readelf-19): a kernel that does
+# not compile, spills, uses stack or scratch, or more than 48 KiB of shared memory fails its test. NVRTC and
+# cuobjdump come from the .venv's wheels (nvidia-cuda-nvrtc, triton). A kernel checked once is not compiled
+# again (markers under $TINY_CACHE_DIR/gpu_check). The counts per architecture are printed at the end.
 GPU_CHECK_SITE = $(CURDIR)/$(firstword $(wildcard .venv/lib/python3*/site-packages))
 GPU_CHECK_NVRTC = $(firstword $(wildcard $(GPU_CHECK_SITE)/nvidia/cu*/lib/libnvrtc.so.1[0-9]))
 GPU_CHECK_CUOBJDUMP = $(firstword $(wildcard $(GPU_CHECK_SITE)/triton/backends/nvidia/bin/cuobjdump))

@@ -71,8 +71,8 @@ CompileCheckTarget cuda_check(int sm) {
   c.make_compiler = [sm] { return nvrtc_compiler(sm); };
   c.tool = find_tool("TINY_CUOBJDUMP", {"cuobjdump"});
   if (!c.tool.empty())
-    c.resource_problems = [tool = c.tool](const std::string& bin) {
-      return cubin_usage_problems(run(tool + " -res-usage " + bin));
+    c.resource_problems = [tool = c.tool](const std::string& bin, const std::string& src) {
+      return cubin_usage_problems(run(tool + " -res-usage " + bin), cuda_allowed_stack(src));
     };
   return c;
 }
@@ -84,7 +84,7 @@ CompileCheckTarget hip_check(const std::string& gfx) {
   c.make_compiler = [gfx] { return hip_compiler(gfx); };
   c.tool = find_tool("TINY_LLVM_READELF", {"llvm-readelf-19", "llvm-readelf"});
   if (!c.tool.empty())
-    c.resource_problems = [tool = c.tool](const std::string& bin) {
+    c.resource_problems = [tool = c.tool](const std::string& bin, const std::string&) {
       return code_object_usage_problems(run(tool + " --notes " + bin));
     };
   return c;
@@ -124,7 +124,7 @@ std::string check_arch(CompileCheckTarget& t, const std::vector<Kernel>& kernels
       }
       t.compiled++;
       if (t.resource_problems)
-        if (std::string p = t.resource_problems(binary); !p.empty())
+        if (std::string p = t.resource_problems(binary, src); !p.empty())
           return "tiny: GPU compile check: kernel " + k.name + " for " + t.arch + " (source at " +
                  write_source(t, src, k.name).string() + ", binary " + binary + "): " + p;
       fs::create_directories(marker.parent_path());
@@ -220,13 +220,20 @@ void check_gpu_compiles(const std::function<Schedule(const Target&)>& schedule_f
   check_gpu_compiles(schedule_for, c->targets);
 }
 
-std::string cubin_usage_problems(const std::string& res_usage) {
+int64_t cuda_allowed_stack(const std::string& src) {
+  static const std::regex trig(R"(\b(sin|cos|tan)f?\()");
+  return std::regex_search(src, trig) ? 64 : 0;
+}
+
+std::string cubin_usage_problems(const std::string& res_usage, int64_t allowed_stack) {
   static const std::regex function(R"(Function ([^\s:]+):\s*\n[^\n]*STACK:(\d+) SHARED:(\d+) LOCAL:(\d+))");
   std::string problems;
   int found = 0;
   for (std::sregex_iterator m(res_usage.begin(), res_usage.end(), function), end; m != end; ++m, ++found) {
     std::string fn = (*m)[1];
-    if (std::stoll((*m)[2]) > 0) problems += fn + " uses " + std::string((*m)[2]) + " bytes of stack; ";
+    if (std::stoll((*m)[2]) > allowed_stack)
+      problems +=
+          fn + " uses " + std::string((*m)[2]) + " bytes of stack (" + std::to_string(allowed_stack) + " allowed); ";
     if (std::stoll((*m)[4]) > 0) problems += fn + " spills " + std::string((*m)[4]) + " bytes to local memory; ";
     if (std::stoll((*m)[3]) > kSharedLimit)
       problems += fn + " uses " + std::string((*m)[3]) + " bytes of shared memory (over 48 KiB); ";

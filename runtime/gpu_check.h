@@ -26,7 +26,7 @@ struct CompileCheckTarget {
   std::function<std::unique_ptr<Compiler>()> make_compiler;
   // What is wrong with a compiled binary's resource usage ("": nothing); set where the tool that reads
   // it is found. `tool` names that tool (part of what the disk marker of a checked kernel is keyed by).
-  std::function<std::string(const std::string& binary)> resource_problems;
+  std::function<std::string(const std::string& binary, const std::string& src)> resource_problems;
   std::string tool;
   // State: the compiler once made, the kernels checked, and the counts since the target was made:
   // kernels checked (distinct sources), of them compiled now, and found checked by an earlier process
@@ -54,10 +54,13 @@ void check_gpu_compiles(const std::function<Schedule(const Target&)>& schedule_f
 bool gpu_compile_check_on();
 void check_gpu_compiles(const std::function<Schedule(const Target&)>& schedule_for);
 
-// Problems in `cuobjdump -res-usage` output: a kernel using stack or local memory (spills), or more
-// than 48 KiB of shared memory. Problems in `llvm-readelf --notes` output of an AMDGPU code object: a
-// private segment (scratch), register spills, a dynamic stack, or more than 48 KiB of group segment.
-std::string cubin_usage_problems(const std::string& res_usage);
+// Problems in `cuobjdump -res-usage` output: a kernel using local memory (spills), stack past
+// `allowed_stack` bytes, or more than 48 KiB of shared memory. Problems in `llvm-readelf --notes` output of an AMDGPU
+// code object: a private segment (scratch), register spills, a dynamic stack, or more than 48 KiB of group segment.
+std::string cubin_usage_problems(const std::string& res_usage, int64_t allowed_stack = 0);
+// The stack a CUDA kernel may use: CUDA's sinf/cosf/tanf (and sin/cos/tan) reduce a huge argument
+// through a small array on the stack (32 bytes seen for float); 64 bytes when `src` calls one, else 0.
+int64_t cuda_allowed_stack(const std::string& src);
 std::string code_object_usage_problems(const std::string& notes);
 
 } // namespace tiny::runtime

@@ -73,8 +73,9 @@ private:
   std::string fail_on_;
 };
 
-std::vector<CompileCheckTarget> recording_target(const std::string& fail_on,
-                                                 std::function<std::string(const std::string&)> problems = nullptr) {
+std::vector<CompileCheckTarget>
+recording_target(const std::string& fail_on,
+                 std::function<std::string(const std::string&, const std::string&)> problems = nullptr) {
   std::vector<CompileCheckTarget> ts(1);
   ts[0].arch = "sm_test";
   ts[0].target = compile_check_targets("sm_90")[0].target;
@@ -121,7 +122,8 @@ TEST_F(GpuCompileCheck, AKernelThatDoesNotCompileFailsTheCheckNamingArchitecture
 }
 
 TEST_F(GpuCompileCheck, ABinaryWithAResourceProblemFailsTheCheck) {
-  auto ts = recording_target("", [](const std::string&) { return std::string("E_1 spills 16 bytes"); });
+  auto ts =
+      recording_target("", [](const std::string&, const std::string&) { return std::string("E_1 spills 16 bytes"); });
   try {
     check_gpu_compiles(schedule_of(alu(Ops::EXP, buffer(buf(DType::Float32, 1000)))), ts);
     FAIL() << "no error";
@@ -186,7 +188,7 @@ TEST_F(GpuCompileCheck, CuobjdumpShowsAKernelUsingLocalMemory) {
                                                    "}\n",
                                                    "on_stack");
   ASSERT_TRUE(ts[1].resource_problems);
-  std::string problems = ts[1].resource_problems(bin);
+  std::string problems = ts[1].resource_problems(bin, "");
   EXPECT_NE(problems.find("on_stack uses 1024 bytes of stack"), std::string::npos) << problems;
 }
 
@@ -196,6 +198,10 @@ TEST(GpuCompileCheckUsage, CuobjdumpResourceLinesAreRead) {
   EXPECT_EQ(cubin_usage_problems(ok), "");
   std::string spill = "Function G_7:\n  REG:255 STACK:32 SHARED:0 LOCAL:32 CONSTANT[0]:920\n";
   EXPECT_NE(cubin_usage_problems(spill).find("G_7 spills 32 bytes to local memory"), std::string::npos);
+  std::string trig = "Function E_9:\n  REG:32 STACK:32 SHARED:0 LOCAL:0\n";
+  EXPECT_NE(cubin_usage_problems(trig).find("E_9 uses 32 bytes of stack"), std::string::npos);
+  EXPECT_EQ(cubin_usage_problems(trig, cuda_allowed_stack("float v = sinf(x);")), "");
+  EXPECT_EQ(cuda_allowed_stack("float v = asinf(x) + tiny_expf(y);"), 0);
   std::string shared = "Function G_8:\n  REG:40 STACK:0 SHARED:65536 LOCAL:0\n";
   EXPECT_NE(cubin_usage_problems(shared).find("65536 bytes of shared memory"), std::string::npos);
   EXPECT_NE(cubin_usage_problems("cuobjdump fatal   : Could not open input file").find("no resource usage"),
@@ -259,6 +265,6 @@ TEST_F(GpuCompileCheck, LlvmReadelfShowsAKernelUsingScratch) {
                                    "  a[0] = t[i];\n"
                                    "}\n",
                                    "on_stack");
-  std::string problems = ts[0].resource_problems(bin);
+  std::string problems = ts[0].resource_problems(bin, "");
   EXPECT_NE(problems.find("bytes of scratch (private segment)"), std::string::npos) << problems;
 }
