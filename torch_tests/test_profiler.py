@@ -214,3 +214,31 @@ def test_legacy_autograd_profiler_with_kineto_lists_kernels():
     assert kernels and all(KERNEL_NAME.match(k.name) for k in kernels)
     scalar = next(e for e in prof.function_events if e.name == "aten::_local_scalar_dense" and e.kernels)
     assert {k.name for k in scalar.kernels} == {k.name for k in kernels}
+
+
+@pytest.mark.filterwarnings("ignore:Warning. Profiler clears events at the end of each cycle")
+def test_scheduled_profiler_records_only_its_active_steps():
+    from torch.profiler import schedule
+
+    (x,) = realized((256,))
+    windows = []
+
+    def step(i):
+        with counting() as c:
+            (x * i).exp().sum().item()
+        return c["kernels"]
+
+    def ready(p):
+        windows.append(len(kernel_events(p)))
+
+    launched = []
+    with profile(
+        activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1],
+        schedule=schedule(wait=1, warmup=1, active=2, repeat=2),
+        on_trace_ready=ready,
+    ) as prof:
+        for i in range(8):
+            launched.append(step(i))
+            prof.step()
+    # each cycle of 4 steps waits one, warms up one, then records two
+    assert windows == [launched[2] + launched[3], launched[6] + launched[7]]
