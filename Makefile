@@ -43,7 +43,9 @@ CL_TESTS := torch_tests/test_reduce.py torch_tests/test_matmul.py torch_tests/te
             torch_tests/test_training.py::test_demo_model_training_step_runs_without_fallbacks \
             torch_tests/test_errors.py::test_integer_division_by_zero_raises_at_the_sync_that_computes_it \
             torch_tests/test_silent_errors.py::test_bool_view_of_bytes_other_than_0_and_1_reads_them_as_true \
-            torch_tests/test_silent_errors.py::test_a_float_cast_out_of_the_int_range_gives_the_cpus_value
+            torch_tests/test_silent_errors.py::test_a_float_cast_out_of_the_int_range_gives_the_cpus_value \
+            torch_tests/test_profiler.py::test_fused_chain_is_one_kernel_event_inside_the_sync_that_ran_it \
+            torch_tests/test_profiler.py::test_training_step_shows_every_kernel_it_runs
 .PHONY: test-cl
 test-cl: build
 	TINY_DEVICE=CL $(PY) -m pytest -q torch_tests --ignore=torch_tests/upstream

@@ -15,7 +15,8 @@ from torch.profiler import ProfilerActivity, profile
 
 import torch_tiny
 
-KERNEL_NAME = re.compile(r"^[ERGS](_\d+)+(_v\d+)?$")  # what tiny's lowering names a kernel
+# how tiny's lowering names a kernel: kind, loop sizes, then vector lanes (CPU) or rows per thread (GPU)
+KERNEL_NAME = re.compile(r"^[ERGS](_\d+)+(_v\d+|_r\d+)?$")
 
 
 def realized(*shapes, seed=0):
