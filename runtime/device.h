@@ -137,14 +137,14 @@ public:
   virtual std::optional<int64_t> free_memory() const = 0;
 };
 
-// The device `tiny:index` of TINY_DEVICE's backend: CPU, CL, CUDA or HIP (runtime/cuda_device.h,
-// hip_device.h); unset, the first of CUDA and HIP that has a device, else CPU (runtime/backend.h).
-// tiny:N is a GPU backend's ordinal N; the CPU backend has TINY_CPU_DEVICES (default 1) devices, each
-// with its own allocator, programs and queue (sharing the thread pool); CL has one.
+// The device `tiny:index` of the backend TINY_DEVICE names: CPU (the default), CL or
+// CUDA (runtime/cuda_device.h). The CPU backend has
+// TINY_CPU_DEVICES (default 1) devices, each with its own allocator, programs and queue (they share the
+// thread pool), so that multi-device code runs and is tested on one machine; CL has one.
 Device& device(int index = 0);
-int device_count(); // the backend's devices: a GPU driver's count, 0 without a driver or a GPU
-// The first device of a backend by name ("CPU", "CL", "CUDA", "HIP"), whatever TINY_DEVICE says; throws
-// a runtime_error saying what is missing when the backend cannot run here (no library, no device).
+int device_count();
+// The device of a backend by name ("CPU", "CL", "CUDA"), whatever TINY_DEVICE says; throws a runtime_error
+// saying what is missing when the backend cannot run here (no libOpenCL.so.1, no OpenCL platform).
 Device& backend_device(const std::string& backend);
 Device& cpu_device(int index = 0); // index < cpu_device_count()
 int cpu_device_count();            // TINY_CPU_DEVICES, default 1

@@ -218,7 +218,7 @@ private:
                              dims(limits_.grid) + ", block " + dims(limits_.block) + ", " +
                              std::to_string(limits_.threads) + " threads)");
   }
-  const GpuContext& c_;
+  GpuContext c_; // a copy: a cached schedule may hold the program after a test's device went away
   GpuHandle module_ = nullptr;
   GpuHandle function_ = nullptr;
   std::string name_;

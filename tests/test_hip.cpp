@@ -14,6 +14,7 @@
 
 #include "compiler/render_gpu.h"
 #include "runtime/backend.h"
+#include "runtime/device.h"
 #include "runtime/hip_device.h"
 #include "runtime/lazy_buffer.h"
 #include "runtime/realize.h"
@@ -404,4 +405,41 @@ TEST(BackendChoice, TheHipBackendIsTheRuntimesFirstDeviceOrSaysWhyThereIsNone) {
                 what.find("cannot be loaded") != std::string::npos || what.find("hipInit") != std::string::npos)
         << what;
   }
+}
+
+namespace {
+
+// In a fresh process (the backend is chosen once per process): the fake as the driver TINY_DEVICE's
+// backend loads, with two devices. Exits 0 when tiny:0 and tiny:1 are its two devices and a buffer
+// copied from one to the other through the host reads back; else prints what differs and exits 1.
+[[noreturn]] void two_fake_devices(const char* tiny_device, const char* library_env, const char* name) {
+  if (tiny_device)
+    setenv("TINY_DEVICE", tiny_device, 1);
+  else
+    unsetenv("TINY_DEVICE");
+  setenv(library_env, TINY_FAKE_GPU, 1);
+  setenv("TINY_FAKE_GPU_DEVICES", "2", 1);
+  int ok = device_count() == 2 && device(0).name() == name && device(1).name() == name && &device(0) != &device(1);
+  std::vector<float> x = {1, 2, 3, 4}, got(4);
+  LazyBuffer a(device(0), 16), b(device(1), 16);
+  StridedView whole{{4}, {1}, 0, DType::Float32};
+  a.write_host(whole, x.data());
+  std::vector<float> staged(4);
+  a.read_host(whole, staged.data());
+  b.write_host(whole, staged.data());
+  b.read_host(whole, got.data());
+  ok = ok && got == x;
+  std::fprintf(stderr, "%s %d %s %s\n", backend_name().c_str(), device_count(), device(0).name().c_str(),
+               device(1).name().c_str());
+  std::exit(ok ? 0 : 1);
+}
+
+} // namespace
+
+TEST(BackendChoice, TinyNIsTheGpuBackendsNthDeviceAndCopiesBetweenDevicesGoThroughTheHost) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe"); // a fresh process: the backend is chosen once
+  EXPECT_EXIT(two_fake_devices("HIP", "TINY_LIBHIP", "HIP: Fake GPU (gfx942)"), ::testing::ExitedWithCode(0), "HIP 2");
+  // unset: the first GPU backend with a device (CUDA here, where the fake is the CUDA driver)
+  EXPECT_EXIT(two_fake_devices(nullptr, "TINY_LIBCUDA", "CUDA: Fake GPU (sm_90)"), ::testing::ExitedWithCode(0),
+              "CUDA 2");
 }

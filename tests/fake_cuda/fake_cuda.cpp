@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -60,7 +61,8 @@ struct Module {
 struct State {
   std::recursive_mutex mu;
   bool initialized = false;
-  int devices = 1;
+  // a process that loads the fake as its driver (torch_tests) sets the count with TINY_FAKE_GPU_DEVICES
+  int devices = std::getenv("TINY_FAKE_GPU_DEVICES") ? std::atoi(std::getenv("TINY_FAKE_GPU_DEVICES")) : 1;
   size_t memory = size_t{1} << 30;
   std::map<std::string, int> fail_next, calls;
   std::map<uint64_t, std::vector<unsigned char>> blocks; // device address -> contents

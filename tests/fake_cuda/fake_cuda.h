@@ -23,6 +23,7 @@ struct FakeCudaLaunch {
 using FakeCudaKernel = void (*)(const unsigned char* args, size_t size);
 
 extern "C" {
+// The driver starts with $TINY_FAKE_GPU_DEVICES (default 1) devices of 1 GiB each.
 // Forgets records, failures and kernels; the driver then has `devices` devices of `memory` bytes each.
 // Memory, modules and streams made before stay.
 void fake_cuda_reset(int devices, size_t memory);
