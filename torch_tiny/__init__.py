@@ -29,6 +29,9 @@ def _register() -> None:
     _print_from_cpu()
     _sync_after_optimizer_steps()
     _refuse_dlpack_export()
+    from torch_tiny.compile import route_inductor_graphs_on_tiny  # backend="tiny" is an entry point (setup.py)
+
+    route_inductor_graphs_on_tiny()
 
 
 def _sync_after_optimizer_steps() -> None:
