@@ -126,6 +126,22 @@ def test_compiled_training_step_of_the_demo_matches_cpu_and_then_replays(backend
     assert again["kernels"] <= uncompiled["kernels"], (again.stats, uncompiled.stats)
 
 
+def test_a_compiled_optimizer_step_updates_the_weights_as_on_the_cpu():
+    model = seeded(MODELS["mlp"][0])
+    on_tiny = copy.deepcopy(model).to(DEVICE)
+    x, y = batch((5, 16)), batch((5, 4), seed=2)
+    opts = {"cpu": torch.optim.Adam(model.parameters(), lr=1e-2)}
+    opts[DEVICE] = torch.optim.Adam(on_tiny.parameters(), lr=1e-2)
+    steps = {"cpu": opts["cpu"].step, DEVICE: torch.compile(opts[DEVICE].step)}
+    for _ in range(3):
+        for device, m in (("cpu", model), (DEVICE, on_tiny)):
+            opts[device].zero_grad()
+            F.mse_loss(m(x.to(device)), y.to(device)).backward()
+            steps[device]()
+    for t, c in zip(on_tiny.parameters(), model.parameters(), strict=True):
+        torch.testing.assert_close(t.detach().cpu(), c.detach(), **PARAM_TOL)
+
+
 def test_a_compiled_forward_is_one_schedule_replayed_on_the_next_call():
     model = seeded(MODELS["attention"][0]).eval()
     x = batch(MODELS["attention"][1]).to(DEVICE)
