@@ -29,6 +29,7 @@ def _register() -> None:
     _print_from_cpu()
     _sync_after_optimizer_steps()
     _refuse_dlpack_export()
+    _serve_distributed()
 
 
 def _sync_after_optimizer_steps() -> None:
@@ -94,6 +95,13 @@ def _refuse_dlpack_export() -> None:
         return device_of(self)
 
     torch.Tensor.__dlpack_device__ = __dlpack_device__
+
+
+def _serve_distributed() -> None:
+    # torch.distributed's gloo backend runs collectives on tiny tensors through host copies.
+    from torch_tiny import distributed
+
+    distributed.register()
 
 
 def _print_from_cpu() -> None:
