@@ -17,6 +17,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 WORLD = 2
@@ -24,7 +25,11 @@ WORLD = 2
 # module, and conftest would make each import torchvision too (3 s of CPU).
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int16, torch.int32)
 DTYPES += (torch.int64, torch.uint8, torch.bool)
-BACKENDS = ("gloo", "cpu:gloo,tiny:gloo")
+# The backend strings every check runs under, then those without a CPU backend (None: init_process_group()
+# picks the accelerator's, tiny's): there, only the checks that need no CPU collective run.
+BACKENDS = ("gloo", "cpu:gloo,tiny:gloo", "tiny:gloo", None)
+TINY_ONLY_BACKENDS = ("tiny:gloo", None)
+TINY_ONLY_CHECKS = ("barrier", "ddp_trains_as_one_process")
 # A check that hangs (one rank waiting for a collective the other never makes) fails after this.
 COLLECTIVE_TIMEOUT = timedelta(seconds=30)
 OPS = {
@@ -159,6 +164,11 @@ def broadcast_into_a_view(rank):
         return dist.broadcast(view, 1, async_op=True)
 
     same_as_cpu_through_view(values(rank, (5, 4), torch.float64), (slice(None), 1), collective)
+
+
+@check
+def broadcast_from_a_rank_outside_the_group_raises(rank):
+    same_as_cpu(lambda d: [values(rank, (3,), device=d)], lambda t: dist.broadcast(t, WORLD))
 
 
 @check
@@ -327,13 +337,15 @@ class Net(nn.Module):
         return self.fc2(F.relu(self.fc1(F.relu(self.conv(x)).flatten(1))))
 
 
-def ddp_check(steps=3, no_sync=False, **ddp_kwargs):
+def ddp_check(steps=3, no_sync=False, comm_hook=None, **ddp_kwargs):
     def fn(rank):
         unused = ddp_kwargs.get("find_unused_parameters", False)
         torch.manual_seed(0)
         reference = Net(unused)  # the whole batch in one process, on the CPU
         torch.manual_seed(rank)  # rank 1 starts elsewhere: DDP broadcasts rank 0's weights
         model = DDP(Net(unused).to("tiny"), **ddp_kwargs)
+        if comm_hook is not None:
+            model.register_comm_hook(None, comm_hook)
         optimizers = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (reference, model)]
         g = torch.Generator().manual_seed(1)
         for _ in range(steps):
@@ -367,6 +379,8 @@ check(ddp_check(bucket_cap_mb=0.001), "ddp_with_one_bucket_per_parameter")
 check(ddp_check(gradient_as_bucket_view=True), "ddp_with_gradient_as_bucket_view")
 check(ddp_check(no_sync=True), "ddp_no_sync_accumulates_then_syncs")
 check(ddp_check(find_unused_parameters=True), "ddp_with_find_unused_parameters")
+# a Python hook: it all-reduces the bucket with async_op=True and reads the Work's future
+check(ddp_check(comm_hook=default_hooks.allreduce_hook), "ddp_with_python_allreduce_comm_hook")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -381,15 +395,19 @@ def worker(rank, ports, out_dir):
             backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD, timeout=COLLECTIVE_TIMEOUT
         )
         try:
-            for name, fn in CHECKS.items():
+            for name in checks_under(backend):
                 try:
-                    fn(rank)
+                    CHECKS[name](rank)
                     outcomes[f"{backend} {name}"] = "ok"
                 except Exception:
                     outcomes[f"{backend} {name}"] = traceback.format_exc()
         finally:
             dist.destroy_process_group()
     (out_dir / f"{rank}.json").write_text(json.dumps(outcomes))
+
+
+def checks_under(backend):
+    return TINY_ONLY_CHECKS if backend in TINY_ONLY_BACKENDS else list(CHECKS)
 
 
 def free_port():
@@ -406,8 +424,9 @@ def results(tmp_path_factory):
     return [json.loads((out_dir / f"{rank}.json").read_text()) for rank in range(WORLD)]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("name", list(CHECKS))
+@pytest.mark.parametrize(
+    "backend,name", [(b, name) for b in BACKENDS for name in checks_under(b)], ids=lambda x: str(x).replace(" ", "")
+)
 def test_collective_on_tiny_matches_cpu(results, backend, name):
     for rank, outcomes in enumerate(results):
         outcome = outcomes.get(f"{backend} {name}", "did not run")

@@ -170,10 +170,11 @@ def register() -> None:
     host_backends = (dist.ProcessGroupGloo, dist.distributed_c10d._ProcessGroupWrapper)
 
     def _register_backend(pg, device, backend_type, backend):
+        register_backend(pg, device, backend_type, backend)
         if device.type == "tiny" and isinstance(backend, host_backends):
-            # A process group keeps one backend per backend type: as GLOO, the tiny slot would get the
-            # cpu slot's gloo backend back.
-            backend, backend_type = HostCopyBackend(backend), ProcessGroup.BackendType.CUSTOM
-        return register_backend(pg, device, backend_type, backend)
+            # A process group keeps one backend per backend type, and its default type (GLOO) must have
+            # one, also when only tiny names gloo ("tiny:gloo"): gloo stays registered as GLOO, and the
+            # tiny slot gets the wrapper under another type (as GLOO, it would get gloo back).
+            register_backend(pg, device, ProcessGroup.BackendType.CUSTOM, HostCopyBackend(backend))
 
     ProcessGroup._register_backend = _register_backend
