@@ -9,6 +9,7 @@ in turn; each pytest test then reads how its check went on both ranks."""
 import json
 import socket
 import traceback
+import warnings
 from datetime import timedelta
 
 import pytest
@@ -150,6 +151,16 @@ def all_reduce_of_a_transposed_tensor_keeps_its_strides(rank):
 def all_reduce_reads_pending_tiny_work(rank):
     # the input is a lazy result that no sync has computed yet
     same_as_cpu(lambda d: [values(rank, (8,), device=d).mul(2).add_(1)], lambda t: dist.all_reduce(t))
+
+
+@check
+def all_reduce_coalesced_of_several_tensors(rank):
+    def make(device):
+        return [[values(rank, (3,), device=device), values(rank, (2, 2), torch.int64, device)]]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch deprecates all_reduce_coalesced
+        same_as_cpu(make, lambda ts: dist.all_reduce_coalesced(ts, dist.ReduceOp.MAX))
 
 
 @check
