@@ -324,6 +324,13 @@ def isend_and_irecv_into_a_view(rank):
 
 
 @check
+def all_reduce_in_a_new_group(rank):
+    group = dist.new_group(list(range(WORLD)))
+    same_as_cpu(lambda d: [values(rank, (2, 2), device=d)], lambda t: dist.all_reduce(t, group=group))
+    dist.destroy_process_group(group)
+
+
+@check
 def barrier(rank):
     dist.barrier()
     assert dist.barrier(async_op=True).wait()
