@@ -10,7 +10,7 @@ PIP := .venv/bin/pip
 JOBS ?= $(shell nproc)
 STAMPS := build/stamps
 
-APT_PACKAGES := g++ cmake ninja-build ccache libgtest-dev clang dataset-fashion-mnist pocl-opencl-icd ocl-icd-opencl-dev opencl-headers
+APT_PACKAGES := g++ cmake ninja-build ccache libgtest-dev clang dataset-fashion-mnist pocl-opencl-icd ocl-icd-opencl-dev opencl-headers clang-19 lld-19 libamdhip64-5 rocm-device-libs
 PIP_PACKAGES := torch==2.14.1 torchvision==0.29.1 pytest ruff numpy ninja
 SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 

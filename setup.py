@@ -72,7 +72,10 @@ setup(
     packages=["torch_tiny"],
     ext_modules=[] if os.environ.get("TINY_SKIP_EXTENSION") == "1" else [extension],
     cmdclass={"build_ext": SanitizedBuildExt if SANITIZE else BuildExt},
-    entry_points={"torch.backends": ["torch_tiny = torch_tiny:_autoload"]},
+    entry_points={
+        "torch.backends": ["torch_tiny = torch_tiny:_autoload"],
+        "torch_dynamo_backends": ["tiny = torch_tiny.compile:tiny"],
+    },
     python_requires=">=3.10",
     zip_safe=False,
 )
