@@ -115,10 +115,14 @@ build/cmake/build.ninja: | $(STAMPS)/apt
 	cmake -S . -B build/cmake -G Ninja
 
 core: $(STAMPS)/apt build/cmake/build.ninja
-	cmake --build build/cmake -j $(JOBS)
+	$(CCACHE_ENV) cmake --build build/cmake -j $(JOBS)
 
+# Builds go through ccache (the core: CMake's compiler launcher; the extension: Debian's ccache links), with
+# paths taken relative to the checkout, so that a clean checkout elsewhere rebuilds from the cache.
+CCACHE_ENV := CCACHE_BASEDIR=$(CURDIR) CCACHE_NOHASHDIR=1
+EXT_CXX = $(or $(wildcard /usr/lib/ccache/g++),$(CXX))
 extension: core $(STAMPS)/editable
-	MAX_JOBS=$(JOBS) $(PY) setup.py -q build_ext --inplace
+	$(CCACHE_ENV) CXX=$(EXT_CXX) MAX_JOBS=$(JOBS) $(PY) setup.py -q build_ext --inplace
 
 # ASan + UBSan. The core and its GoogleTest suite build in build/asan (sanitize-core, part of `make test`);
 # `sanitize` then builds the torch extension with the same flags into build/asan/pkg (TINY_SANITIZE=1:
@@ -141,7 +145,7 @@ build/asan/build.ninja: | $(STAMPS)/apt
 	cmake -S . -B build/asan -G Ninja -DTINY_SANITIZE=ON
 
 sanitize-core: $(STAMPS)/apt build/asan/build.ninja
-	cmake --build build/asan -j $(JOBS)
+	$(CCACHE_ENV) cmake --build build/asan -j $(JOBS)
 	$(SANITIZE_ENV) ASAN_OPTIONS=$(ASAN_CORE) ctest --test-dir build/asan --output-on-failure -j $(JOBS)
 
 sanitize: sanitize-core $(STAMPS)/editable
