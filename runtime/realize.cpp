@@ -388,6 +388,21 @@ BufferRef realize_value(const UOpPtr& value, Device* on) {
   return s.results.at(0)->buffer();
 }
 
+bool evaluable_alone(const UOpPtr& value) {
+  for (const UOpPtr& n : toposort(value))
+    if (n->op == Ops::ASSIGN || n->op == Ops::SCATTER) return false;
+  return true;
+}
+
+void evaluate_to_host(const UOpPtr& value, void* dst, Device& on) {
+  if (!evaluable_alone(value)) throw std::logic_error("evaluate_to_host: the graph writes a storage in place");
+  BufferRef out = realize_value(value, &on);
+  auto& buf = static_cast<Buffer&>(*out);
+  on.allocator().copy_out(dst, buf.ptr(), 0, buf.nbytes());
+  on.synchronize(); // a GPU device learns of its kernels' errors there
+  raise_kernel_errors();
+}
+
 void set_realize_tracer(RealizeTracer* tracer) { installed_tracer.store(tracer, std::memory_order_release); }
 
 } // namespace tiny::runtime

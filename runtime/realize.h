@@ -20,6 +20,14 @@ std::vector<UOpPtr> realize_all(const std::vector<UOpPtr>& roots, Device* on = n
 // Evaluates a graph over realized buffers into a new contiguous buffer (row-major over its shape).
 BufferRef realize_value(const UOpPtr& value, Device* on = nullptr);
 
+// Computes `value` and copies its bytes (row-major) to `dst`, realizing no pending storage: the graph's
+// pending parts are computed for this value alone (a pending storage keeps its graph for the next sync).
+// A small value an op must read at the call (nll_loss's target range) then costs its own kernels, and
+// the work pending around the call stays one schedule. Only for a graph that writes no storage in place
+// (no ASSIGN or SCATTER: those realize at a sync): evaluable_alone() says.
+bool evaluable_alone(const UOpPtr& value);
+void evaluate_to_host(const UOpPtr& value, void* dst, Device& on);
+
 // The realize engine's work as a profiler sees it: each sync, the scheduling and compiling it did, and
 // every kernel it ran, with its times. csrc/profiler.cpp installs a tracer while torch.profiler records
 // tiny's activity (runtime/ knows nothing of torch); with none installed the engine reads one pointer
