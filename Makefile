@@ -43,7 +43,9 @@ CL_TESTS := torch_tests/test_reduce.py torch_tests/test_matmul.py torch_tests/te
             torch_tests/test_training.py::test_demo_model_training_step_runs_without_fallbacks \
             torch_tests/test_errors.py::test_integer_division_by_zero_raises_at_the_sync_that_computes_it \
             torch_tests/test_silent_errors.py::test_bool_view_of_bytes_other_than_0_and_1_reads_them_as_true \
-            torch_tests/test_silent_errors.py::test_a_float_cast_out_of_the_int_range_gives_the_cpus_value
+            torch_tests/test_silent_errors.py::test_a_float_cast_out_of_the_int_range_gives_the_cpus_value \
+            torch_tests/test_profiler.py::test_fused_chain_is_one_kernel_event_inside_the_sync_that_ran_it \
+            torch_tests/test_profiler.py::test_training_step_shows_every_kernel_it_runs
 .PHONY: test-cl
 test-cl: build
 	TINY_DEVICE=CL $(PY) -m pytest -q torch_tests --ignore=torch_tests/upstream
@@ -127,10 +129,14 @@ build/cmake/build.ninja: | $(STAMPS)/apt
 	cmake -S . -B build/cmake -G Ninja
 
 core: $(STAMPS)/apt build/cmake/build.ninja
-	cmake --build build/cmake -j $(JOBS)
+	$(CCACHE_ENV) cmake --build build/cmake -j $(JOBS)
 
+# Builds go through ccache (the core: CMake's compiler launcher; the extension: Debian's ccache links), with
+# paths taken relative to the checkout, so that a clean checkout elsewhere rebuilds from the cache.
+CCACHE_ENV := CCACHE_BASEDIR=$(CURDIR) CCACHE_NOHASHDIR=1
+EXT_CXX = $(or $(wildcard /usr/lib/ccache/g++),$(CXX))
 extension: core $(STAMPS)/editable
-	MAX_JOBS=$(JOBS) $(PY) setup.py -q build_ext --inplace
+	$(CCACHE_ENV) CXX=$(EXT_CXX) MAX_JOBS=$(JOBS) $(PY) setup.py -q build_ext --inplace
 
 # ASan + UBSan. The core and its GoogleTest suite build in build/asan (sanitize-core, part of `make test`);
 # `sanitize` then builds the torch extension with the same flags into build/asan/pkg (TINY_SANITIZE=1:
@@ -153,7 +159,7 @@ build/asan/build.ninja: | $(STAMPS)/apt
 	cmake -S . -B build/asan -G Ninja -DTINY_SANITIZE=ON
 
 sanitize-core: $(STAMPS)/apt build/asan/build.ninja
-	cmake --build build/asan -j $(JOBS)
+	$(CCACHE_ENV) cmake --build build/asan -j $(JOBS)
 	$(SANITIZE_ENV) ASAN_OPTIONS=$(ASAN_CORE) ctest --test-dir build/asan --output-on-failure -j $(JOBS)
 
 sanitize: sanitize-core $(STAMPS)/editable

@@ -1,9 +1,11 @@
-// The AMD device's compiler: clang's HIP device-only mode makes a code object (an ELF the HIP runtime's
-// hipModuleLoadData takes) from render_gpu's HIP dialect, without the HIP headers or device libraries
-// except ROCm's ocml for the libm functions a kernel calls.
+// The AMD device: runtime/gpu_device.cpp's over the HIP runtime's row of entry points, and its compiler:
+// clang's HIP device-only mode makes a code object (an ELF the HIP runtime's hipModuleLoadData takes)
+// from render_gpu's HIP dialect, without the HIP headers or device libraries except ROCm's ocml for the
+// libm functions a kernel calls.
 
 #include "runtime/hip_device.h"
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "runtime/disk_cache.h"
+#include "runtime/gpu_device.h"
 
 namespace tiny::runtime {
 
@@ -173,6 +176,70 @@ private:
   std::string clang_, flags_, key_;
 };
 
+// The HIP runtime's entry points (hip_runtime_api.h's names).
+std::vector<std::pair<const char*, void**>> hip_symbols(GpuApi& a) {
+  auto slot = [](auto& f) { return reinterpret_cast<void**>(&f); };
+  return {
+      {"hipInit", slot(a.Init)},
+      {"hipGetDeviceCount", slot(a.DeviceGetCount)},
+      {"hipDeviceGet", slot(a.DeviceGet)},
+      {"hipDeviceGetName", slot(a.DeviceGetName)},
+      {"hipDeviceGetAttribute", slot(a.DeviceGetAttribute)},
+      {"hipDeviceTotalMem", slot(a.DeviceTotalMem)},
+      {"hipGetDevice", slot(a.GetDevice)},
+      {"hipSetDevice", slot(a.SetDevice)},
+      {"hipGetDeviceProperties", slot(a.GetDeviceProperties)},
+      {"hipStreamCreateWithFlags", slot(a.StreamCreate)},
+      {"hipStreamDestroy", slot(a.StreamDestroy)},
+      {"hipStreamSynchronize", slot(a.StreamSynchronize)},
+      {"hipMemGetInfo", slot(a.MemGetInfo)},
+      {"hipMalloc", slot(a.MemAlloc)},
+      {"hipFree", slot(a.MemFree)},
+      {"hipMemcpyHtoDAsync", slot(a.MemcpyHtoDAsync)},
+      {"hipMemcpyDtoHAsync", slot(a.MemcpyDtoHAsync)},
+      {"hipMemsetD8Async", slot(a.MemsetD8Async)},
+      {"hipModuleLoadData", slot(a.ModuleLoadData)},
+      {"hipModuleGetFunction", slot(a.ModuleGetFunction)},
+      {"hipModuleUnload", slot(a.ModuleUnload)},
+      {"hipModuleLaunchKernel", slot(a.LaunchKernel)},
+      {"hipGetErrorName", slot(a.ErrorName)},
+      {"hipGetErrorString", slot(a.ErrorString)},
+  };
+}
+
+// The device's gfx target, from hipDeviceProp_t's gcnArchName ("gfx942:sramecc+:xnack-"). The struct's
+// layout changed between ROCm releases, so it is read into a generous buffer and the first "gfx" string
+// after the device's name (the first 256 bytes) is taken. $TINY_HIP_ARCH overrides it.
+std::string hip_arch(const GpuApi& api, int device) {
+  if (const char* env = std::getenv("TINY_HIP_ARCH")) return env;
+  std::vector<char> props(16384, '\0');
+  GpuResult r = api.GetDeviceProperties(props.data(), device);
+  if (r != 0)
+    throw std::runtime_error("tiny: HIP hipGetDeviceProperties failed: " + std::string(api.ErrorName(r)) + " (" +
+                             api.ErrorString(r) + ")");
+  std::string bytes(props.begin() + 256, props.end());
+  static const std::regex gfx("gfx[0-9]{2,3}[0-9a-f]");
+  std::smatch m;
+  for (size_t at = bytes.find("gfx"); at != std::string::npos; at = bytes.find("gfx", at + 1)) {
+    std::string candidate = bytes.c_str() + at; // up to its NUL
+    candidate = candidate.substr(0, candidate.find(':'));
+    if (std::regex_match(candidate, gfx)) return candidate;
+  }
+  throw std::runtime_error("tiny: the HIP runtime names no gfx target for device " + std::to_string(device) +
+                           " (TINY_HIP_ARCH=gfx942 sets it)");
+}
+
+std::unique_ptr<Compiler> hip_arch_compiler(const std::string& arch) { return hip_compiler(arch); }
+
+std::string hip_binary(const std::string& key, const std::string& src) { return hip_binary_path(key, src).string(); }
+
+// hipDeviceAttribute_t (ROCm 5 and 6): MaxThreadsPerBlock 56, MaxBlockDimX 26 (Y, Z follow), MaxGridDimX
+// 29, MaxSharedMemoryPerBlock 74, MultiprocessorCount 63; hipErrorOutOfMemory 2; HIP_LAUNCH_PARAM_END is
+// 3. LDS is 64 KiB a work-group.
+const GpuVendor kHip{
+    "HIP", "the HIP runtime (ROCm)",   Dialect::HIP, hip_symbols,       56,         26, 29, 74, 63, 64 * 1024,
+    2,     reinterpret_cast<void*>(3), hip_arch,     hip_arch_compiler, hip_binary,
+};
 } // namespace
 
 fs::path hip_binary_path(const std::string& compiler_key, const std::string& src) {
@@ -181,6 +248,24 @@ fs::path hip_binary_path(const std::string& compiler_key, const std::string& src
 
 std::unique_ptr<Compiler> hip_compiler(const std::string& gfx_arch, const std::string& clang) {
   return std::make_unique<HipClangCompiler>(gfx_arch, clang);
+}
+
+std::string default_libhip() {
+  if (const char* env = std::getenv("TINY_LIBHIP")) return env;
+  for (const char* name : {"libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"})
+    if (dlopen(name, RTLD_NOW | RTLD_LOCAL)) return name; // stays loaded: gpu_api opens it again
+  return "libamdhip64.so";
+}
+
+int hip_device_count(const std::string& libhip) { return gpu_device_count(kHip, libhip); }
+
+std::unique_ptr<Device> make_hip_device(const std::string& libhip, int ordinal, std::unique_ptr<Compiler> compiler) {
+  return make_gpu_device(kHip, libhip, ordinal, std::move(compiler));
+}
+
+Device& hip_device(int ordinal) {
+  static const std::string lib = default_libhip();
+  return gpu_device(kHip, lib, ordinal);
 }
 
 } // namespace tiny::runtime

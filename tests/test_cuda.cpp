@@ -409,11 +409,15 @@ TEST(CudaDriver, ADriverWithoutDevicesCountsNoneAndOpeningOneSaysSo) {
 // TINY_DEVICE=CUDA: the backend's device is the driver's (the fake here, unless TINY_LIBCUDA names one).
 TEST(CudaDriver, TheCudaBackendIsTheDriversDevice) {
   FAKE(fake_cuda_reset)(1, size_t{1} << 30);
+  bool was_set = std::getenv("TINY_LIBCUDA") != nullptr;
   setenv("TINY_LIBCUDA", TINY_FAKE_CUDA, 0);
   Device& d = backend_device("CUDA");
   EXPECT_EQ(d.name().rfind("CUDA: ", 0), 0u) << d.name();
   EXPECT_EQ(d.target().dialect, Dialect::CUDA);
   EXPECT_EQ(&backend_device("CUDA"), &d);
+  d.synchronize(); // its stream is left empty for the tests after (the fake's streams are one process's)
+  // the default backend (TINY_DEVICE unset) is chosen at the first use of a device: not the fake
+  if (!was_set) unsetenv("TINY_LIBCUDA");
 }
 
 // ---- NVRTC ----
