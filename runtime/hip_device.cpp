@@ -74,8 +74,10 @@ fs::path find_device_libs() {
 }
 
 // The libm functions render_gpu's HIP dialect calls (as __builtin_NAME, float ones suffixed f) and
-// their arity. A call clang cannot lower to an instruction becomes a call to the plain libm name,
-// which nothing defines on the device: the prelude defines each one the source calls through ocml.
+// their arity. clang lowers such a call to an instruction, to a call to the plain libm name (which
+// nothing defines on the device), or to an LLVM intrinsic the AMDGPU backend cannot lower at all
+// (clang-19: cosh, sinh, tan, asin, acos, atan: "no libcall available for fcosh"). So the prelude
+// defines each one the source calls through ocml, and the source's __builtin_NAME names it.
 const std::vector<std::pair<std::string, int>> kLibm = {
     {"sqrt", 1},  {"exp", 1},    {"exp2", 1}, {"log", 1},   {"log2", 1}, {"sin", 1},  {"cos", 1},   {"tan", 1},
     {"tanh", 1},  {"erf", 1},    {"erfc", 1}, {"floor", 1}, {"ceil", 1}, {"rint", 1}, {"trunc", 1}, {"log1p", 1},
@@ -110,9 +112,11 @@ std::string libm_prelude(const std::string& src) {
       if (src.find("__builtin_" + fn + "(") == std::string::npos) continue;
       std::string t = f32 ? "float" : "double", ocml = "__ocml_" + name + (f32 ? "_f32" : "_f64");
       std::string params = t + " a" + (arity == 2 ? ", " + t + " b" : ""), args = arity == 2 ? "a, b" : "a";
+      std::string wrapper = "tiny_ocml_" + fn;
       out += "extern \"C\" __attribute__((device)) " + t + " " + ocml + "(" + params + ");\n";
-      out += "extern \"C\" __attribute__((device)) " + t + " " + fn + "(" + params + ") { return " + ocml + "(" + args +
-             "); }\n";
+      out += "static __attribute__((device)) inline " + t + " " + wrapper + "(" + params + ") { return " + ocml + "(" +
+             args + "); }\n";
+      out += "#define __builtin_" + fn + " " + wrapper + "\n";
     }
   return out;
 }
