@@ -10,14 +10,14 @@ PIP := .venv/bin/pip
 JOBS ?= $(shell nproc)
 STAMPS := build/stamps
 
-APT_PACKAGES := g++ cmake ninja-build ccache libgtest-dev clang dataset-fashion-mnist pocl-opencl-icd ocl-icd-opencl-dev opencl-headers
+APT_PACKAGES := g++ cmake ninja-build ccache libgtest-dev clang dataset-fashion-mnist pocl-opencl-icd ocl-icd-opencl-dev opencl-headers clang-19 lld-19 libamdhip64-5 rocm-device-libs
 PIP_PACKAGES := torch==2.14.1 torchvision==0.29.1 pytest ruff numpy ninja
 SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 CXX_SOURCES = $(wildcard compiler/*.h compiler/*.cpp runtime/*.h runtime/*.cpp csrc/*.h csrc/*.cpp \
                          aten_ops/*.h aten_ops/*.cpp tests/*.h tests/*.cpp)
 
-.PHONY: demo test test-upstream test-oclgrind build setup core extension sanitize sanitize-core format lint clean
+.PHONY: demo test test-upstream test-oclgrind test-gpu-compile build setup core extension sanitize sanitize-core format lint clean
 
 # The demo, short: 40 training steps of the Fashion-MNIST CNN on tiny, accuracy on 20 test batches, the
 # loss curve in mnist_loss.png (a few minutes). The whole epoch: .venv/bin/python examples/mnist.py
@@ -43,7 +43,9 @@ CL_TESTS := torch_tests/test_reduce.py torch_tests/test_matmul.py torch_tests/te
             torch_tests/test_training.py::test_demo_model_training_step_runs_without_fallbacks \
             torch_tests/test_errors.py::test_integer_division_by_zero_raises_at_the_sync_that_computes_it \
             torch_tests/test_silent_errors.py::test_bool_view_of_bytes_other_than_0_and_1_reads_them_as_true \
-            torch_tests/test_silent_errors.py::test_a_float_cast_out_of_the_int_range_gives_the_cpus_value
+            torch_tests/test_silent_errors.py::test_a_float_cast_out_of_the_int_range_gives_the_cpus_value \
+            torch_tests/test_profiler.py::test_fused_chain_is_one_kernel_event_inside_the_sync_that_ran_it \
+            torch_tests/test_profiler.py::test_training_step_shows_every_kernel_it_runs
 .PHONY: test-cl
 test-cl: build
 	TINY_DEVICE=CL $(PY) -m pytest -q torch_tests --ignore=torch_tests/upstream
@@ -51,6 +53,20 @@ test-cl: build
 # The whole upstream OpInfo suite: every dtype and test kind, natively and with the CPU fallback (README).
 test-upstream: build $(STAMPS)/upstream
 	$(PY) torch_tests/upstream/run.py --slice full
+
+# TINY_GPU_COMPILE_CHECK (runtime/gpu_check.h): CL_TESTS on the CL device, each new schedule also made for
+# the NVIDIA and AMD targets and every kernel of it compiled for sm_80 and sm_90 (NVRTC; cubins read by
+# cuobjdump) and for gfx942 and gfx1100 (clang-19; code objects read by llvm-readelf-19): a kernel that does
+# not compile, spills, uses stack or scratch, or more than 48 KiB of shared memory fails its test. NVRTC and
+# cuobjdump come from the .venv's wheels (nvidia-cuda-nvrtc, triton). A kernel checked once is not compiled
+# again (markers under $TINY_CACHE_DIR/gpu_check). The counts per architecture are printed at the end.
+GPU_CHECK_SITE = $(CURDIR)/$(firstword $(wildcard .venv/lib/python3*/site-packages))
+GPU_CHECK_NVRTC = $(firstword $(wildcard $(GPU_CHECK_SITE)/nvidia/cu*/lib/libnvrtc.so.1[0-9]))
+GPU_CHECK_CUOBJDUMP = $(firstword $(wildcard $(GPU_CHECK_SITE)/triton/backends/nvidia/bin/cuobjdump))
+GPU_CHECK_ENV = TINY_DEVICE=CL TINY_GPU_COMPILE_CHECK=1 $(if $(GPU_CHECK_NVRTC),TINY_NVRTC=$(GPU_CHECK_NVRTC)) \
+  $(if $(GPU_CHECK_CUOBJDUMP),TINY_CUOBJDUMP=$(GPU_CHECK_CUOBJDUMP))
+test-gpu-compile: build
+	$(GPU_CHECK_ENV) $(PY) -m pytest -q -p no:cacheprovider $(CL_TESTS)
 
 # The CL device's tests under Oclgrind, an OpenCL interpreter that reports data races and out-of-bounds
 # accesses (about 5 minutes; it fails on a report, a failed test or a run that dies). Its
@@ -113,10 +129,14 @@ build/cmake/build.ninja: | $(STAMPS)/apt
 	cmake -S . -B build/cmake -G Ninja
 
 core: $(STAMPS)/apt build/cmake/build.ninja
-	cmake --build build/cmake -j $(JOBS)
+	$(CCACHE_ENV) cmake --build build/cmake -j $(JOBS)
 
+# Builds go through ccache (the core: CMake's compiler launcher; the extension: Debian's ccache links), with
+# paths taken relative to the checkout, so that a clean checkout elsewhere rebuilds from the cache.
+CCACHE_ENV := CCACHE_BASEDIR=$(CURDIR) CCACHE_NOHASHDIR=1
+EXT_CXX = $(or $(wildcard /usr/lib/ccache/g++),$(CXX))
 extension: core $(STAMPS)/editable
-	MAX_JOBS=$(JOBS) $(PY) setup.py -q build_ext --inplace
+	$(CCACHE_ENV) CXX=$(EXT_CXX) MAX_JOBS=$(JOBS) $(PY) setup.py -q build_ext --inplace
 
 # ASan + UBSan. The core and its GoogleTest suite build in build/asan (sanitize-core, part of `make test`);
 # `sanitize` then builds the torch extension with the same flags into build/asan/pkg (TINY_SANITIZE=1:
@@ -139,7 +159,7 @@ build/asan/build.ninja: | $(STAMPS)/apt
 	cmake -S . -B build/asan -G Ninja -DTINY_SANITIZE=ON
 
 sanitize-core: $(STAMPS)/apt build/asan/build.ninja
-	cmake --build build/asan -j $(JOBS)
+	$(CCACHE_ENV) cmake --build build/asan -j $(JOBS)
 	$(SANITIZE_ENV) ASAN_OPTIONS=$(ASAN_CORE) ctest --test-dir build/asan --output-on-failure -j $(JOBS)
 
 sanitize: sanitize-core $(STAMPS)/editable

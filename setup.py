@@ -45,7 +45,9 @@ extension = CppExtension(
     extra_compile_args={
         "cxx": ["-std=c++20", "-O1" if SANITIZE else "-O2", "-Wall", "-Wextra"]
         + (SANITIZE_FLAGS if SANITIZE else [])
-        + [f"-isystem{p}" for p in include_paths()]
+        # (as separate arguments: ccache makes a path relative to CCACHE_BASEDIR only then, so that another
+        # checkout's build finds the objects of this one in the cache)
+        + [arg for p in include_paths() for arg in ("-isystem", p)]
     },
     # whole-archive: the core may register things through static initializers.
     extra_link_args=["-Wl,--whole-archive", CORE_LIB, "-Wl,--no-whole-archive", "-ldl", "-lpthread"]
@@ -72,7 +74,10 @@ setup(
     packages=["torch_tiny"],
     ext_modules=[] if os.environ.get("TINY_SKIP_EXTENSION") == "1" else [extension],
     cmdclass={"build_ext": SanitizedBuildExt if SANITIZE else BuildExt},
-    entry_points={"torch.backends": ["torch_tiny = torch_tiny:_autoload"]},
+    entry_points={
+        "torch.backends": ["torch_tiny = torch_tiny:_autoload"],
+        "torch_dynamo_backends": ["tiny = torch_tiny.compile:tiny"],
+    },
     python_requires=">=3.10",
     zip_safe=False,
 )

@@ -9,9 +9,10 @@
 //
 // Syncs. torch's CPU kernels check data element by element and raise at the call: a target class out
 // of range ("Target 12 is out of bounds.", IndexError) and binary_cross_entropy's input or target
-// outside [0, 1]. tiny checks the same at the call: one small reduce kernel, read to the host, which
-// realizes everything pending with it (one sync per call). Backward ops skip the check: autograd's
-// forward checked the same targets.
+// outside [0, 1]. tiny checks the same at the call: one small reduce kernel computed alone and read to
+// the host (runtime::evaluate_to_host), so the work pending around the call (a model's forward) stays
+// lazy and the training step stays one schedule; only a check of a storage written in place realizes
+// everything pending first. Backward ops skip the check: autograd's forward checked the same targets.
 //
 // Accumulation is in float32 for float16/bfloat16 (torch's nll_loss accumulates in the input dtype);
 // an elementwise loss is rounded to the result dtype before a mean or sum, as torch's is.
@@ -33,6 +34,7 @@
 
 #include "aten_ops/builders.h"
 #include "csrc/tensor_bridge.h"
+#include "runtime/realize.h"
 
 namespace tiny::aten_ops {
 
@@ -97,7 +99,8 @@ void check_reduction(int64_t reduction) {
   TORCH_CHECK(reduction == None || reduction == Mean || reduction == Sum, "Invalid reduction type: ", reduction);
 }
 
-// Scalar int64 values computed on the device, read to the host (a sync).
+// Scalar int64 values computed on the device, read to the host: computed alone (their own small kernels,
+// the work pending around the call stays lazy), or, when their graph writes a storage in place, by a sync.
 std::vector<int64_t> read_on_host(const std::vector<UOpPtr>& values, c10::Device device) {
   int64_t n = static_cast<int64_t>(values.size());
   std::vector<UOpPtr> parts;
@@ -107,6 +110,11 @@ std::vector<int64_t> read_on_host(const std::vector<UOpPtr>& values, c10::Device
   UOpPtr all = fixed(DType::Int64, 0, {n});
   for (int64_t i = 0; i < n; i++)
     all = add(all, pad(parts[i], {{i, n - i - 1}}));
+  if (runtime::evaluable_alone(all)) {
+    std::vector<int64_t> out(static_cast<size_t>(n));
+    runtime::evaluate_to_host(all, out.data(), runtime::device(device.index()));
+    return out;
+  }
   at::Tensor t = empty_tiny({n}, at::kLong, device);
   write(t, all);
   at::Tensor host = t.cpu();

@@ -418,6 +418,26 @@ bool reads_reduced_contiguously(const UOpPtr& r) {
   return true;
 }
 
+// Whether the value reads reductions, each only through views that broadcast it along the dims `dims`
+// (so every element of a row along them reads the same reduced value).
+bool reductions_broadcast_along(const UOpPtr& value, const std::vector<size_t>& dims) {
+  std::unordered_map<const UOp*, int> broadcast_reads;
+  for (const UOpPtr& n : toposort(value)) {
+    if (n->op != Ops::VIEW || n->src[0]->op != Ops::REDUCE) continue;
+    const ShapeTracker& st = n->st();
+    if (st.views.size() != 1 || n->shape.size() != value->shape.size()) return false;
+    for (size_t d : dims)
+      if (st.views.back().strides[d] != 0 || n->shape[d] == 1) return false;
+    broadcast_reads[n->src[0].get()]++;
+  }
+  if (broadcast_reads.empty()) return false;
+  // every read of each reduction (outside other reductions) is one of those views
+  for (const UOpPtr& n : toposort(value))
+    for (const UOpPtr& s : n->src)
+      if (s->op == Ops::REDUCE && n->op != Ops::VIEW && !broadcast_reads.count(s.get())) return false;
+  return value->op != Ops::REDUCE;
+}
+
 // The kernel computing blocks of outputs: up[g] outputs of loop group g together (for the lane group,
 // up[g] vectors of kLanes lanes each).
 Kernel lower_blocked(const BufferRef& out, const View& out_region, const UOpPtr& value,
@@ -622,6 +642,20 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
     if (n->op != Ops::REDUCE) continue;
     has_reduce = true;
     contiguous_reduce = contiguous_reduce && reads_reduced_contiguously(n);
+  }
+  // A row kernel: every reduction is read broadcast along the innermost loop (softmax's max and sum,
+  // layer norm's statistics, each read by every element of its row). One iteration of the outer loops
+  // computes its rows' reductions once, each in its own loop, then the elementwise loop over the row
+  // reads them: one pass over rows that stay in cache instead of a kernel (and a read from memory) per
+  // reduction. A reduction that would be recomputed (a per-channel statistic under a batch loop) is
+  // left to the blocked kernels below, which realize it.
+  if (has_reduce && !bitcast && loops.size() >= 2 && reductions_broadcast_along(value, groups.back())) {
+    Kernel k = lower_blocked(out, out_region, value, groups, loops, Shape(loops.size(), 1),
+                             contiguous_reduce ? kReduceLanes : -1);
+    if (k.must_realize.empty()) {
+      k.vectorize_reduce = contiguous_reduce;
+      return k;
+    }
   }
   auto pick = [&](size_t g, std::initializer_list<int64_t> sizes) {
     for (int64_t u : sizes)

@@ -7,6 +7,7 @@
 #include "csrc/allocator.h"
 #include "csrc/backend.h"
 #include "csrc/fallback.h"
+#include "csrc/profiler.h"
 #include "runtime/device.h"
 #include "runtime/lazy_buffer.h"
 
@@ -99,6 +100,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     d["fallback_ops"] = by_op;
     return d;
   });
+  // True while a torch.profiler trace records tiny's activity (the realize engine then times its work).
+  m.def("profiler_tracing", [] { return tiny::profiler_tracing(); });
   m.def("reset_stats", [] {
     tiny::runtime::reset_stats();
     tiny::reset_fallback_op_counts();

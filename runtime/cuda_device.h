@@ -13,16 +13,17 @@ namespace tiny::runtime {
 // The driver library the process-wide CUDA device loads: $TINY_LIBCUDA, default libcuda.so.1.
 std::string default_libcuda();
 
-// The process-wide CUDA device (TINY_DEVICE=CUDA): device $TINY_CUDA_DEVICE (default 0) of
-// default_libcuda(). Opened once; a failure is remembered and raised again to every caller.
-Device& cuda_device();
+// The process-wide CUDA device `ordinal` of default_libcuda() (TINY_DEVICE=CUDA: tiny:N is ordinal N).
+// Opened once; a failure is remembered and raised again to every caller.
+Device& cuda_device(int ordinal = 0);
 
 // The CUDA devices the driver at `libcuda` reports; 0 when it cannot be loaded or initialized.
 int cuda_device_count(const std::string& libcuda);
 
-// The device `ordinal` of the driver at `libcuda`, on its primary context (shared with torch.cuda) and
-// one in-order stream. Kernels compile with `compiler` (null: NVRTC for the device's compute capability,
-// loaded at the first compile). Throws a runtime_error naming what is missing: no driver, no device.
+// The device `ordinal` of the driver at `libcuda` (runtime/gpu_device.h's over the driver's entry
+// points), on its primary context (shared with torch.cuda) and one in-order stream. Kernels compile with `compiler`
+// (null: NVRTC for the device's compute capability, loaded at the first compile). Throws a runtime_error naming what is
+// missing: no driver, no device.
 std::unique_ptr<Device> make_cuda_device(const std::string& libcuda, int ordinal,
                                          std::unique_ptr<Compiler> compiler = nullptr);
 

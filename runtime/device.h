@@ -137,13 +137,13 @@ public:
   virtual std::optional<int64_t> free_memory() const = 0;
 };
 
-// The device `tiny:index` of the backend TINY_DEVICE names: CPU (the default), CL or
-// CUDA (runtime/cuda_device.h). The CPU backend has
-// TINY_CPU_DEVICES (default 1) devices, each with its own allocator, programs and queue (they share the
-// thread pool), so that multi-device code runs and is tested on one machine; CL has one.
+// The device `tiny:index` of the backend runtime/backend.h chooses: TINY_DEVICE=CPU|CL|CUDA|HIP, unset the
+// first of CUDA and HIP with a device, else CPU. A GPU backend's devices are its ordinals; the CPU backend
+// has TINY_CPU_DEVICES (default 1) devices, each with its own allocator, programs and queue (they share
+// the thread pool), so that multi-device code runs and is tested on one machine; CL has one.
 Device& device(int index = 0);
 int device_count();
-// The device of a backend by name ("CPU", "CL", "CUDA"), whatever TINY_DEVICE says; throws a runtime_error
+// The device of a backend by name ("CPU", "CL", "CUDA", "HIP"), whatever TINY_DEVICE says; throws a runtime_error
 // saying what is missing when the backend cannot run here (no libOpenCL.so.1, no OpenCL platform).
 Device& backend_device(const std::string& backend);
 Device& cpu_device(int index = 0); // index < cpu_device_count()

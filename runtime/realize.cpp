@@ -1,6 +1,7 @@
 #include "runtime/realize.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include "compiler/schedule.h"
 #include "runtime/debug.h"
 #include "runtime/device.h"
+#include "runtime/gpu_check.h"
 #include "runtime/lazy_buffer.h"
 
 namespace tiny::runtime {
@@ -24,6 +26,34 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double us_since(Clock::time_point t) { return std::chrono::duration<double, std::micro>(Clock::now() - t).count(); }
+
+// ---- what a profiler sees (RealizeTracer in realize.h) ----
+
+std::atomic<RealizeTracer*> installed_tracer{nullptr};
+
+// Times one span of the engine's work for the installed tracer; with none installed it costs one atomic
+// load (begin) and a branch (end).
+class Traced {
+public:
+  explicit Traced(RealizeSpan::Kind kind) : tracer_(installed_tracer.load(std::memory_order_acquire)), kind_(kind) {
+    if (tracer_) begin_ = now_ns();
+  }
+  // Reports the span as ending now. A kernel's span waits for the device first: a GPU launch only enqueues.
+  void end(Device& device, const std::string& name, int64_t count = 0, bool cached = false) {
+    if (!tracer_) return;
+    if (kind_ == RealizeSpan::Kind::Kernel) device.synchronize();
+    tracer_->record(RealizeSpan{kind_, &device, name, begin_, now_ns(), count, cached});
+  }
+
+private:
+  static int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  }
+  RealizeTracer* tracer_;
+  RealizeSpan::Kind kind_;
+  int64_t begin_ = 0;
+};
 
 // ---- the structure of a set of graphs, for the schedule cache ----
 
@@ -193,12 +223,21 @@ std::shared_ptr<Program> run_kernel(const Kernel& k, const std::string& src, Dev
   auto t0 = Clock::now();
   if (debug_level() >= 4) std::fprintf(stderr, "tiny: kernel\n%s", k.ast->tree_str().c_str());
   if (debug_level() >= 3) std::fprintf(stderr, "%s\n", src.c_str());
+  // A program not in memory yet is compiled, or loaded from the disk cache (precompile() may have compiled it).
+  Traced loading(RealizeSpan::Kind::Compile);
+  int64_t compiled = stats().compiles, memory_hits = stats().cache_hits - stats().disk_hits;
   std::shared_ptr<Program> prog = device.program(src, k.name);
+  if (stats().compiles != compiled)
+    loading.end(device, "tiny::compile", stats().compiles - compiled);
+  else if (stats().cache_hits - stats().disk_hits == memory_hits)
+    loading.end(device, "tiny::load");
   std::vector<void*> ptrs;
   for (const BufferRef& b : k.buffers)
     ptrs.push_back(std::static_pointer_cast<Buffer>(b)->ptr());
   auto t1 = Clock::now();
+  Traced running(RealizeSpan::Kind::Kernel);
   prog->launch(ptrs, k.ivars, k.fvars, k.launch);
+  running.end(device, k.name);
   stats().kernels++;
   if (debug_level() >= 2) device.synchronize(); // a GPU device's launch only enqueues: time the kernel itself
   if (debug_level() >= 2)
@@ -225,10 +264,13 @@ std::optional<CachedSchedule> run_and_record(const Schedule& s, const GraphKey& 
     recordable = false;
     return 0;
   };
+  Traced compiling(RealizeSpan::Kind::Compile); // rendering, and compiling what no cache holds
+  int64_t compiled = stats().compiles;
   std::vector<std::pair<std::string, std::string>> sources;
   for (const Kernel& k : s.kernels)
     sources.emplace_back(render(k, device.target()), k.name);
   device.precompile(sources);
+  compiling.end(device, "tiny::compile", stats().compiles - compiled);
   for (size_t i = 0; i < s.kernels.size(); i++) {
     const Kernel& k = s.kernels[i];
     CachedSchedule::Step step{run_kernel(k, sources[i].first, device), {}, {}, {}, k.launch, k.name};
@@ -272,7 +314,9 @@ std::vector<UOpPtr> replay(const CachedSchedule& s, const GraphKey& key) {
     for (int64_t v : step.fvars)
       fv.push_back(key.vars[v]->const_f());
     auto t = Clock::now();
+    Traced running(RealizeSpan::Kind::Kernel);
     step.program->launch(ptrs, iv, fv, step.launch);
+    running.end(*s.device, step.name, 0, true);
     stats().kernels++;
     stats().cache_hits++; // the program came from the cache, with the schedule
     if (debug_level() >= 2) s.device->synchronize();
@@ -297,7 +341,9 @@ NewBuffer new_buffers_on(Device& device) {
 std::vector<UOpPtr> realize_all(const std::vector<UOpPtr>& roots, Device* on) {
   auto t0 = Clock::now();
   int64_t k0 = stats().kernels;
+  Traced syncing(RealizeSpan::Kind::Sync);
   GraphKey key(roots, on);
+  Device& dev = key.device ? *key.device : device(0);
   std::vector<UOpPtr> out;
   bool hit = false;
   if (const CachedSchedule* cached = schedule_cache().find(key)) {
@@ -305,8 +351,11 @@ std::vector<UOpPtr> realize_all(const std::vector<UOpPtr>& roots, Device* on) {
     stats().schedule_hits++;
     hit = true;
   } else {
-    Device& dev = key.device ? *key.device : device(0);
+    if (dev.target().gpu() && gpu_compile_check_on())
+      check_gpu_compiles([&](const Target& t) { return schedule(roots, t, new_buffers_on(dev)); });
+    Traced scheduling(RealizeSpan::Kind::Schedule);
     Schedule s = schedule(roots, dev.target(), new_buffers_on(dev));
+    scheduling.end(dev, "tiny::schedule", static_cast<int64_t>(s.kernels.size()));
     if (std::optional<CachedSchedule> rec = run_and_record(s, key, dev)) {
       rec->tokens = key.tokens;
       schedule_cache().add(key.hash, std::move(*rec));
@@ -315,6 +364,7 @@ std::vector<UOpPtr> realize_all(const std::vector<UOpPtr>& roots, Device* on) {
   }
   int64_t launched = stats().kernels - k0;
   if (launched > 0) stats().syncs++;
+  syncing.end(dev, "tiny::sync", launched, hit);
   if (debug_level() >= 1)
     std::fprintf(stderr, "tiny: sync  %zu storages  %lld kernels%s  %.3f ms\n", roots.size(),
                  static_cast<long long>(launched), hit ? " (cached schedule)" : "", us_since(t0) / 1000);
@@ -322,6 +372,7 @@ std::vector<UOpPtr> realize_all(const std::vector<UOpPtr>& roots, Device* on) {
 }
 
 BufferRef realize_value(const UOpPtr& value, Device* on) {
+  Traced syncing(RealizeSpan::Kind::Sync);
   Device* dev = on;
   for (const UOpPtr& n : toposort(value)) {
     if (n->op != Ops::BUFFER) continue;
@@ -331,10 +382,32 @@ BufferRef realize_value(const UOpPtr& value, Device* on) {
     dev = &d;
   }
   Device& d = dev ? *dev : device(0);
+  if (d.target().gpu() && gpu_compile_check_on())
+    check_gpu_compiles([&](const Target& t) { return schedule_value(value, t, new_buffers_on(d)); });
+  Traced scheduling(RealizeSpan::Kind::Schedule);
   Schedule s = schedule_value(value, d.target(), new_buffers_on(d));
+  scheduling.end(d, "tiny::schedule", static_cast<int64_t>(s.kernels.size()));
   for (const Kernel& k : s.kernels)
     run_kernel(k, render(k, d.target()), d);
+  syncing.end(d, "tiny::sync", static_cast<int64_t>(s.kernels.size()));
   return s.results.at(0)->buffer();
 }
+
+bool evaluable_alone(const UOpPtr& value) {
+  for (const UOpPtr& n : toposort(value))
+    if (n->op == Ops::ASSIGN || n->op == Ops::SCATTER) return false;
+  return true;
+}
+
+void evaluate_to_host(const UOpPtr& value, void* dst, Device& on) {
+  if (!evaluable_alone(value)) throw std::logic_error("evaluate_to_host: the graph writes a storage in place");
+  BufferRef out = realize_value(value, &on);
+  auto& buf = static_cast<Buffer&>(*out);
+  on.allocator().copy_out(dst, buf.ptr(), 0, buf.nbytes());
+  on.synchronize(); // a GPU device learns of its kernels' errors there
+  raise_kernel_errors();
+}
+
+void set_realize_tracer(RealizeTracer* tracer) { installed_tracer.store(tracer, std::memory_order_release); }
 
 } // namespace tiny::runtime

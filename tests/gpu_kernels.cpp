@@ -13,6 +13,18 @@ std::vector<SampleKernel> sample_gpu_kernels(const Target& t) {
   auto x = reshape(buffer(buf(DType::Float32, 64 * 500)), {64, 500});
   add("elementwise with the prelude's and libm's functions",
       alu(Ops::ADD, alu(Ops::TANH, alu(Ops::EXP, x)), alu(Ops::ERF, alu(Ops::LOG, alu(Ops::ABS, x)))));
+  // every libm function the renderers call, in float32 and float64 (on AMD some reach ocml only through
+  // the HIP compiler's prelude)
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    UOpPtr v = cast(x, dt), sum = v;
+    for (Ops op :
+         {Ops::SQRT, Ops::EXP,  Ops::EXP2,  Ops::LOG,  Ops::LOG2,  Ops::SIN,   Ops::COS,   Ops::TAN,   Ops::TANH,
+          Ops::ERF,  Ops::ERFC, Ops::FLOOR, Ops::CEIL, Ops::RINT,  Ops::TRUNC, Ops::LOG1P, Ops::EXPM1, Ops::ASIN,
+          Ops::ACOS, Ops::ATAN, Ops::SINH,  Ops::COSH, Ops::ASINH, Ops::ACOSH, Ops::ATANH, Ops::LGAMMA})
+      sum = alu(Ops::ADD, sum, alu(op, v));
+    sum = alu(Ops::ADD, sum, alu(Ops::POW, v, alu(Ops::ATAN2, v, alu(Ops::MOD, v, alu(Ops::NEG, v)))));
+    add("every math function, " + std::string(name(dt)), sum);
+  }
   for (DType dt : {DType::Bool, DType::Int8, DType::Int16, DType::Int32, DType::Int64, DType::UInt8, DType::Float16,
                    DType::BFloat16, DType::Float32, DType::Float64}) {
     UOpPtr a = cast(x, dt), b = cast(alu(Ops::NEG, x), dt);

@@ -71,15 +71,24 @@ template <class T> std::vector<T> as(const Bytes& b) {
 
 using Graph = std::function<UOpPtr(const std::vector<UOpPtr>&)>;
 
+// TINY_GPU_TEST_BACKEND=CUDA (bench/gpu_check.sh, on a lent GPU) runs these on that backend's device.
 class ClDevice : public ::testing::Test {
 protected:
   Device* cl = nullptr;
   void SetUp() override {
     try {
-      cl = &cl_device();
+      const char* backend = std::getenv("TINY_GPU_TEST_BACKEND");
+      cl = backend ? &backend_device(backend) : &cl_device();
     } catch (const std::runtime_error& e) {
       GTEST_SKIP() << e.what();
     }
+  }
+  // How the device's dialect declares a float in local (shared) memory, and its barrier.
+  std::string local_float() const {
+    return cl->target().dialect == Dialect::OpenCL ? "__local float" : "__shared__ float";
+  }
+  std::string barrier() const {
+    return cl->target().dialect == Dialect::OpenCL ? "barrier(CLK_LOCAL_MEM_FENCE)" : "__syncthreads()";
   }
   // The graph over the inputs, realized on `dev`.
   Bytes run_on(Device& dev, const std::vector<Input>& inputs, const Graph& graph) {
@@ -367,8 +376,8 @@ TEST_F(ClDevice, AFullSumOfAMillionFloatsIsOneGroupedReduce) {
   EXPECT_NEAR(as<float>(got)[0], as<float>(want)[0], 1e-6 * magnitude(x));
   auto [k, src] = cl_kernel_of(*cl, graph({buffer(upload(*cl, input(DType::Float32, x)))}));
   EXPECT_EQ(k.name[0], 'G') << src;
-  EXPECT_NE(src.find("__local float"), std::string::npos) << src;
-  EXPECT_NE(src.find("barrier(CLK_LOCAL_MEM_FENCE)"), std::string::npos) << src;
+  EXPECT_NE(src.find(local_float()), std::string::npos) << src;
+  EXPECT_NE(src.find(barrier()), std::string::npos) << src;
 }
 
 TEST_F(ClDevice, ALongFullReductionRunsInManyWorkGroupsThenOne) {
@@ -452,7 +461,7 @@ TEST_F(ClDevice, AGroupedReductionReadsAnotherThatEveryThreadHolds) {
   auto [k, src] = cl_kernel_of(*cl, graph({buffer(upload(*cl, input(DType::Float32, x)))}));
   EXPECT_EQ(k.name[0], 'G') << src;
   size_t trees = 0;
-  for (size_t at = src.find("__local float"); at != std::string::npos; at = src.find("__local float", at + 1))
+  for (size_t at = src.find(local_float()); at != std::string::npos; at = src.find(local_float(), at + 1))
     trees++;
   EXPECT_EQ(trees, 2u) << src;
 }
@@ -526,8 +535,8 @@ TEST_F(ClDevice, AMatmulStagesTilesOfBothOperandsInLocalMemory) {
   auto [got, want] = run_both({x, w}, graph);
   expect_close(as<float>(got), as<float>(want), 1e-5f * static_cast<float>(K));
   auto [k, src] = cl_kernel_of(*cl, graph({buffer(upload(*cl, x)), buffer(upload(*cl, w))}));
-  EXPECT_NE(src.find("__local float tile"), std::string::npos) << src;
-  EXPECT_NE(src.find("barrier(CLK_LOCAL_MEM_FENCE)"), std::string::npos) << src;
+  EXPECT_NE(src.find(local_float() + " tile"), std::string::npos) << src;
+  EXPECT_NE(src.find(barrier()), std::string::npos) << src;
 }
 
 TEST_F(ClDevice, AScatterCombinesRepeatedIndicesInOrderLikeTheCpu) {

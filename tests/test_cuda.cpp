@@ -18,6 +18,7 @@
 
 #include "compiler/render_gpu.h"
 #include "runtime/cuda_device.h"
+#include "runtime/gpu_check.h"
 #include "runtime/lazy_buffer.h"
 #include "runtime/realize.h"
 #include "tests/fake_cuda/fake_cuda.h"
@@ -409,11 +410,15 @@ TEST(CudaDriver, ADriverWithoutDevicesCountsNoneAndOpeningOneSaysSo) {
 // TINY_DEVICE=CUDA: the backend's device is the driver's (the fake here, unless TINY_LIBCUDA names one).
 TEST(CudaDriver, TheCudaBackendIsTheDriversDevice) {
   FAKE(fake_cuda_reset)(1, size_t{1} << 30);
+  bool was_set = std::getenv("TINY_LIBCUDA") != nullptr;
   setenv("TINY_LIBCUDA", TINY_FAKE_CUDA, 0);
   Device& d = backend_device("CUDA");
   EXPECT_EQ(d.name().rfind("CUDA: ", 0), 0u) << d.name();
   EXPECT_EQ(d.target().dialect, Dialect::CUDA);
   EXPECT_EQ(&backend_device("CUDA"), &d);
+  d.synchronize(); // its stream is left empty for the tests after (the fake's streams are one process's)
+  // the default backend (TINY_DEVICE unset) is chosen at the first use of a device: not the fake
+  if (!was_set) unsetenv("TINY_LIBCUDA");
 }
 
 // ---- NVRTC ----
@@ -441,6 +446,7 @@ Target cuda_target() {
 
 struct Cubin {
   std::string what, name, path;
+  int64_t allowed_stack; // bytes: libdevice's sin/cos/tan keep a small array there (runtime/gpu_check.h)
 };
 
 // Every sample kernel rendered for CUDA and compiled for sm_<arch> (once per process).
@@ -454,7 +460,7 @@ const std::vector<Cubin>& sample_cubins(int arch) {
   for (const auto& [what, k] : sample_gpu_kernels(cuda_target())) {
     std::string src = render_gpu(k, k.name, cuda_target());
     try {
-      out.push_back({what, k.name, nvrtc->compile(src, k.name)});
+      out.push_back({what, k.name, nvrtc->compile(src, k.name), cuda_allowed_stack(src)});
     } catch (const std::runtime_error& e) {
       ADD_FAILURE() << what << " for sm_" << arch << ": " << e.what();
     }
@@ -515,7 +521,7 @@ TEST(CudaNvrtc, CubinsSpillNothingAndKeepSharedMemoryWithin48KiB) {
       std::string out = run(cuobjdump + " -res-usage " + c.path + " 2>&1");
       std::smatch m;
       ASSERT_TRUE(std::regex_search(out, m, usage)) << c.what << ": " << out;
-      EXPECT_EQ(std::stoll(m[1]), 0) << c.what << " sm_" << arch << " uses stack: " << out;
+      EXPECT_LE(std::stoll(m[1]), c.allowed_stack) << c.what << " sm_" << arch << " uses stack: " << out;
       EXPECT_LE(std::stoll(m[2]), 48 * 1024) << c.what << " sm_" << arch << ": " << out;
       EXPECT_EQ(std::stoll(m[3]), 0) << c.what << " sm_" << arch << " spills to local memory: " << out;
       if (c.what.find("tiles in local memory") != std::string::npos) staged_shared = std::stoll(m[2]);

@@ -427,6 +427,28 @@ def test_out_of_range_targets_raise_at_the_call():
     check(lambda x, t: F.nll_loss(x, t), x, t[:3])  # size mismatch
 
 
+def test_target_checks_leave_the_pending_work_lazy():
+    """nll_loss and binary_cross_entropy check their targets at the call with a small kernel of their own:
+    the forward pending around the call is not realized there, so a training step stays one schedule.
+    A target written in place (a pending ASSIGN) is checked after a sync, as before."""
+    x, t = logits_and_target()
+    p, q = torch.rand(6, 3), torch.rand(6, 3)
+    for loss, args in (
+        (lambda h, t: F.cross_entropy(h, t), (x, t)),
+        (lambda h, t: F.binary_cross_entropy(h, t), (p, q)),
+    ):
+        a, b = (v.to("tiny") for v in args)
+        with counting() as c:
+            h = (a * 0.5).sigmoid()  # pending
+            out = loss(h, b)
+            assert c["kernels"] == 1, "the check alone runs"
+            assert out.cpu().allclose(loss((args[0] * 0.5).sigmoid(), args[1]), atol=1e-6)
+    bad = t.to("tiny")
+    bad[0] = 7  # pending in-place write
+    with pytest.raises(IndexError, match="Target 7 is out of bounds"):
+        F.cross_entropy(x.to("tiny") * 2, bad)
+
+
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 def test_regression_losses_forward_and_gradients(reduction):
     x, y = _seeded((4, 5), 80), _seeded((4, 5), 81)

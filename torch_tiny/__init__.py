@@ -29,6 +29,10 @@ def _register() -> None:
     _print_from_cpu()
     _sync_after_optimizer_steps()
     _refuse_dlpack_export()
+    from torch_tiny.compile import route_inductor_graphs_on_tiny  # backend="tiny" is an entry point (setup.py)
+
+    route_inductor_graphs_on_tiny()
+    _serve_distributed()
 
 
 def _sync_after_optimizer_steps() -> None:
@@ -94,6 +98,13 @@ def _refuse_dlpack_export() -> None:
         return device_of(self)
 
     torch.Tensor.__dlpack_device__ = __dlpack_device__
+
+
+def _serve_distributed() -> None:
+    # torch.distributed's gloo backend runs collectives on tiny tensors through host copies.
+    from torch_tiny import distributed
+
+    distributed.register()
 
 
 def _print_from_cpu() -> None:
