@@ -34,6 +34,7 @@
 
 #include "aten_ops/builders.h"
 #include "csrc/tensor_bridge.h"
+#include "runtime/device.h"
 #include "runtime/realize.h"
 
 namespace tiny::aten_ops {
