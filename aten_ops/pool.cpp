@@ -468,7 +468,17 @@ struct Ragged {
   int64_t out, reach, source;
 };
 
-UOpPtr ragged_sum(const UOpPtr& src, const std::vector<Ragged>& dims) {
+// The elements of ragged windows: for each output (the lead dims, then each dim's outputs) and each offset
+// in its windows (each dim's reach), the input value there (meaningless where the offset is past its
+// window), whether it is inside, and its flat position in the input plane.
+struct RaggedElements {
+  UOpPtr value, inside, pos;
+  Shape result;                     // the lead dims, then each dim's outputs
+  std::vector<int64_t> window_axes; // the offsets' axes
+  int64_t plane;                    // elements of an input plane
+};
+
+RaggedElements ragged_elements(const UOpPtr& src, const std::vector<Ragged>& dims) {
   size_t nd = dims.size(), lead = src->shape.size() - nd;
   Shape shape(src->shape.begin(), src->shape.begin() + static_cast<std::ptrdiff_t>(lead)), result;
   int64_t planes = prod(shape), plane = 1;
@@ -481,22 +491,26 @@ UOpPtr ragged_sum(const UOpPtr& src, const std::vector<Ragged>& dims) {
     shape.push_back(r.reach);
   Shape lead_only(shape.size(), 1);
   std::copy(shape.begin(), shape.begin() + static_cast<std::ptrdiff_t>(lead), lead_only.begin());
-  UOpPtr at = window::expanded(
+  UOpPtr base = window::expanded(
       window::reshaped(mul(iota(planes, DType::Int64), full(index_const(plane), {planes})), lead_only), shape);
-  UOpPtr inside;
+  UOpPtr pos = full(index_const(0), shape), inside;
   int64_t stride = plane;
   for (size_t i = 0; i < nd; i++) {
     const Ragged& r = dims[i];
     stride /= r.source;
     UOpPtr k = positions(r.reach, 1, 0, shape, lead + nd + i);
-    UOpPtr pos = add(broadcast(r.start, shape, lead + i), k);
-    at = add(at, mul(pos, full(index_const(stride), shape)));
+    pos = add(pos, mul(add(broadcast(r.start, shape, lead + i), k), full(index_const(stride), shape)));
     UOpPtr in = alu(Ops::CMPLT, k, broadcast(r.count, shape, lead + i));
     inside = inside ? alu(Ops::AND, inside, in) : in;
   }
-  UOpPtr v = gather(window::reshaped(src, {prod(src->shape)}), at);
-  v = where(inside, v, full(const_like(v, 0), shape));
-  return reduce_to(v, Ops::ADD, range(static_cast<int64_t>(lead + nd), static_cast<int64_t>(lead + 2 * nd)), result);
+  UOpPtr v = gather(window::reshaped(src, {prod(src->shape)}), add(base, pos));
+  return {v, inside, pos, result, range(static_cast<int64_t>(lead + nd), static_cast<int64_t>(lead + 2 * nd)), plane};
+}
+
+UOpPtr ragged_sum(const UOpPtr& src, const std::vector<Ragged>& dims) {
+  RaggedElements e = ragged_elements(src, dims);
+  UOpPtr v = where(e.inside, e.value, full(const_like(e.value, 0), e.value->shape));
+  return reduce_to(v, Ops::ADD, e.window_axes, e.result);
 }
 
 // floor(a * num / den) for a = 0..n-1, and the ceiling version, on the host and as UOps.
@@ -629,41 +643,17 @@ template <size_t ND> at::Tensor adaptive_avg_pool_backward_fn(const at::Tensor& 
 // The max of each ragged window and the flat input-plane index of its first max (its last NaN), as
 // max_pool's indices.
 std::pair<UOpPtr, UOpPtr> ragged_max(const UOpPtr& src, const std::vector<Ragged>& dims) {
-  size_t nd = dims.size(), lead = src->shape.size() - nd;
-  Shape shape(src->shape.begin(), src->shape.begin() + static_cast<std::ptrdiff_t>(lead)), result;
-  int64_t planes = prod(shape), plane = 1;
-  for (const Ragged& r : dims) {
-    shape.push_back(r.out);
-    plane *= r.source;
-  }
-  result = shape;
-  for (const Ragged& r : dims)
-    shape.push_back(r.reach);
-  Shape lead_only(shape.size(), 1);
-  std::copy(shape.begin(), shape.begin() + static_cast<std::ptrdiff_t>(lead), lead_only.begin());
-  UOpPtr base = window::expanded(
-      window::reshaped(mul(iota(planes, DType::Int64), full(index_const(plane), {planes})), lead_only), shape);
-  UOpPtr pos = full(index_const(0), shape), inside;
-  int64_t stride = plane;
-  for (size_t i = 0; i < nd; i++) {
-    const Ragged& r = dims[i];
-    stride /= r.source;
-    UOpPtr k = positions(r.reach, 1, 0, shape, lead + nd + i);
-    pos = add(pos, mul(add(broadcast(r.start, shape, lead + i), k), full(index_const(stride), shape)));
-    UOpPtr in = alu(Ops::CMPLT, k, broadcast(r.count, shape, lead + i));
-    inside = inside ? alu(Ops::AND, inside, in) : in;
-  }
-  UOpPtr v = gather(window::reshaped(src, {prod(src->shape)}), add(base, pos));
-  v = where(inside, v, full(lowest(v->dtype), shape));
-  std::vector<int64_t> kernel_axes = range(static_cast<int64_t>(lead + nd), static_cast<int64_t>(lead + 2 * nd));
-  UOpPtr m = reduce(v, Ops::MAX, kernel_axes);
+  RaggedElements e = ragged_elements(src, dims);
+  const Shape& shape = e.value->shape;
+  UOpPtr v = where(e.inside, e.value, full(lowest(e.value->dtype), shape));
+  UOpPtr m = reduce(v, Ops::MAX, e.window_axes);
   UOpPtr is_nan = alu(Ops::CMPNE, v, v);
-  UOpPtr hit = alu(Ops::AND, inside, alu(Ops::OR, alu(Ops::CMPEQ, v, window::expanded(m, shape)), is_nan));
-  UOpPtr key = where(is_nan, alu(Ops::SUB, full(index_const(-1), shape), pos), pos);
-  UOpPtr k = reduce_to(where(hit, key, full(index_const(plane), shape)), Ops::MIN, kernel_axes, result);
+  UOpPtr hit = alu(Ops::AND, e.inside, alu(Ops::OR, alu(Ops::CMPEQ, v, window::expanded(m, shape)), is_nan));
+  UOpPtr key = where(is_nan, alu(Ops::SUB, full(index_const(-1), shape), e.pos), e.pos);
+  UOpPtr k = reduce_to(where(hit, key, full(index_const(e.plane), shape)), Ops::MIN, e.window_axes, e.result);
   UOpPtr index =
-      where(alu(Ops::CMPLT, k, full(index_const(0), result)), alu(Ops::SUB, full(index_const(-1), result), k), k);
-  return {window::reshaped(m, result), index};
+      where(alu(Ops::CMPLT, k, full(index_const(0), e.result)), alu(Ops::SUB, full(index_const(-1), e.result), k), k);
+  return {window::reshaped(m, e.result), index};
 }
 
 template <size_t ND>

@@ -295,3 +295,14 @@ def pytest_collection_modifyitems(config, items):
         skip = pytest.mark.skip(reason=str(e))
         for item in items:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def native(monkeypatch):
+    """No op may run through the CPU fallback: it raises, and the fallback counter stays put."""
+    monkeypatch.setenv("TINY_FALLBACK", "0")
+    torch.tiny.synchronize()
+    before = torch.tiny.stats()["fallbacks"]
+    yield
+    torch.tiny.synchronize()
+    assert torch.tiny.stats()["fallbacks"] == before

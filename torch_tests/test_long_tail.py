@@ -16,15 +16,7 @@ from conftest import DEVICE, FLOAT_DTYPES, assert_same, by_dtype, rand, tol
 NAN, INF = float("nan"), float("inf")
 
 
-@pytest.fixture(autouse=True)
-def native(monkeypatch):
-    """No op may run through the CPU fallback: it raises, and the fallback counter stays put."""
-    monkeypatch.setenv("TINY_FALLBACK", "0")
-    torch.tiny.synchronize()
-    before = torch.tiny.stats()["fallbacks"]
-    yield
-    torch.tiny.synchronize()
-    assert torch.tiny.stats()["fallbacks"] == before
+pytestmark = pytest.mark.usefixtures("native")
 
 
 def both(fn, *inputs):

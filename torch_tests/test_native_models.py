@@ -19,14 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 TOL = {"rtol": 1e-4, "atol": 1e-5}
 
 
-@pytest.fixture(autouse=True)
-def native(monkeypatch):
-    monkeypatch.setenv("TINY_FALLBACK", "0")
-    torch.tiny.synchronize()
-    before = torch.tiny.stats()["fallbacks"]
-    yield
-    torch.tiny.synchronize()
-    assert torch.tiny.stats()["fallbacks"] == before
+pytestmark = pytest.mark.usefixtures("native")
 
 
 class CausalSelfAttention(nn.Module):

@@ -19,17 +19,6 @@ TOL = {"rtol": 1e-4, "atol": 1e-5}
 SEQ, BATCH, FEATURES, HIDDEN = 5, 3, 4, 6
 
 
-@pytest.fixture
-def native(monkeypatch):
-    """No op may run through the CPU fallback: it raises, and the fallback counter stays put."""
-    monkeypatch.setenv("TINY_FALLBACK", "0")
-    torch.tiny.synchronize()
-    before = torch.tiny.stats()["fallbacks"]
-    yield
-    torch.tiny.synchronize()
-    assert torch.tiny.stats()["fallbacks"] == before
-
-
 def seeded(make, seed=0):
     torch.manual_seed(seed)
     return make()
