@@ -11,9 +11,13 @@
 // save_invstd (rstd) are float32 when a float16/bfloat16 input comes with float32 parameters
 // ("mixed" types), else the input's dtype; float16/bfloat16 compute in float32.
 //
-// Each statistic is computed once into a buffer of its own (`once`), shared by the output kernel, the
-// tensor that saves it and the backward op that reads that tensor: layer_norm is 3 kernels (mean,
-// rstd, output), batch_norm in training 3 plus the running-statistics updates.
+// batch_norm computes each statistic once into a buffer of its own (`once`), shared by the output
+// kernel, the tensor that saves it and the backward op that reads that tensor (a per-channel statistic
+// would otherwise be recomputed under the batch loop): 3 kernels in training plus the running-statistics
+// updates. layer_norm's statistics are per row: while the saved mean and rstd are alive (training) they
+// are realized as storages and the output kernel reads them (3 kernels); when they are not (inference),
+// the output kernel computes them row by row as it writes the row (one kernel, compiler/lower.cpp's row
+// kernels).
 //
 // The backward ops use the saved statistics they are given (torch's formulas, not a recomputation).
 
@@ -380,10 +384,10 @@ Tensors3 native_layer_norm(const at::Tensor& input, c10::IntArrayRef normalized_
   DType dt = opmath(to_tiny_dtype(input.scalar_type()));
   Shape full{s.m, s.n}, row{s.m, 1};
   UOpPtr x = reshape(cast(read(input), dt), full);
-  UOpPtr mean = once(div(sum_keep(x, {1}), fixed(dt, static_cast<double>(s.n), row)));
+  UOpPtr mean = div(sum_keep(x, {1}), fixed(dt, static_cast<double>(s.n), row));
   UOpPtr dev = sub(x, expand(mean, full));
   UOpPtr var = div(sum_keep(mul(dev, dev), {1}), fixed(dt, static_cast<double>(s.n), row));
-  UOpPtr rstd = once(alu(Ops::RECIP, alu(Ops::SQRT, add(alu(Ops::MAX, var, like(var, 0)), runtime(eps, dt, row)))));
+  UOpPtr rstd = alu(Ops::RECIP, alu(Ops::SQRT, add(alu(Ops::MAX, var, like(var, 0)), runtime(eps, dt, row))));
   UOpPtr y = mul(dev, expand(rstd, full));
   if (weight.defined()) y = mul(y, expand(reshape(cast(read(weight), dt), {1, s.n}), full));
   if (bias.defined()) y = add(y, expand(reshape(cast(read(bias), dt), {1, s.n}), full));

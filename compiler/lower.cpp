@@ -935,6 +935,22 @@ int64_t elementwise_cost(const UOpPtr& v) {
 
 } // namespace
 
+namespace {
+
+// Whether the view m, read in reduction r's loop, broadcasts its source only along r's reduced axes.
+bool broadcast_along_reduced_axes_only(const UOpPtr& m, const UOpPtr& r) {
+  const ShapeTracker& st = m->st();
+  if (st.views.size() != 1 || st.views[0].mask || m->shape.size() != r->src[0]->shape.size()) return false;
+  const std::vector<int64_t>& axes = r->reduce_arg().axes;
+  for (size_t d = 0; d < m->shape.size(); d++)
+    if (st.views[0].strides[d] == 0 && m->shape[d] > 1 &&
+        std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) == axes.end())
+      return false;
+  return true;
+}
+
+} // namespace
+
 UOpPtr realize_reused_values(const UOpPtr& value) {
   std::unordered_map<const UOp*, UOpPtr> replace;
   for (const UOpPtr& r : toposort(value)) {
@@ -943,6 +959,9 @@ UOpPtr realize_reused_values(const UOpPtr& value) {
       if (m->op != Ops::VIEW || replace.count(m.get())) continue;
       const UOpPtr& x = m->src[0];
       if (!(is_alu(x->op) || x->op == Ops::CAST) || prod(m->shape) < 2 * prod(x->shape)) continue;
+      // broadcast along the reduced axes only (a row's mean in its variance): the value does not change
+      // in the reduce loop and is computed once per output, before it
+      if (broadcast_along_reduced_axes_only(m, r)) continue;
       int64_t cost = elementwise_cost(x);
       if (cost < 2) continue; // one op (relu(x)) is cheaper to recompute than to write and read back
       replace[m.get()] = view(contiguous(x), m->st());
