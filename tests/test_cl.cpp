@@ -682,13 +682,6 @@ TEST(GpuDialects, TheCudaDialectCompilesWithNvcc) {
   compiles_with(Dialect::CUDA, "nvcc", "nvcc -cubin -arch=sm_90", "nvcc -cubin -arch=sm_90");
 }
 
-// Without ROCm's device library (-nogpulib) a kernel calling erf cannot link: it is compiled to LLVM IR.
-TEST(GpuDialects, TheHipDialectCompilesWithClang) {
-  std::string hip = "clang-19 -x hip --offload-device-only --no-gpu-bundle-output --offload-arch=gfx942 -nogpulib "
-                    "-nogpuinc -O3";
-  compiles_with(Dialect::HIP, "clang-19", hip, hip + " -emit-llvm -S");
-}
-
 TEST_F(ClDevice, AGraphOverBuffersOnTwoDevicesIsRefused) {
   auto a = buffer(upload(*cl, input(DType::Float32, random_floats(8, 1))));
   auto b = buffer(upload(cpu_device(), input(DType::Float32, random_floats(8, 2))));
