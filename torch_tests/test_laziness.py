@@ -272,6 +272,8 @@ def test_unsynced_loop_runs_as_many_kernels_per_step_as_a_synced_one():
 
 
 def test_a_long_pending_graph_is_realized_on_its_own():
+    """60 steps of a loop that never syncs (cross_entropy's target check computes its own kernel and
+    realizes nothing) grow past 600 live graph nodes a few times: each time the next read realizes them."""
     out = run_python(
         f"""
         import torch, torch_tiny, sys
@@ -282,7 +284,7 @@ def test_a_long_pending_graph_is_realized_on_its_own():
         syncs_before_reading = torch.tiny.stats()["syncs"]
         print(syncs_before_reading, loss.item())
         """,
-        TINY_MAX_PENDING_UOPS="3000",
+        TINY_MAX_PENDING_UOPS="600",
     )
     syncs, loss = out.split()
     assert int(syncs) >= 2, f"{syncs} syncs: the pending graph was never realized on its own"
