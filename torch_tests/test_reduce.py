@@ -327,6 +327,18 @@ def test_reductions_of_reductions_and_their_gradients():
 # Fusion: a reduction absorbs its elementwise inputs and epilogue
 
 
+# The CPU device's lowering computes a row's reductions in the kernel that writes the row (row kernels);
+# a GPU device's (TINY_DEVICE=CL) realizes them in kernels of their own.
+def _cpu_lowering():
+    try:
+        return torch.tiny.get_device_name().startswith("tiny CPU")
+    except RuntimeError:  # the device cannot run here: every test skips (conftest)
+        return True
+
+
+CPU_LOWERING = _cpu_lowering()
+
+
 def kernels_of(fn, *inputs):
     """Kernels launched by fn on already realized tiny copies of inputs, up to .cpu()."""
     xs = [t.to("tiny") for t in inputs]
@@ -345,9 +357,9 @@ def test_reduction_fuses_with_elementwise_input_and_epilogue():
         ("mean", lambda x: x.mean(0) * 2, 1),
         ("argmax", lambda x: x.argmax(1), 1),
         ("cumsum", lambda x: (x + 1).cumsum(1), 1),
-        ("softmax", lambda x: torch.softmax(x, -1), 1),
-        ("log_softmax", lambda x: torch.log_softmax(x, -1), 1),
-        ("var", lambda x: x.var(1), 1),
+        ("softmax", lambda x: torch.softmax(x, -1), 1 if CPU_LOWERING else 3),
+        ("log_softmax", lambda x: torch.log_softmax(x, -1), 1 if CPU_LOWERING else 3),
+        ("var", lambda x: x.var(1), 1 if CPU_LOWERING else 2),
     ],
     ids=lambda v: v if isinstance(v, str) else "",
 )
@@ -372,7 +384,8 @@ def test_row_reductions_run_in_one_pass_over_the_rows(name):
     and not)."""
     fn = ROW_OPS[name]
     for shape in ((64, 1024), (33, 100), (4, 6, 48)):
-        assert kernels_of(fn, sample(shape)) == 1, (name, shape)
+        if CPU_LOWERING:
+            assert kernels_of(fn, sample(shape)) == 1, (name, shape)
         for dtype in (torch.float32, torch.float64, torch.bfloat16):
             check(fn, sample(shape, dtype), **tolerance(dtype))
 
