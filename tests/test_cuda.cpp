@@ -22,6 +22,7 @@
 #include "runtime/lazy_buffer.h"
 #include "runtime/realize.h"
 #include "tests/fake_cuda/fake_cuda.h"
+#include "tests/fake_cuda/fake_driver_testing.h"
 #include "tests/gpu_kernels.h"
 
 using namespace tiny;
@@ -29,34 +30,11 @@ using namespace tiny::runtime;
 
 namespace {
 
-// The fake driver's control function `name`, from the library the device loads (the same handle).
-template <class F> F* fake(const char* name) {
-  static void* lib = dlopen(TINY_FAKE_CUDA, RTLD_NOW | RTLD_LOCAL);
-  if (!lib) throw std::runtime_error(std::string("the fake CUDA driver cannot be loaded: ") + dlerror());
-  return reinterpret_cast<F*>(dlsym(lib, name));
-}
+template <class F> F* fake(const char* name) { return fake_gpu::fake_driver_function<F>(TINY_FAKE_CUDA, name); }
 #define FAKE(fn) fake<decltype(fn)>(#fn)
 
-// A compiler whose "binary" is the source: the fake driver loads text modules and finds kernels by name.
-class SourceAsBinary : public Compiler {
-public:
-  std::string key() const override { return key_; }
-  std::string compile(const std::string& src, const std::string&) override {
-    compiles++;
-    auto path = cuda_binary_path(key_, src);
-    std::filesystem::create_directories(path.parent_path());
-    std::ofstream(path) << src;
-    return path.string();
-  }
-  int compiles = 0;
-
-private:
-  // fresh for each test (no binary from an earlier run is found on disk)
-  std::string key_ = "fake source-as-binary " + std::to_string(getpid()) + "-" + std::to_string(next_id()++);
-  static int& next_id() {
-    static int n = 0;
-    return n;
-  }
+struct SourceAsBinary : fake_gpu::SourceAsBinaryCompiler {
+  SourceAsBinary() : SourceAsBinaryCompiler(cuda_binary_path) {}
 };
 
 // A kernel source that takes the error flag as render_gpu writes it.

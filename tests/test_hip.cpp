@@ -19,6 +19,7 @@
 #include "runtime/lazy_buffer.h"
 #include "runtime/realize.h"
 #include "tests/fake_cuda/fake_cuda.h"
+#include "tests/fake_cuda/fake_driver_testing.h"
 #include "tests/gpu_kernels.h"
 
 using namespace tiny;
@@ -118,32 +119,11 @@ TEST(HipClang, WithoutClangTheCompilerSaysWhatToInstall) {
 
 namespace {
 
-template <class F> F* fake(const char* name) {
-  static void* lib = dlopen(TINY_FAKE_GPU, RTLD_NOW | RTLD_LOCAL);
-  if (!lib) throw std::runtime_error(std::string("the fake GPU driver cannot be loaded: ") + dlerror());
-  return reinterpret_cast<F*>(dlsym(lib, name));
-}
+template <class F> F* fake(const char* name) { return fake_gpu::fake_driver_function<F>(TINY_FAKE_GPU, name); }
 #define FAKE(fn) fake<decltype(fn)>(#fn)
 
-// A compiler whose "binary" is the source: the fake driver loads text modules and finds kernels by name.
-class SourceAsBinary : public Compiler {
-public:
-  std::string key() const override { return key_; }
-  std::string compile(const std::string& src, const std::string&) override {
-    compiles++;
-    auto path = hip_binary_path(key_, src);
-    std::filesystem::create_directories(path.parent_path());
-    std::ofstream(path) << src;
-    return path.string();
-  }
-  int compiles = 0;
-
-private:
-  std::string key_ = "fake hip source-as-binary " + std::to_string(getpid()) + "-" + std::to_string(next_id()++);
-  static int& next_id() {
-    static int n = 0;
-    return n;
-  }
+struct SourceAsBinary : fake_gpu::SourceAsBinaryCompiler {
+  SourceAsBinary() : SourceAsBinaryCompiler(hip_binary_path) {}
 };
 
 std::string kernel_with_error_flag(const std::string& name) {
