@@ -12,24 +12,15 @@
 #include <string>
 #include <vector>
 
+#include "bench/random_buffer.h"
 #include "runtime/device.h"
 #include "runtime/realize.h"
 
 using namespace tiny;
 using namespace tiny::runtime;
+using tiny::bench::random_buffer;
 
 namespace {
-
-BufferRef random_buffer(Device& dev, int64_t n, unsigned seed) {
-  std::vector<float> v(static_cast<size_t>(n));
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-1, 1);
-  for (float& x : v)
-    x = d(rng);
-  auto b = std::make_shared<Buffer>(dev, DType::Float32, n);
-  dev.allocator().copy_in(b->ptr(), v.data(), v.size() * sizeof(float));
-  return b;
-}
 
 UOpPtr full_like(const Shape& shape, float v) {
   return expand(reshape(const_float(DType::Float32, v), Shape(shape.size(), 1)), shape);

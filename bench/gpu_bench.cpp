@@ -14,24 +14,15 @@
 #include <string>
 #include <vector>
 
+#include "bench/random_buffer.h"
 #include "runtime/device.h"
 #include "runtime/realize.h"
 
 using namespace tiny;
 using namespace tiny::runtime;
+using tiny::bench::random_buffer;
 
 namespace {
-
-UOpPtr random_buffer(Device& dev, int64_t n, unsigned seed) {
-  std::vector<float> v(static_cast<size_t>(n));
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-1, 1);
-  for (float& x : v)
-    x = d(rng);
-  auto b = std::make_shared<Buffer>(dev, DType::Float32, n);
-  dev.allocator().copy_in(b->ptr(), v.data(), v.size() * sizeof(float));
-  return buffer(b);
-}
 
 UOpPtr full(const Shape& shape, float v) {
   return expand(reshape(const_float(DType::Float32, v), Shape(shape.size(), 1)), shape);
@@ -68,10 +59,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("device %s\n", dev->name().c_str());
-  UOpPtr x = random_buffer(*dev, n, 1), y = x;
+  UOpPtr x = buffer(random_buffer(*dev, n, 1)), y = x;
   for (int i = 0; i < 5; i++)
     y = alu(Ops::ADD, alu(Ops::MUL, y, full({n}, 0.999f)), full({n}, 0.001f));
-  UOpPtr a = random_buffer(*dev, m * m, 3), b = random_buffer(*dev, m * m, 4);
+  UOpPtr a = buffer(random_buffer(*dev, m * m, 3)), b = buffer(random_buffer(*dev, m * m, 4));
   UOpPtr a16 = buffer(realize_value(cast(a, DType::BFloat16), dev));
   UOpPtr b16 = buffer(realize_value(cast(b, DType::BFloat16), dev));
   std::vector<Case> cases = {
