@@ -616,7 +616,8 @@ LoopPlan plan_loops(const View& out_region, const UOpPtr& value_in) {
   return {value, groups, loops};
 }
 
-Kernel lower_kernel_gpu(const BufferRef& out, const View& out_region, const LoopPlan& plan, const Target& target);
+Kernel lower_kernel_gpu(const BufferRef& out, const View& out_region, const LoopPlan& plan, const Target& target,
+                        int64_t lanes = 0);
 
 } // namespace
 
@@ -1298,7 +1299,42 @@ private:
   }
 };
 
-Kernel lower_kernel_gpu(const BufferRef& out, const View& out_region, const LoopPlan& plan, const Target& target) {
+} // namespace
+
+int64_t index_alignment(const UOpPtr& idx) {
+  constexpr int64_t kMost = int64_t{1} << 30;
+  switch (idx->op) {
+  case Ops::CONST: {
+    int64_t v = idx->const_i(), a = 1;
+    if (v == 0) return kMost;
+    while (a < kMost && v % (a * 2) == 0)
+      a *= 2;
+    return a;
+  }
+  case Ops::ADD:
+    return std::min(index_alignment(idx->src[0]), index_alignment(idx->src[1]));
+  case Ops::MUL:
+    return std::min(index_alignment(idx->src[0]) * index_alignment(idx->src[1]), kMost);
+  default:
+    return 1;
+  }
+}
+
+namespace {
+
+// Vector lanes of an elementwise GPU kernel: each thread computes `lanes` adjacent outputs of the
+// innermost loop, so that its contiguous reads and its store are one 16-byte access each (4 float32,
+// 8 float16, 16 bytes, 2 float64; fewer when the loop's length needs). 1: none (a reduction, or a loop
+// no count of 2 or more divides).
+int64_t gpu_vector_lanes(const LoopPlan& plan, DType out) {
+  int64_t inner = plan.loops.back();
+  for (int64_t n = 16 / static_cast<int64_t>(itemsize(out)); n >= 2; n /= 2)
+    if (inner % n == 0) return n;
+  return 1;
+}
+
+Kernel lower_kernel_gpu(const BufferRef& out, const View& out_region, const LoopPlan& plan, const Target& target,
+                        int64_t lanes) {
   const UOpPtr& value = plan.value;
   int64_t outputs = prod(plan.loops), longest = 0, reduces = 0;
   for (const UOpPtr& n : toposort(value)) {
@@ -1316,6 +1352,7 @@ Kernel lower_kernel_gpu(const BufferRef& out, const View& out_region, const Loop
   while (group * 2 <= width)
     group *= 2;
   bool grouped = longest >= kGroupedReduce && outputs <= kGroupedOutputs && group >= 32;
+  if (lanes == 0) lanes = reduces ? 1 : gpu_vector_lanes(plan, out->dtype);
   // Rows: a thread that loops over a reduction computes up to 8 outputs of the second-innermost loop
   // (rows of x @ w; the largest count that divides the loop: 7 of a 14 x 14 image's rows): each value
   // loaded along the innermost loop serves every row (PoCL, 512^3 x @ w: 1.3 GFLOP/s with one row, 3.0
@@ -1327,6 +1364,7 @@ Kernel lower_kernel_gpu(const BufferRef& out, const View& out_region, const Loop
       if (plan.loops[n - 2] % r == 0) rows = r;
   Shape grid_loops = plan.loops;
   if (rows > 1) grid_loops[n - 2] /= rows;
+  grid_loops[n - 1] /= lanes;
   Grid grid = make_grid(grid_loops, target, grouped ? 1 : std::min(kGpuThreads, target.max_local));
 
   Lowerer lw;
@@ -1339,12 +1377,14 @@ Kernel lower_kernel_gpu(const BufferRef& out, const View& out_region, const Loop
     lw.thread_extent[kLocalRange] = group;
     grid.launch.local[0] = group;
   }
+  UOpPtr lane = lanes > 1 ? UOp::make(Ops::RANGE, kIndex, {idx_const(lanes)}, lw.next_range++) : nullptr;
   std::vector<UOpPtr> stores;
   for (int64_t row = 0; row < rows; row++) {
     std::vector<UOpPtr> idx(value->shape.size(), idx_const(0));
     for (size_t g = 0; g < plan.groups.size(); g++) {
       UOpPtr r = grid.loop_index[g];
       if (rows > 1 && g == n - 2) r = r * idx_const(rows) + idx_const(row);
+      if (lane && g == n - 1) r = r * idx_const(lanes) + lane;
       int64_t suffix = 1;
       for (size_t k = plan.groups[g].size(); k-- > 0;) {
         size_t d = plan.groups[g][k];
@@ -1361,6 +1401,12 @@ Kernel lower_kernel_gpu(const BufferRef& out, const View& out_region, const Loop
     stores.push_back(UOp::make(Ops::STORE, DType::Void, std::move(store)));
   }
   UOpPtr ast = graph_rewrite(UOp::make(Ops::SINK, DType::Void, stores), symbolic);
+  // lanes pay only when the output takes them as one aligned vector; else each thread takes one output
+  if (lane) {
+    auto split = lane_split(ast->src[0]->src[1], lane.get());
+    if (!split || split->second != 1 || index_alignment(split->first) % lanes != 0)
+      return lower_kernel_gpu(out, out_region, plan, target, 1);
+  }
   // every thread reaches a tile's barriers: none leaves early
   if (!grouped && reduces && !grid.valid) ast = TileStager(lw.thread_extent, target, lw.next_range).run(ast);
 
@@ -1368,10 +1414,15 @@ Kernel lower_kernel_gpu(const BufferRef& out, const View& out_region, const Loop
   for (int64_t s : grid_loops)
     name += "_" + std::to_string(s);
   if (rows > 1) name += "_r" + std::to_string(rows);
+  if (lane) name += "_v" + std::to_string(lanes);
   // A kernel with no outputs has a loop of no iterations: it is not launched (as on the CPU).
   Kernel k{name, ast, lw.buffers, outputs == 0 ? Shape{0} : Shape{}, lw.ivars, lw.fvars, lw.var_nodes, lw.must_realize};
   k.launch = grid.launch;
   if (grid.valid) k.thread_valid = graph_rewrite(grid.valid, symbolic);
+  if (lane) {
+    k.lane_range = std::get<int64_t>(lane->arg);
+    k.lanes = lanes;
+  }
   for (const UOpPtr& n : lw.var_nodes)
     k.launch.f64_scalars = k.launch.f64_scalars || n->dtype == DType::Float64;
   return k;

@@ -36,7 +36,8 @@ struct Kernel {
   // there); otherwise blocks of accumulators vectorize across outputs.
   bool vectorize_reduce = false;
   // Lanes: a RANGE id (lane_range, not a loop) numbering `lanes` adjacent outputs that the renderer
-  // computes as one vector value (-1: none). Every node that depends on it is a vector.
+  // computes as one vector value (-1: none). Every node that depends on it is a vector. (GPU: a value
+  // per lane in registers; contiguous reads and the store are vector accesses.)
   int64_t lane_range = -1;
   int64_t lanes = 1;
   Launch launch{}; // CPU: global[0] = loops[0]; GPU: the grid
@@ -53,6 +54,10 @@ constexpr int64_t kGroupRange = 0, kLocalRange = 3, kGpuRanges = 6;
 // idx = base + stride * lane with base free of `lane`: {base, stride}; nullopt when idx is not of that
 // form. An idx free of lane is {idx, 0}.
 std::optional<std::pair<UOpPtr, int64_t>> lane_split(const UOpPtr& idx, const UOp* lane);
+
+// The largest power of two (up to 2^30) that divides every value the index expression idx takes, as
+// its form shows (a sum of multiples of constants): whether a vector access at idx is aligned.
+int64_t index_alignment(const UOpPtr& idx);
 
 // The kernel that writes `value` (a tensor-level graph over BUFFER and CONST leaves, shape
 // out_region.shape) into the elements `out_region` names of the flat buffer `out`.

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <deque>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 #include <unordered_map>
@@ -33,6 +34,16 @@ struct DialectSpec {
   const char* float_suffix; // after a libm name, for float (OpenCL's are overloaded)
   bool vload_half;          // float16 loads through vload_half (no cl_khr_fp16 needed); `half*` arguments
   bool as_type;             // bit casts are as_T(x) (OpenCL), else tiny_bitcast<T>(x)
+  // Vectors of {n} elements of storage type {t} (a thread's lanes): the type's name ({d}: the dtype's
+  // name), its declaration ({a}: its alignment in bytes; empty: built in), a load and a store at
+  // pointer {p} ({x}: the lanes' values, comma-separated), lane {i} of a loaded vector.
+  const char* vec_type;
+  const char* vec_decl;
+  const char* vec_load;
+  const char* vec_load_half; // float16 lanes read as float (vload_half); null: loaded as bits
+  const char* vec_store;
+  const char* vec_lane; // {i}: the lane's number ({h}: in hex)
+  bool vec_unaligned;   // the load and store need only the element's alignment (vloadn/vstoren)
 };
 
 constexpr DialectSpec kOpenCL{
@@ -60,6 +71,13 @@ constexpr DialectSpec kOpenCL{
     "",
     "",
     true,
+    true,
+    "{t}{n}",
+    "",
+    "vload{n}(0, {p})",
+    "vload_half{n}(0, {p})",
+    "vstore{n}(({v})({x}), 0, {p});",
+    ".s{h}",
     true,
 };
 
@@ -90,6 +108,13 @@ template <class T, class F> __device__ inline T tiny_bitcast(F f) { T t; memcpy(
     "",
     "f",
     false,
+    false,
+    "tiny_{d}x{n}",
+    "struct __attribute__((aligned({a}))) {v} { {t} s[{n}]; };\n",
+    "*(const {v}*)({p})",
+    nullptr,
+    "*({v}*)({p}) = {v}{{{x}}};",
+    ".s[{i}]",
     false,
 };
 
@@ -122,6 +147,13 @@ template <class T, class F> TINY_FN T tiny_bitcast(F f) { return __builtin_bit_c
     "__builtin_",
     "f",
     false,
+    false,
+    "tiny_{d}x{n}",
+    "struct __attribute__((aligned({a}))) {v} { {t} s[{n}]; };\n",
+    "*(const {v}*)({p})",
+    nullptr,
+    "*({v}*)({p}) = {v}{{{x}}};",
+    ".s[{i}]",
     false,
 };
 
@@ -267,6 +299,7 @@ public:
   std::string render(const std::string& fn) {
     for (const UOpPtr& n : toposort(k_.ast)) {
       deps(n);
+      if (n->op == Ops::RANGE && std::get<int64_t>(n->arg) == k_.lane_range) lane_ = n;
       if (n->op == Ops::REDUCE) reduces_.push_back(n);
       if (n->op == Ops::STAGE) stages_.push_back(n);
       f64_ = f64_ || n->dtype == DType::Float64;
@@ -299,7 +332,10 @@ public:
       emit(st);
 
     std::ostringstream os;
-    os << (f64_ ? d_.fp64 : "") << d_.header << kPrelude << "\n";
+    os << (f64_ ? d_.fp64 : "") << d_.header << kPrelude;
+    for (const auto& [name, decl] : vec_decls_)
+      os << decl;
+    os << "\n";
     const auto& l = k_.launch.local;
     std::string kernel = replace_all(d_.kernel, "{x}", std::to_string(l[0]));
     kernel = replace_all(kernel, "{y}", std::to_string(l[1]));
@@ -352,9 +388,25 @@ private:
   std::vector<size_t> open_;
   std::ostringstream locals_; // tiles in local memory, declared at function scope
   int next_ = 0;
+  // Lanes: a thread's adjacent outputs (k_.lanes of them), each a value of its own in registers; a
+  // node that depends on the lane RANGE has a name per lane, and ref() names the lane `lane_at_`.
+  UOpPtr lane_;
+  int64_t lane_at_ = -1;
+  std::unordered_map<const UOp*, std::vector<std::string>> lane_names_;
+  std::map<std::string, std::string> vec_decls_; // vector types by name: their declarations
+  std::vector<UOpPtr> keep_;                     // nodes named here that the kernel does not hold
 
   static std::string indent(int depth) { return std::string(2 * depth, ' '); }
-  const std::string& ref(const UOpPtr& n) { return names_.at(n.get()); }
+  const std::string& ref(const UOpPtr& n) {
+    auto it = lane_names_.find(n.get());
+    if (it == lane_names_.end()) return names_.at(n.get());
+    if (lane_at_ < 0) throw std::logic_error("render_gpu: a lane's value read outside its lane");
+    return it->second.at(static_cast<size_t>(lane_at_));
+  }
+  bool in_lanes(const UOpPtr& n) {
+    const auto& d = deps(n);
+    return k_.lane_range >= 0 && std::find(d.begin(), d.end(), k_.lane_range) != d.end();
+  }
 
   std::string storage(DType dt) const { return d_.storage.at(static_cast<size_t>(dt)); }
   // The type a value lives in: float16/bfloat16 compute in float, as on the CPU.
@@ -600,9 +652,7 @@ private:
   // float16 stores write tiny_f2h's bits on every dialect: vstore_half_rte rounds the same but writes
   // NaN as it likes (PoCL: 0x7fff; torch: 0x7e00).
   std::string store(DType dt, const std::string& buf, const std::string& idx, const std::string& v) const {
-    std::string at =
-        dt == DType::Float16 && d_.vload_half ? "((" + std::string(d_.global) + "ushort*)" + buf + ")" : buf;
-    return at + "[" + idx + "] = " + to_bits(dt, v) + ";";
+    return store_pointer(dt, buf) + "[" + idx + "] = " + to_bits(dt, v) + ";";
   }
 
   void emit(const UOpPtr& n) {
@@ -613,6 +663,9 @@ private:
       return;
     case Ops::RANGE:
       names_[n.get()] = "r" + std::to_string(std::get<int64_t>(n->arg));
+      if (std::get<int64_t>(n->arg) == k_.lane_range)
+        for (int64_t l = 0; l < k_.lanes; l++)
+          lane_names_[n.get()].push_back(std::to_string(l));
       return;
     case Ops::PARAM:
       names_[n.get()] = "b" + std::to_string(std::get<int64_t>(n->arg));
@@ -628,19 +681,50 @@ private:
     default:
       break;
     }
+    // lanes reading or writing adjacent elements: one vector access (its index per lane unused)
+    if ((n->op == Ops::LOAD || n->op == Ops::STORE) && in_lanes(n) &&
+        (n->op == Ops::LOAD ? vector_load(n) : vector_store(n)))
+      return;
     for (const UOpPtr& s : n->src)
       emit(s);
     Scope& sc = scopes_[open_[home(n)]];
     std::string ind = indent(sc.depth);
     if (n->op == Ops::STORE) {
-      sc.code << ind;
-      if (n->src.size() > 3) sc.code << "if (" << ref(n->src[3]) << ") ";
-      sc.code << store(n->src[2]->dtype, ref(n->src[0]), ref(n->src[1]), ref(n->src[2])) << "\n";
+      for (int64_t l = 0; l < (in_lanes(n) ? k_.lanes : 1); l++) {
+        lane_at_ = in_lanes(n) ? l : -1;
+        sc.code << ind;
+        if (n->src.size() > 3) sc.code << "if (" << ref(n->src[3]) << ") ";
+        sc.code << store(n->src[2]->dtype, ref(n->src[0]), ref(n->src[1]), ref(n->src[2])) << "\n";
+      }
+      lane_at_ = -1;
       return;
     }
-    std::string v = "v" + std::to_string(next_++), e;
-    names_[n.get()] = v;
     where_[n.get()] = open_[home(n)];
+    if (in_lanes(n)) {
+      names_[n.get()] = "lanes";
+      std::vector<std::string> lanes;
+      for (int64_t l = 0; l < k_.lanes; l++) {
+        lane_at_ = l;
+        lanes.push_back(define(n, sc, expr(n)));
+      }
+      lane_at_ = -1;
+      lane_names_[n.get()] = std::move(lanes);
+      return;
+    }
+    names_[n.get()] = define(n, sc, expr(n));
+  }
+
+  // Defines a register holding n's value e (of n's type) in scope sc: its name.
+  std::string define(const UOpPtr& n, Scope& sc, const std::string& e) {
+    std::string v = "v" + std::to_string(next_++);
+    // Narrow ints are promoted by C; store them back in their own width so they wrap as torch's do.
+    sc.code << indent(sc.depth) << "const " << type_of(*n) << " " << v << " = (" << type_of(*n) << ")(" << e << ");\n";
+    return v;
+  }
+
+  // The C expression of n's value over its sources' names.
+  std::string expr(const UOpPtr& n) {
+    std::string e;
     if (n->op == Ops::LOAD) {
       e = load(n->dtype, ref(n->src[0]), ref(n->src[1]));
       if (n->src.size() > 2) e = ref(n->src[2]) + " ? " + e + " : 0";
@@ -661,8 +745,95 @@ private:
     } else {
       throw std::logic_error(std::string("render_gpu: cannot render ") + op_name(n->op));
     }
-    // Narrow ints are promoted by C; store them back in their own width so they wrap as torch's do.
-    sc.code << ind << "const " << type_of(*n) << " " << v << " = (" << type_of(*n) << ")(" << e << ");\n";
+    return e;
+  }
+
+  // ---- vector accesses: a thread's lanes read or written as one vector ----
+
+  // The vector type of `lanes` elements of dtype dt stored as C type t, declared where the dialect
+  // needs it (aligned to its size, up to 16 bytes).
+  std::string vec_type(DType dt, const std::string& t) {
+    std::string n = std::to_string(k_.lanes);
+    std::string v =
+        replace_all(replace_all(replace_all(d_.vec_type, "{t}", t), "{n}", n), "{d}", std::string(name(dt)));
+    if (*d_.vec_decl && !vec_decls_.count(v)) {
+      int64_t align = std::min<int64_t>(16, k_.lanes * static_cast<int64_t>(itemsize(dt)));
+      std::string decl = replace_all(replace_all(d_.vec_decl, "{v}", v), "{t}", t);
+      vec_decls_[v] = replace_all(replace_all(decl, "{n}", n), "{a}", std::to_string(align));
+    }
+    return v;
+  }
+
+  // The base of a vector access at idx (lane l at base + l), emitted; empty when its lanes are not
+  // adjacent, or not aligned where the dialect needs it.
+  std::string vector_base(const UOpPtr& idx) {
+    auto split = lane_split(idx, lane_.get());
+    if (!split || split->second != 1) return "";
+    if (!d_.vec_unaligned && index_alignment(split->first) % k_.lanes != 0) return "";
+    // names are by node address: the base (a new node when it sums terms) lives as long as its name
+    keep_.push_back(split->first);
+    emit(split->first);
+    return ref(split->first);
+  }
+
+  // The pointer a float16 store writes through: bits, as unsigned 16-bit integers (see store()).
+  std::string store_pointer(DType dt, const std::string& buf) const {
+    return dt == DType::Float16 && d_.vload_half ? "((" + std::string(d_.global) + "ushort*)" + buf + ")" : buf;
+  }
+  std::string store_type(DType dt) const { return dt == DType::Float16 && d_.vload_half ? "ushort" : storage(dt); }
+
+  // A load whose lanes read adjacent elements (not masked): one vector load, then a register per lane.
+  bool vector_load(const UOpPtr& n) {
+    if (n->src.size() > 2) return false;
+    std::string base = vector_base(n->src[1]);
+    if (base.empty()) return false;
+    emit(n->src[0]);
+    Scope& sc = scopes_[open_[home(n)]];
+    names_[n.get()] = "lanes";
+    where_[n.get()] = open_[home(n)];
+    DType dt = n->dtype;
+    bool as_float = dt == DType::Float16 && d_.vec_load_half;
+    std::string vt = vec_type(dt, as_float ? "float" : storage(dt)), x = "x" + std::to_string(next_++);
+    std::string p = ref(n->src[0]) + " + " + base;
+    sc.code << indent(sc.depth) << "const " << vt << " " << x << " = "
+            << replace_all(
+                   replace_all(replace_all(as_float ? d_.vec_load_half : d_.vec_load, "{n}", std::to_string(k_.lanes)),
+                               "{v}", vt),
+                   "{p}", p)
+            << ";\n";
+    std::vector<std::string> lanes;
+    for (int64_t l = 0; l < k_.lanes; l++) {
+      char hex[24];
+      std::snprintf(hex, sizeof hex, "%llX", static_cast<unsigned long long>(l));
+      std::string lane = x + replace_all(replace_all(d_.vec_lane, "{i}", std::to_string(l)), "{h}", hex);
+      std::string e = dt == DType::Bool ? "(" + lane + " != 0)" : as_float ? lane : from_bits(dt, lane);
+      lanes.push_back(define(n, sc, e));
+    }
+    lane_names_[n.get()] = std::move(lanes);
+    return true;
+  }
+
+  // A store whose lanes write adjacent elements (unconditionally): one vector store.
+  bool vector_store(const UOpPtr& n) {
+    if (n->src.size() > 3) return false;
+    std::string base = vector_base(n->src[1]);
+    if (base.empty()) return false;
+    emit(n->src[0]);
+    emit(n->src[2]);
+    Scope& sc = scopes_[open_[home(n)]];
+    DType dt = n->src[2]->dtype;
+    std::string t = store_type(dt), values;
+    for (int64_t l = 0; l < k_.lanes; l++) {
+      lane_at_ = l;
+      values += (l ? ", (" : "(") + t + ")(" + to_bits(dt, ref(n->src[2])) + ")";
+    }
+    lane_at_ = -1;
+    std::string st = d_.vec_store;
+    st = replace_all(st, "{v}", vec_type(dt, t));
+    st = replace_all(st, "{n}", std::to_string(k_.lanes));
+    st = replace_all(st, "{p}", store_pointer(dt, ref(n->src[0])) + " + " + base);
+    sc.code << indent(sc.depth) << replace_all(st, "{x}", values) << "\n";
+    return true;
   }
 
   // A REDUCE and every other not-yet-emitted REDUCE over the same loop variables in the same scope

@@ -36,6 +36,19 @@ std::vector<SampleKernel> sample_gpu_kernels(const Target& t) {
     v = alu(Ops::SUB, v, is_float(dt) ? alu(Ops::FDIV, a, b) : alu(Ops::IDIV, a, b));
     add("elementwise " + std::string(name(dt)), where(alu(Ops::CMPLT, a, b), v, alu(Ops::MIN, a, alu(Ops::NEG, b))));
   }
+  // lanes: each thread 16 bytes of adjacent outputs, read and written as vectors (every dtype class);
+  // an aligned row, a broadcast column, a read at an odd offset (OpenCL: a vector; CUDA and HIP: one
+  // element at a time), a strided read
+  auto y = reshape(buffer(buf(DType::Float32, 64 * 512 + 1)), {64 * 512 + 1});
+  auto aligned = reshape(shrink(y, {{0, 64 * 512}}), {64, 512}),
+       odd = reshape(shrink(y, {{1, 64 * 512 + 1}}), {64, 512});
+  auto column = expand(reshape(shrink(y, {{0, 64}}), {64, 1}), {64, 512});
+  auto strided = permute(reshape(shrink(y, {{0, 64 * 512}}), {512, 64}), {1, 0});
+  for (DType dt :
+       {DType::Bool, DType::UInt8, DType::Float16, DType::BFloat16, DType::Float32, DType::Int64, DType::Float64}) {
+    UOpPtr v = alu(Ops::ADD, alu(Ops::MUL, aligned, column), alu(Ops::SUB, odd, strided));
+    add("elementwise lanes, " + std::string(name(dt)), cast(alu(Ops::ADD, cast(cast(v, dt), DType::Float32), v), dt));
+  }
   // grouped reductions, one inside another
   auto e = alu(Ops::EXP, alu(Ops::SUB, x, expand(reduce(x, Ops::MAX, {1}), {64, 500})));
   add("softmax: grouped reduces", alu(Ops::FDIV, e, expand(reduce(e, Ops::ADD, {1}), {64, 500})));

@@ -219,6 +219,85 @@ UOpPtr each_op(const std::vector<Ops>& ops, const std::function<UOpPtr(Ops)>& f)
   return all;
 }
 
+// Elementwise kernels: each thread computes 16 bytes of adjacent outputs (4 float32, 8 float16, 16
+// bytes, 2 float64), read and written as vectors; every dtype as on the CPU.
+TEST_F(ClDevice, ElementwiseLanesOfEveryDtypeComputeAsOnTheCpu) {
+  const int64_t n = 1040; // a multiple of 16: every dtype takes its full vector
+  auto x = random_floats(n, 5, -40, 40), y = random_floats(n, 6, -40, 40);
+  for (DType dt : {DType::Bool, DType::Int8, DType::Int16, DType::Int32, DType::Int64, DType::UInt8, DType::Float16,
+                   DType::BFloat16, DType::Float32, DType::Float64}) {
+    // the inputs stored in dt: the kernel's vector loads read dt
+    auto xs = run_on(cpu_device(), {input(DType::Float32, x)}, [&](const auto& in) { return cast(in[0], dt); });
+    auto ys = run_on(cpu_device(), {input(DType::Float32, y)}, [&](const auto& in) { return cast(in[0], dt); });
+    auto graph = [&](const std::vector<UOpPtr>& in) {
+      const UOpPtr &a = in[0], &b = in[1];
+      if (dt == DType::Bool) return alu(Ops::XOR, alu(Ops::OR, a, b), alu(Ops::AND, a, alu(Ops::NOT, b)));
+      UOpPtr v = alu(Ops::ADD, alu(Ops::MUL, a, b), alu(Ops::MAX, a, b));
+      v = alu(Ops::SUB, v, is_float(dt) ? alu(Ops::FDIV, a, b) : alu(Ops::IDIV, a, b));
+      return where(alu(Ops::CMPLT, a, b), v, alu(Ops::MIN, a, alu(Ops::NEG, b)));
+    };
+    auto [got, want] = run_both({{dt, xs}, {dt, ys}}, graph);
+    // a product and a sum may fuse into one rounding on either device (the CPU compiles with
+    // -ffp-contract=fast, OpenCL contracts by default): float32 agrees to a rounding of the product
+    // (up to 1600 here); a lane read or written at a wrong place would differ entirely
+    if (dt == DType::Float32)
+      expect_close(as<float>(got), as<float>(want), 1e-4f);
+    else if (dt == DType::Float64)
+      expect_close_f64(as<double>(got), as<double>(want));
+    else
+      EXPECT_EQ(got, want) << name(dt);
+    auto [k, src] = cl_kernel_of(*cl, graph({buffer(upload(*cl, {dt, xs})), buffer(upload(*cl, {dt, ys}))}));
+    EXPECT_EQ(k.lanes, 16 / static_cast<int64_t>(itemsize(dt))) << name(dt) << "\n" << src;
+    if (cl->target().dialect == Dialect::OpenCL) {
+      std::string lanes = std::to_string(k.lanes);
+      EXPECT_NE(src.find((dt == DType::Float16 ? "vload_half" : "vload") + lanes + "(0, b1"), std::string::npos) << src;
+      EXPECT_NE(src.find("vstore" + lanes + "("), std::string::npos) << src;
+    }
+  }
+}
+
+// Lanes read what each load's layout allows: adjacent elements as one vector (at any offset on
+// OpenCL, whose vload needs only the element's alignment), a broadcast element once for every lane,
+// strided or masked elements one by one. A length no lane count divides, or an output at an offset
+// that is not a multiple of the lanes, computes one output per thread.
+TEST_F(ClDevice, ElementwiseLanesReadVectorsBroadcastsAndGathersLikeTheCpu) {
+  const int64_t R = 6, C = 36;
+  auto x = random_floats(R * C + 1, 7), row = random_floats(C, 8), col = random_floats(R, 9);
+  auto graph = [&](const std::vector<UOpPtr>& in) {
+    auto a = reshape(shrink(in[0], {{1, R * C + 1}}), {R, C});                               // offset by one element
+    auto r = expand(reshape(in[1], {1, C}), {R, C});                                         // adjacent, aligned
+    auto c = expand(reshape(in[2], {R, 1}), {R, C});                                         // the same for every lane
+    auto t = reshape(permute(reshape(shrink(in[0], {{0, R * C}}), {C, R}), {1, 0}), {R, C}); // strided
+    auto p = pad(shrink(reshape(shrink(in[0], {{0, R * C}}), {R, C}), {{0, R}, {1, C}}), {{0, 0}, {0, 1}}); // masked
+    return alu(Ops::ADD, alu(Ops::ADD, alu(Ops::MUL, a, r), alu(Ops::MUL, c, t)), p);
+  };
+  std::vector<Input> inputs{input(DType::Float32, x), input(DType::Float32, row), input(DType::Float32, col)};
+  auto [got, want] = run_both(inputs, graph);
+  expect_close(as<float>(got), as<float>(want), 1e-6f); // products and sums may fuse (see above)
+  std::vector<UOpPtr> leaves;
+  for (const Input& in : inputs)
+    leaves.push_back(buffer(upload(*cl, in)));
+  auto [k, src] = cl_kernel_of(*cl, graph(leaves));
+  EXPECT_EQ(k.lanes, 4) << src;
+  if (cl->target().dialect == Dialect::OpenCL) {
+    EXPECT_NE(src.find("vload4(0, b2"), std::string::npos) << src; // the row
+    EXPECT_NE(src.find("vstore4("), std::string::npos) << src;
+    EXPECT_EQ(src.find("vload4(0, b3"), std::string::npos) << src; // the column: one scalar load
+  }
+
+  // odd lengths and misaligned outputs: one output per thread, as before
+  auto odd = [&](const std::vector<UOpPtr>& in) { return alu(Ops::EXP, shrink(in[0], {{0, 35}})); };
+  auto [got_odd, want_odd] = run_both({input(DType::Float32, x)}, odd);
+  expect_close(as<float>(got_odd), as<float>(want_odd));
+  EXPECT_EQ(cl_kernel_of(*cl, odd({buffer(upload(*cl, input(DType::Float32, x)))})).first.lanes, 1);
+  auto out = std::make_shared<Buffer>(*cl, DType::Float32, 41);
+  View at_one = View::contiguous({40});
+  at_one.offset = 1;
+  Kernel k_at_one = lower_kernel(
+      out, at_one, alu(Ops::NEG, shrink(buffer(upload(*cl, input(DType::Float32, x))), {{0, 40}})), cl->target());
+  EXPECT_EQ(k_at_one.lanes, 1) << render_gpu(k_at_one, k_at_one.name, cl->target());
+}
+
 TEST_F(ClDevice, EveryUnaryOpMatchesTheCpu) {
   auto x = op_inputs(40);
   size_t n = x.size();
@@ -719,12 +798,12 @@ TEST_F(ClDevice, OuterLoopsMergeIntoOneGridAxis) {
 TEST(GpuDialects, AGridAxisPastTheDeviceLimitMergesIntoX) {
   Target t;
   t.dialect = Dialect::CUDA; // y and z take 65535 work-groups at most
-  const int64_t n = 5000000; // z: 20 threads per work-group, 250,000 work-groups
-  auto in = std::make_shared<Buffer>(cpu_device(), DType::Float32, n * 3 * 4); // identities: nothing allocated
-  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, n * 3 * 4);
-  auto v = alu(Ops::NEG, permute(reshape(buffer(in), {3, n, 4}), {1, 0, 2}));
+  const int64_t n = 5000000; // z: 16 threads per work-group, 312,500 work-groups (x: 5, odd: no lanes)
+  auto in = std::make_shared<Buffer>(cpu_device(), DType::Float32, n * 3 * 5); // identities: nothing allocated
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, n * 3 * 5);
+  auto v = alu(Ops::NEG, permute(reshape(buffer(in), {3, n, 5}), {1, 0, 2}));
   Kernel k = lower_kernel(out, View::contiguous(v->shape), v, t);
   EXPECT_EQ(k.launch.global[1], 1);
   EXPECT_EQ(k.launch.global[2], 1);
-  EXPECT_EQ(k.launch.global[0] * k.launch.local[0], n * 3 * 4);
+  EXPECT_EQ(k.launch.global[0] * k.launch.local[0], n * 3 * 5);
 }
