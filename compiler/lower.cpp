@@ -1112,8 +1112,7 @@ Grid make_grid(const Shape& loops, const Target& target, int64_t budget) {
 constexpr int64_t kGpuThreads = 256;      // threads per work-group, at most
 constexpr int64_t kGroupedReduce = 256;   // a reduction this long or longer ...
 constexpr int64_t kGroupedOutputs = 8192; // ... with this few outputs or fewer is a grouped reduce
-constexpr int64_t kGpuRows = 8;           // outputs per thread of a reduction in its own loop, at most,
-constexpr int64_t kGpuCols = 4;           // times these along the innermost loop
+constexpr int64_t kGpuRows = 8;           // outputs per thread of a reduction in its own loop, at most
 
 // ---- tiles staged in local memory ----
 //
@@ -1358,20 +1357,14 @@ Kernel lower_kernel_gpu(const BufferRef& out, const View& out_region, const Loop
   // (rows of x @ w; the largest count that divides the loop: 7 of a 14 x 14 image's rows): each value
   // loaded along the innermost loop serves every row (PoCL, 512^3 x @ w: 1.3 GFLOP/s with one row, 3.0
   // with 4, 5.1 with 8; the demo's 14 x 14 convolution 23x slower than the CPU device with one row).
-  // Columns: then up to 4 adjacent outputs of the innermost loop too (columns of x @ w): each value
-  // loaded for a row serves every column, so a thread's R x C block loads R + C values per reduce step
-  // into R x C accumulators in registers, while the grid keeps a work-group's threads or more.
   size_t n = plan.loops.size();
-  int64_t rows = 1, cols = 1;
+  int64_t rows = 1;
   if (!grouped && reduces && n >= 2)
     for (int64_t r = kGpuRows; r >= 2 && rows == 1; r--)
       if (plan.loops[n - 2] % r == 0) rows = r;
-  if (rows > 1)
-    for (int64_t c = kGpuCols; c >= 2 && cols == 1; c /= 2)
-      if (plan.loops[n - 1] % c == 0 && outputs / (rows * c) >= kGpuThreads) cols = c;
   Shape grid_loops = plan.loops;
   if (rows > 1) grid_loops[n - 2] /= rows;
-  grid_loops[n - 1] /= lanes * cols;
+  grid_loops[n - 1] /= lanes;
   Grid grid = make_grid(grid_loops, target, grouped ? 1 : std::min(kGpuThreads, target.max_local));
 
   Lowerer lw;
@@ -1386,12 +1379,11 @@ Kernel lower_kernel_gpu(const BufferRef& out, const View& out_region, const Loop
   }
   UOpPtr lane = lanes > 1 ? UOp::make(Ops::RANGE, kIndex, {idx_const(lanes)}, lw.next_range++) : nullptr;
   std::vector<UOpPtr> stores;
-  for (int64_t block = 0; block < rows * cols; block++) {
+  for (int64_t row = 0; row < rows; row++) {
     std::vector<UOpPtr> idx(value->shape.size(), idx_const(0));
     for (size_t g = 0; g < plan.groups.size(); g++) {
       UOpPtr r = grid.loop_index[g];
-      if (rows > 1 && g == n - 2) r = r * idx_const(rows) + idx_const(block / cols);
-      if (cols > 1 && g == n - 1) r = r * idx_const(cols) + idx_const(block % cols);
+      if (rows > 1 && g == n - 2) r = r * idx_const(rows) + idx_const(row);
       if (lane && g == n - 1) r = r * idx_const(lanes) + lane;
       int64_t suffix = 1;
       for (size_t k = plan.groups[g].size(); k-- > 0;) {
@@ -1422,7 +1414,6 @@ Kernel lower_kernel_gpu(const BufferRef& out, const View& out_region, const Loop
   for (int64_t s : grid_loops)
     name += "_" + std::to_string(s);
   if (rows > 1) name += "_r" + std::to_string(rows);
-  if (cols > 1) name += "_c" + std::to_string(cols);
   if (lane) name += "_v" + std::to_string(lanes);
   // A kernel with no outputs has a loop of no iterations: it is not launched (as on the CPU).
   Kernel k{name, ast, lw.buffers, outputs == 0 ? Shape{0} : Shape{}, lw.ivars, lw.fvars, lw.var_nodes, lw.must_realize};

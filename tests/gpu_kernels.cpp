@@ -52,7 +52,7 @@ std::vector<SampleKernel> sample_gpu_kernels(const Target& t) {
   // grouped reductions, one inside another
   auto e = alu(Ops::EXP, alu(Ops::SUB, x, expand(reduce(x, Ops::MAX, {1}), {64, 500})));
   add("softmax: grouped reduces", alu(Ops::FDIV, e, expand(reduce(e, Ops::ADD, {1}), {64, 500})));
-  // a float32 matmul: each thread a block of 8 rows x 4 columns, tiles staged in local memory
+  // a float32 matmul: tiles of both operands staged in local memory
   const int64_t M = 128, K = 96, N = 64;
   auto xa = expand(reshape(buffer(buf(DType::Float32, M * K)), {M, K, 1}), {M, K, N});
   auto wb = expand(reshape(buffer(buf(DType::Float32, K * N)), {1, K, N}), {M, K, N});

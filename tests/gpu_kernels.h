@@ -18,7 +18,7 @@ struct SampleKernel {
 // The first calls libm functions (erf), which a HIP build takes from ROCm's device library. Among the
 // others: an elementwise kernel per dtype (integer ones dividing, so they take the error flag), vector
 // lanes per dtype class over aligned, broadcast, misaligned and strided reads, grouped reduces, matmuls
-// (float32 blocked in rows and columns with tiles staged in local memory, float16), float16/bfloat16 bitcasts,
+// (float32 with tiles staged in local memory, float16), float16/bfloat16 bitcasts,
 // float64 masked views with runtime scalars, a scatter and a gather.
 std::vector<SampleKernel> sample_gpu_kernels(const Target& t);
 
