@@ -72,9 +72,11 @@ struct KernelLaunch {
 };
 
 // While a replayed schedule runs (GpuDevice::replay), programs record their launches here instead of
-// enqueuing them, and blocks the cache gives back to the driver wait for the launches to be enqueued.
+// enqueuing them, and blocks the cache gives back to the driver (from any thread) wait for the launches
+// to be enqueued. While the stream captures, nothing else is enqueued on it and no block is freed.
 struct Recording {
-  bool active = false;
+  std::atomic<bool> active = false;
+  std::atomic<bool> capturing = false;
   std::vector<KernelLaunch> launches;
 };
 
@@ -352,6 +354,7 @@ private:
     unfenced_.clear();
   }
   void reclaim_locked(bool wait) {
+    if (c_.recording->capturing) return;
     CurrentGuard g(c_);
     while (!batches_.empty()) {
       Batch& b = batches_.front();
@@ -530,6 +533,11 @@ private:
   }
   // The launches captured into a graph; null when the driver refused (the capture is ended either way).
   GpuHandle capture(const std::vector<KernelLaunch>& launches) {
+    struct Capturing {
+      std::atomic<bool>& on;
+      explicit Capturing(std::atomic<bool>& f) : on(f) { on = true; }
+      ~Capturing() { on = false; }
+    } capturing(c_.recording->capturing);
     if (c_.api.StreamBeginCapture(c_.stream, kCaptureRelaxed) != kSuccess) return nullptr;
     bool ok = true;
     for (const KernelLaunch& l : launches) {
@@ -674,6 +682,15 @@ public:
     rec.active = true;
     try {
       launch_kernels();
+      std::vector<KernelLaunch> launches = std::move(rec.launches);
+      rec.launches.clear();
+      if (!state) state = std::make_unique<GpuGraph>(c_);
+      CurrentGuard g(c_);
+      if (launches.size() < 2) // a graph saves nothing over one launch
+        for (const KernelLaunch& l : launches)
+          enqueue_launch(c_, l);
+      else
+        static_cast<GpuGraph&>(*state).launch(std::move(launches));
     } catch (...) {
       rec.active = false;
       rec.launches.clear();
@@ -681,18 +698,7 @@ public:
       throw;
     }
     rec.active = false;
-    std::vector<KernelLaunch> launches = std::move(rec.launches);
-    rec.launches.clear();
-    if (!state) state = std::make_unique<GpuGraph>(c_);
-    {
-      CurrentGuard g(c_);
-      if (launches.size() < 2) // a graph saves nothing over one launch
-        for (const KernelLaunch& l : launches)
-          enqueue_launch(c_, l);
-      else
-        static_cast<GpuGraph&>(*state).launch(std::move(launches));
-    }
-    allocator_->reclaim(false);
+    allocator_->reclaim(false); // the blocks given back during the replay wait for its launches
   }
 
 private:
