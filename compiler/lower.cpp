@@ -402,19 +402,34 @@ namespace {
 constexpr int64_t kLanes = 16;
 constexpr int64_t kReduceLanes = -2; // lower_blocked's lane group: lanes along the reduced axes
 
+// The views of buffers a reduction reads in its own loop: not those of reductions nested in it (a
+// softmax's max and sum under log_softmax + nll's sum), which are computed in loops of their own.
+std::vector<UOpPtr> own_buffer_reads(const UOpPtr& r) {
+  std::vector<UOpPtr> reads, stack{r->src[0]};
+  std::unordered_map<const UOp*, bool> seen;
+  while (!stack.empty()) {
+    UOpPtr n = stack.back();
+    stack.pop_back();
+    if (n->op == Ops::REDUCE || seen[n.get()]) continue;
+    seen[n.get()] = true;
+    if (n->op == Ops::VIEW && n->src[0]->op == Ops::BUFFER) reads.push_back(n);
+    stack.insert(stack.end(), n->src.begin(), n->src.end());
+  }
+  return reads;
+}
+
 // Whether every buffer a reduction reads walks each reduced axis contiguously (or not at all).
 bool reads_reduced_contiguously(const UOpPtr& r) {
   size_t rank = r->src[0]->shape.size();
-  for (const UOpPtr& m : toposort(r->src[0]))
-    if (m->op == Ops::VIEW && m->src[0]->op == Ops::BUFFER) {
-      // A read of another rank (behind a gather's computed index, say) has no reduced axes to walk, and
-      // indexing its strides by the reduction's axes would read past them.
-      if (m->st().views.size() != 1 || m->shape.size() != rank) return false;
-      for (int64_t a : r->reduce_arg().axes) {
-        int64_t st = m->st().views.back().strides[a];
-        if (st != 0 && st != 1) return false;
-      }
+  for (const UOpPtr& m : own_buffer_reads(r)) {
+    // A read of another rank (behind a gather's computed index, say) has no reduced axes to walk, and
+    // indexing its strides by the reduction's axes would read past them.
+    if (m->st().views.size() != 1 || m->shape.size() != rank) return false;
+    for (int64_t a : r->reduce_arg().axes) {
+      int64_t st = m->st().views.back().strides[a];
+      if (st != 0 && st != 1) return false;
     }
+  }
   return true;
 }
 
