@@ -492,8 +492,6 @@ bool reductions_broadcast_along(const UOpPtr& value, const std::vector<size_t>& 
   return value->op != Ops::REDUCE;
 }
 
-// The kernel computing blocks of outputs: up[g] outputs of loop group g together (for the lane group,
-// up[g] vectors of kLanes lanes each).
 // A row kernel's value that its output can hold for the loop that writes the row (see
 // Lowerer::RowScratch): computed elementwise from the kernel's value and from the source of a
 // reduction over the row's dims that the value reads as a plain broadcast, costly (a transcendental
@@ -547,7 +545,13 @@ RowScratchPlan plan_row_scratch(const BufferRef& out, const UOpPtr& value, const
       bool plain = true;
       for (size_t d = 0; d < strides.size(); d++)
         plain = plain && (r->shape[d] == 1 || bv.strides[d] == strides[d]);
-      if (!plain) continue;
+      // and the only read of the reduction, by the output's own elementwise ops: a read at another row
+      // (a flip of the result) would store into a row another thread is writing
+      bool only = true;
+      for (const UOpPtr& n : toposort(value))
+        for (const UOpPtr& s : n->src)
+          only = only && !((s->op == Ops::VIEW && s->src[0] == r && s != v) || (s == v && !in_output.count(n.get())));
+      if (!plain || !only) continue;
       for (const UOpPtr& e : elementwise_under(r->src[0])) {
         if (!in_output.count(e.get()) || e->dtype != dt) continue;
         std::vector<UOpPtr> ops = elementwise_under(e);
@@ -561,6 +565,8 @@ RowScratchPlan plan_row_scratch(const BufferRef& out, const UOpPtr& value, const
   return best;
 }
 
+// The kernel computing blocks of outputs: up[g] outputs of loop group g together (for the lane group,
+// up[g] vectors of kLanes lanes each).
 Kernel lower_blocked(const BufferRef& out, const View& out_region, const UOpPtr& value,
                      const std::vector<std::vector<size_t>>& groups, const Shape& loops, const Shape& up,
                      int64_t lane_group, const RowScratchPlan& scratch = {}) {

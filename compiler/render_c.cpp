@@ -8,6 +8,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace tiny {
 
@@ -385,8 +386,8 @@ public:
       if (in_reduce_loop(st)) reduce_stores_.push_back(st);
     for (const UOpPtr& st : k_.ast->src)
       if (!in_reduce_loop(st)) emit(st);
-    for (const UOpPtr& st : reduce_stores_)
-      if (!names_.count(st.get())) throw std::logic_error("render_c: a store in a reduce loop that no reduction runs");
+    if (stored_in_reduce_loops_.size() != reduce_stores_.size())
+      throw std::logic_error("render_c: a store in a reduce loop that no reduction runs");
 
     std::ostringstream os;
     os << kPrelude;
@@ -434,9 +435,10 @@ private:
   std::unordered_map<const UOp*, size_t> where_;              // the scope each named value is declared in
   std::unordered_map<const UOp*, std::vector<int64_t>> deps_; // loop ids each node varies with
   std::deque<Scope> scopes_;
-  std::vector<UOpPtr> reduces_;       // every REDUCE, sources first
-  std::vector<UOpPtr> reduce_stores_; // stores inside a reduction's loop
-  std::vector<size_t> open_;          // scopes enclosing the code being emitted, outermost first
+  std::vector<UOpPtr> reduces_;                           // every REDUCE, sources first
+  std::vector<UOpPtr> reduce_stores_;                     // stores inside a reduction's loop
+  std::unordered_set<const UOp*> stored_in_reduce_loops_; // those emitted
+  std::vector<size_t> open_;                              // scopes enclosing the code being emitted, outermost first
   int next_ = 0;
   const UOp* lane_node_ = nullptr;
   std::vector<UOpPtr> keep_;
@@ -749,9 +751,9 @@ private:
     for (const UOpPtr& m : group)
       emit(m->src[0]);
     for (const UOpPtr& st : reduce_stores_)
-      if (!names_.count(st.get()) && loops_open(st)) {
+      if (!stored_in_reduce_loops_.count(st.get()) && loops_open(st)) {
         emit(st);
-        names_[st.get()] = ""; // emitted
+        stored_in_reduce_loops_.insert(st.get());
       }
     open_ = saved;
 
