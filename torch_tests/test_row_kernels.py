@@ -103,12 +103,14 @@ import torch
 import torch_tiny
 x = torch.randn(64, 1024, device="tiny")
 print(x.softmax(-1).cpu().sum().item())
+print(torch.randn(8, 1000, device="tiny").softmax(-1).cpu().sum().item())
 """
 
 
-def test_float32_softmax_computes_exp_once_per_element_over_vector_lanes(tmp_path):
+def test_float32_softmax_computes_exp_once_per_element_over_vector_lanes_with_tails(tmp_path):
     """The row kernel's exp(x - max) is a vector of lanes (tv_float), computed once per element: in the
-    sum's loop only, the row's write reading it back from the output."""
+    sum's loop only, the row's write reading it back from the output. A row that is not a multiple of 16
+    reduces over lanes too, with a scalar tail."""
     if not torch.tiny.get_device_name().startswith("tiny CPU"):
         pytest.skip("the C renderer's lanes: CPU device only")
     out = run_python(SOFTMAX_SOURCE, with_stderr=True, TINY_DEBUG="3", TINY_CACHE_DIR=str(tmp_path))
@@ -119,3 +121,8 @@ def test_float32_softmax_computes_exp_once_per_element_over_vector_lanes(tmp_pat
     assert len(exp_lines) == 1, f"exp computed in {len(exp_lines)} places:\n{body}"
     assert exp_lines[0].strip().startswith("const tv_float"), f"exp not over vector lanes:\n{body}"
     assert re.search(r"memcpy\(b0 \+", body), f"exp not held in the output for the row's write:\n{body}"
+    # a row of 1000: 62 steps of 16 lanes, then a scalar tail of 8, in both of the softmax's reductions
+    tail = re.search(r"\nvoid R_8_1000\w*\(.*?\n}\n", out, re.S)
+    assert tail, "no row kernel of the (8, 1000) softmax in the generated sources"
+    assert len(re.findall(r"< 62; r\d+\+\+\) \{", tail.group(0))) == 2, tail.group(0)
+    assert len(re.findall(r"< 8; r\d+\+\+\) \{", tail.group(0))) == 2, tail.group(0)
