@@ -1,6 +1,7 @@
 // Activation functions and their backward ops: gelu (none, tanh), silu, mish, leaky_relu, elu (and
 // what selu and celu call), hardtanh (and relu6), hardswish, hardsigmoid, softplus, threshold (relu's
-// backward is threshold_backward), log_sigmoid, glu, and the backward ops sigmoid_backward and tanh_backward.
+// backward is threshold_backward), log_sigmoid, glu, prelu (_prelu_kernel and its backward), and the backward
+// ops sigmoid_backward and tanh_backward.
 //
 // One boxed kernel serves the functional, in-place and out= forms of every op in the table below, as
 // elementwise.cpp does: torch's TensorIterator checks the call (broadcasting, type promotion, out=
@@ -263,6 +264,13 @@ const std::unordered_map<std::string, Activation>& table() {
           return mul(c["grad_output"], sub(c.constant(1.0), mul(y, y)));
         }}},
       {"log_sigmoid_backward", {K::Same, "log_sigmoid_backward_cpu", false, log_sigmoid_backward}},
+      // prelu's weight arrives already shaped to broadcast against self; both in one dtype, as the CPU asks
+      {"_prelu_kernel",
+       {K::Same, "prelu_cpu", false,
+        [](const Call& c) {
+          const UOpPtr& x = c["self"];
+          return where(lt(c.constant(0.0), x), x, mul(c["weight"], x));
+        }}},
   };
   return t;
 }
@@ -410,6 +418,32 @@ at::Tensor& glu_backward_out(const at::Tensor& grad_output, const at::Tensor& se
   return grad_input.copy_(r);
 }
 
+// _prelu_kernel_backward: both gradients of the broadcast shape, as the CPU's two-output TensorIterator
+// gives them (autograd sums the weight's down to its shape): x > 0 ? (g, 0) : (w * g, x * g).
+std::tuple<at::Tensor, at::Tensor> prelu_kernel_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                                                         const at::Tensor& weight) {
+  at::Tensor grad_self, grad_weight;
+  at::TensorIterator iter = at::TensorIteratorConfig()
+                                .add_output(grad_self)
+                                .add_output(grad_weight)
+                                .add_const_input(self)
+                                .add_const_input(weight)
+                                .add_const_input(grad_output)
+                                .build();
+  at::ScalarType st = self.scalar_type();
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(st), "\"prelu_backward_cpu\" not implemented for '", st, "'");
+  grad_self = iter.output(0);
+  grad_weight = iter.output(1);
+  if (grad_self.numel() == 0) return {grad_self, grad_weight};
+  DType dt = to_tiny_dtype(st), ct = opmath(dt);
+  Shape shape = to_shape(grad_self.sizes());
+  UOpPtr x = operand(self, ct, shape), w = operand(weight, ct, shape), g = operand(grad_output, ct, shape);
+  UOpPtr positive = lt(fixed(ct, 0, shape), x);
+  write(grad_self, cast(where(positive, g, mul(w, g)), dt));
+  write(grad_weight, cast(where(positive, fixed(ct, 0, shape), mul(x, g)), dt));
+  return {grad_self, grad_weight};
+}
+
 constexpr const char* kOverloads[] = {
     "gelu",
     "gelu_",
@@ -463,6 +497,7 @@ constexpr const char* kOverloads[] = {
     "tanh_backward.grad_input",
     "log_sigmoid_backward",
     "log_sigmoid_backward.grad_input",
+    "_prelu_kernel",
 };
 
 } // namespace
@@ -472,6 +507,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&activation_kernel>());
   m.impl("log_sigmoid_forward", TORCH_FN(log_sigmoid_forward));
   m.impl("log_sigmoid_forward.output", TORCH_FN(log_sigmoid_forward_out));
+  m.impl("_prelu_kernel_backward", TORCH_FN(prelu_kernel_backward));
   m.impl("glu", TORCH_FN(glu_of));
   m.impl("glu.out", TORCH_FN(glu_out));
   m.impl("glu_backward", TORCH_FN(glu_backward_of));

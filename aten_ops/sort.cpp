@@ -1,5 +1,6 @@
 // Sorting: sort (ascending or descending, along any dim; always stable), topk and kthvalue, and what torch
-// builds from them (argsort, msort, ...); median, nanmedian, unique and unique_consecutive from the stable sort;
+// builds from them (argsort, msort, ...); median, nanmedian, unique and unique_consecutive (also along a dim)
+// from the stable sort;
 // searchsorted and bucketize;
 // mode's out= form.
 //
@@ -25,6 +26,7 @@
 #include <ATen/native/ReduceOpsUtils.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/SortingUtils.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/clamp_min.h>
 #include <ATen/ops/cumsum.h>
@@ -32,18 +34,20 @@
 #include <ATen/ops/eq.h>
 #include <ATen/ops/floor_divide.h>
 #include <ATen/ops/full.h>
+#include <ATen/ops/index_select.h>
 #include <ATen/ops/masked_select.h>
 #include <ATen/ops/mode.h>
 #include <ATen/ops/ne.h>
+#include <ATen/ops/nonzero.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/sort.h>
 #include <ATen/ops/sort_meta_dispatch.h>
 #include <ATen/ops/topk_meta_dispatch.h>
-#include <ATen/ops/unique_consecutive_ops.h>
 #include <ATen/ops/where.h>
 #include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <bit>
 #include <numeric>
 #include <tuple>
@@ -446,11 +450,65 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> unique2(const at::Tensor& self, b
   return runs_of(values, order, self.sizes(), return_inverse, return_counts);
 }
 
+// torch.unique(dim=) and unique_consecutive(dim=): the slices along dim as rows (n, m). unique sorts the rows
+// lexicographically first, as m stable sorts by one column each from the last column to the first (the order
+// among equal rows does not matter: they are one run). A row starts a run when it differs from the one before
+// in any column; the run starts are read to the host (one sync, in nonzero) and the inverse and the counts are
+// SCATTERs, as for runs_of. Like the CPU, both are always computed.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_slices(const at::Tensor& self, int64_t dim, bool sort_rows) {
+  dim = at::maybe_wrap_dim(dim, self.dim());
+  at::TensorOptions longs = self.options().dtype(at::kLong);
+  int64_t zero_dims = std::count(self.sizes().begin(), self.sizes().end(), 0);
+  if (self.size(dim) == 0) {
+    TORCH_CHECK(zero_dims == 1, "Number of zero sized dimensions is more than one, so unique cannot be applied ");
+    return {at::empty(self.sizes(), self.options()), at::empty({0}, longs), at::empty({0}, longs)};
+  }
+  TORCH_CHECK(zero_dims == 0, "There are 0 sized dimensions, and they aren't selected, so unique cannot be applied");
+  // bools sort as bytes
+  at::Tensor values = self.scalar_type() == at::kBool ? self.to(at::kByte) : self;
+  at::Tensor moved = values.movedim(dim, 0);
+  int64_t n = moved.size(0);
+  at::Tensor rows = moved.reshape({n, -1});
+  int64_t m = rows.size(1);
+  at::Tensor order = at::arange(n, longs);
+  if (sort_rows) {
+    for (int64_t c = m - 1; c >= 0; c--) {
+      at::Tensor keys = rows.select(1, c).index_select(0, order);
+      order = order.index_select(0, std::get<1>(at::sort(keys, /*stable=*/true, 0, /*descending=*/false)));
+    }
+    rows = rows.index_select(0, order);
+  }
+  at::Tensor starts = at::ones({1}, self.options().dtype(at::kBool));
+  if (n > 1) starts = at::cat({starts, at::ne(rows.slice(0, 1), rows.slice(0, 0, n - 1)).any(1)});
+  at::Tensor first = at::nonzero(starts).reshape({-1});
+  int64_t k = first.numel();
+  std::vector<int64_t> shape(moved.sizes().begin(), moved.sizes().end());
+  shape[0] = k;
+  at::Tensor output = rows.index_select(0, first).reshape(shape).movedim(0, dim);
+  if (self.scalar_type() == at::kBool) output = output.to(at::kBool);
+  // the run of each sorted row, put back at its input position
+  UOpPtr run = reshape(read(at::cumsum(starts, 0).sub_(1)), {n});
+  at::Tensor inverse = empty_tiny({n}, at::kLong, self.device());
+  if (sort_rows) {
+    write(inverse, expand(reshape(const_int(DType::Int64, 0), {1}), {n}));
+    lazy_buffer(inverse).scatter(DType::Int64, reshape(read(order), {n}), run, std::nullopt);
+  } else {
+    write(inverse, run);
+  }
+  at::Tensor counts = empty_tiny({k}, at::kLong, self.device());
+  write(counts, expand(reshape(const_int(DType::Int64, 0), {1}), {k}));
+  lazy_buffer(counts).scatter(DType::Int64, run, expand(reshape(const_int(DType::Int64, 1), {1}), {n}), Ops::ADD);
+  return {output, inverse, counts};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_dim(const at::Tensor& self, int64_t dim, bool /*sorted*/,
+                                                          bool /*return_inverse*/, bool /*return_counts*/) {
+  return unique_slices(self, dim, true);
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_consecutive(const at::Tensor& self, bool return_inverse,
                                                                   bool return_counts, std::optional<int64_t> dim) {
-  // unique_consecutive along a dim compares whole slices: not built yet, so the CPU runs it (counted)
-  if (dim.has_value() && self.dim() > 1)
-    return on_cpu<at::_ops::unique_consecutive>(self, return_inverse, return_counts, dim);
+  if (dim.has_value() && self.dim() > 1) return unique_slices(self, *dim, false);
   return runs_of(self.reshape({-1}), at::Tensor(), self.sizes(), return_inverse, return_counts);
 }
 
@@ -460,6 +518,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("mode.values", TORCH_FN(mode_out));
   m.impl("_unique2", TORCH_FN(unique2));
   m.impl("unique_consecutive", TORCH_FN(unique_consecutive));
+  m.impl("unique_dim", TORCH_FN(unique_dim));
   m.impl("median", TORCH_FN(median_all<false>));
   m.impl("median.out", TORCH_FN(median_all_out<false>));
   m.impl("median.dim", TORCH_FN(median_dim<false>));

@@ -2,9 +2,9 @@
 # The one script to run on a lent NVIDIA GPU (issue #12): an H200 with its own torch (2.11, CUDA 13) and
 # Python 3.12, no network, 16 cores, 10 minutes a call. Inside 9.5 minutes, each step time-boxed:
 #   1. build the core, the GoogleTest suite and bench_gpu with CMake (build/gpu);
-#   2. run the CUDA device's GoogleTest suites: the fake-driver and NVRTC ones, and the CL device's
-#      suite on the real GPU (TINY_GPU_TEST_BACKEND=CUDA: every graph on the CUDA device and on the CPU
-#      device, results compared);
+#   2. run the CUDA device's GoogleTest suites: the fake-driver (graphs, staging, events included) and
+#      NVRTC ones, and the CL device's suite on the real GPU (TINY_GPU_TEST_BACKEND=CUDA: every graph on
+#      the CUDA device and on the CPU device, results compared; its replayed schedules run as CUDA graphs);
 #   3. time tiny (bench_gpu on the CUDA device) against torch.cuda (bench/gpu_reference.py): a
 #      device-to-device copy, a chain of 10 elementwise ops, a sum, 4096^3 matmuls in float32 and
 #      bfloat16 (cuBLAS); print one table;
@@ -102,7 +102,7 @@ HAVE_TESTS=0
 
 # ---- 2. GoogleTest: the CUDA suites, the GPU suite on the real device ----
 if [ $HAVE_TESTS = 1 ]; then
-  step gtest_cuda 150 "$CMAKE_DIR/tiny_tests" --gtest_filter='Cuda*:GpuCompileCheck*:GpuDialects*' --gtest_brief=1
+  step gtest_cuda 150 "$CMAKE_DIR/tiny_tests" --gtest_filter='Cuda*:HipFakeRuntime*:DeviceEvents*:GpuCompileCheck*:GpuDialects*' --gtest_brief=1
   TINY_GPU_TEST_BACKEND=$BACKEND step gtest_gpu 120 "$CMAKE_DIR/tiny_tests" --gtest_filter='ClDevice.*' --gtest_brief=1
   for s in gtest_cuda gtest_gpu; do
     [ -f "$LOGS/$s.log" ] && note "$(printf '%-16s' "$s") $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$LOGS/$s.log" | tr '\n' ' ' | grep . || echo "no totals (stopped: see $s.log)")"

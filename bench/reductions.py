@@ -3,14 +3,44 @@ contenders interleaved round by round (bench/common.py): sum of 16M, softmax, la
 log_softmax + nll_loss of (4096, 1024), float32. A copy into a preallocated tensor gives the machine's
 bandwidth for scale.
 
-Run: .venv/bin/python bench/reductions.py [rounds] [--no-compile]
+Run: .venv/bin/python bench/reductions.py [rounds] [--no-compile] [--cpu-time]
+
+--cpu-time runs every contender on one thread (torch.set_num_threads(1), TINY_THREADS=1) and times the
+CPU time of that thread (time.thread_time) instead of the wall clock: on a shared, loaded machine the
+wall clock also counts the time other processes held the core, which moves figures by 2-4x; one
+thread's CPU time does not, so it compares the kernels themselves (recording and the sync included).
 """
 
+import os
 import sys
+
+if "--cpu-time" in sys.argv:
+    os.environ["TINY_THREADS"] = "1"  # read when tiny's thread pool starts
 
 import torch
 import torch.nn.functional as F
 from common import interleaved, report
+
+CPU_TIME = "--cpu-time" in sys.argv
+if CPU_TIME:
+    import time
+
+    torch.set_num_threads(1)
+
+    def interleaved(contenders, rounds=12):  # noqa: F811  (the same protocol, timed by thread CPU time)
+        for fn in contenders.values():
+            result = fn()
+            torch.tiny.synchronize()
+            del result
+        times = {name: [] for name in contenders}
+        for _ in range(rounds):
+            for name, fn in contenders.items():
+                start = time.thread_time()
+                result = fn()
+                torch.tiny.synchronize()
+                times[name].append(time.thread_time() - start)
+                del result
+        return times
 
 
 def contenders(fn, cpu_args, tiny_args, compiled):
@@ -23,7 +53,7 @@ def contenders(fn, cpu_args, tiny_args, compiled):
 
 def main():
     rounds = int(next((a for a in sys.argv[1:] if a.isdigit()), 12))
-    compiled = "--no-compile" not in sys.argv
+    compiled = "--no-compile" not in sys.argv and not CPU_TIME
     g = torch.Generator().manual_seed(0)
     n = 16 * 1024 * 1024
     x = torch.randn(n, generator=g)

@@ -144,6 +144,17 @@ public:
   bool gpu = false;
   std::array<int64_t, kGpuRanges> thread_extent{1, 1, 1, 1, 1, 1};
   UOpPtr group_lane;
+  // CPU row kernels: a costly value that a row's reduction and the row's output both compute
+  // (softmax's exp(x - max)) is stored into the output by that reduction's loop and read back by the
+  // loop that writes the row, so each element computes it once (as torch's softmax does).
+  struct RowScratch {
+    UOpPtr value;                 // the shared value (tensor level)
+    const UOp* reduce = nullptr;  // the reduction whose loop stores it
+    BufferRef out;                // the kernel's output, which holds it
+    View region;                  // the output's view
+    std::vector<UOpPtr> root_idx; // the index the kernel's value is evaluated at
+    std::vector<UOpPtr> stores;   // the stores in the reduction's loops
+  } scratch;
 
   UOpPtr param(const BufferRef& b) {
     auto it = params.find(b.get());
@@ -176,6 +187,9 @@ private:
     std::vector<UOpPtr> ranges; // the loops
     std::vector<UOpPtr> index;  // each reduced axis's index over them
     UOpPtr valid;               // set: iterations where this is false add the identity
+    // set: the elements the lanes leave over (a row of 1000 is 62 steps of 16 lanes, then 8), in a
+    // loop of their own inside the same outer loops; the two results combine
+    std::shared_ptr<ReduceLoops> tail;
   };
   std::unordered_map<const UOp*, ReduceLoops> reduce_loops_;
 
@@ -206,16 +220,27 @@ private:
         runs.push_back({a});
     ReduceLoops out;
     out.index.resize(axes.size());
+    // each axis of a run's index from the run's flattened index r
+    auto run_index = [&](ReduceLoops& l, const std::vector<int64_t>& run, size_t i, const UOpPtr& r) {
+      int64_t suffix = 1;
+      for (size_t k = run.size(); k-- > 0;) {
+        int64_t a = run[k];
+        UOpPtr q = suffix == 1 ? r : UOp::make(Ops::IDIV, kIndex, {r, idx_const(suffix)});
+        l.index[i + k] = k == 0 ? q : UOp::make(Ops::MOD, kIndex, {q, idx_const(x->shape[a])});
+        suffix *= x->shape[a];
+      }
+    };
     size_t i = 0;
     for (const auto& run : runs) {
       int64_t size = 1;
       for (int64_t a : run)
         size *= x->shape[a];
       // The innermost loop of a reduction read contiguously steps by vector lanes (reduce_lane):
-      // each lane accumulates every 16th element, the lanes are combined after the loop.
-      bool lanes = reduce_lane && &run == &runs.back() && size % reduce_lane->src[0]->const_i() == 0 &&
-                   size >= 4 * reduce_lane->src[0]->const_i();
-      int64_t width = lanes ? reduce_lane->src[0]->const_i() : 1;
+      // each lane accumulates every 16th element, the lanes are combined after the loop; the elements
+      // past the last whole step are a scalar tail loop.
+      int64_t lane_count = reduce_lane ? reduce_lane->src[0]->const_i() : 1;
+      bool lanes = reduce_lane && &run == &runs.back() && size >= 4 * lane_count;
+      int64_t width = lanes ? lane_count : 1, rest = size % width;
       UOpPtr r = UOp::make(Ops::RANGE, kIndex, {idx_const(size / width)}, next_range++);
       out.ranges.push_back(r);
       if (lanes) {
@@ -223,13 +248,14 @@ private:
         out.ranges.push_back(reduce_lane);
         reduce_lanes_used = true;
       }
-      int64_t suffix = 1;
-      for (size_t k = run.size(); k-- > 0;) {
-        int64_t a = run[k];
-        UOpPtr q = suffix == 1 ? r : UOp::make(Ops::IDIV, kIndex, {r, idx_const(suffix)});
-        out.index[i + k] = k == 0 ? q : UOp::make(Ops::MOD, kIndex, {q, idx_const(x->shape[a])});
-        suffix *= x->shape[a];
+      if (rest) {
+        out.tail = std::make_shared<ReduceLoops>(out);
+        out.tail->ranges.resize(out.ranges.size() - 2); // the outer runs' loops
+        UOpPtr t = UOp::make(Ops::RANGE, kIndex, {idx_const(rest)}, next_range++);
+        out.tail->ranges.push_back(t);
+        run_index(*out.tail, run, i, idx_const(size - rest) + t);
       }
+      run_index(out, run, i, r);
       i += run.size();
     }
     return out;
@@ -320,6 +346,9 @@ private:
   }
 
   UOpPtr eval_uncached(const UOpPtr& n, const std::vector<UOpPtr>& idx) {
+    if (n == scratch.value && active_.empty() && idx == scratch.root_idx)
+      return UOp::make(Ops::LOAD, n->dtype,
+                       {param(scratch.out), view_index(ShapeTracker{{scratch.region}}, idx).first});
     switch (n->op) {
     case Ops::CONST:
       return n;
@@ -349,23 +378,33 @@ private:
       // iterations: realized on its own instead.
       else if (active_.empty() && recomputed(idx))
         must_realize.push_back(n);
-      std::vector<UOpPtr> src_idx = idx, srcs{nullptr};
       size_t mark = active_.size();
       // Every evaluation of one reduction shares its loop variables: evaluations at other output
       // indices (an upcast block) then accumulate in one loop.
-      auto& loops = reduce_loops_[n.get()];
-      if (loops.ranges.empty()) loops = group_lane ? grouped_loops(x, ra.axes) : reduce_loops(x, ra.axes);
-      for (size_t i = 0; i < ra.axes.size(); i++)
-        src_idx[ra.axes[i]] = loops.index[i];
-      for (const UOpPtr& r : loops.ranges) {
-        srcs.push_back(r);
-        active_.push_back(r.get());
-      }
-      srcs[0] = eval(x, src_idx);
-      if (loops.valid)
-        srcs[0] = UOp::make(Ops::WHERE, x->dtype, {loops.valid, srcs[0], reduce_identity(ra.op, x->dtype)});
-      active_.resize(mark);
-      return UOp::make(Ops::REDUCE, n->dtype, std::move(srcs), ra);
+      auto& all_loops = reduce_loops_[n.get()];
+      if (all_loops.ranges.empty()) all_loops = group_lane ? grouped_loops(x, ra.axes) : reduce_loops(x, ra.axes);
+      auto accumulate = [&](const ReduceLoops& loops) {
+        std::vector<UOpPtr> src_idx = idx, srcs{nullptr};
+        for (size_t i = 0; i < ra.axes.size(); i++)
+          src_idx[ra.axes[i]] = loops.index[i];
+        for (const UOpPtr& r : loops.ranges) {
+          srcs.push_back(r);
+          active_.push_back(r.get());
+        }
+        srcs[0] = eval(x, src_idx);
+        if (n.get() == scratch.reduce)
+          scratch.stores.push_back(
+              UOp::make(Ops::STORE, DType::Void,
+                        {param(scratch.out), view_index(ShapeTracker{{scratch.region}}, src_idx).first,
+                         eval(scratch.value, src_idx)}));
+        if (loops.valid)
+          srcs[0] = UOp::make(Ops::WHERE, x->dtype, {loops.valid, srcs[0], reduce_identity(ra.op, x->dtype)});
+        active_.resize(mark);
+        return UOp::make(Ops::REDUCE, n->dtype, std::move(srcs), ra);
+      };
+      UOpPtr acc = accumulate(all_loops);
+      if (all_loops.tail) acc = UOp::make(ra.op, n->dtype, {acc, accumulate(*all_loops.tail)});
+      return acc;
     }
     case Ops::GATHER: {
       auto [i, valid] = checked_index(cast(eval(n->src[1], idx), kIndex), n->src[0]->shape[0]);
@@ -402,19 +441,34 @@ namespace {
 constexpr int64_t kLanes = 16;
 constexpr int64_t kReduceLanes = -2; // lower_blocked's lane group: lanes along the reduced axes
 
+// The views of buffers a reduction reads in its own loop: not those of reductions nested in it (a
+// softmax's max and sum under log_softmax + nll's sum), which are computed in loops of their own.
+std::vector<UOpPtr> own_buffer_reads(const UOpPtr& r) {
+  std::vector<UOpPtr> reads, stack{r->src[0]};
+  std::unordered_map<const UOp*, bool> seen;
+  while (!stack.empty()) {
+    UOpPtr n = stack.back();
+    stack.pop_back();
+    if (n->op == Ops::REDUCE || seen[n.get()]) continue;
+    seen[n.get()] = true;
+    if (n->op == Ops::VIEW && n->src[0]->op == Ops::BUFFER) reads.push_back(n);
+    stack.insert(stack.end(), n->src.begin(), n->src.end());
+  }
+  return reads;
+}
+
 // Whether every buffer a reduction reads walks each reduced axis contiguously (or not at all).
 bool reads_reduced_contiguously(const UOpPtr& r) {
   size_t rank = r->src[0]->shape.size();
-  for (const UOpPtr& m : toposort(r->src[0]))
-    if (m->op == Ops::VIEW && m->src[0]->op == Ops::BUFFER) {
-      // A read of another rank (behind a gather's computed index, say) has no reduced axes to walk, and
-      // indexing its strides by the reduction's axes would read past them.
-      if (m->st().views.size() != 1 || m->shape.size() != rank) return false;
-      for (int64_t a : r->reduce_arg().axes) {
-        int64_t st = m->st().views.back().strides[a];
-        if (st != 0 && st != 1) return false;
-      }
+  for (const UOpPtr& m : own_buffer_reads(r)) {
+    // A read of another rank (behind a gather's computed index, say) has no reduced axes to walk, and
+    // indexing its strides by the reduction's axes would read past them.
+    if (m->st().views.size() != 1 || m->shape.size() != rank) return false;
+    for (int64_t a : r->reduce_arg().axes) {
+      int64_t st = m->st().views.back().strides[a];
+      if (st != 0 && st != 1) return false;
     }
+  }
   return true;
 }
 
@@ -438,17 +492,91 @@ bool reductions_broadcast_along(const UOpPtr& value, const std::vector<size_t>& 
   return value->op != Ops::REDUCE;
 }
 
+// A row kernel's value that its output can hold for the loop that writes the row (see
+// Lowerer::RowScratch): computed elementwise from the kernel's value and from the source of a
+// reduction over the row's dims that the value reads as a plain broadcast, costly (a transcendental
+// op), and of the output's own dtype (float32, float64), so that holding it rounds nothing.
+struct RowScratchPlan {
+  UOpPtr value;
+  const UOp* reduce = nullptr;
+};
+
+// The nodes computed from n through elementwise ops only (no view, reduction or read in between).
+std::vector<UOpPtr> elementwise_under(const UOpPtr& n) {
+  std::vector<UOpPtr> out, stack{n};
+  std::unordered_map<const UOp*, bool> seen;
+  while (!stack.empty()) {
+    UOpPtr m = stack.back();
+    stack.pop_back();
+    if (seen[m.get()] || !(is_alu(m->op) || m->op == Ops::CAST)) continue;
+    seen[m.get()] = true;
+    out.push_back(m);
+    stack.insert(stack.end(), m->src.begin(), m->src.end());
+  }
+  return out;
+}
+
+bool costly_op(Ops op) {
+  return (is_unary(op) && op != Ops::NEG && op != Ops::NOT && op != Ops::BITNOT && op != Ops::ABS) || op == Ops::POW ||
+         op == Ops::ATAN2;
+}
+
+RowScratchPlan plan_row_scratch(const BufferRef& out, const UOpPtr& value, const std::vector<size_t>& row) {
+  DType dt = out->dtype;
+  if (dt != DType::Float32 && dt != DType::Float64) return {};
+  std::vector<UOpPtr> outside = elementwise_under(value);
+  std::unordered_map<const UOp*, bool> in_output;
+  for (const UOpPtr& n : outside)
+    in_output[n.get()] = true;
+  RowScratchPlan best;
+  int64_t best_cost = 0;
+  for (const UOpPtr& m : outside)
+    for (const UOpPtr& v : m->src) {
+      if (v->op != Ops::VIEW || v->src[0]->op != Ops::REDUCE) continue;
+      const UOpPtr& r = v->src[0];
+      const View& bv = v->st().views.back();
+      std::vector<size_t> axes;
+      for (int64_t a : r->reduce_arg().axes)
+        axes.push_back(static_cast<size_t>(a));
+      if (v->st().views.size() != 1 || bv.mask || bv.offset != 0 || r->src[0]->shape != value->shape || axes != row)
+        continue;
+      // a plain broadcast: the reduction's value for the row that the output's element is in
+      Shape strides = contiguous_strides(r->shape);
+      bool plain = true;
+      for (size_t d = 0; d < strides.size(); d++)
+        plain = plain && (r->shape[d] == 1 || bv.strides[d] == strides[d]);
+      // and the only read of the reduction, by the output's own elementwise ops: a read at another row
+      // (a flip of the result) would store into a row another thread is writing
+      bool only = true;
+      for (const UOpPtr& n : toposort(value))
+        for (const UOpPtr& s : n->src)
+          only = only && !((s->op == Ops::VIEW && s->src[0] == r && s != v) || (s == v && !in_output.count(n.get())));
+      if (!plain || !only) continue;
+      for (const UOpPtr& e : elementwise_under(r->src[0])) {
+        if (!in_output.count(e.get()) || e->dtype != dt) continue;
+        std::vector<UOpPtr> ops = elementwise_under(e);
+        bool costly = false;
+        for (const UOpPtr& k : ops)
+          costly = costly || costly_op(k->op);
+        int64_t cost = static_cast<int64_t>(ops.size());
+        if (costly && cost > best_cost) best = {e, r.get()}, best_cost = cost;
+      }
+    }
+  return best;
+}
+
 // The kernel computing blocks of outputs: up[g] outputs of loop group g together (for the lane group,
 // up[g] vectors of kLanes lanes each).
 Kernel lower_blocked(const BufferRef& out, const View& out_region, const UOpPtr& value,
                      const std::vector<std::vector<size_t>>& groups, const Shape& loops, const Shape& up,
-                     int64_t lane_group) {
+                     int64_t lane_group, const RowScratchPlan& scratch = {}) {
   Shape kloops = loops;
   for (size_t g = 0; g < loops.size(); g++)
     kloops[g] = loops[g] / up[g] / (static_cast<int64_t>(g) == lane_group ? kLanes : 1);
 
   Lowerer lw;
   lw.param(out);
+  if (scratch.value) lw.scratch = {scratch.value, scratch.reduce, out, out_region, {}, {}};
   int64_t lane_id = static_cast<int64_t>(loops.size());
   UOpPtr lane = UOp::make(Ops::RANGE, kIndex, {idx_const(kLanes)}, lane_id);
   if (lane_group == kReduceLanes) lw.reduce_lane = lane;
@@ -479,10 +607,12 @@ Kernel lower_blocked(const BufferRef& out, const View& out_region, const UOpPtr&
         suffix *= value->shape[d];
       }
     }
+    lw.scratch.root_idx = idx;
     UOpPtr v = lw.eval(value, idx);
     auto [flat, valid] = view_index(ShapeTracker{{out_region}}, idx);
     stores.push_back(UOp::make(Ops::STORE, DType::Void, {lw.param(out), flat, v}));
   }
+  stores.insert(stores.end(), lw.scratch.stores.begin(), lw.scratch.stores.end());
   UOpPtr ast = graph_rewrite(UOp::make(Ops::SINK, DType::Void, stores), symbolic);
 
   bool reduces = false;
@@ -652,7 +782,7 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
   // left to the blocked kernels below, which realize it.
   if (has_reduce && !bitcast && loops.size() >= 2 && reductions_broadcast_along(value, groups.back())) {
     Kernel k = lower_blocked(out, out_region, value, groups, loops, Shape(loops.size(), 1),
-                             contiguous_reduce ? kReduceLanes : -1);
+                             contiguous_reduce ? kReduceLanes : -1, plan_row_scratch(out, value, groups.back()));
     if (k.must_realize.empty()) {
       k.vectorize_reduce = contiguous_reduce;
       return k;

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace tiny {
 
@@ -379,8 +380,14 @@ public:
       scopes_[d].depth = static_cast<int>(d) + 1;
       open_.push_back(d);
     }
+    // A store in a reduction's loop (a row kernel's scratch, see lower.cpp) is emitted with that loop's
+    // body; the others where their own loops are.
     for (const UOpPtr& st : k_.ast->src)
-      emit(st);
+      if (in_reduce_loop(st)) reduce_stores_.push_back(st);
+    for (const UOpPtr& st : k_.ast->src)
+      if (!in_reduce_loop(st)) emit(st);
+    if (stored_in_reduce_loops_.size() != reduce_stores_.size())
+      throw std::logic_error("render_c: a store in a reduce loop that no reduction runs");
 
     std::ostringstream os;
     os << kPrelude;
@@ -428,8 +435,10 @@ private:
   std::unordered_map<const UOp*, size_t> where_;              // the scope each named value is declared in
   std::unordered_map<const UOp*, std::vector<int64_t>> deps_; // loop ids each node varies with
   std::deque<Scope> scopes_;
-  std::vector<UOpPtr> reduces_; // every REDUCE, sources first
-  std::vector<size_t> open_;    // scopes enclosing the code being emitted, outermost first
+  std::vector<UOpPtr> reduces_;                           // every REDUCE, sources first
+  std::vector<UOpPtr> reduce_stores_;                     // stores inside a reduction's loop
+  std::unordered_set<const UOp*> stored_in_reduce_loops_; // those emitted
+  std::vector<size_t> open_;                              // scopes enclosing the code being emitted, outermost first
   int next_ = 0;
   const UOp* lane_node_ = nullptr;
   std::vector<UOpPtr> keep_;
@@ -444,6 +453,26 @@ private:
       compute_deps(n);
     }
     return deps_.at(n.get());
+  }
+
+  // Whether a node varies with a reduction's loop (a RANGE that is neither a kernel loop nor the lanes).
+  bool in_reduce_loop(const UOpPtr& n) {
+    for (int64_t r : deps(n))
+      if (r >= static_cast<int64_t>(k_.loops.size()) && r != k_.lane_range) return true;
+    return false;
+  }
+
+  // Whether every loop n varies with is open.
+  bool loops_open(const UOpPtr& n) {
+    for (int64_t r : deps(n)) {
+      if (r < static_cast<int64_t>(k_.loops.size()) || r == k_.lane_range) continue;
+      bool open = false;
+      for (size_t i : open_)
+        open = open || std::find(scopes_[i].reduce_ranges.begin(), scopes_[i].reduce_ranges.end(), r) !=
+                           scopes_[i].reduce_ranges.end();
+      if (!open) return false;
+    }
+    return true;
   }
 
   // Whether n is a vector: it depends on the lane variable.
@@ -721,6 +750,11 @@ private:
     open_.push_back(scopes_.size() - 1);
     for (const UOpPtr& m : group)
       emit(m->src[0]);
+    for (const UOpPtr& st : reduce_stores_)
+      if (!stored_in_reduce_loops_.count(st.get()) && loops_open(st)) {
+        emit(st);
+        stored_in_reduce_loops_.insert(st.get());
+      }
     open_ = saved;
 
     // Accumulators: a vector where the value is one (lanes of outputs, or lanes of the reduced axis,

@@ -63,8 +63,11 @@ void* Allocator::alloc(size_t nbytes) {
     }
     if (!p) {
       stats_.num_ooms++;
-      throw std::runtime_error("tiny: out of memory allocating " + std::to_string(nbytes) + " bytes (" +
-                               std::to_string(stats_.all().allocated_bytes.current) + " bytes allocated)");
+      const PoolMemoryStats& all = stats_.all();
+      throw OutOfMemoryError("tiny: out of memory allocating " + std::to_string(nbytes) + " bytes on " + device_name_ +
+                             " (tiny holds " + std::to_string(all.allocated_bytes.current) + " bytes in " +
+                             std::to_string(all.allocation.current) + " live blocks and " +
+                             std::to_string(all.reserved_bytes.current) + " bytes reserved)");
     }
     stats_.num_device_alloc++;
     for_pools(stats_, size, [&](PoolMemoryStats& s) {
@@ -111,6 +114,7 @@ void Allocator::empty_cache_locked() {
   }
   free_.clear();
   cached_bytes_ = 0;
+  returned_to_system();
 }
 
 MemoryStats Allocator::memory_stats() {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "compiler/render_gpu.h"
@@ -67,6 +69,10 @@ constexpr cl_uint CL_PROGRAM_BINARY_SIZES = 0x1165;
 constexpr cl_uint CL_PROGRAM_BINARIES = 0x1166;
 constexpr cl_uint CL_PROGRAM_BUILD_LOG = 0x1183;
 constexpr cl_uint CL_TRUE = 1;
+constexpr cl_bitfield CL_QUEUE_PROFILING_ENABLE = 1 << 1;
+constexpr cl_uint CL_EVENT_COMMAND_EXECUTION_STATUS = 0x11D3;
+constexpr cl_int CL_COMPLETE = 0;
+constexpr cl_uint CL_PROFILING_COMMAND_END = 0x1283;
 
 struct ClApi {
   cl_int (*GetPlatformIDs)(cl_uint, cl_platform_id*, cl_uint*);
@@ -94,6 +100,12 @@ struct ClApi {
   cl_int (*Finish)(cl_command_queue);
   cl_int (*ReleaseKernel)(cl_kernel);
   cl_int (*ReleaseProgram)(cl_program);
+  cl_int (*EnqueueMarkerWithWaitList)(cl_command_queue, cl_uint, const cl_event*, cl_event*);
+  cl_int (*WaitForEvents)(cl_uint, const cl_event*);
+  cl_int (*GetEventInfo)(cl_event, cl_uint, size_t, void*, size_t*);
+  cl_int (*GetEventProfilingInfo)(cl_event, cl_uint, size_t, void*, size_t*);
+  cl_int (*SetEventCallback)(cl_event, cl_int, void (*)(cl_event, cl_int, void*), void*);
+  cl_int (*ReleaseEvent)(cl_event);
 };
 
 // Loads libOpenCL.so.1 (once); throws saying what is missing.
@@ -127,6 +139,12 @@ const ClApi& cl_api() {
         {"clFinish", &a.Finish},
         {"clReleaseKernel", &a.ReleaseKernel},
         {"clReleaseProgram", &a.ReleaseProgram},
+        {"clEnqueueMarkerWithWaitList", &a.EnqueueMarkerWithWaitList},
+        {"clWaitForEvents", &a.WaitForEvents},
+        {"clGetEventInfo", &a.GetEventInfo},
+        {"clGetEventProfilingInfo", &a.GetEventProfilingInfo},
+        {"clSetEventCallback", &a.SetEventCallback},
+        {"clReleaseEvent", &a.ReleaseEvent},
     };
     for (const auto& [name, slot] : symbols) {
       void* f = dlsym(lib, name);
@@ -352,6 +370,71 @@ private:
   std::string key_, options_;
 };
 
+// A marker on the queue (clEnqueueMarkerWithWaitList). Its time is the device's (profiling info) when
+// the queue profiles (TINY_CL_PROFILING=1), else the host clock when the driver reported the marker
+// complete (a completion callback): the driver's latency in reporting it is part of the time.
+class ClEvent : public Event {
+public:
+  ClEvent(const Device& device, cl_command_queue queue, bool timing, bool profiling)
+      : device_(device), timing_(timing), profiling_(profiling) {
+    check(cl_api().EnqueueMarkerWithWaitList(queue, 0, nullptr, &event_), "clEnqueueMarkerWithWaitList");
+    if (timing_ && !profiling_) {
+      cl_int err = cl_api().SetEventCallback(event_, CL_COMPLETE, &stamp, this);
+      if (err != CL_SUCCESS) cl_api().ReleaseEvent(event_);
+      check(err, "clSetEventCallback");
+    }
+  }
+  // The callback runs once the marker is complete, and touches this object last when it sets stamped_.
+  ~ClEvent() override {
+    cl_api().WaitForEvents(1, &event_);
+    if (timing_ && !profiling_)
+      while (!stamped_.load(std::memory_order_acquire))
+        std::this_thread::yield();
+    cl_api().ReleaseEvent(event_);
+  }
+  bool query() override {
+    cl_int status = 0;
+    check(cl_api().GetEventInfo(event_, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, nullptr),
+          "clGetEventInfo");
+    if (status < 0) check(status, "the queue's work before a marker");
+    return status == CL_COMPLETE;
+  }
+  void synchronize() override { check(cl_api().WaitForEvents(1, &event_), "clWaitForEvents"); }
+  double elapsed_ms(Event& end) override {
+    auto* e = dynamic_cast<ClEvent*>(&end);
+    if (!e || &e->device_ != &device_)
+      throw std::runtime_error("tiny: elapsed time between events of two devices (" + device_.name() + " and another)");
+    if (!timing_ || !e->timing_) throw std::runtime_error("tiny: elapsed time of an event recorded without timing");
+    return static_cast<double>(e->end_ns() - end_ns()) / 1e6;
+  }
+
+private:
+  static void stamp(cl_event, cl_int, void* self) {
+    auto* e = static_cast<ClEvent*>(self);
+    e->host_ns_ =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+            .count();
+    e->stamped_.store(true, std::memory_order_release);
+  }
+  int64_t end_ns() {
+    synchronize();
+    if (profiling_) {
+      cl_ulong ns = 0;
+      check(cl_api().GetEventProfilingInfo(event_, CL_PROFILING_COMMAND_END, sizeof ns, &ns, nullptr),
+            "clGetEventProfilingInfo");
+      return static_cast<int64_t>(ns);
+    }
+    while (!stamped_.load(std::memory_order_acquire))
+      std::this_thread::yield();
+    return host_ns_;
+  }
+  const Device& device_;
+  bool timing_, profiling_;
+  cl_event event_ = nullptr;
+  int64_t host_ns_ = 0;
+  std::atomic<bool> stamped_{false};
+};
+
 class ClDevice : public Device {
 public:
   explicit ClDevice(cl_device_id dev) : dev_(dev) {
@@ -359,7 +442,8 @@ public:
     cl_int err = CL_SUCCESS;
     ctx_ = cl.CreateContext(nullptr, 1, &dev_, nullptr, nullptr, &err);
     check(err, "clCreateContext");
-    queue_ = cl.CreateCommandQueue(ctx_, dev_, 0, &err); // in order
+    profiling_ = env_limit("TINY_CL_PROFILING", 0) == 1;
+    queue_ = cl.CreateCommandQueue(ctx_, dev_, profiling_ ? CL_QUEUE_PROFILING_ENABLE : 0, &err); // in order
     check(err, "clCreateCommandQueue");
     name_ = device_string(dev_, CL_DEVICE_NAME);
     char platform[256] = {};
@@ -378,6 +462,7 @@ public:
     if (device_value<cl_bitfield>(dev_, CL_DEVICE_SINGLE_FP_CONFIG) & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT)
       options += " -cl-fp32-correctly-rounded-divide-sqrt";
     allocator_ = std::make_unique<ClAllocator>(ctx_, queue_);
+    allocator_->set_device_name(name());
     int zero = 0;
     errors_.mem = allocator_->alloc(sizeof zero);
     allocator_->copy_in(errors_.mem, &zero, sizeof zero);
@@ -424,11 +509,15 @@ public:
     allocator_->copy_in(errors_.mem, &flag, sizeof flag);
     report_zero_division();
   }
+  std::unique_ptr<Event> record_event(bool timing) override {
+    return std::make_unique<ClEvent>(*this, queue_, timing, profiling_);
+  }
 
 private:
   cl_device_id dev_;
   cl_context ctx_ = nullptr;
   cl_command_queue queue_ = nullptr;
+  bool profiling_ = false; // TINY_CL_PROFILING=1: the queue records device times (events read them)
   std::string name_, platform_;
   Target target_;
   std::unique_ptr<ClAllocator> allocator_;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -138,8 +139,30 @@ private:
   KernelFn fn_ = nullptr;
 };
 
+// A marker of a queue that has run its work when the marker is recorded: the host clock then.
+class HostEvent : public Event {
+public:
+  HostEvent(const Device& device, bool timing)
+      : device_(device), timing_(timing), at_(std::chrono::steady_clock::now()) {}
+  bool query() override { return true; }
+  void synchronize() override {}
+  double elapsed_ms(Event& end) override {
+    auto* e = dynamic_cast<HostEvent*>(&end);
+    if (!e || &e->device_ != &device_)
+      throw std::runtime_error("tiny: elapsed time between events of two devices (" + device_.name() + " and another)");
+    if (!timing_ || !e->timing_) throw std::runtime_error("tiny: elapsed time of an event recorded without timing");
+    return std::chrono::duration<double, std::milli>(e->at_ - at_).count();
+  }
+
+private:
+  const Device& device_;
+  bool timing_;
+  std::chrono::steady_clock::time_point at_;
+};
+
 class CpuDevice : public Device {
 public:
+  CpuDevice() { allocator_.set_device_name(name()); }
   std::string name() const override { return "CPU (clang)"; }
   int64_t total_memory() const override {
     return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
@@ -228,6 +251,13 @@ private:
 };
 
 } // namespace
+
+// The default marker: the queue is drained first, so the host clock is when it passed the marker (the
+// CPU device's queue runs its kernels as they are launched).
+std::unique_ptr<Event> Device::record_event(bool timing) {
+  synchronize();
+  return std::make_unique<HostEvent>(*this, timing);
+}
 
 int cpu_device_count() {
   static const int count = static_cast<int>(env_limit("TINY_CPU_DEVICES", 1));

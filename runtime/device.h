@@ -4,11 +4,13 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,14 @@
 namespace tiny::runtime {
 
 class Device;
+
+// A device that cannot give the memory asked for: Allocator::alloc throws it (every device), with a message
+// naming the bytes asked for, the device and what its allocator holds. The process and every other buffer
+// survive it (torch's OutOfMemoryError at the torch layer).
+class OutOfMemoryError : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
 
 // One counter of a device's memory: its value now, its peak since the last reset_peak_memory_stats(),
 // and the totals it grew and shrank by since the last reset_accumulated_memory_stats() (torch's Stat).
@@ -54,7 +64,7 @@ struct MemoryStats {
 class Allocator {
 public:
   virtual ~Allocator() = default;
-  void* alloc(size_t nbytes); // throws a runtime_error saying so when the device is out of memory
+  void* alloc(size_t nbytes); // throws OutOfMemoryError when the device is out of memory
   void free(void* ptr, size_t nbytes);
   void empty_cache(); // returns every cached free block to the system
   MemoryStats memory_stats();
@@ -65,10 +75,15 @@ public:
   // Copies nbytes from byte `offset` of the device block `src` (a handle, not an address, on a GPU).
   virtual void copy_out(void* dst, const void* src, size_t offset, size_t nbytes) = 0;
 
+  // The device's name in an out-of-memory message ("CUDA: NVIDIA H200 (sm_90)"); its device sets it.
+  void set_device_name(std::string name) { device_name_ = std::move(name); }
+
 protected:
   // A block of `nbytes` from the system; nullptr when the device is out of memory.
   virtual void* system_alloc(size_t nbytes) = 0;
   virtual void system_free(void* ptr) = 0;
+  // Called after the cache returned its blocks to the system (system_free for each), with the lock held.
+  virtual void returned_to_system() {}
 
 private:
   void empty_cache_locked();
@@ -76,6 +91,7 @@ private:
   std::map<size_t, std::vector<void*>> free_; // cached free blocks by size
   size_t cached_bytes_ = 0;
   MemoryStats stats_;
+  std::string device_name_ = "the device";
 };
 
 // A realized device buffer. Memory is allocated on first use and returned when the last holder
@@ -104,6 +120,28 @@ public:
                       const Launch& launch) = 0;
 };
 
+// A marker on a device's queue (Device::record_event): done once the queue has run everything enqueued
+// on it before the marker. torch.tiny.Event is one.
+class Event {
+public:
+  virtual ~Event() = default;
+  // Whether the queue has passed the marker; never blocks.
+  virtual bool query() = 0;
+  // Blocks the calling thread until the queue has passed the marker.
+  virtual void synchronize() = 0;
+  // Milliseconds from this marker to `end`, a later one of the same device, both recorded with timing;
+  // waits for both. Throws a runtime_error when either was recorded without timing or they are of two
+  // devices.
+  virtual double elapsed_ms(Event& end) = 0;
+};
+
+// What a device keeps of a schedule the realize engine replays, between its replays (a GPU device: the
+// schedule's graph). The schedule cache's entry owns it and destroys it with the entry.
+class ReplayState {
+public:
+  virtual ~ReplayState() = default;
+};
+
 class Compiler {
 public:
   virtual ~Compiler() = default;
@@ -129,6 +167,21 @@ public:
   virtual void precompile(const std::vector<std::pair<std::string, std::string>>& sources) { (void)sources; }
   // Waits until everything enqueued has run.
   virtual void synchronize() = 0;
+  // A marker enqueued now on the device's queue (timing: elapsed_ms may measure from or to it). The
+  // default, for a queue that runs its work as it is enqueued (the CPU device), synchronizes and stamps
+  // the host clock: the marker is done when recorded.
+  virtual std::unique_ptr<Event> record_event(bool timing = true);
+  // Makes what is enqueued on the device next wait for `event`: a GPU device's in-order queue needs
+  // nothing for a marker of its own; otherwise (the default) the calling thread waits for it.
+  virtual void wait_event(Event& event) { event.synchronize(); }
+  // Runs a schedule the realize engine replays: `launch_kernels` launches its kernels in order with
+  // Program::launch (allocating and freeing the schedule's buffers between them). `state` is what the
+  // device kept at this schedule's earlier replays (null at the first). The default calls launch_kernels(),
+  // each kernel launched as it comes; a GPU device launches them as one graph.
+  virtual void replay(std::unique_ptr<ReplayState>& state, const std::function<void()>& launch_kernels) {
+    (void)state;
+    launch_kernels();
+  }
   // torch.tiny.get_device_properties: the device's memory in bytes (the machine's RAM for the CPU device),
   // its parallel units (the thread pool's threads on the CPU, compute units on OpenCL), and the memory
   // the system could still give when the backend can tell (OpenCL cannot).

@@ -45,6 +45,23 @@ struct GpuApi {
   GpuResult (*ModuleUnload)(GpuHandle);
   GpuResult (*LaunchKernel)(GpuHandle, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, GpuHandle,
                             void**, void**);
+  // page-locked host memory, for staging host copies
+  GpuResult (*MemHostAlloc)(void**, size_t, unsigned);
+  GpuResult (*MemFreeHost)(void*);
+  // events: markers on a stream
+  GpuResult (*EventCreate)(GpuHandle*, unsigned);
+  GpuResult (*EventRecord)(GpuHandle, GpuHandle);
+  GpuResult (*EventQuery)(GpuHandle);
+  GpuResult (*EventSynchronize)(GpuHandle);
+  GpuResult (*EventElapsedTime)(float*, GpuHandle, GpuHandle);
+  GpuResult (*EventDestroy)(GpuHandle);
+  // graphs, captured from a stream
+  GpuResult (*StreamBeginCapture)(GpuHandle, int);
+  GpuResult (*StreamEndCapture)(GpuHandle, GpuHandle*);
+  GpuResult (*GraphInstantiate)(GpuHandle*, GpuHandle, unsigned long long);
+  GpuResult (*GraphLaunch)(GpuHandle, GpuHandle);
+  GpuResult (*GraphExecDestroy)(GpuHandle);
+  GpuResult (*GraphDestroy)(GpuHandle);
   // CUDA
   GpuResult (*PrimaryCtxRetain)(GpuHandle*, int);
   GpuResult (*PrimaryCtxRelease)(int);
@@ -52,12 +69,14 @@ struct GpuApi {
   GpuResult (*CtxPopCurrent)(GpuHandle*);
   GpuResult (*ErrorNameTo)(GpuResult, const char**);
   GpuResult (*ErrorStringTo)(GpuResult, const char**);
+  GpuResult (*GraphExecUpdateInfo)(GpuHandle, GpuHandle, void*); // cuGraphExecUpdate_v2: a result-info struct
   // HIP
   GpuResult (*GetDevice)(int*);
   GpuResult (*SetDevice)(int);
   const char* (*ErrorName)(GpuResult);
   const char* (*ErrorString)(GpuResult);
   GpuResult (*GetDeviceProperties)(void*, int);
+  GpuResult (*GraphExecUpdate)(GpuHandle, GpuHandle, GpuHandle*, int*); // hipGraphExecUpdate: node and result out
   // the library's name of an entry point above ("cuMemAlloc_v2", "hipMalloc"), for messages
   std::map<const void*, std::string> names;
   template <class F> std::string name(F* fn) const {
@@ -95,6 +114,9 @@ int gpu_device_count(const GpuVendor& vendor, const std::string& path);
 
 // The device `ordinal` of the library at `path`: one in-order stream, the caching allocator, programs
 // compiled with `compiler` (null: the vendor's for the device's arch, made at the first compile).
+// Host copies go through page-locked staging buffers (copy_in returns before its copy ran); memory goes
+// back to the driver once the stream passed its last use (an event); a replayed schedule is captured
+// once as a graph and launched as one (TINY_GPU_GRAPHS=0: kernel by kernel).
 // Throws a runtime_error naming what is missing: no library, no device.
 std::unique_ptr<Device> make_gpu_device(const GpuVendor& vendor, const std::string& path, int ordinal,
                                         std::unique_ptr<Compiler> compiler = nullptr);

@@ -24,7 +24,8 @@ Stats& stats() {
 
 void reset_stats() {
   Stats& s = stats();
-  for (auto* c : {&s.kernels, &s.compiles, &s.cache_hits, &s.disk_hits, &s.schedule_hits, &s.syncs, &s.fallbacks})
+  for (auto* c : {&s.kernels, &s.compiles, &s.cache_hits, &s.disk_hits, &s.schedule_hits, &s.graph_launches, &s.syncs,
+                  &s.fallbacks})
     *c = 0;
   s.peak_bytes = s.live_bytes.load();
 }

@@ -84,13 +84,14 @@ void synchronize(Device& device);
 
 // Counters reported by torch.tiny.stats().
 struct Stats {
-  std::atomic<int64_t> kernels{0};       // kernels launched
-  std::atomic<int64_t> compiles{0};      // programs compiled (not found in memory or on disk)
-  std::atomic<int64_t> cache_hits{0};    // programs found in the memory or disk cache
-  std::atomic<int64_t> disk_hits{0};     // programs loaded from the disk cache
-  std::atomic<int64_t> schedule_hits{0}; // syncs replayed from the schedule cache
-  std::atomic<int64_t> syncs{0};         // realizes that ran at least one kernel
-  std::atomic<int64_t> fallbacks{0};     // CPU-fallback calls (counted by csrc)
+  std::atomic<int64_t> kernels{0};        // kernels launched
+  std::atomic<int64_t> compiles{0};       // programs compiled (not found in memory or on disk)
+  std::atomic<int64_t> cache_hits{0};     // programs found in the memory or disk cache
+  std::atomic<int64_t> disk_hits{0};      // programs loaded from the disk cache
+  std::atomic<int64_t> schedule_hits{0};  // syncs replayed from the schedule cache
+  std::atomic<int64_t> graph_launches{0}; // replayed schedules a GPU device launched as one graph
+  std::atomic<int64_t> syncs{0};          // realizes that ran at least one kernel
+  std::atomic<int64_t> fallbacks{0};      // CPU-fallback calls (counted by csrc)
   std::atomic<int64_t> live_buffers{0};
   std::atomic<int64_t> live_bytes{0};
   std::atomic<int64_t> peak_bytes{0}; // the most live_bytes since reset_stats()

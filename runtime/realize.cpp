@@ -160,6 +160,8 @@ struct CachedSchedule {
   // Memory plan: a new buffer is allocated by the first step that uses it and released after the
   // last (results are kept), so later intermediates reuse its memory (the allocator's cache).
   std::vector<std::vector<int64_t>> release_after; // per step: new buffer indices
+  // What the device keeps between replays (a GPU device: the schedule's graph); dies with the entry.
+  mutable std::unique_ptr<ReplayState> device_state;
 
   void plan() {
     std::vector<int64_t> last(new_buffers.size(), -1);
@@ -302,29 +304,37 @@ std::vector<UOpPtr> replay(const CachedSchedule& s, const GraphKey& key) {
   std::vector<void*> ptrs;
   std::vector<int64_t> iv;
   std::vector<double> fv;
-  for (size_t i = 0; i < s.steps.size(); i++) {
-    const CachedSchedule::Step& step = s.steps[i];
-    ptrs.clear();
-    iv.clear();
-    fv.clear();
-    for (int64_t b : step.buffers)
-      ptrs.push_back(std::static_pointer_cast<Buffer>(buf(b))->ptr());
-    for (int64_t v : step.ivars)
-      iv.push_back(key.vars[v]->const_i());
-    for (int64_t v : step.fvars)
-      fv.push_back(key.vars[v]->const_f());
-    auto t = Clock::now();
-    Traced running(RealizeSpan::Kind::Kernel);
-    step.program->launch(ptrs, iv, fv, step.launch);
-    running.end(*s.device, step.name, 0, true);
-    stats().kernels++;
-    stats().cache_hits++; // the program came from the cache, with the schedule
-    if (debug_level() >= 2) s.device->synchronize();
-    if (debug_level() >= 2)
-      std::fprintf(stderr, "tiny: kernel %-24s (cached)  run %8.1f us\n", step.name.c_str(), us_since(t));
-    for (int64_t b : s.release_after[i])
-      made[b].reset();
-  }
+  auto launch_kernels = [&] {
+    for (size_t i = 0; i < s.steps.size(); i++) {
+      const CachedSchedule::Step& step = s.steps[i];
+      ptrs.clear();
+      iv.clear();
+      fv.clear();
+      for (int64_t b : step.buffers)
+        ptrs.push_back(std::static_pointer_cast<Buffer>(buf(b))->ptr());
+      for (int64_t v : step.ivars)
+        iv.push_back(key.vars[v]->const_i());
+      for (int64_t v : step.fvars)
+        fv.push_back(key.vars[v]->const_f());
+      auto t = Clock::now();
+      Traced running(RealizeSpan::Kind::Kernel);
+      step.program->launch(ptrs, iv, fv, step.launch);
+      running.end(*s.device, step.name, 0, true);
+      stats().kernels++;
+      stats().cache_hits++; // the program came from the cache, with the schedule
+      if (debug_level() >= 2) s.device->synchronize();
+      if (debug_level() >= 2)
+        std::fprintf(stderr, "tiny: kernel %-24s (cached)  run %8.1f us\n", step.name.c_str(), us_since(t));
+      for (int64_t b : s.release_after[i])
+        made[b].reset();
+    }
+  };
+  // The device launches the kernels as it will (a GPU device: as one graph), unless a profiler or
+  // TINY_DEBUG>=2 times each kernel, which waits for it.
+  if (installed_tracer.load(std::memory_order_acquire) || debug_level() >= 2)
+    launch_kernels();
+  else
+    s.device->replay(s.device_state, launch_kernels);
   std::vector<UOpPtr> out;
   for (int64_t r : s.results)
     out.push_back(buffer(buf(r)));

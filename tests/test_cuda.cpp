@@ -169,18 +169,20 @@ TEST_F(CudaFakeDriver, CopiesAndLaunchesRunInStreamOrderAndAReadWaitsForThem) {
     x[i] = static_cast<float>(i) - 100;
   void* a = alloc(x.size() * 4);
   dev->allocator().copy_in(a, x.data(), x.size() * 4);
-  x[0] = 12345; // the driver staged the host memory: changing it now changes nothing
+  float first = x[0];
+  x[0] = 12345; // copied into a staging buffer: changing it now changes nothing
   auto p = dev->program("extern \"C\" __global__ void twice(float* a, long long n)", "twice");
   std::vector<void*> bufs = {a};
   std::vector<int64_t> n = {256};
   p->launch(bufs, n, {}, Launch{});
   p->launch(bufs, n, {}, Launch{});
-  EXPECT_EQ(FAKE(fake_cuda_pending)(), 3u); // nothing ran yet
+  EXPECT_EQ(FAKE(fake_cuda_pending)(), 4u); // nothing ran yet: the copy, its staging buffer's event, the launches
+  x[0] = first;
   std::vector<float> got(256);
   dev->allocator().copy_out(got.data(), a, 0, got.size() * 4);
   for (size_t i = 0; i < got.size(); i++)
     EXPECT_EQ(got[i], 4 * (static_cast<float>(i) - 100)) << i;
-  EXPECT_NE(std::string(FAKE(fake_cuda_log)()).find("htod 1024;launch twice;launch twice;dtoh 1024;"),
+  EXPECT_NE(std::string(FAKE(fake_cuda_log)()).find("htod 1024 pinned;launch twice;launch twice;dtoh 1024 pinned;"),
             std::string::npos)
       << FAKE(fake_cuda_log)();
   // a copy from an offset
@@ -190,7 +192,7 @@ TEST_F(CudaFakeDriver, CopiesAndLaunchesRunInStreamOrderAndAReadWaitsForThem) {
   dev->allocator().free(a, x.size() * 4);
 }
 
-TEST_F(CudaFakeDriver, AFreedBlockIsReusedAndGoesBackToTheDriverOnlyAfterTheStreamDrained) {
+TEST_F(CudaFakeDriver, AFreedBlockIsReusedAndGoesBackToTheDriverOnlyAfterTheStreamPassedItsLastUse) {
   size_t live = FAKE(fake_cuda_live_bytes)();
   int allocs = calls("cuMemAlloc_v2");
   auto p = dev->program("extern \"C\" __global__ void uses(float* a)", "uses");
@@ -203,7 +205,12 @@ TEST_F(CudaFakeDriver, AFreedBlockIsReusedAndGoesBackToTheDriverOnlyAfterTheStre
   p->launch(std::vector<void*>{b}, {}, {}, Launch{});
   dev->allocator().free(b, 8000);
   EXPECT_EQ(FAKE(fake_cuda_pending)(), 2u);
-  dev->allocator().empty_cache(); // cuMemFree after the stream drained (the fake counts a misuse otherwise)
+  // given back to the driver once an event after its last use passed (the fake counts a misuse for a
+  // cuMemFree of memory queued work uses); the stream has not run it yet
+  dev->allocator().empty_cache();
+  EXPECT_EQ(calls("cuMemFree_v2"), 0);
+  EXPECT_EQ(FAKE(fake_cuda_pending)(), 3u); // the launches and the event
+  dev->synchronize();
   EXPECT_EQ(calls("cuMemFree_v2"), 1);
   EXPECT_EQ(FAKE(fake_cuda_pending)(), 0u);
   EXPECT_EQ(FAKE(fake_cuda_live_bytes)(), live);
@@ -225,14 +232,22 @@ TEST_F(CudaFakeDriver, ADeviceGoneGivesAllItsMemoryBack) {
   EXPECT_EQ(calls("cuDevicePrimaryCtxRelease_v2"), 2);
 }
 
-TEST_F(CudaFakeDriver, OutOfMemoryIsAClearErrorAndTheDeviceStaysUsable) {
+TEST_F(CudaFakeDriver, OutOfMemoryIsAnErrorOfItsOwnAndTheDeviceAndItsBuffersStayUsable) {
   FAKE(fake_cuda_reset)(1, size_t{4} << 20); // 4 MiB
+  std::vector<int32_t> kept(256, 7), kept_got(256);
+  void* k = alloc(1024);
+  dev->allocator().copy_in(k, kept.data(), 1024);
   try {
     alloc(size_t{8} << 20);
     FAIL() << "no error";
-  } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("out of memory"), std::string::npos) << e.what();
+  } catch (const OutOfMemoryError& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("out of memory allocating 8388608 bytes on CUDA: Fake GPU (sm_90)"), std::string::npos) << what;
+    EXPECT_NE(what.find("tiny holds"), std::string::npos) << what;
   }
+  dev->allocator().copy_out(kept_got.data(), k, 0, 1024);
+  EXPECT_EQ(kept_got, kept);
+  dev->allocator().free(k, 1024);
   EXPECT_EQ(dev->allocator().memory_stats().num_ooms, 1);
   // a cached free block goes back to the driver to make room, and the allocation is retried
   void* a = alloc(size_t{3} << 20);
@@ -554,4 +569,287 @@ TEST_F(CudaFakeDriver, ARealizedGraphIsCompiledByNvrtcAndLaunchedWithItsGrid) {
   EXPECT_GE(int64_t{launch(0).grid[0]} * launch(0).block[0], n);
   EXPECT_EQ(launch(0).arg_size, 16u); // out, x
   EXPECT_EQ(arg_at<uint64_t>(launch(0), 8), device_address(x->ptr()));
+}
+
+// ---- replayed schedules as graphs, staged host copies, events ----
+
+namespace {
+
+std::vector<float> iota_floats(size_t n) {
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; i++)
+    x[i] = static_cast<float>(i) - 50;
+  return x;
+}
+
+} // namespace
+
+TEST_F(CudaFakeDriver, AReplayIsCapturedOnceAndEachRepeatIsOneGraphLaunch) {
+  FAKE(fake_cuda_set_kernel)("twice", twice);
+  auto p = dev->program("extern \"C\" __global__ void twice(float* a, long long n)", "twice");
+  std::vector<float> x = iota_floats(64), got(64);
+  void* a = alloc(256);
+  dev->allocator().copy_in(a, x.data(), 256);
+  std::unique_ptr<ReplayState> state;
+  auto two = [&] {
+    p->launch(std::vector<void*>{a}, std::vector<int64_t>{64}, {}, Launch{});
+    p->launch(std::vector<void*>{a}, std::vector<int64_t>{64}, {}, Launch{});
+  };
+  int64_t graphs = stats().graph_launches;
+  for (int r = 0; r < 3; r++)
+    dev->replay(state, two);
+  EXPECT_EQ(FAKE(fake_cuda_graph_launches)(), 3);
+  EXPECT_EQ(stats().graph_launches - graphs, 3);
+  EXPECT_EQ(calls("cuStreamBeginCapture_v2"), 1);
+  EXPECT_EQ(calls("cuGraphInstantiateWithFlags"), 1);
+  EXPECT_EQ(calls("cuLaunchKernel"), 2); // the captured launches; the repeats launch the graph only
+  dev->allocator().copy_out(got.data(), a, 0, 256);
+  for (size_t i = 0; i < got.size(); i++)
+    EXPECT_EQ(got[i], 64 * x[i]) << i;
+  EXPECT_NE(std::string(FAKE(fake_cuda_log)()).find("graph;launch twice;launch twice;graph;launch twice;launch twice;"),
+            std::string::npos)
+      << FAKE(fake_cuda_log)();
+  state.reset();
+  EXPECT_EQ(calls("cuGraphExecDestroy"), 1);
+  dev->allocator().free(a, 256);
+}
+
+TEST_F(CudaFakeDriver, AReplayOnOtherBuffersUpdatesTheGraphAndOtherKernelsInstantiateANewOne) {
+  FAKE(fake_cuda_set_kernel)("twice", twice);
+  auto p = dev->program("extern \"C\" __global__ void twice(float* a, long long n)", "twice");
+  std::vector<float> x = iota_floats(64), got(64);
+  void* a = alloc(256);
+  void* b = alloc(256);
+  dev->allocator().copy_in(a, x.data(), 256);
+  dev->allocator().copy_in(b, x.data(), 256);
+  std::unique_ptr<ReplayState> state;
+  auto on = [&](void* buf, int times) {
+    return [&p, buf, times] {
+      for (int i = 0; i < times; i++)
+        p->launch(std::vector<void*>{buf}, std::vector<int64_t>{64}, {}, Launch{});
+    };
+  };
+  dev->replay(state, on(a, 2));
+  dev->replay(state, on(b, 2)); // other arguments: the graph is updated
+  EXPECT_EQ(calls("cuStreamBeginCapture_v2"), 2);
+  EXPECT_EQ(calls("cuGraphExecUpdate_v2"), 1);
+  EXPECT_EQ(calls("cuGraphInstantiateWithFlags"), 1);
+  dev->replay(state, on(a, 3)); // another topology: the driver refuses the update, a new graph
+  EXPECT_EQ(calls("cuGraphExecUpdate_v2"), 2);
+  EXPECT_EQ(calls("cuGraphInstantiateWithFlags"), 2);
+  EXPECT_EQ(calls("cuGraphExecDestroy"), 1);
+  EXPECT_EQ(FAKE(fake_cuda_graph_launches)(), 3);
+  dev->allocator().copy_out(got.data(), a, 0, 256);
+  for (size_t i = 0; i < got.size(); i++)
+    EXPECT_EQ(got[i], 32 * x[i]) << i;
+  dev->allocator().copy_out(got.data(), b, 0, 256);
+  for (size_t i = 0; i < got.size(); i++)
+    EXPECT_EQ(got[i], 4 * x[i]) << i;
+  state.reset();
+  dev->allocator().free(a, 256);
+  dev->allocator().free(b, 256);
+}
+
+TEST_F(CudaFakeDriver, WhenTheDriverRefusesACaptureAnUpdateOrAnInstantiationTheKernelsStillRunInOrder) {
+  FAKE(fake_cuda_set_kernel)("twice", twice);
+  auto p = dev->program("extern \"C\" __global__ void twice(float* a, long long n)", "twice");
+  std::vector<float> x = iota_floats(64), got(64);
+  void* a = alloc(256);
+  dev->allocator().copy_in(a, x.data(), 256);
+  auto two = [&] {
+    p->launch(std::vector<void*>{a}, std::vector<int64_t>{64}, {}, Launch{});
+    p->launch(std::vector<void*>{a}, std::vector<int64_t>{64}, {}, Launch{});
+  };
+  // no capture: one by one, now and at the schedule's later replays
+  std::unique_ptr<ReplayState> uncaptured;
+  FAKE(fake_cuda_fail_next)("cuStreamBeginCapture_v2", 900);
+  dev->replay(uncaptured, two);
+  dev->replay(uncaptured, two);
+  EXPECT_EQ(FAKE(fake_cuda_graph_launches)(), 0);
+  EXPECT_EQ(calls("cuLaunchKernel"), 4);
+  // no instantiation: one by one
+  std::unique_ptr<ReplayState> uninstantiated;
+  FAKE(fake_cuda_fail_next)("cuGraphInstantiateWithFlags", 1);
+  dev->replay(uninstantiated, two);
+  EXPECT_EQ(FAKE(fake_cuda_graph_launches)(), 0);
+  // a refused update: a new graph
+  std::unique_ptr<ReplayState> graph;
+  void* b = alloc(256);
+  dev->allocator().copy_in(b, x.data(), 256);
+  dev->replay(graph, two);
+  FAKE(fake_cuda_fail_next)("cuGraphExecUpdate_v2", 910);
+  dev->replay(graph, [&] {
+    p->launch(std::vector<void*>{b}, std::vector<int64_t>{64}, {}, Launch{});
+    p->launch(std::vector<void*>{b}, std::vector<int64_t>{64}, {}, Launch{});
+  });
+  EXPECT_EQ(calls("cuGraphInstantiateWithFlags"), 3);
+  EXPECT_EQ(FAKE(fake_cuda_graph_launches)(), 2);
+  dev->allocator().copy_out(got.data(), a, 0, 256);
+  for (size_t i = 0; i < got.size(); i++)
+    EXPECT_EQ(got[i], 256 * x[i]) << i; // doubled 8 times
+  dev->allocator().copy_out(got.data(), b, 0, 256);
+  for (size_t i = 0; i < got.size(); i++)
+    EXPECT_EQ(got[i], 4 * x[i]) << i;
+  dev->allocator().free(a, 256);
+  dev->allocator().free(b, 256);
+}
+
+TEST_F(CudaFakeDriver, AZeroDivisionInAGraphRaisesAfterTheSync) {
+  FAKE(fake_cuda_set_kernel)("divides", divides_by_zero);
+  auto p = dev->program(with_error_flag("divides"), "divides");
+  std::unique_ptr<ReplayState> state;
+  auto two = [&] {
+    p->launch({}, {}, {}, Launch{});
+    p->launch({}, {}, {}, Launch{});
+  };
+  dev->replay(state, two);
+  dev->synchronize();
+  EXPECT_THROW(raise_kernel_errors(), std::runtime_error);
+  FAKE(fake_cuda_set_kernel)("divides", nullptr);
+  dev->replay(state, two);
+  dev->synchronize();
+  EXPECT_NO_THROW(raise_kernel_errors());
+  EXPECT_EQ(FAKE(fake_cuda_graph_launches)(), 2);
+}
+
+TEST_F(CudaFakeDriver, TinyGpuGraphsZeroLaunchesAReplayKernelByKernel) {
+  dev.reset();
+  setenv("TINY_GPU_GRAPHS", "0", 1);
+  dev = open();
+  unsetenv("TINY_GPU_GRAPHS");
+  auto p = dev->program("extern \"C\" __global__ void plain()", "plain");
+  std::unique_ptr<ReplayState> state;
+  for (int r = 0; r < 2; r++)
+    dev->replay(state, [&] {
+      p->launch({}, {}, {}, Launch{});
+      p->launch({}, {}, {}, Launch{});
+    });
+  dev->synchronize();
+  EXPECT_EQ(FAKE(fake_cuda_graph_launches)(), 0);
+  EXPECT_EQ(calls("cuLaunchKernel"), 4);
+  EXPECT_EQ(calls("cuStreamBeginCapture_v2"), 0);
+}
+
+// The realize engine's schedule cache: a repeated graph on other inputs replays as one graph launch of the
+// same kernels, in the same order, on the new inputs (the fake runs no generated kernel: the launches are
+// compared).
+TEST_F(CudaFakeDriver, ARepeatedScheduleOnTheDeviceIsOneGraphLaunchOfTheSameKernels) {
+  const int64_t n = 1000;
+  auto input = [&] {
+    auto b = std::make_shared<Buffer>(*dev, DType::Float32, n);
+    std::vector<float> ones(n, 1.0f);
+    dev->allocator().copy_in(b->ptr(), ones.data(), n * 4);
+    return b;
+  };
+  auto roots = [&](const std::shared_ptr<Buffer>& x) {
+    UOpPtr e = alu(Ops::MUL, alu(Ops::EXP, buffer(x)), expand(reshape(const_float(DType::Float32, 3.25), {1}), {n}));
+    return std::vector<UOpPtr>{e, reduce(e, Ops::ADD, {0})};
+  };
+  realize_all(roots(input()));
+  dev->synchronize();
+  size_t first = launches();
+  ASSERT_GE(first, 2u);
+  std::vector<std::string> names;
+  for (size_t i = 0; i < first; i++)
+    names.push_back(launch(static_cast<int>(i)).name);
+  int64_t hits = stats().schedule_hits, graphs = stats().graph_launches;
+  auto x = input();
+  std::vector<UOpPtr> out = realize_all(roots(x));
+  dev->synchronize();
+  EXPECT_EQ(stats().schedule_hits - hits, 1);
+  EXPECT_EQ(stats().graph_launches - graphs, 1);
+  EXPECT_EQ(FAKE(fake_cuda_graph_launches)(), 1);
+  ASSERT_EQ(launches(), 2 * first); // the replay's launches, captured
+  bool reads_x = false;
+  for (size_t i = 0; i < first; i++) {
+    const FakeCudaLaunch& l = launch(static_cast<int>(first + i));
+    EXPECT_EQ(l.name, names[i]);
+    for (size_t at = 0; at + 8 <= l.arg_size; at += 8)
+      reads_x = reads_x || arg_at<uint64_t>(l, at) == device_address(x->ptr());
+  }
+  EXPECT_TRUE(reads_x);
+  std::string log = FAKE(fake_cuda_log)();
+  std::string replayed = "graph;";
+  for (const std::string& name : names)
+    replayed += "launch " + name + ";";
+  EXPECT_NE(log.find(replayed), std::string::npos) << log;
+}
+
+TEST_F(CudaFakeDriver, CopyInReturnsBeforeItsCopyRanAndTheCallersMemoryIsFreeAtOnce) {
+  std::vector<float> x = iota_floats(1000), sent = x, got(1000);
+  void* a = alloc(4000);
+  dev->allocator().copy_in(a, x.data(), 4000);
+  EXPECT_GT(FAKE(fake_cuda_pending)(), 0u); // enqueued, not run
+  std::fill(x.begin(), x.end(), -1.0f);     // the caller's memory, overwritten at once
+  dev->allocator().copy_out(got.data(), a, 0, 4000);
+  EXPECT_EQ(got, sent);
+  // the staging buffers are page-locked once and reused
+  for (int i = 0; i < 10; i++) {
+    dev->allocator().copy_in(a, x.data(), 4000);
+    dev->allocator().copy_out(got.data(), a, 0, 4000);
+    EXPECT_EQ(got, x);
+  }
+  EXPECT_LE(calls("cuMemHostAlloc"), 4);
+  EXPECT_EQ(FAKE(fake_cuda_misuses)(), 0);
+  dev->allocator().free(a, 4000);
+}
+
+TEST_F(CudaFakeDriver, LargeCopiesGoInChunksAndAStagingBufferIsRefilledOnlyAfterItsCopyRan) {
+  size_t n = (size_t{18} << 20) / 4; // 18 MiB: five 4 MiB chunks through four staging buffers
+  std::vector<float> x(n), got(n);
+  for (size_t i = 0; i < n; i++)
+    x[i] = static_cast<float>(i % 100003);
+  void* a = alloc(n * 4);
+  int waits = calls("event waited");
+  dev->allocator().copy_in(a, x.data(), n * 4);
+  // the fifth chunk waited for the first's copy to run (the fake reads page-locked memory when it does)
+  EXPECT_EQ(calls("event waited") - waits, 1);
+  EXPECT_EQ(calls("cuMemHostAlloc"), 4);
+  EXPECT_EQ(FAKE(fake_cuda_pinned_bytes)(), size_t{16} << 20);
+  dev->allocator().copy_out(got.data(), a, 0, n * 4);
+  EXPECT_TRUE(got == x);
+  std::string log = FAKE(fake_cuda_log)();
+  EXPECT_NE(log.find("htod 4194304 pinned;htod 4194304 pinned;htod 4194304 pinned;htod 4194304 pinned;htod 2097152 "
+                     "pinned;dtoh 4194304 pinned;"),
+            std::string::npos)
+      << log;
+  dev->allocator().free(a, n * 4);
+  dev.reset();
+  EXPECT_EQ(FAKE(fake_cuda_pinned_bytes)(), 0u);
+}
+
+TEST_F(CudaFakeDriver, WithoutPageLockedMemoryCopiesGoFromTheCallersMemory) {
+  dev.reset();
+  dev = open();
+  dev->synchronize();
+  FAKE(fake_cuda_fail_next)("cuMemHostAlloc", 2);
+  std::vector<float> x = iota_floats(100), got(100);
+  void* a = alloc(400);
+  dev->allocator().copy_in(a, x.data(), 400);
+  dev->allocator().copy_out(got.data(), a, 0, 400);
+  EXPECT_EQ(got, x);
+  EXPECT_NE(std::string(FAKE(fake_cuda_log)()).find("htod 400;dtoh 400;"), std::string::npos) << FAKE(fake_cuda_log)();
+  dev->allocator().free(a, 400);
+}
+
+TEST_F(CudaFakeDriver, EventsMarkTheStreamAndMeasureTheTimeBetween) {
+  auto p = dev->program("extern \"C\" __global__ void timed()", "timed");
+  auto start = dev->record_event();
+  p->launch({}, {}, {}, Launch{});
+  p->launch({}, {}, {}, Launch{});
+  auto end = dev->record_event();
+  EXPECT_FALSE(end->query()); // the stream has not run yet
+  end->synchronize();
+  EXPECT_TRUE(end->query());
+  EXPECT_TRUE(start->query());
+  EXPECT_EQ(start->elapsed_ms(*end), 2.0); // the fake's launches take 1 ms each
+  auto untimed = dev->record_event(false);
+  EXPECT_THROW(start->elapsed_ms(*untimed), std::runtime_error);
+  dev->wait_event(*end); // a marker of its own stream: nothing to wait for
+  auto other = make_cuda_device(TINY_FAKE_CUDA, 0, std::make_unique<SourceAsBinary>());
+  auto theirs = other->record_event();
+  EXPECT_THROW(start->elapsed_ms(*theirs), std::runtime_error);
+  dev->wait_event(*theirs); // another device's: the host waits
+  EXPECT_TRUE(theirs->query());
+  dev->synchronize();
 }

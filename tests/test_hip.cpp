@@ -221,21 +221,24 @@ TEST_F(HipFakeRuntime, CopiesAndLaunchesRunInStreamOrderAndAFreedBlockIsReusedAf
   dev->allocator().copy_in(a, x.data(), 256);
   auto p = dev->program("extern \"C\" __attribute__((global)) void twice(float* a, long long n)", "twice");
   p->launch(std::vector<void*>{a}, std::vector<int64_t>{64}, {}, Launch{});
-  EXPECT_EQ(FAKE(fake_cuda_pending)(), 2u); // nothing ran yet
+  EXPECT_EQ(FAKE(fake_cuda_pending)(), 3u); // nothing ran yet: the copy, its staging buffer's event, the launch
   std::vector<float> got(64);
   dev->allocator().copy_out(got.data(), a, 0, 256);
   for (size_t i = 0; i < got.size(); i++)
     EXPECT_EQ(got[i], 2 * x[i]) << i;
-  EXPECT_NE(std::string(FAKE(fake_cuda_log)()).find("htod 256;launch twice;dtoh 256;"), std::string::npos)
+  EXPECT_NE(std::string(FAKE(fake_cuda_log)()).find("htod 256 pinned;launch twice;dtoh 256 pinned;"), std::string::npos)
       << FAKE(fake_cuda_log)();
   // freed with a launch still queued, the block comes back for the next allocation of its bucket, and
-  // goes back to the runtime only once the stream drained (the fake counts a misuse otherwise)
+  // goes back to the runtime only once the stream passed an event after its last use (the fake counts a
+  // misuse otherwise)
   p->launch(std::vector<void*>{a}, std::vector<int64_t>{64}, {}, Launch{});
   dev->allocator().free(a, 256);
   EXPECT_EQ(dev->allocator().alloc(200), a);
   EXPECT_EQ(calls("hipMalloc") - mallocs, 1);
   dev->allocator().free(a, 200);
   dev->allocator().empty_cache();
+  EXPECT_EQ(calls("hipFree") - frees, 0);
+  dev->synchronize();
   EXPECT_EQ(calls("hipFree") - frees, 1);
   EXPECT_EQ(FAKE(fake_cuda_pending)(), 0u);
 }
@@ -245,8 +248,10 @@ TEST_F(HipFakeRuntime, OutOfMemoryIsAClearErrorAndTheDeviceStaysUsable) {
   try {
     dev->allocator().alloc(size_t{8} << 20);
     FAIL() << "no error";
-  } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("out of memory"), std::string::npos) << e.what();
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_NE(std::string(e.what()).find("out of memory allocating 8388608 bytes on HIP: Fake GPU (gfx942)"),
+              std::string::npos)
+        << e.what();
   }
   EXPECT_EQ(dev->allocator().memory_stats().num_ooms, 1);
   void* b = dev->allocator().alloc(size_t{2} << 20);
@@ -312,6 +317,50 @@ TEST_F(HipFakeRuntime, ABlockCopiesFromOneDeviceToTheOtherStagedThroughTheHost) 
   second->allocator().copy_out(got.data(), on1->ptr(), 0, 16);
   EXPECT_EQ(got, x);
   EXPECT_EQ(FAKE(fake_cuda_block_device)(reinterpret_cast<uint64_t>(on1->ptr())), 1);
+}
+
+TEST_F(HipFakeRuntime, AReplayIsOneHipGraphLaunchUpdatedForOtherBuffers) {
+  FAKE(fake_cuda_set_kernel)("twice", twice);
+  auto p = dev->program("extern \"C\" __attribute__((global)) void twice(float* a, long long n)", "twice");
+  std::vector<float> x = {1, 2, 3, 4}, got(4);
+  void* a = dev->allocator().alloc(16);
+  void* b = dev->allocator().alloc(16);
+  dev->allocator().copy_in(a, x.data(), 16);
+  dev->allocator().copy_in(b, x.data(), 16);
+  std::unique_ptr<ReplayState> state;
+  auto on = [&](void* buf) {
+    return [&p, buf] {
+      p->launch(std::vector<void*>{buf}, std::vector<int64_t>{4}, {}, Launch{});
+      p->launch(std::vector<void*>{buf}, std::vector<int64_t>{4}, {}, Launch{});
+    };
+  };
+  dev->replay(state, on(a));
+  dev->replay(state, on(a));
+  dev->replay(state, on(b));
+  EXPECT_EQ(FAKE(fake_cuda_graph_launches)(), 3);
+  EXPECT_EQ(calls("hipStreamBeginCapture"), 2);
+  EXPECT_EQ(calls("hipGraphExecUpdate"), 1);
+  EXPECT_EQ(calls("hipGraphInstantiateWithFlags"), 1);
+  dev->allocator().copy_out(got.data(), a, 0, 16);
+  EXPECT_EQ(got, (std::vector<float>{16, 32, 48, 64}));
+  dev->allocator().copy_out(got.data(), b, 0, 16);
+  EXPECT_EQ(got, (std::vector<float>{4, 8, 12, 16}));
+  state.reset();
+  EXPECT_EQ(calls("hipGraphExecDestroy"), 1);
+  dev->allocator().free(a, 16);
+  dev->allocator().free(b, 16);
+}
+
+TEST_F(HipFakeRuntime, EventsMarkTheStreamAndMeasureTheTimeBetween) {
+  auto p = dev->program("extern \"C\" __attribute__((global)) void timed()", "timed");
+  auto start = dev->record_event();
+  for (int i = 0; i < 3; i++)
+    p->launch({}, {}, {}, Launch{});
+  auto end = dev->record_event();
+  EXPECT_FALSE(end->query());
+  EXPECT_EQ(start->elapsed_ms(*end), 3.0); // waits for both; the fake's launches take 1 ms each
+  EXPECT_TRUE(end->query());
+  EXPECT_EQ(calls("hipEventCreateWithFlags"), 2);
 }
 
 TEST(HipRuntime, WithoutTheLibraryThereAreNoDevicesAndOpeningOneSaysWhy) {

@@ -21,7 +21,8 @@ using CUresult = int;
 constexpr CUresult CUDA_SUCCESS = 0, CUDA_ERROR_INVALID_VALUE = 1, CUDA_ERROR_OUT_OF_MEMORY = 2,
                    CUDA_ERROR_NOT_INITIALIZED = 3, CUDA_ERROR_INVALID_CONTEXT = 201, CUDA_ERROR_INVALID_IMAGE = 200,
                    CUDA_ERROR_NO_DEVICE = 100, CUDA_ERROR_INVALID_DEVICE = 101, CUDA_ERROR_NOT_FOUND = 500,
-                   CUDA_ERROR_LAUNCH_FAILED = 719;
+                   CUDA_ERROR_LAUNCH_FAILED = 719, CUDA_ERROR_INVALID_HANDLE = 400, CUDA_ERROR_NOT_READY = 600,
+                   CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900, CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE = 910;
 
 struct ErrorText {
   CUresult code;
@@ -40,11 +41,41 @@ constexpr ErrorText kErrors[] = {
     {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context", "hipErrorInvalidContext"},
     {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found", "hipErrorNotFound"},
     {CUDA_ERROR_LAUNCH_FAILED, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure", "hipErrorLaunchFailure"},
+    {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle", "hipErrorInvalidHandle"},
+    {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready", "hipErrorNotReady"},
+    {CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
+     "operation not permitted when stream is capturing", "hipErrorStreamCaptureUnsupported"},
+    {CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, "CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE",
+     "the graph update was not performed because it included changes which violated constraints specific to "
+     "instantiated graph update",
+     "hipErrorGraphExecUpdateFailure"},
+};
+
+// Work a stream runs, and the memory it reads or writes (device blocks and pinned host allocations, by
+// their base addresses): freeing memory that queued work still uses is a misuse.
+struct Work {
+  std::function<void()> run;
+  std::vector<uint64_t> touches;
+};
+
+// A captured graph, or an instantiated one: its nodes in capture order, each named ("launch NAME",
+// "htod 64", ...) for cuGraphExecUpdate's check that the topology is the same.
+struct Graph {
+  std::vector<std::pair<std::string, Work>> nodes;
 };
 
 struct Stream {
   int device = 0;
-  std::deque<std::function<void()>> work;
+  std::deque<Work> work;
+  Graph* capture = nullptr; // capturing: work goes into this graph instead
+};
+
+// An event: done once the stream ran its record; `at` is the fake clock then (a launch takes 1 ms).
+struct Event {
+  unsigned flags = 0; // 2: CU_EVENT_DISABLE_TIMING, hipEventDisableTiming
+  bool done = true;
+  double at = 0;
+  Stream* stream = nullptr;
 };
 
 struct Function {
@@ -73,7 +104,12 @@ struct State {
   std::map<std::string, FakeCudaKernel> kernels;
   int misuses = 0;
   std::string log;
-  std::array<int, 16> contexts{}; // the primary contexts' identities: &contexts[device]
+  std::array<int, 16> contexts{};                        // the primary contexts' identities: &contexts[device]
+  std::map<uint64_t, std::vector<unsigned char>> pinned; // host address -> page-locked host memory
+  std::vector<std::unique_ptr<Event>> events;            // never deleted: a queued record may name one destroyed
+  std::vector<std::unique_ptr<Graph>> graphs;            // captured graphs and instantiated ones, alike
+  double clock_ms = 0;
+  int graph_launches = 0;
 };
 
 State& state() {
@@ -121,6 +157,39 @@ unsigned char* host(uint64_t address) {
 }
 
 // Bytes allocated on `device` (-1: on every device).
+// The base address of the device block or pinned allocation holding `address`, or 0.
+uint64_t base_of(uint64_t address) {
+  for (auto* m : {&state().blocks, &state().pinned}) {
+    auto it = m->upper_bound(address);
+    if (it == m->begin()) continue;
+    --it;
+    if (address < it->first + it->second.size()) return it->first;
+  }
+  return 0;
+}
+
+// Whether queued stream work still uses the memory at `base`.
+bool in_use(uint64_t base) {
+  for (const auto& st : state().streams)
+    for (const Work& w : st->work)
+      for (uint64_t t : w.touches)
+        if (t == base) return true;
+  return false;
+}
+
+void enqueue(Stream* stream, const std::string& what, Work w) {
+  if (stream->capture)
+    stream->capture->nodes.emplace_back(what, std::move(w));
+  else
+    stream->work.push_back(std::move(w));
+}
+
+void run_one(Stream* stream) {
+  Work w = std::move(stream->work.front());
+  stream->work.pop_front();
+  w.run();
+}
+
 size_t live_bytes(int device = -1) {
   size_t n = 0;
   for (const auto& [a, b] : state().blocks)
@@ -130,11 +199,8 @@ size_t live_bytes(int device = -1) {
 
 void run_streams() {
   for (auto& st : state().streams)
-    while (!st->work.empty()) {
-      auto w = std::move(st->work.front());
-      st->work.pop_front();
-      w();
-    }
+    while (!st->work.empty())
+      run_one(st.get());
 }
 
 size_t elf_size(const char* image) {
@@ -175,11 +241,9 @@ CUresult stream_destroy(Stream* stream) {
   return CUDA_ERROR_INVALID_VALUE;
 }
 CUresult stream_synchronize(Stream* stream) {
-  while (!stream->work.empty()) {
-    auto w = std::move(stream->work.front());
-    stream->work.pop_front();
-    w();
-  }
+  if (stream->capture) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  while (!stream->work.empty())
+    run_one(stream);
   return CUDA_SUCCESS;
 }
 CUresult mem_get_info(size_t* free, size_t* total, int device) {
@@ -198,7 +262,7 @@ CUresult mem_alloc(uint64_t* ptr, size_t n, int device) {
   return CUDA_SUCCESS;
 }
 CUresult mem_free(uint64_t ptr) {
-  if (fake_cuda_pending()) {
+  if (in_use(ptr)) {
     state().misuses++;
     run_streams();
   }
@@ -208,30 +272,50 @@ CUresult mem_free(uint64_t ptr) {
 CUresult memcpy_htod(uint64_t dst, const void* src, size_t n, Stream* stream, int device) {
   if (!host(dst) || !host(dst + n - 1)) return CUDA_ERROR_INVALID_VALUE;
   check_device(stream->device, device);
+  std::string what = "htod " + std::to_string(n);
+  if (uint64_t pinned = base_of(reinterpret_cast<uint64_t>(src)); pinned && state().pinned.count(pinned)) {
+    // page-locked host memory is read when the stream runs the copy
+    enqueue(stream, what,
+            {[dst, src, n, what] {
+               std::memcpy(host(dst), src, n);
+               state().log += what + " pinned;";
+             },
+             {base_of(dst), pinned}});
+    return CUDA_SUCCESS;
+  }
   // pageable host memory is staged before the call returns
   std::vector<unsigned char> staged(static_cast<const unsigned char*>(src), static_cast<const unsigned char*>(src) + n);
-  stream->work.push_back([dst, staged = std::move(staged)] {
-    std::memcpy(host(dst), staged.data(), staged.size());
-    state().log += "htod " + std::to_string(staged.size()) + ";";
-  });
+  enqueue(stream, what,
+          {[dst, staged = std::move(staged), what] {
+             std::memcpy(host(dst), staged.data(), staged.size());
+             state().log += what + ";";
+           },
+           {base_of(dst)}});
   return CUDA_SUCCESS;
 }
 CUresult memcpy_dtoh(void* dst, uint64_t src, size_t n, Stream* stream, int device) {
   if (!host(src) || !host(src + n - 1)) return CUDA_ERROR_INVALID_VALUE;
   check_device(stream->device, device);
-  stream->work.push_back([dst, src, n] {
-    std::memcpy(dst, host(src), n);
-    state().log += "dtoh " + std::to_string(n) + ";";
-  });
+  uint64_t pinned = base_of(reinterpret_cast<uint64_t>(dst));
+  std::string what = "dtoh " + std::to_string(n) + (pinned ? " pinned" : "");
+  enqueue(stream, what,
+          {[dst, src, n, what] {
+             std::memcpy(dst, host(src), n);
+             state().log += what + ";";
+           },
+           {base_of(src), pinned}});
   return CUDA_SUCCESS;
 }
 CUresult memset_d8(uint64_t dst, unsigned char value, size_t n, Stream* stream, int device) {
   if (!host(dst) || !host(dst + n - 1)) return CUDA_ERROR_INVALID_VALUE;
   check_device(stream->device, device);
-  stream->work.push_back([dst, value, n] {
-    std::memset(host(dst), value, n);
-    state().log += "memset " + std::to_string(n) + ";";
-  });
+  std::string what = "memset " + std::to_string(n);
+  enqueue(stream, what,
+          {[dst, value, n, what] {
+             std::memset(host(dst), value, n);
+             state().log += what + ";";
+           },
+           {base_of(dst)}});
   return CUDA_SUCCESS;
 }
 CUresult module_load(Module** module, const void* image, int device) {
@@ -267,13 +351,107 @@ CUresult launch(Function* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
   if (l.arg_size > sizeof l.args) return CUDA_ERROR_INVALID_VALUE;
   if (l.arg_size) std::memcpy(l.args, extra[1], l.arg_size); // a kernel without arguments packs none
   state().launches.push_back(l);
-  FakeCudaKernel fn = state().kernels.count(f->name) ? state().kernels[f->name] : nullptr;
-  stream->work.push_back([l, fn] {
-    if (fn) fn(l.args, l.arg_size);
-    state().log += std::string("launch ") + l.name + ";";
-  });
+  // the host stand-in registered when the work runs (a graph's launches run the kernel of their name)
+  Work w{[l] {
+           auto it = state().kernels.find(l.name);
+           if (it != state().kernels.end() && it->second) it->second(l.args, l.arg_size);
+           state().log += std::string("launch ") + l.name + ";";
+           state().clock_ms += 1;
+         },
+         {}};
+  // the memory it may use: every 8-byte argument that points into a block
+  for (size_t at = 0; at + 8 <= l.arg_size; at += 8) {
+    uint64_t word;
+    std::memcpy(&word, l.args + at, 8);
+    if (uint64_t base = base_of(word)) w.touches.push_back(base);
+  }
+  enqueue(stream, std::string("launch ") + l.name, std::move(w));
   return CUDA_SUCCESS;
 }
+CUresult host_alloc(void** p, size_t n) {
+  if (n == 0) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<unsigned char> mem(n);
+  *p = mem.data();
+  state().pinned[reinterpret_cast<uint64_t>(*p)] = std::move(mem);
+  return CUDA_SUCCESS;
+}
+CUresult host_free(void* p) {
+  uint64_t at = reinterpret_cast<uint64_t>(p);
+  if (!state().pinned.count(at)) return CUDA_ERROR_INVALID_VALUE;
+  if (in_use(at)) {
+    state().misuses++;
+    run_streams();
+  }
+  state().pinned.erase(at);
+  return CUDA_SUCCESS;
+}
+CUresult event_create(Event** e, unsigned flags) {
+  state().events.push_back(std::make_unique<Event>());
+  state().events.back()->flags = flags;
+  *e = state().events.back().get();
+  return CUDA_SUCCESS;
+}
+CUresult event_record(Event* e, Stream* stream, int device) {
+  check_device(stream->device, device);
+  e->done = false;
+  e->stream = stream;
+  enqueue(stream, "event",
+          {[e] {
+             e->done = true;
+             e->at = state().clock_ms;
+           },
+           {}});
+  return CUDA_SUCCESS;
+}
+CUresult event_query(Event* e) { return e->done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY; }
+CUresult event_synchronize(Event* e) {
+  while (!e->done && !e->stream->work.empty())
+    run_one(e->stream);
+  state().calls["event waited"]++;
+  return CUDA_SUCCESS;
+}
+CUresult event_elapsed(float* ms, Event* start, Event* end) {
+  if ((start->flags | end->flags) & 2) return CUDA_ERROR_INVALID_HANDLE;
+  if (!start->done || !end->done) return CUDA_ERROR_NOT_READY;
+  *ms = static_cast<float>(end->at - start->at);
+  return CUDA_SUCCESS;
+}
+CUresult begin_capture(Stream* stream) {
+  if (stream->capture) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  state().graphs.push_back(std::make_unique<Graph>());
+  stream->capture = state().graphs.back().get();
+  return CUDA_SUCCESS;
+}
+CUresult end_capture(Stream* stream, Graph** graph) {
+  if (!stream->capture) return CUDA_ERROR_INVALID_VALUE;
+  *graph = stream->capture;
+  stream->capture = nullptr;
+  return CUDA_SUCCESS;
+}
+CUresult graph_instantiate(Graph** exec, Graph* graph) {
+  state().graphs.push_back(std::make_unique<Graph>(*graph));
+  *exec = state().graphs.back().get();
+  return CUDA_SUCCESS;
+}
+// The same nodes in the same order (their arguments may differ): the instantiated graph takes the new one's.
+CUresult graph_exec_update(Graph* exec, Graph* graph) {
+  bool same = exec->nodes.size() == graph->nodes.size();
+  for (size_t i = 0; same && i < exec->nodes.size(); i++)
+    same = exec->nodes[i].first == graph->nodes[i].first;
+  if (!same) return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+  exec->nodes = graph->nodes;
+  return CUDA_SUCCESS;
+}
+CUresult graph_launch(Graph* exec, Stream* stream, int device) {
+  check_device(stream->device, device);
+  if (stream->capture) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  state().graph_launches++;
+  stream->work.push_back({[] { state().log += "graph;"; }, {}});
+  for (const auto& [what, w] : exec->nodes)
+    stream->work.push_back(w);
+  return CUDA_SUCCESS;
+}
+
 const ErrorText* error_of(CUresult code) {
   for (const ErrorText& e : kErrors)
     if (e.code == code) return &e;
@@ -297,6 +475,7 @@ void fake_cuda_reset(int devices, size_t memory) {
   s.kernels.clear();
   s.misuses = 0;
   s.log.clear();
+  s.graph_launches = 0;
 }
 void fake_cuda_fail_next(const char* call, int result) {
   auto lock = locked();
@@ -344,6 +523,17 @@ int fake_cuda_block_device(uint64_t device_ptr) {
   --it;
   if (device_ptr >= it->first + it->second.size()) return -1;
   return state().block_devices[it->first];
+}
+size_t fake_cuda_pinned_bytes() {
+  auto lock = locked();
+  size_t n = 0;
+  for (const auto& [a, m] : state().pinned)
+    n += m.size();
+  return n;
+}
+int fake_cuda_graph_launches() {
+  auto lock = locked();
+  return state().graph_launches;
 }
 const char* fake_cuda_log() {
   auto lock = locked();
@@ -482,6 +672,85 @@ CUresult cuLaunchKernel(Function* f, unsigned gx, unsigned gy, unsigned gz, unsi
   auto lock = locked();
   if (CUresult r = enter("cuLaunchKernel")) return r;
   return launch(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra, nullptr, cuda_current_device());
+}
+CUresult cuMemHostAlloc(void** p, size_t n, unsigned) {
+  auto lock = locked();
+  if (CUresult r = enter("cuMemHostAlloc")) return r;
+  return host_alloc(p, n);
+}
+CUresult cuMemFreeHost(void* p) {
+  auto lock = locked();
+  if (CUresult r = enter("cuMemFreeHost")) return r;
+  return host_free(p);
+}
+CUresult cuEventCreate(Event** e, unsigned flags) {
+  auto lock = locked();
+  if (CUresult r = enter("cuEventCreate")) return r;
+  return event_create(e, flags);
+}
+CUresult cuEventRecord(Event* e, Stream* stream) {
+  auto lock = locked();
+  if (CUresult r = enter("cuEventRecord")) return r;
+  return event_record(e, stream, cuda_current_device());
+}
+CUresult cuEventQuery(Event* e) {
+  auto lock = locked();
+  if (CUresult r = enter("cuEventQuery")) return r;
+  return event_query(e);
+}
+CUresult cuEventSynchronize(Event* e) {
+  auto lock = locked();
+  if (CUresult r = enter("cuEventSynchronize")) return r;
+  return event_synchronize(e);
+}
+CUresult cuEventElapsedTime(float* ms, Event* start, Event* end) {
+  auto lock = locked();
+  if (CUresult r = enter("cuEventElapsedTime")) return r;
+  return event_elapsed(ms, start, end);
+}
+CUresult cuEventDestroy_v2(Event*) {
+  auto lock = locked();
+  return enter("cuEventDestroy_v2");
+}
+CUresult cuStreamBeginCapture_v2(Stream* stream, int) {
+  auto lock = locked();
+  if (CUresult r = enter("cuStreamBeginCapture_v2")) return r;
+  return begin_capture(stream);
+}
+CUresult cuStreamEndCapture(Stream* stream, Graph** graph) {
+  auto lock = locked();
+  if (CUresult r = enter("cuStreamEndCapture")) {
+    stream->capture = nullptr; // a failed capture ends it all the same
+    return r;
+  }
+  return end_capture(stream, graph);
+}
+CUresult cuGraphInstantiateWithFlags(Graph** exec, Graph* graph, unsigned long long) {
+  auto lock = locked();
+  if (CUresult r = enter("cuGraphInstantiateWithFlags")) return r;
+  return graph_instantiate(exec, graph);
+}
+// CUgraphExecUpdateResultInfo: {result, errorNode, errorFromNode}
+CUresult cuGraphExecUpdate_v2(Graph* exec, Graph* graph, void* info) {
+  auto lock = locked();
+  if (CUresult r = enter("cuGraphExecUpdate_v2")) return r;
+  CUresult r = graph_exec_update(exec, graph);
+  int result = r == CUDA_SUCCESS ? 0 : 2; // CU_GRAPH_EXEC_UPDATE_SUCCESS, _ERROR_TOPOLOGY_CHANGED
+  std::memcpy(info, &result, sizeof result);
+  return r;
+}
+CUresult cuGraphLaunch(Graph* exec, Stream* stream) {
+  auto lock = locked();
+  if (CUresult r = enter("cuGraphLaunch")) return r;
+  return graph_launch(exec, stream, cuda_current_device());
+}
+CUresult cuGraphExecDestroy(Graph*) {
+  auto lock = locked();
+  return enter("cuGraphExecDestroy");
+}
+CUresult cuGraphDestroy(Graph*) {
+  auto lock = locked();
+  return enter("cuGraphDestroy");
 }
 CUresult cuGetErrorName(CUresult code, const char** name) {
   const ErrorText* e = error_of(code);
@@ -624,6 +893,84 @@ CUresult hipModuleLaunchKernel(Function* f, unsigned gx, unsigned gy, unsigned g
   if (CUresult r = enter("hipModuleLaunchKernel", false)) return r;
   return launch(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra, reinterpret_cast<void*>(3),
                 hip_current_device);
+}
+CUresult hipHostMalloc(void** p, size_t n, unsigned) {
+  auto lock = locked();
+  if (CUresult r = enter("hipHostMalloc", false)) return r;
+  return host_alloc(p, n);
+}
+CUresult hipHostFree(void* p) {
+  auto lock = locked();
+  if (CUresult r = enter("hipHostFree", false)) return r;
+  return host_free(p);
+}
+CUresult hipEventCreateWithFlags(Event** e, unsigned flags) {
+  auto lock = locked();
+  if (CUresult r = enter("hipEventCreateWithFlags", false)) return r;
+  return event_create(e, flags);
+}
+CUresult hipEventRecord(Event* e, Stream* stream) {
+  auto lock = locked();
+  if (CUresult r = enter("hipEventRecord", false)) return r;
+  return event_record(e, stream, hip_current_device);
+}
+CUresult hipEventQuery(Event* e) {
+  auto lock = locked();
+  if (CUresult r = enter("hipEventQuery", false)) return r;
+  return event_query(e);
+}
+CUresult hipEventSynchronize(Event* e) {
+  auto lock = locked();
+  if (CUresult r = enter("hipEventSynchronize", false)) return r;
+  return event_synchronize(e);
+}
+CUresult hipEventElapsedTime(float* ms, Event* start, Event* end) {
+  auto lock = locked();
+  if (CUresult r = enter("hipEventElapsedTime", false)) return r;
+  return event_elapsed(ms, start, end);
+}
+CUresult hipEventDestroy(Event*) {
+  auto lock = locked();
+  return enter("hipEventDestroy", false);
+}
+CUresult hipStreamBeginCapture(Stream* stream, int) {
+  auto lock = locked();
+  if (CUresult r = enter("hipStreamBeginCapture", false)) return r;
+  return begin_capture(stream);
+}
+CUresult hipStreamEndCapture(Stream* stream, Graph** graph) {
+  auto lock = locked();
+  if (CUresult r = enter("hipStreamEndCapture", false)) {
+    stream->capture = nullptr;
+    return r;
+  }
+  return end_capture(stream, graph);
+}
+CUresult hipGraphInstantiateWithFlags(Graph** exec, Graph* graph, unsigned long long) {
+  auto lock = locked();
+  if (CUresult r = enter("hipGraphInstantiateWithFlags", false)) return r;
+  return graph_instantiate(exec, graph);
+}
+CUresult hipGraphExecUpdate(Graph* exec, Graph* graph, void** error_node, int* result) {
+  auto lock = locked();
+  if (CUresult r = enter("hipGraphExecUpdate", false)) return r;
+  CUresult r = graph_exec_update(exec, graph);
+  *error_node = nullptr;
+  *result = r == CUDA_SUCCESS ? 0 : 2; // hipGraphExecUpdateSuccess, hipGraphExecUpdateErrorTopologyChanged
+  return r;
+}
+CUresult hipGraphLaunch(Graph* exec, Stream* stream) {
+  auto lock = locked();
+  if (CUresult r = enter("hipGraphLaunch", false)) return r;
+  return graph_launch(exec, stream, hip_current_device);
+}
+CUresult hipGraphExecDestroy(Graph*) {
+  auto lock = locked();
+  return enter("hipGraphExecDestroy", false);
+}
+CUresult hipGraphDestroy(Graph*) {
+  auto lock = locked();
+  return enter("hipGraphDestroy", false);
 }
 const char* hipGetErrorName(CUresult code) {
   const ErrorText* e = error_of(code);

@@ -4,8 +4,13 @@
 // memory, with `devices` devices (each block, stream and module belongs to the device current when it
 // was made: CUDA's current context's, HIP's thread's device). Streams queue their work and run it when synchronized, so
 // a device that reads results before the stream reached them reads stale memory. Launches are recorded (function, grid,
-// block, argument bytes) and run a host function registered for the kernel's name. Tests reach this control API with
-// dlsym on the library the device loaded.
+// block, argument bytes) and run a host function registered for the kernel's name. Page-locked host memory
+// (cuMemHostAlloc, hipHostMalloc) is read by a host-to-device copy when the stream runs it, as a GPU's DMA
+// reads it; pageable memory is copied at the call. Events are done once their stream ran their record, at
+// a fake clock that a launch advances by 1 ms. Stream capture puts the work into a graph; an instantiated
+// graph launches its nodes onto the stream, and cuGraphExecUpdate takes a graph of the same nodes (names
+// and order) with new arguments and refuses any other. Tests reach this control API with dlsym on the
+// library the device loaded.
 
 #include <cstddef>
 #include <cstdint>
@@ -34,9 +39,12 @@ int fake_cuda_launch_count();
 const FakeCudaLaunch* fake_cuda_launch(int i);
 void fake_cuda_set_kernel(const char* name, FakeCudaKernel fn);
 void* fake_cuda_host_pointer(uint64_t device_ptr);
-size_t fake_cuda_pending();    // queued stream work not run yet
-size_t fake_cuda_live_bytes(); // device memory allocated and not freed
-// Misuses seen since the reset: a cuMemFree while a stream still had queued work, a call that needs a
+size_t fake_cuda_pending();      // queued stream work not run yet
+size_t fake_cuda_live_bytes();   // device memory allocated and not freed
+size_t fake_cuda_pinned_bytes(); // page-locked host memory allocated and not freed
+int fake_cuda_graph_launches();  // cuGraphLaunch and hipGraphLaunch calls since the reset
+// Misuses seen since the reset: freeing device or page-locked memory that queued stream work still uses
+// (a launch's pointer arguments, a copy's ends), a stream destroyed with queued work, a call that needs a
 // context while none was current, or work enqueued on a stream (or a function launched) of another
 // device than the current one.
 int fake_cuda_misuses();
