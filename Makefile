@@ -30,7 +30,8 @@ demo: build
 test: build sanitize-core $(STAMPS)/upstream
 	ctest --test-dir build/cmake --output-on-failure
 	$(PY) -m pytest -q torch_tests --ignore=torch_tests/upstream || [ $$? -eq 5 ]  # 5: no tests collected
-	TINY_DEVICE=CL $(PY) -m pytest -q $(CL_TESTS)
+	TINY_DEVICE=CL $(PY) -m pytest -q $(filter-out $(GPU_CHECK_TESTS),$(CL_TESTS))
+	$(GPU_CHECK_ENV) $(PY) -m pytest -q -p no:cacheprovider $(GPU_CHECK_TESTS)
 	$(PY) torch_tests/upstream/run.py --slice ci
 
 # The CL device (TINY_DEVICE=CL, on PoCL here): CL_TESTS, a fixed part of torch_tests, runs in `make test`;
@@ -65,6 +66,10 @@ GPU_CHECK_NVRTC = $(firstword $(wildcard $(GPU_CHECK_SITE)/nvidia/cu*/lib/libnvr
 GPU_CHECK_CUOBJDUMP = $(firstword $(wildcard $(GPU_CHECK_SITE)/triton/backends/nvidia/bin/cuobjdump))
 GPU_CHECK_ENV = TINY_DEVICE=CL TINY_GPU_COMPILE_CHECK=1 $(if $(GPU_CHECK_NVRTC),TINY_NVRTC=$(GPU_CHECK_NVRTC)) \
   $(if $(GPU_CHECK_CUOBJDUMP),TINY_CUOBJDUMP=$(GPU_CHECK_CUOBJDUMP))
+# `make test` runs GPU_CHECK_TESTS (a part of CL_TESTS: reductions, matmuls, the demo's training step) under
+# the check, the rest of CL_TESTS without it; test-gpu-compile checks all of CL_TESTS.
+GPU_CHECK_TESTS := torch_tests/test_reduce.py torch_tests/test_matmul.py \
+                   torch_tests/test_training.py::test_demo_model_training_step_runs_without_fallbacks
 test-gpu-compile: build
 	$(GPU_CHECK_ENV) $(PY) -m pytest -q -p no:cacheprovider $(CL_TESTS)
 

@@ -9,10 +9,12 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "csrc/backend.h"
 #include "runtime/device.h"
+#include "runtime/out_of_memory.h"
 
 namespace tiny {
 
@@ -122,6 +124,16 @@ public:
 
 TinyAllocator allocator;
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &allocator);
+
+// A device out of memory raises torch's OutOfMemoryError (torch.OutOfMemoryError in Python), as CUDA's does.
+[[noreturn]] void raise_out_of_memory(const std::string& message) {
+  TORCH_CHECK_WITH(OutOfMemoryError, false, message);
+  __builtin_unreachable();
+}
+const bool out_of_memory_raiser_installed = [] {
+  runtime::set_out_of_memory_raiser(raise_out_of_memory);
+  return true;
+}();
 
 } // namespace
 

@@ -134,7 +134,7 @@ struct TinyGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   // The device's queue is in order and a recorded event has run: a stream has nothing to wait for.
   void block(void* /*event*/, const c10::Stream& stream) const override { index_checked(stream); }
   bool queryEvent(void* event) const override { return query_event(event); }
-  void synchronizeEvent(void* /*event*/) const override {}
+  void synchronizeEvent(void* event) const override { synchronize_event(event); }
   double elapsedTime(void* start, void* end, const c10::DeviceIndex /*index*/) const override {
     return elapsed_ms(start, end);
   }

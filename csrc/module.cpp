@@ -87,6 +87,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     d["compiles"] = s.compiles.load();
     d["cache_hits"] = s.cache_hits.load();
     d["schedule_hits"] = s.schedule_hits.load();
+    d["graph_launches"] = s.graph_launches.load();
     d["disk_hits"] = s.disk_hits.load();
     d["syncs"] = s.syncs.load();
     d["fallbacks"] = s.fallbacks.load();

@@ -3,9 +3,7 @@
 #include <c10/util/Exception.h>
 
 #include <atomic>
-#include <chrono>
 #include <memory>
-#include <optional>
 #include <vector>
 
 #include "csrc/backend.h"
@@ -17,8 +15,6 @@ namespace tiny {
 namespace {
 
 constexpr c10::DeviceType kTiny = c10::DeviceType::PrivateUse1;
-
-using Clock = std::chrono::steady_clock;
 
 // Stream ids of new streams, unique over all devices (stream 0 is each device's default stream).
 std::atomic<c10::StreamId> next_stream_id{1};
@@ -39,7 +35,7 @@ c10::DeviceIndex index_of(const c10::Stream& stream) {
 struct Event {
   c10::DeviceIndex device;
   bool timing;
-  std::optional<Clock::time_point> reached; // when the queue ran the work recorded before it
+  std::unique_ptr<runtime::Event> marker; // on the device's queue, after the work recorded before it
 };
 
 Event& as_event(void* event) { return *static_cast<Event*>(event); }
@@ -82,15 +78,23 @@ void record_event(void** event, const c10::Stream& stream, c10::EventFlag flag) 
   c10::DeviceIndex index = index_of(stream);
   check_device_index(index);
   if (*event == nullptr) // handed to c10::Event, which gives it back to destroy_event
-    *event = std::make_unique<Event>(Event{index, flag == c10::EventFlag::BACKEND_DEFAULT, std::nullopt}).release();
+    *event = std::make_unique<Event>(Event{index, flag == c10::EventFlag::BACKEND_DEFAULT, nullptr}).release();
   Event& e = as_event(*event);
   TORCH_CHECK(e.device == index, "Event device index ", static_cast<int>(e.device),
               " does not match recording stream's device index ", static_cast<int>(index), ".");
-  synchronize_stream(stream);
-  e.reached = Clock::now();
+  synchronize_stream(stream); // the pending work is realized (and, today, waited for) first
+  e.marker = runtime::device(index).record_event(e.timing);
 }
 
-bool query_event(void* event) { return event == nullptr || as_event(event).reached.has_value(); }
+bool query_event(void* event) {
+  if (event == nullptr) return true;
+  const Event& e = as_event(event);
+  return e.marker && e.marker->query();
+}
+
+void synchronize_event(void* event) {
+  if (event != nullptr && as_event(event).marker) as_event(event).marker->synchronize();
+}
 
 double elapsed_ms(void* start, void* end) {
   TORCH_CHECK(start && end, "Both events must be recorded before calculating elapsed time.");
@@ -99,7 +103,8 @@ double elapsed_ms(void* start, void* end) {
   TORCH_CHECK(a.device == b.device,
               "Both events must be recorded on the same device (tiny:", static_cast<int>(a.device),
               " and tiny:", static_cast<int>(b.device), ")");
-  return std::chrono::duration<double, std::milli>(*b.reached - *a.reached).count();
+  TORCH_CHECK(a.marker && b.marker, "Both events must be recorded before calculating elapsed time.");
+  return a.marker->elapsed_ms(*b.marker);
 }
 
 void destroy_event(void* event) noexcept { std::unique_ptr<Event>(static_cast<Event*>(event)).reset(); }

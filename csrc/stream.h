@@ -25,9 +25,11 @@ bool query_stream(const c10::Stream& stream);
 void synchronize_stream(const c10::Stream& stream);
 
 // Events, as the device guard's record/queryEvent/synchronizeEvent/elapsedTime/destroyEvent see them:
-// `*event` is created at the first record. BACKEND_DEFAULT events keep the time (enable_timing=True).
+// `*event` is created at the first record, a marker on the device's queue (runtime::Device::record_event)
+// after the stream's work. BACKEND_DEFAULT events keep the time (enable_timing=True).
 void record_event(void** event, const c10::Stream& stream, c10::EventFlag flag);
 bool query_event(void* event);
+void synchronize_event(void* event);
 double elapsed_ms(void* start, void* end);
 void destroy_event(void* event) noexcept;
 

@@ -1,7 +1,10 @@
 // The caching allocator every device uses: freed blocks are kept by size and handed out again, and
 // every request and system allocation is counted (torch.tiny.memory_stats).
 
+#include "runtime/out_of_memory.h"
+
 #include <algorithm>
+#include <atomic>
 #include <stdexcept>
 #include <string>
 
@@ -17,7 +20,11 @@ constexpr size_t kLargeBlock = size_t{1} << 20; // torch's caching allocators: t
 
 size_t bucket(size_t n) { return n <= 64 ? 64 : (n + 4095) / 4096 * 4096; }
 
+std::atomic<OutOfMemoryRaiser> out_of_memory_raiser{nullptr};
+
 } // namespace
+
+void set_out_of_memory_raiser(OutOfMemoryRaiser raiser) { out_of_memory_raiser = raiser; }
 
 void MemoryCounter::increase(int64_t n) {
   current += n;
@@ -64,10 +71,12 @@ void* Allocator::alloc(size_t nbytes) {
     if (!p) {
       stats_.num_ooms++;
       const PoolMemoryStats& all = stats_.all();
-      throw OutOfMemoryError("tiny: out of memory allocating " + std::to_string(nbytes) + " bytes on " + device_name_ +
-                             " (tiny holds " + std::to_string(all.allocated_bytes.current) + " bytes in " +
-                             std::to_string(all.allocation.current) + " live blocks and " +
-                             std::to_string(all.reserved_bytes.current) + " bytes reserved)");
+      std::string message = "tiny: out of memory allocating " + std::to_string(nbytes) + " bytes on " + device_name_ +
+                            " (tiny holds " + std::to_string(all.allocated_bytes.current) + " bytes in " +
+                            std::to_string(all.allocation.current) + " live blocks and " +
+                            std::to_string(all.reserved_bytes.current) + " bytes reserved)";
+      if (OutOfMemoryRaiser raise = out_of_memory_raiser.load()) raise(message);
+      throw OutOfMemoryError(message);
     }
     stats_.num_device_alloc++;
     for_pools(stats_, size, [&](PoolMemoryStats& s) {

@@ -109,6 +109,32 @@ def test_tiny_event_records_on_a_stream():
     assert event.device == torch.device("tiny", 0)
 
 
+def test_event_synchronize_and_elapsed_time_read_the_device_markers():
+    start, end = torch.tiny.Event(enable_timing=True), torch.tiny.Event(enable_timing=True)
+    start.record()
+    y = matmuls(rand(256, 256).to("tiny") / 256)
+    end.record()
+    end.synchronize()
+    assert start.query() and end.query()
+    assert start.elapsed_time(end) > 0
+    assert end.elapsed_time(start) < 0  # markers keep their order
+    assert_same(y, matmuls(rand(256, 256) / 256), atol=1e-4, rtol=1e-4)
+
+
+# ---- out of memory ----
+
+
+def test_out_of_memory_raises_torchs_error_and_the_rest_survives():
+    kept = torch.arange(6.0, device="tiny") * 2
+    kept.cpu()
+    huge = torch.ones(2**50, dtype=torch.uint8, device="tiny")  # a PiB: memory is taken at the sync
+    with pytest.raises(torch.OutOfMemoryError, match="out of memory allocating"):
+        huge[0].item()
+    del huge
+    assert torch.tiny.memory_stats()["num_ooms"] >= 1
+    assert_same(kept + 1, torch.arange(6.0) * 2 + 1)
+
+
 # ---- streams ----
 
 
