@@ -153,10 +153,11 @@ def test_new_process_with_the_same_cache_dir_compiles_nothing(tmp_path):
 
 
 def test_a_damaged_cached_kernel_is_compiled_again(tmp_path):
-    # A library that does not load (or lacks its kernel, as a race of two processes once left) is replaced.
+    # A binary that does not load (or lacks its kernel, as a race of two processes once left) is replaced:
+    # the CPU device's shared libraries, the CL device's program binaries.
     cache = tmp_path / "tiny-cache"
     first = json.loads(run_python(CACHE_SCRIPT, TINY_CACHE_DIR=str(cache)).strip().splitlines()[-1])
-    libraries = list(cache.glob("*.so"))
+    libraries = list(cache.glob("*.so")) + list(cache.glob("cl/*.bin"))
     assert libraries and first["close"]
     for so in libraries:
         so.write_bytes(b"not a shared library")
