@@ -17,6 +17,30 @@ namespace {
 
 // ---- dialects: everything that differs between OpenCL, CUDA and HIP ----
 
+// Vectors of {n} elements of storage type {t} (a thread's lanes): the type's name ({d}: the dtype's
+// name), its declaration ({a}: its alignment in bytes; empty: built in), a load and a store at
+// pointer {p} ({x}: the lanes' values, comma-separated), lane {i} of a loaded vector.
+struct VectorSpec {
+  const char* type;
+  const char* decl;
+  const char* load;
+  const char* load_half; // float16 lanes read as float (vload_half); null: loaded as bits
+  const char* store;
+  const char* lane; // {i}: the lane's number ({h}: in hex)
+  bool unaligned;   // the load and store need only the element's alignment (vloadn/vstoren)
+};
+
+// CUDA's and HIP's: an aligned struct of the elements, loaded and stored whole.
+constexpr VectorSpec kStructVectors{
+    "tiny_{d}x{n}",
+    "struct __attribute__((aligned({a}))) {v} { {t} s[{n}]; };\n",
+    "*(const {v}*)({p})",
+    nullptr,
+    "*({v}*)({p}) = {v}{{{x}}};",
+    ".s[{i}]",
+    false,
+};
+
 struct DialectSpec {
   const char* name;
   const char* header;    // defines TINY_FN, TINY_I64, bit casts, TINY_INF, TINY_NAN, tiny_bitcast
@@ -34,16 +58,7 @@ struct DialectSpec {
   const char* float_suffix; // after a libm name, for float (OpenCL's are overloaded)
   bool vload_half;          // float16 loads through vload_half (no cl_khr_fp16 needed); `half*` arguments
   bool as_type;             // bit casts are as_T(x) (OpenCL), else tiny_bitcast<T>(x)
-  // Vectors of {n} elements of storage type {t} (a thread's lanes): the type's name ({d}: the dtype's
-  // name), its declaration ({a}: its alignment in bytes; empty: built in), a load and a store at
-  // pointer {p} ({x}: the lanes' values, comma-separated), lane {i} of a loaded vector.
-  const char* vec_type;
-  const char* vec_decl;
-  const char* vec_load;
-  const char* vec_load_half; // float16 lanes read as float (vload_half); null: loaded as bits
-  const char* vec_store;
-  const char* vec_lane; // {i}: the lane's number ({h}: in hex)
-  bool vec_unaligned;   // the load and store need only the element's alignment (vloadn/vstoren)
+  VectorSpec vec;
 };
 
 constexpr DialectSpec kOpenCL{
@@ -72,13 +87,7 @@ constexpr DialectSpec kOpenCL{
     "",
     true,
     true,
-    "{t}{n}",
-    "",
-    "vload{n}(0, {p})",
-    "vload_half{n}(0, {p})",
-    "vstore{n}(({v})({x}), 0, {p});",
-    ".s{h}",
-    true,
+    {"{t}{n}", "", "vload{n}(0, {p})", "vload_half{n}(0, {p})", "vstore{n}(({v})({x}), 0, {p});", ".s{h}", true},
 };
 
 constexpr DialectSpec kCUDA{
@@ -109,13 +118,7 @@ template <class T, class F> __device__ inline T tiny_bitcast(F f) { T t; memcpy(
     "f",
     false,
     false,
-    "tiny_{d}x{n}",
-    "struct __attribute__((aligned({a}))) {v} { {t} s[{n}]; };\n",
-    "*(const {v}*)({p})",
-    nullptr,
-    "*({v}*)({p}) = {v}{{{x}}};",
-    ".s[{i}]",
-    false,
+    kStructVectors,
 };
 
 // HIP through clang builtins only, so that it compiles without the HIP headers.
@@ -148,13 +151,7 @@ template <class T, class F> TINY_FN T tiny_bitcast(F f) { return __builtin_bit_c
     "f",
     false,
     false,
-    "tiny_{d}x{n}",
-    "struct __attribute__((aligned({a}))) {v} { {t} s[{n}]; };\n",
-    "*(const {v}*)({p})",
-    nullptr,
-    "*({v}*)({p}) = {v}{{{x}}};",
-    ".s[{i}]",
-    false,
+    kStructVectors,
 };
 
 const DialectSpec& spec(Dialect d) {
@@ -755,10 +752,10 @@ private:
   std::string vec_type(DType dt, const std::string& t) {
     std::string n = std::to_string(k_.lanes);
     std::string v =
-        replace_all(replace_all(replace_all(d_.vec_type, "{t}", t), "{n}", n), "{d}", std::string(name(dt)));
-    if (*d_.vec_decl && !vec_decls_.count(v)) {
+        replace_all(replace_all(replace_all(d_.vec.type, "{t}", t), "{n}", n), "{d}", std::string(name(dt)));
+    if (*d_.vec.decl && !vec_decls_.count(v)) {
       int64_t align = std::min<int64_t>(16, k_.lanes * static_cast<int64_t>(itemsize(dt)));
-      std::string decl = replace_all(replace_all(d_.vec_decl, "{v}", v), "{t}", t);
+      std::string decl = replace_all(replace_all(d_.vec.decl, "{v}", v), "{t}", t);
       vec_decls_[v] = replace_all(replace_all(decl, "{n}", n), "{a}", std::to_string(align));
     }
     return v;
@@ -769,7 +766,7 @@ private:
   std::string vector_base(const UOpPtr& idx) {
     auto split = lane_split(idx, lane_.get());
     if (!split || split->second != 1) return "";
-    if (!d_.vec_unaligned && index_alignment(split->first) % k_.lanes != 0) return "";
+    if (!d_.vec.unaligned && index_alignment(split->first) % k_.lanes != 0) return "";
     // names are by node address: the base (a new node when it sums terms) lives as long as its name
     keep_.push_back(split->first);
     emit(split->first);
@@ -792,12 +789,12 @@ private:
     names_[n.get()] = "lanes";
     where_[n.get()] = open_[home(n)];
     DType dt = n->dtype;
-    bool as_float = dt == DType::Float16 && d_.vec_load_half;
+    bool as_float = dt == DType::Float16 && d_.vec.load_half;
     std::string vt = vec_type(dt, as_float ? "float" : storage(dt)), x = "x" + std::to_string(next_++);
     std::string p = ref(n->src[0]) + " + " + base;
     sc.code << indent(sc.depth) << "const " << vt << " " << x << " = "
             << replace_all(
-                   replace_all(replace_all(as_float ? d_.vec_load_half : d_.vec_load, "{n}", std::to_string(k_.lanes)),
+                   replace_all(replace_all(as_float ? d_.vec.load_half : d_.vec.load, "{n}", std::to_string(k_.lanes)),
                                "{v}", vt),
                    "{p}", p)
             << ";\n";
@@ -805,7 +802,7 @@ private:
     for (int64_t l = 0; l < k_.lanes; l++) {
       char hex[24];
       std::snprintf(hex, sizeof hex, "%llX", static_cast<unsigned long long>(l));
-      std::string lane = x + replace_all(replace_all(d_.vec_lane, "{i}", std::to_string(l)), "{h}", hex);
+      std::string lane = x + replace_all(replace_all(d_.vec.lane, "{i}", std::to_string(l)), "{h}", hex);
       std::string e = dt == DType::Bool ? "(" + lane + " != 0)" : as_float ? lane : from_bits(dt, lane);
       lanes.push_back(define(n, sc, e));
     }
@@ -828,7 +825,7 @@ private:
       values += (l ? ", (" : "(") + t + ")(" + to_bits(dt, ref(n->src[2])) + ")";
     }
     lane_at_ = -1;
-    std::string st = d_.vec_store;
+    std::string st = d_.vec.store;
     st = replace_all(st, "{v}", vec_type(dt, t));
     st = replace_all(st, "{n}", std::to_string(k_.lanes));
     st = replace_all(st, "{p}", store_pointer(dt, ref(n->src[0])) + " + " + base);
