@@ -103,7 +103,9 @@ constexpr DialectSpec kCUDA{
 template <class T, class F> __device__ inline T tiny_bitcast(F f) { T t; memcpy(&t, &f, sizeof t); return t; }
 )",
     "",
-    "extern \"C\" __global__ void __launch_bounds__({n})",
+    // (at least one block per multiprocessor: ptxas then keeps registers; with the thread bound alone
+    // it capped a 224-thread convolution kernel at 32 registers and spilled on sm_80)
+    "extern \"C\" __global__ void __launch_bounds__({n}, 1)",
     "",
     "__restrict__",
     "__shared__",
