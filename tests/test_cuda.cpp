@@ -566,8 +566,8 @@ TEST_F(CudaFakeDriver, ARealizedGraphIsCompiledByNvrtcAndLaunchedWithItsGrid) {
   EXPECT_STREQ(launch(0).name, k.name.c_str());
   EXPECT_EQ(launch(0).grid[0], k.launch.global[0]);
   EXPECT_EQ(launch(0).block[0], k.launch.local[0]);
-  EXPECT_GE(int64_t{launch(0).grid[0]} * launch(0).block[0], n);
-  EXPECT_EQ(launch(0).arg_size, 16u); // out, x
+  EXPECT_GE(int64_t{launch(0).grid[0]} * launch(0).block[0] * k.lanes, n); // a thread computes k.lanes outputs
+  EXPECT_EQ(launch(0).arg_size, 16u);                                      // out, x
   EXPECT_EQ(arg_at<uint64_t>(launch(0), 8), device_address(x->ptr()));
 }
 
