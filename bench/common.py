@@ -23,10 +23,11 @@ def row(name, tiny_s, torch_s, extra=""):
     print(f"{name:<34} {times}   ratio {torch_s / tiny_s:5.2f}x {extra}")
 
 
-def interleaved(contenders, rounds=12):
+def interleaved(contenders, rounds=12, clock=time.perf_counter):
     """Times each contender (name -> fn) once per round, in turn, so that the shared machine's changing
     speed reaches all of them alike; every fn is called once first (compiles, allocates, warms caches).
-    Returns name -> list of seconds. tiny work is synchronized inside each timing."""
+    Returns name -> list of seconds by `clock` (time.thread_time: the calling thread's CPU time). tiny
+    work is synchronized inside each timing."""
     for fn in contenders.values():
         result = fn()  # held until the sync: a lazy result dropped first would never be computed
         torch.tiny.synchronize()
@@ -34,10 +35,10 @@ def interleaved(contenders, rounds=12):
     times = {name: [] for name in contenders}
     for _ in range(rounds):
         for name, fn in contenders.items():
-            start = time.perf_counter()
+            start = clock()
             result = fn()
             torch.tiny.synchronize()
-            times[name].append(time.perf_counter() - start)
+            times[name].append(clock() - start)
             del result
     return times
 

@@ -13,6 +13,7 @@ thread's CPU time does not, so it compares the kernels themselves (recording and
 
 import os
 import sys
+import time
 
 if "--cpu-time" in sys.argv:
     os.environ["TINY_THREADS"] = "1"  # read when tiny's thread pool starts
@@ -23,24 +24,8 @@ from common import interleaved, report
 
 CPU_TIME = "--cpu-time" in sys.argv
 if CPU_TIME:
-    import time
-
     torch.set_num_threads(1)
-
-    def interleaved(contenders, rounds=12):  # noqa: F811  (the same protocol, timed by thread CPU time)
-        for fn in contenders.values():
-            result = fn()
-            torch.tiny.synchronize()
-            del result
-        times = {name: [] for name in contenders}
-        for _ in range(rounds):
-            for name, fn in contenders.items():
-                start = time.thread_time()
-                result = fn()
-                torch.tiny.synchronize()
-                times[name].append(time.thread_time() - start)
-                del result
-        return times
+CLOCK = time.thread_time if CPU_TIME else time.perf_counter
 
 
 def contenders(fn, cpu_args, tiny_args, compiled):
@@ -58,7 +43,7 @@ def main():
     n = 16 * 1024 * 1024
     x = torch.randn(n, generator=g)
     dst = torch.empty_like(x)
-    t = interleaved({"copy_ (preallocated)": lambda: dst.copy_(x)}, rounds)
+    t = interleaved({"copy_ (preallocated)": lambda: dst.copy_(x)}, rounds, clock=CLOCK)
     print(f"copy 16M float32 into a preallocated tensor: {2 * n * 4 / min(t['copy_ (preallocated)']) / 1e9:.1f} GB/s")
 
     cases = {
@@ -75,7 +60,7 @@ def main():
     }
     for name, (fn, args) in cases.items():
         tiny_args = tuple(a.to("tiny") for a in args)
-        report(name, interleaved(contenders(fn, args, tiny_args, compiled), rounds))
+        report(name, interleaved(contenders(fn, args, tiny_args, compiled), rounds, clock=CLOCK))
 
 
 if __name__ == "__main__":
