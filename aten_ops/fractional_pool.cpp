@@ -201,14 +201,6 @@ at::Tensor fractional_pool2d_backward(const at::Tensor& grad_output, const at::T
   return grad_input;
 }
 
-at::Tensor& fractional_pool2d_backward_out(const at::Tensor& grad_output, const at::Tensor& self,
-                                           at::IntArrayRef kernel, at::IntArrayRef output_size,
-                                           const at::Tensor& indices, at::Tensor& grad_input) {
-  at::Tensor r = fractional_pool2d_backward(grad_output, self, kernel, output_size, indices);
-  at::native::resize_output(grad_input, r.sizes());
-  return grad_input.copy_(r);
-}
-
 at::Tensor fractional_pool3d_backward(const at::Tensor& grad_output, const at::Tensor& self, at::IntArrayRef kernel,
                                       at::IntArrayRef output_size, const at::Tensor& indices) {
   (void)kernel;
@@ -224,10 +216,12 @@ at::Tensor fractional_pool3d_backward(const at::Tensor& grad_output, const at::T
   return grad_input;
 }
 
-at::Tensor& fractional_pool3d_backward_out(const at::Tensor& grad_output, const at::Tensor& self,
-                                           at::IntArrayRef kernel, at::IntArrayRef output_size,
-                                           const at::Tensor& indices, at::Tensor& grad_input) {
-  at::Tensor r = fractional_pool3d_backward(grad_output, self, kernel, output_size, indices);
+// The .grad_input forms: the gradient computed as above, written into `grad_input`.
+template <auto Backward>
+at::Tensor& fractional_pool_backward_out(const at::Tensor& grad_output, const at::Tensor& self, at::IntArrayRef kernel,
+                                         at::IntArrayRef output_size, const at::Tensor& indices,
+                                         at::Tensor& grad_input) {
+  at::Tensor r = Backward(grad_output, self, kernel, output_size, indices);
   at::native::resize_output(grad_input, r.sizes());
   return grad_input.copy_(r);
 }
@@ -240,9 +234,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("fractional_max_pool3d", TORCH_FN(fractional_max_pool<3>));
   m.impl("fractional_max_pool3d.output", TORCH_FN(fractional_max_pool_out<3>));
   m.impl("fractional_max_pool2d_backward", TORCH_FN(fractional_pool2d_backward));
-  m.impl("fractional_max_pool2d_backward.grad_input", TORCH_FN(fractional_pool2d_backward_out));
+  m.impl("fractional_max_pool2d_backward.grad_input",
+         TORCH_FN(fractional_pool_backward_out<fractional_pool2d_backward>));
   m.impl("fractional_max_pool3d_backward", TORCH_FN(fractional_pool3d_backward));
-  m.impl("fractional_max_pool3d_backward.grad_input", TORCH_FN(fractional_pool3d_backward_out));
+  m.impl("fractional_max_pool3d_backward.grad_input",
+         TORCH_FN(fractional_pool_backward_out<fractional_pool3d_backward>));
 }
 
 } // namespace tiny::aten_ops
