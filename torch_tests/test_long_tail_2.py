@@ -419,6 +419,26 @@ def test_fractional_max_pool_ops_directly_match_cpu():
     values, indices = torch.ops.aten.fractional_max_pool2d(x, [2, 2], [4, 4], s)
     g = rand(*values.shape, seed=3)
     check(lambda gg, t, i: torch.ops.aten.fractional_max_pool2d_backward(gg, t, [2, 2], [4, 4], i), g, x, indices)
+    check(
+        lambda gg, t, i, o: torch.ops.aten.fractional_max_pool2d_backward.grad_input(
+            gg, t, [2, 2], [4, 4], i, grad_input=o
+        ),
+        g,
+        x,
+        indices,
+        torch.empty(0),
+    )
+    x3, s3 = rand(1, 2, 5, 6, 7), fractional_samples(1, 2, 3)
+    values3, indices3 = torch.ops.aten.fractional_max_pool3d(x3, [2, 2, 2], [3, 4, 4], s3)
+    check(
+        lambda gg, t, i, o: torch.ops.aten.fractional_max_pool3d_backward.grad_input(
+            gg, t, [2, 2, 2], [3, 4, 4], i, grad_input=o
+        ),
+        rand(*values3.shape, seed=4),
+        x3,
+        indices3,
+        torch.empty(0),
+    )
 
 
 @pytest.mark.parametrize(
