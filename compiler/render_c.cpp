@@ -858,6 +858,30 @@ private:
 
 std::string render_c(const Kernel& k, const std::string& fn_name) { return CRenderer(k).render(fn_name); }
 
+std::string render_c_bundle(const std::vector<std::string>& sources, const std::vector<std::string>& fn_names) {
+  std::string_view prelude = kPrelude;
+  std::ostringstream os;
+  os << prelude;
+  for (size_t i = 0; i < sources.size(); i++) {
+    if (!sources[i].starts_with(prelude))
+      throw std::logic_error("render_c_bundle: kernel " + fn_names.at(i) + " is not render_c's source");
+    // After the prelude a source declares its vector types and its function, and names the flag
+    // through the prelude's macros: renaming by macros reaches every use, expanded or not.
+    std::string suffix = bundle_suffix(i);
+    std::vector<std::string> names{fn_names.at(i), "tiny_errors"};
+    for (const char* t : kVectorTypes)
+      names.push_back(std::string("tv_") + t);
+    os << "\n";
+    for (const std::string& name : names)
+      os << "#define " << name << " " << name << suffix << "\n";
+    os << "int tiny_errors" << suffix << ";\n";
+    os << std::string_view(sources[i]).substr(prelude.size());
+    for (const std::string& name : names)
+      os << "#undef " << name << "\n";
+  }
+  return os.str();
+}
+
 std::string float_to_int(const std::string& a, bool from_f64, bool to_64, const std::string& to_type,
                          const std::string& i32, const std::string& i64) {
   std::string lim = std::string(to_64 ? "9223372036854775808.0" : "2147483648.0") + (from_f64 ? "" : "f");

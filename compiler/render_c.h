@@ -3,6 +3,7 @@
 // change the prelude, the function signature and how the outer loop maps to threads.
 
 #include <string>
+#include <vector>
 
 #include "compiler/lower.h"
 
@@ -12,6 +13,14 @@ namespace tiny {
 //   void NAME(void* const* bufs, const int64_t* ivars, const double* fvars, int64_t begin, int64_t end)
 // and runs iterations [begin, end) of the outermost loop.
 std::string render_c(const Kernel& k, const std::string& fn_name);
+
+// Several of render_c's sources as one C source with the prelude once (a library of a schedule's
+// kernels: clang starts, parses the prelude and links once for all of them). Kernel i's function and
+// its zero-division flag are renamed with bundle_suffix(i) ("E_8" -> "E_8_k3", "tiny_errors" ->
+// "tiny_errors_k3"): kernels of one name stay apart, and each keeps a flag of its own. Throws
+// std::logic_error for a source render_c did not make.
+std::string render_c_bundle(const std::vector<std::string>& sources, const std::vector<std::string>& fn_names);
+inline std::string bundle_suffix(size_t i) { return "_k" + std::to_string(i); }
 
 // The C expression converting the float register value `a` (a name: it is repeated) to an integer,
 // as torch's CPU does on x86: ints of up to 32 bits through a 32-bit conversion, then truncated to

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -14,12 +15,15 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <numeric>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
+#include "compiler/render_c.h"
 #include "runtime/debug.h"
 #include "runtime/device.h"
 #include "runtime/disk_cache.h"
@@ -57,14 +61,60 @@ std::string find_cc() {
 
 class ClangCompiler : public Compiler {
 public:
+  // TINY_CFLAGS: more flags, after tiny's (part of the cache key, as the compiler and flags are).
   ClangCompiler()
       : cc_(find_cc()), flags_("-O2 -march=native -mprefer-vector-width=512 -fPIC -shared -fwrapv -fno-math-errno "
-                               "-ffp-contract=fast -fno-strict-aliasing") {}
+                               "-ffp-contract=fast -fno-strict-aliasing") {
+    if (const char* more = std::getenv("TINY_CFLAGS")) flags_ += std::string(" ") + more;
+  }
   std::string key() const override { return cc_ + " " + flags_; }
   std::string compile(const std::string& src, const std::string& name) override {
+    return compile_library(src, "kernel " + name, content_hash(key() + "\n" + src)).string();
+  }
+  fs::path so_path(const std::string& src) const { return cache_dir() / (content_hash(key() + "\n" + src) + ".so"); }
+
+  // A kernel compiled into a library with others: where and by which names it is found.
+  struct Entry {
+    fs::path library;
+    std::string symbol, errors;
+  };
+  // Where compile_bundle() leaves a kernel's entry (next to where compile() would put its library).
+  fs::path entry_path(const std::string& src) const {
+    return cache_dir() / (content_hash(key() + "\n" + src) + ".entry");
+  }
+  static std::optional<Entry> read_entry(const fs::path& at) {
+    std::ifstream in(at);
+    Entry e;
+    std::string library;
+    if (!std::getline(in, library) || !std::getline(in, e.symbol) || !std::getline(in, e.errors)) return std::nullopt;
+    e.library = at.parent_path() / library;
+    return e;
+  }
+  // The kernels (source, function name) as one library, and an entry for each (written after the
+  // library is in place, so a reader never finds an entry without its library).
+  void compile_bundle(const std::vector<std::pair<std::string, std::string>>& kernels) {
+    std::vector<std::string> sources, names;
+    for (const auto& [src, fn] : kernels) {
+      sources.push_back(src);
+      names.push_back(fn);
+    }
+    std::string src = render_c_bundle(sources, names);
+    fs::path library = compile_library(src, "a library of " + std::to_string(kernels.size()) + " kernels",
+                                       content_hash(key() + "\n" + src));
+    std::string mine = "." + std::to_string(getpid());
+    for (size_t i = 0; i < kernels.size(); i++) {
+      fs::path at = entry_path(kernels[i].first), tmp = at.string() + mine;
+      std::ofstream(tmp) << library.filename().string() << "\n"
+                         << names[i] + bundle_suffix(i) << "\n"
+                         << "tiny_errors" + bundle_suffix(i) << "\n";
+      fs::rename(tmp, at);
+    }
+  }
+
+private:
+  fs::path compile_library(const std::string& src, const std::string& what, const std::string& base) {
     fs::path dir = cache_dir();
     fs::create_directories(dir);
-    std::string base = content_hash(key() + "\n" + src);
     // Every file this process writes has its own name until renamed into place: processes sharing the
     // cache (the test runner's parallel jobs) compile the same kernel at once, and a source file
     // truncated by another writer compiled into a library without the kernel.
@@ -79,17 +129,14 @@ public:
       std::ifstream in(log);
       std::stringstream msg;
       msg << in.rdbuf();
-      throw std::runtime_error("tiny: compiling kernel " + name + " failed (source at " + c_tmp.string() + "):\n" +
-                               msg.str());
+      throw std::runtime_error("tiny: compiling " + what + " failed (source at " + c_tmp.string() + "):\n" + msg.str());
     }
     fs::rename(c_tmp, c);
     fs::rename(so_tmp, so);
     fs::remove(log);
-    return so.string();
+    return so;
   }
-  fs::path so_path(const std::string& src) const { return cache_dir() / (content_hash(key() + "\n" + src) + ".so"); }
 
-private:
   std::string cc_, flags_;
 };
 
@@ -99,15 +146,17 @@ std::atomic<int64_t> live_programs{0};
 
 class CpuProgram : public Program {
 public:
-  CpuProgram(const std::string& so, const std::string& fn_name) {
+  // The kernel `symbol` of the library `so`, whose zero-division flag is `errors` (a library of
+  // several kernels has one per kernel).
+  CpuProgram(const std::string& so, const std::string& symbol, const std::string& errors = "tiny_errors") {
     handle_ = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!handle_) throw std::runtime_error(std::string("tiny: cannot load kernel: ") + dlerror());
-    fn_ = reinterpret_cast<KernelFn>(dlsym(handle_, fn_name.c_str()));
+    fn_ = reinterpret_cast<KernelFn>(dlsym(handle_, symbol.c_str()));
     if (!fn_) {
       dlclose(handle_);
-      throw std::runtime_error("tiny: kernel " + fn_name + " missing from " + so);
+      throw std::runtime_error("tiny: kernel " + symbol + " missing from " + so);
     }
-    errors_ = static_cast<int*>(dlsym(handle_, "tiny_errors"));
+    errors_ = static_cast<int*>(dlsym(handle_, errors.c_str()));
     live_programs++;
   }
   ~CpuProgram() override {
@@ -178,31 +227,64 @@ public:
     // A program dropped from the cache unloads when the last schedule holding it is gone.
     return programs_.get(fn_name + "\n" + src, [&] { return load_or_compile(src, fn_name); });
   }
-  // The sources neither loaded nor on disk, each compiled once, by one clang per core at a time (a
-  // schedule's kernels: the first training step compiles about a hundred).
+  // The sources neither loaded nor on disk (a schedule's new kernels: the first training step has
+  // about a hundred), compiled as one library per core, the cores at once: clang's start, the prelude
+  // and the link are paid once per library instead of once per kernel (clang's CPU time per kernel
+  // about 3x less). A library that does not compile leaves its kernels to program(), which compiles
+  // each alone and reports the one that fails. TINY_COMPILE_LIBRARIES=0 compiles each kernel alone.
   void precompile(const std::vector<std::pair<std::string, std::string>>& sources) override {
     std::vector<std::pair<std::string, std::string>> todo;
     std::set<std::string> seen;
     for (const auto& [src, fn] : sources) {
       std::string so = compiler_.so_path(src).string();
-      if (programs_.contains(fn + "\n" + src) || fs::exists(so) || !seen.insert(so).second) continue;
+      if (programs_.contains(fn + "\n" + src) || fs::exists(so) || fs::exists(compiler_.entry_path(src)) ||
+          !seen.insert(so).second)
+        continue;
       todo.emplace_back(src, fn);
     }
     if (todo.size() < 2) return;
+    static const bool libraries = [] {
+      const char* v = std::getenv("TINY_COMPILE_LIBRARIES");
+      return !v || std::string(v) != "0";
+    }();
+    size_t cores = std::max(1u, std::thread::hardware_concurrency());
+    // Each library a job: the largest sources first, each to the library with the least source so far.
+    std::vector<std::vector<size_t>> jobs(libraries ? std::min(cores, todo.size()) : todo.size());
+    if (libraries) {
+      std::vector<size_t> order(todo.size()), size(jobs.size(), 0);
+      std::iota(order.begin(), order.end(), 0);
+      std::sort(order.begin(), order.end(),
+                [&](size_t a, size_t b) { return todo[a].first.size() > todo[b].first.size(); });
+      for (size_t i : order) {
+        size_t j = static_cast<size_t>(std::min_element(size.begin(), size.end()) - size.begin());
+        jobs[j].push_back(i);
+        size[j] += todo[i].first.size();
+      }
+    } else {
+      for (size_t i = 0; i < todo.size(); i++)
+        jobs[i] = {i};
+    }
     std::atomic<size_t> next{0};
     std::vector<char> done(todo.size(), 0);
     auto work = [&] {
-      for (size_t i; (i = next++) < todo.size();) {
+      for (size_t j; (j = next++) < jobs.size();) {
         try {
-          compiler_.compile(todo[i].first, todo[i].second);
-          done[i] = 1;
-        } catch (const std::runtime_error&) { // program() compiles it again and reports the error
+          if (jobs[j].size() == 1) {
+            compiler_.compile(todo[jobs[j][0]].first, todo[jobs[j][0]].second);
+          } else {
+            std::vector<std::pair<std::string, std::string>> kernels;
+            for (size_t i : jobs[j])
+              kernels.push_back(todo[i]);
+            compiler_.compile_bundle(kernels);
+          }
+          for (size_t i : jobs[j])
+            done[i] = 1;
+        } catch (const std::runtime_error&) { // program() compiles each again and reports the error
         }
       }
     };
-    size_t n = std::min<size_t>(todo.size(), std::max(1u, std::thread::hardware_concurrency()));
     std::vector<std::thread> threads;
-    for (size_t t = 1; t < n; t++)
+    for (size_t t = 1; t < std::min(cores, jobs.size()); t++)
       threads.emplace_back(work);
     work();
     for (std::thread& t : threads)
@@ -217,11 +299,13 @@ public:
   void synchronize() override {}
 
 private:
-  // A program not loaded yet: from the disk cache, else compiled (a damaged cache entry, an older tiny's
-  // race, is compiled again).
+  // A program not loaded yet: from the disk cache (its own library, or its entry in a library of
+  // several), else compiled (a damaged cache entry, an older tiny's race, is compiled again).
   std::shared_ptr<Program> load_or_compile(const std::string& src, const std::string& fn_name) {
-    fs::path so = compiler_.so_path(src);
-    if (fs::exists(so)) {
+    fs::path so = compiler_.so_path(src), entry_at = compiler_.entry_path(src);
+    std::optional<ClangCompiler::Entry> entry;
+    if (!fs::exists(so)) entry = ClangCompiler::read_entry(entry_at);
+    if (fs::exists(so) || entry) {
       bool counted = false; // precompile() counted it as compiled
       {
         std::lock_guard lock(mu_);
@@ -232,9 +316,10 @@ private:
         stats().disk_hits++;
       }
       try {
+        if (entry) return std::make_shared<CpuProgram>(entry->library.string(), entry->symbol, entry->errors);
         return std::make_shared<CpuProgram>(so.string(), fn_name);
       } catch (const std::runtime_error&) {
-        fs::remove(so);
+        fs::remove(entry ? entry_at : so);
       }
     }
     so = compiler_.compile(src, fn_name);
@@ -247,7 +332,7 @@ private:
   ClangCompiler compiler_;
   ProgramCache programs_;
   std::mutex mu_;                     // guards precompiled_
-  std::set<std::string> precompiled_; // libraries precompile() compiled that program() has not loaded yet
+  std::set<std::string> precompiled_; // kernels (by so_path) precompile() compiled, not yet loaded
 };
 
 } // namespace

@@ -281,3 +281,53 @@ TEST(Kernel, PrecompiledSourcesLoadWithoutCompilingAgain) {
     EXPECT_NE(cpu_device().program(src, fn), nullptr);
   EXPECT_EQ(stats().compiles - before, 3);
 }
+
+// A schedule's new kernels compile as one library per core: kernels of one name stay apart (each
+// runs its own code), each finds its own zero-division flag, and a second process loads them from the
+// library through their entries without compiling.
+TEST(Kernel, KernelsCompiledAsOneLibraryRunTheirOwnCode) {
+  auto a = reshape(buffer(filled(random_vec(64, 6))), {64});
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, 64);
+  double salt = static_cast<double>(std::random_device{}() % 1000000) + 0.25; // sources new to the cache
+  std::vector<std::pair<std::string, std::string>> sources;
+  std::vector<Kernel> kernels;
+  for (int i = 0; i < 5; i++) {
+    auto value = alu(Ops::ADD, a, expand(reshape(const_float(DType::Float32, salt + i), {1}), {64}));
+    kernels.push_back(lower_kernel(out, View::contiguous({64}), value));
+    sources.emplace_back(render_c(kernels.back(), "k"), "k");
+  }
+  // an integer division by a zero read from a buffer, named "k" too
+  auto num = std::make_shared<Buffer>(cpu_device(), DType::Int32, 8);
+  auto den = std::make_shared<Buffer>(cpu_device(), DType::Int32, 8);
+  auto quot = std::make_shared<Buffer>(cpu_device(), DType::Int32, 8);
+  for (int i = 0; i < 8; i++) {
+    static_cast<int32_t*>(num->ptr())[i] = 7 * i;
+    static_cast<int32_t*>(den->ptr())[i] = i % 4;
+  }
+  auto offset = expand(reshape(const_int(DType::Int32, static_cast<int64_t>(salt)), {1}), {8});
+  kernels.push_back(lower_kernel(
+      quot, View::contiguous({8}),
+      alu(Ops::ADD, checked_division(Ops::IDIV, reshape(buffer(num), {8}), reshape(buffer(den), {8})), offset)));
+  sources.emplace_back(render_c(kernels.back(), "k"), "k");
+
+  int64_t before = stats().compiles;
+  cpu_device().precompile(sources);
+  EXPECT_EQ(stats().compiles - before, 6);
+  for (size_t i = 0; i < 5; i++) {
+    auto program = cpu_device().program(sources[i].first, "k");
+    std::vector<void*> ptrs;
+    for (const BufferRef& b : kernels[i].buffers)
+      ptrs.push_back(std::static_pointer_cast<Buffer>(b)->ptr());
+    program->launch(ptrs, {}, {}, kernels[i].launch);
+    std::vector<float> in = values(std::static_pointer_cast<Buffer>(kernels[i].buffers[1])), got = values(out);
+    for (size_t j = 0; j < 64; j++)
+      ASSERT_FLOAT_EQ(got[j], in[j] + static_cast<float>(salt + static_cast<double>(i))) << "kernel " << i;
+  }
+  std::vector<void*> ptrs;
+  for (const BufferRef& b : kernels[5].buffers)
+    ptrs.push_back(std::static_pointer_cast<Buffer>(b)->ptr());
+  cpu_device().program(sources[5].first, "k")->launch(ptrs, {}, {}, kernels[5].launch);
+  EXPECT_THROW(raise_kernel_errors(), std::runtime_error);
+  EXPECT_EQ(static_cast<int32_t*>(quot->ptr())[1], 7 + static_cast<int32_t>(salt)); // 7 / 1 + salt
+  EXPECT_EQ(stats().compiles - before, 6);
+}
