@@ -277,6 +277,17 @@ UOpPtr lu_solve(const UOpPtr& lu, const UOpPtr& pivots, const UOpPtr& rhs, bool 
 
 Device& device_for(const at::Tensor& t) { return runtime::device(t.device().index()); }
 
+// t's value for a computation that runs now (realize_now): a pending graph that writes a storage in place
+// (ASSIGN, SCATTER) realizes only at a sync, so such an input is realized by one first.
+UOpPtr settled_read(const at::Tensor& t) {
+  {
+    std::lock_guard lock(runtime::graph_mutex());
+    if (runtime::evaluable_alone(read(t))) return read(t);
+  }
+  runtime::synchronize();
+  return read(t);
+}
+
 // t's matrices (its last two dims) broadcast to the batch dims `batch`, as (B, rows, cols).
 UOpPtr matrices(const at::Tensor& t, c10::IntArrayRef batch) {
   Shape full(batch.begin(), batch.end());
@@ -284,7 +295,7 @@ UOpPtr matrices(const at::Tensor& t, c10::IntArrayRef batch) {
   full.push_back(t.size(-1));
   Shape padded(full.size(), 1);
   std::copy(t.sizes().begin(), t.sizes().end(), padded.end() - t.dim());
-  return reshape(expand(reshape(read(t), padded), full),
+  return reshape(expand(reshape(settled_read(t), padded), full),
                  {prod(Shape(batch.begin(), batch.end())), full.end()[-2], full.end()[-1]});
 }
 UOpPtr matrices(const at::Tensor& t) { return matrices(t, t.sizes().slice(0, t.dim() - 2)); }
@@ -295,7 +306,8 @@ UOpPtr pivot_rows(const at::Tensor& pivots, c10::IntArrayRef batch) {
   full.push_back(pivots.size(-1));
   Shape padded(full.size(), 1);
   std::copy(pivots.sizes().begin(), pivots.sizes().end(), padded.end() - pivots.dim());
-  return reshape(expand(reshape(read(pivots), padded), full), {prod(Shape(batch.begin(), batch.end())), full.back()});
+  return reshape(expand(reshape(settled_read(pivots), padded), full),
+                 {prod(Shape(batch.begin(), batch.end())), full.back()});
 }
 
 c10::IntArrayRef batch_of(const at::Tensor& t, int64_t matrix_dims = 2) {
@@ -448,6 +460,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> linalg_lu(const at::Tensor& A, bo
 std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> lu_unpack_out(const at::Tensor& LU, const at::Tensor& pivots,
                                                                 bool unpack_data, bool unpack_pivots, at::Tensor& P,
                                                                 at::Tensor& L, at::Tensor& U) {
+  check_same_device({LU, pivots});
   MetaOuts meta{&P, &L, &U};
   at::meta::lu_unpack_outf(meta_like(LU), meta_like(pivots), unpack_data, unpack_pivots, meta[0], meta[1], meta[2]);
   meta.apply();
@@ -482,6 +495,7 @@ void solve_with_lu(const at::Tensor& result, const at::Tensor& LU, const at::Ten
 
 at::Tensor& linalg_lu_solve_out(const at::Tensor& LU, const at::Tensor& pivots, const at::Tensor& B, bool left,
                                 bool adjoint, at::Tensor& result) {
+  check_same_device({LU, pivots, B});
   MetaOuts meta{&result};
   at::meta::linalg_lu_solve_outf(meta_like(LU), meta_like(pivots), meta_like(B), left, adjoint, meta[0]);
   meta.apply();
@@ -507,6 +521,7 @@ bool factors_transpose(const at::Tensor& A) { return A.is_contiguous(); }
 std::tuple<at::Tensor&, at::Tensor&, at::Tensor&, at::Tensor&>
 linalg_solve_ex_out(const at::Tensor& A, const at::Tensor& B, bool left, bool check_errors, at::Tensor& result,
                     at::Tensor& LU, at::Tensor& pivots, at::Tensor& info) {
+  check_same_device({A, B});
   MetaOuts meta{&result, &LU, &pivots, &info};
   at::meta::_linalg_solve_ex_outf(meta_like(A), meta_like(B), left, check_errors, meta[0], meta[1], meta[2], meta[3]);
   meta.apply();
@@ -625,6 +640,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> linalg_slogdet(const 
 std::tuple<at::Tensor&, at::Tensor&> triangular_solve_out(const at::Tensor& self, const at::Tensor& A, bool upper,
                                                           bool transpose, bool unitriangular, at::Tensor& X,
                                                           at::Tensor& M) {
+  check_same_device({self, A});
   MetaOuts meta{&X, &M};
   at::meta::triangular_solve_outf(meta_like(self), meta_like(A), upper, transpose, unitriangular, meta[0], meta[1]);
   meta.apply();
@@ -647,6 +663,7 @@ std::tuple<at::Tensor, at::Tensor> triangular_solve(const at::Tensor& self, cons
 
 at::Tensor& linalg_solve_triangular_out(const at::Tensor& A, const at::Tensor& B, bool upper, bool left,
                                         bool unitriangular, at::Tensor& out) {
+  check_same_device({A, B});
   at::native::checkInputsSolver(A, B, left, "linalg.solve_triangular");
   auto [B_, A_] = at::native::_linalg_broadcast_batch_dims(B, A, nullptr);
   // torch's result is F-contiguous when it is (re)allocated
@@ -712,6 +729,7 @@ UOpPtr cholesky_solve(const UOpPtr& factor, const UOpPtr& b, bool upper, Device&
 // cholesky_solve (CompositeExplicitAutograd) broadcasts and checks, then calls this helper; its result is
 // F-contiguous as the CPU's.
 at::Tensor cholesky_solve_helper(const at::Tensor& self, const at::Tensor& A, bool upper) {
+  check_same_device({self, A});
   check_float<at::_ops::_cholesky_solve_helper>(self, self, A, upper);
   auto strides = at::native::batched_matrix_contiguous_strides(self.sizes(), /*f_contig=*/true);
   at::Tensor result = empty_tiny(self.sizes(), strides, self.scalar_type(), self.device());

@@ -2,6 +2,9 @@
 solve(_ex), inv(_ex), det, slogdet, logdet, cholesky(_ex), cholesky_solve, cholesky_inverse, triangular_solve,
 solve_triangular; values, pivots, info, strides, errors and gradients, all without the CPU fallback."""
 
+import os
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -336,3 +339,42 @@ def test_steps_reuse_their_kernels_so_compiles_do_not_grow_with_n(native):
     # the schedule's choices may differ a little with the size, the number of steps does not count
     small, large = programs(11), programs(29)
     assert abs(small - large) <= 4 and large <= 24 < 29
+
+
+def test_inputs_written_in_place_just_before_are_read_as_written(native):
+    a, b = random((2, 4, 4), torch.float64, seed=20), random((2, 4, 2), torch.float64, seed=21)
+    ta, tb = a.to("tiny"), b.to("tiny")
+    a[0, 1] += 3.0
+    ta[0, 1] += 3.0  # pending: an in-place write into a region of the storage
+    b[:, 0] = 1.0
+    tb[:, 0] = 1.0
+    assert_same(torch.linalg.solve(ta, tb), torch.linalg.solve(a, b), **close(torch.float64))
+    assert_same(torch.linalg.cholesky(ta @ ta.mT), torch.linalg.cholesky(a @ a.mT), **close(torch.float64))
+    assert_same(ta, a)
+
+
+TWO_DEVICES = """
+import torch
+a, b = torch.eye(3, device="tiny:0"), torch.ones(3, 2, device="tiny:1")
+lu, pivots = torch.linalg.lu_factor(a)
+calls = [
+    lambda: torch.linalg.solve(a, b),
+    lambda: torch.linalg.solve_triangular(a, b, upper=True),
+    lambda: torch.triangular_solve(b, a),
+    lambda: torch.linalg.lu_solve(lu, pivots, b),
+    lambda: torch.cholesky_solve(b, a),
+]
+for call in calls:
+    try:
+        call()
+        print("no error")
+    except RuntimeError as e:
+        print("same device" in str(e))
+"""
+
+
+def test_tensors_of_two_devices_raise_torchs_error_at_the_call():
+    env = {**os.environ, "TINY_CPU_DEVICES": "2", "TINY_DEVICE": "CPU"}
+    out = subprocess.run([sys.executable, "-c", TWO_DEVICES], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True"] * 5, out.stdout
