@@ -8,9 +8,9 @@
 //
 // A factorisation or a substitution of n x n matrices is n steps, each a few kernels over the whole batch:
 // masks from the coordinates, a reduction, and gathers at the step's row and column. The step index is a
-// runtime scalar (DEFINE_VAR), so every step has the same graph: the kernels compile once for a shape and
-// each step replays the cached schedule. Each step is realized before the next is built (realize_all on the
-// step's values, without waiting for the queue), so the graph stays one step long whatever n is.
+// runtime scalar (DEFINE_VAR), so the steps have the same graph: the kernels compile once for a shape.
+// Steps are realized kGroup at a time (realize_all on their values, without waiting for the queue), so the
+// graph stays a few steps long whatever n is and each group replays one cached schedule.
 //
 // LU picks its pivot on the device as LAPACK's getf2 does (the first row at or below the diagonal of the
 // largest |a[i, k]|), swaps and eliminates in one kernel, and records torch's 1-based int32 pivots and the
@@ -115,6 +115,27 @@ std::vector<UOpPtr> realize_now(const std::vector<UOpPtr>& values, Device& dev) 
 }
 UOpPtr realize_now(const UOpPtr& v, Device& dev) { return realize_now(std::vector<UOpPtr>{v}, dev)[0]; }
 
+// Runs `steps` steps of a loop: state = step(state, k) for k = 0, 1, ... (or down from steps - 1). kGroup
+// steps are one graph, each step's values a realize boundary (CONTIGUOUS), realized together: fewer syncs.
+// Each step's index is a runtime scalar of its own, so every step's kernels are the same programs (compiled
+// once per shape) and every whole group has the same graph (it replays one cached schedule); a last,
+// shorter group has one of its own.
+constexpr int64_t kGroup = 8;
+template <class Step>
+std::vector<UOpPtr> run_steps(std::vector<UOpPtr> state, int64_t steps, bool down, const Step& step, Device& dev) {
+  for (int64_t first = 0; first < steps; first += kGroup) {
+    int64_t count = std::min(kGroup, steps - first);
+    for (int64_t t = first; t < first + count; t++) {
+      state = step(state, var_int(kIndex, down ? steps - 1 - t : t));
+      if (t + 1 < first + count)
+        for (UOpPtr& v : state)
+          v = reshape(contiguous(reshape(v, {prod(v->shape)})), v->shape);
+    }
+    state = realize_now(state, dev);
+  }
+  return state;
+}
+
 // ---- the factorisations and substitutions, on (B, rows, cols) values ----
 
 struct LUFactors {
@@ -129,9 +150,8 @@ LUFactors lu_factor(UOpPtr a, Device& dev) {
   if (B * m * n == 0) return {a, pivots, info};
   std::vector<UOpPtr> state = realize_now({a, pivots, info}, dev);
   Shape s{B, m, n}, column{B, m, 1}, one{B, 1, 1}, ps{B, K};
-  for (int64_t k = 0; k < K; k++) {
-    UOpPtr step = var_int(kIndex, k);
-    const UOpPtr &lu = state[0], &piv = state[1], &inf = state[2];
+  auto one_step = [&](const std::vector<UOpPtr>& st, const UOpPtr& step) -> std::vector<UOpPtr> {
+    const UOpPtr &lu = st[0], &piv = st[1], &inf = st[2];
     // the pivot row: the first at or below k of the largest |a[i, k]| (LAPACK's idamax)
     UOpPtr cb = coordinate(column, 0), ci = coordinate(column, 1), ck = broadcast(step, column);
     UOpPtr magnitude = alu(Ops::ABS, element(lu, cb, ci, ck));
@@ -154,8 +174,9 @@ LUFactors lu_factor(UOpPtr a, Device& dev) {
     UOpPtr pv = reshape(element(lu, coordinate(one, 0), p, broadcast(step, one)), {B});
     UOpPtr zero_pivot = both(eq(inf, fixed(DType::Int32, 0, {B})), eq(pv, like(pv, 0)));
     UOpPtr new_info = where(zero_pivot, cast(add(broadcast(step, {B}), index_const(1, {B})), DType::Int32), inf);
-    state = realize_now({updated, new_piv, new_info}, dev);
-  }
+    return {updated, new_piv, new_info};
+  };
+  state = run_steps(state, K, false, one_step, dev);
   return {state[0], state[1], state[2]};
 }
 
@@ -167,13 +188,13 @@ UOpPtr permutation(const UOpPtr& pivots, int64_t m, bool forward, Device& dev) {
   if (B * m == 0) return coordinate(s, 1);
   std::vector<UOpPtr> state = realize_now({coordinate(s, 1), pivots}, dev);
   UOpPtr piv = reshape(state[1], {B * K});
-  for (int64_t t = 0; t < K; t++) {
-    UOpPtr k = broadcast(var_int(kIndex, forward ? t : K - 1 - t), s), b = coordinate(s, 0), r = coordinate(s, 1);
+  auto one_step = [&](const std::vector<UOpPtr>& st, const UOpPtr& step) -> std::vector<UOpPtr> {
+    UOpPtr k = broadcast(step, s), b = coordinate(s, 0), r = coordinate(s, 1);
     UOpPtr p = sub(cast(gather(piv, add(mul(b, index_const(K, s)), k)), kIndex), index_const(1, s));
     UOpPtr source = where(eq(r, k), p, where(eq(r, p), k, r));
-    state[0] = realize_now(gather(reshape(state[0], {B * m}), add(mul(b, index_const(m, s)), source)), dev);
-  }
-  return state[0];
+    return {gather(reshape(st[0], {B * m}), add(mul(b, index_const(m, s)), source))};
+  };
+  return run_steps({state[0]}, K, !forward, one_step, dev)[0];
 }
 
 // x (B, n, r) with its rows taken from rows (B, n): out[b, i] = x[b, rows[b, i]].
@@ -193,17 +214,17 @@ UOpPtr solve_triangular(const UOpPtr& t, const UOpPtr& rhs, bool upper, bool uni
   if (B * n * r == 0) return rhs;
   std::vector<UOpPtr> state = realize_now({t, rhs}, dev);
   const UOpPtr& tr = state[0];
-  UOpPtr x = state[1];
   Shape s{B, n, r};
   UOpPtr b = coordinate(s, 0), i = coordinate(s, 1), j = coordinate(s, 2);
-  for (int64_t step = 0; step < n; step++) {
-    UOpPtr k = broadcast(var_int(kIndex, upper ? n - 1 - step : step), s);
+  auto one_step = [&](const std::vector<UOpPtr>& st, const UOpPtr& step) -> std::vector<UOpPtr> {
+    const UOpPtr& x = st[0];
+    UOpPtr k = broadcast(step, s);
     UOpPtr xk = element(x, b, k, j);
     if (!unit) xk = div(xk, element(tr, b, k, k));
     UOpPtr later = upper ? lt(i, k) : lt(k, i);
-    x = realize_now(where(eq(i, k), xk, where(later, sub(x, mul(element(tr, b, i, k), xk)), x)), dev);
-  }
-  return x;
+    return {where(eq(i, k), xk, where(later, sub(x, mul(element(tr, b, i, k), xk)), x))};
+  };
+  return run_steps({state[1]}, n, upper, one_step, dev)[0];
 }
 
 // The lower Cholesky factor of a (B, n, n), reading its lower triangle (above it: a's values, to be
@@ -216,9 +237,8 @@ std::pair<UOpPtr, UOpPtr> cholesky(const UOpPtr& a, Device& dev) {
   Shape s{B, n, n}, one{B, 1, 1};
   UOpPtr b = coordinate(s, 0), i = coordinate(s, 1), j = coordinate(s, 2);
   Shape column{B, n, 1}, row{B, 1, n};
-  for (int64_t k = 0; k < n; k++) {
-    UOpPtr step = var_int(kIndex, k);
-    const UOpPtr &m = state[0], &inf = state[1];
+  auto one_step = [&](const std::vector<UOpPtr>& st, const UOpPtr& step) -> std::vector<UOpPtr> {
+    const UOpPtr &m = st[0], &inf = st[1];
     UOpPtr k3 = broadcast(step, s);
     // column k: c[i] = a[i, k] - sum over p < k of L[i, p] L[k, p]
     UOpPtr lk = element(m, b, k3, j); // L[k, p], p along the last axis
@@ -240,8 +260,9 @@ std::pair<UOpPtr, UOpPtr> cholesky(const UOpPtr& a, Device& dev) {
                            where(both(both(on_column, eq(i, k3)), expand(fails, s)), expand(ajj, s), m));
     UOpPtr new_info =
         where(reshape(fails, {B}), cast(add(broadcast(step, {B}), index_const(1, {B})), DType::Int32), inf);
-    state = realize_now({updated, new_info}, dev);
-  }
+    return {updated, new_info};
+  };
+  state = run_steps(state, n, false, one_step, dev);
   return {state[0], state[1]};
 }
 
