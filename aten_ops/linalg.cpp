@@ -1,0 +1,827 @@
+// Linear algebra, part 1: the LU, Cholesky and triangular family. LU with partial pivoting
+// (linalg_lu_factor_ex, linalg_lu, lu_unpack, linalg_lu_solve), the Cholesky factorisation
+// (linalg_cholesky_ex, cholesky_solve, cholesky_inverse), triangular solves (triangular_solve,
+// linalg_solve_triangular), and what torch builds on an LU: _linalg_solve_ex (linalg.solve, solve_ex),
+// linalg_inv_ex (inv), _linalg_det (det) and _linalg_slogdet (slogdet, logdet). float32 and float64, as
+// torch's CPU kernels; batched over any leading dims. Their gradients are torch's formulas, made of these
+// ops and ordinary ones.
+//
+// A factorisation or a substitution of n x n matrices is n steps, each a few kernels over the whole batch:
+// masks from the coordinates, a reduction, and gathers at the step's row and column. The step index is a
+// runtime scalar (DEFINE_VAR), so the steps have the same graph: the kernels compile once for a shape.
+// Steps are realized kGroup at a time (realize_all on their values, without waiting for the queue), so the
+// graph stays a few steps long whatever n is and each group replays one cached schedule.
+//
+// LU picks its pivot on the device as LAPACK's getf2 does (the first row at or below the diagonal of the
+// largest |a[i, k]|), swaps and eliminates in one kernel, and records torch's 1-based int32 pivots and the
+// info of a zero pivot; no value goes to the host. The Cholesky factorisation is LAPACK's unblocked
+// left-looking order (column k from A's column k and the columns of L before it), so a matrix that is not
+// positive-definite leaves what LAPACK leaves: the columns before the failing one done, its diagonal element
+// the value that was not positive, the rest of A as it was.
+//
+// The checks are torch's: a structured op's meta function (shapes, dtypes, out= resizing and strides), the
+// helpers of ATen/native/LinearAlgebraUtils.h, the CPU's own refusal of other dtypes (check_cpu_accepts),
+// and _linalg_check_errors for check_errors (LinAlgError; it reads info to the host, as torch does).
+
+#include <ATen/core/Tensor.h>
+#include <ATen/native/LinearAlgebraUtils.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_cholesky_solve_helper_native.h>
+#include <ATen/ops/_cholesky_solve_helper_ops.h>
+#include <ATen/ops/_linalg_check_errors.h>
+#include <ATen/ops/_linalg_det_meta_dispatch.h>
+#include <ATen/ops/_linalg_det_ops.h>
+#include <ATen/ops/_linalg_slogdet_meta_dispatch.h>
+#include <ATen/ops/_linalg_slogdet_ops.h>
+#include <ATen/ops/_linalg_solve_ex_meta_dispatch.h>
+#include <ATen/ops/_linalg_solve_ex_ops.h>
+#include <ATen/ops/cholesky_inverse_native.h>
+#include <ATen/ops/cholesky_inverse_ops.h>
+#include <ATen/ops/empty_strided.h>
+#include <ATen/ops/linalg_cholesky_ex_meta_dispatch.h>
+#include <ATen/ops/linalg_cholesky_ex_ops.h>
+#include <ATen/ops/linalg_inv_ex_meta_dispatch.h>
+#include <ATen/ops/linalg_inv_ex_ops.h>
+#include <ATen/ops/linalg_lu_factor_ex_meta_dispatch.h>
+#include <ATen/ops/linalg_lu_factor_ex_ops.h>
+#include <ATen/ops/linalg_lu_meta_dispatch.h>
+#include <ATen/ops/linalg_lu_ops.h>
+#include <ATen/ops/linalg_lu_solve_meta_dispatch.h>
+#include <ATen/ops/linalg_lu_solve_ops.h>
+#include <ATen/ops/linalg_solve_triangular_native.h>
+#include <ATen/ops/linalg_solve_triangular_ops.h>
+#include <ATen/ops/lu_unpack_meta_dispatch.h>
+#include <ATen/ops/triangular_solve_meta_dispatch.h>
+#include <ATen/ops/triangular_solve_ops.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <initializer_list>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include "aten_ops/builders.h"
+#include "csrc/fallback.h"
+#include "csrc/tensor_bridge.h"
+#include "runtime/device.h"
+#include "runtime/lazy_buffer.h"
+#include "runtime/realize.h"
+
+namespace tiny::aten_ops {
+
+namespace {
+
+using runtime::Device;
+
+// ---- UOp pieces ----
+
+UOpPtr index_const(int64_t v, const Shape& shape) { return fixed(kIndex, v, shape); }
+UOpPtr broadcast(const UOpPtr& scalar, const Shape& shape) {
+  return expand(reshape(scalar, Shape(shape.size(), 1)), shape);
+}
+UOpPtr coordinate(const Shape& shape, size_t d) {
+  Shape s(shape.size(), 1);
+  s[d] = shape[d];
+  return expand(reshape(iota(shape[d], kIndex), s), shape);
+}
+UOpPtr eq(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::CMPEQ, a, b); }
+UOpPtr both(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::AND, a, b); }
+UOpPtr transposed(const UOpPtr& m) { return permute(m, {0, 2, 1}); }
+
+// m[b, i, j] of a realized batch of matrices m (B, rows, cols), at index values of one shape.
+UOpPtr element(const UOpPtr& m, const UOpPtr& b, const UOpPtr& i, const UOpPtr& j) {
+  int64_t rows = m->shape[1], cols = m->shape[2];
+  const Shape& s = b->shape;
+  UOpPtr at = add(add(mul(b, index_const(rows * cols, s)), mul(i, index_const(cols, s))), j);
+  return gather(reshape(m, {prod(m->shape)}), at);
+}
+
+// Values computed now, each into a buffer of its own, without waiting for the queue: a step of a
+// factorisation then reads buffers only, so its graph is the same at every step (the schedule cache
+// replays it) and does not grow with the number of steps.
+std::vector<UOpPtr> realize_now(const std::vector<UOpPtr>& values, Device& dev) {
+  std::vector<UOpPtr> roots;
+  for (const UOpPtr& v : values)
+    roots.push_back(reshape(v, {prod(v->shape)}));
+  std::vector<UOpPtr> out;
+  {
+    std::lock_guard lock(runtime::graph_mutex());
+    out = runtime::realize_all(roots, &dev);
+  }
+  for (size_t i = 0; i < values.size(); i++)
+    out[i] = reshape(out[i], values[i]->shape);
+  return out;
+}
+UOpPtr realize_now(const UOpPtr& v, Device& dev) { return realize_now(std::vector<UOpPtr>{v}, dev)[0]; }
+
+// Runs `steps` steps of a loop: state = step(state, k) for k = 0, 1, ... (or down from steps - 1). kGroup
+// steps are one graph, each step's values a realize boundary (CONTIGUOUS), realized together: fewer syncs.
+// Each step's index is a runtime scalar of its own, so every step's kernels are the same programs (compiled
+// once per shape) and every whole group has the same graph (it replays one cached schedule); a last,
+// shorter group has one of its own.
+constexpr int64_t kGroup = 8;
+template <class Step>
+std::vector<UOpPtr> run_steps(std::vector<UOpPtr> state, int64_t steps, bool down, const Step& step, Device& dev) {
+  for (int64_t first = 0; first < steps; first += kGroup) {
+    int64_t count = std::min(kGroup, steps - first);
+    for (int64_t t = first; t < first + count; t++) {
+      state = step(state, var_int(kIndex, down ? steps - 1 - t : t));
+      if (t + 1 < first + count)
+        for (UOpPtr& v : state)
+          v = reshape(contiguous(reshape(v, {prod(v->shape)})), v->shape);
+    }
+    state = realize_now(state, dev);
+  }
+  return state;
+}
+
+// ---- the factorisations and substitutions, on (B, rows, cols) values ----
+
+struct LUFactors {
+  UOpPtr lu;     // (B, m, n): L below the diagonal (its unit diagonal implied), U on and above it
+  UOpPtr pivots; // (B, k) int32, 1-based: row i was swapped with row pivots[i] - 1 at step i
+  UOpPtr info;   // (B) int32: 0, or the 1-based step of the first zero pivot
+};
+
+LUFactors lu_factor(UOpPtr a, Device& dev) {
+  int64_t B = a->shape[0], m = a->shape[1], n = a->shape[2], K = std::min(m, n);
+  UOpPtr pivots = fixed(DType::Int32, 0, {B, K}), info = fixed(DType::Int32, 0, {B});
+  if (B * m * n == 0) return {a, pivots, info};
+  std::vector<UOpPtr> state = realize_now({a, pivots, info}, dev);
+  Shape s{B, m, n}, column{B, m, 1}, one{B, 1, 1}, ps{B, K};
+  auto one_step = [&](const std::vector<UOpPtr>& st, const UOpPtr& step) -> std::vector<UOpPtr> {
+    const UOpPtr &lu = st[0], &piv = st[1], &inf = st[2];
+    // the pivot row: the first at or below k of the largest |a[i, k]| (LAPACK's idamax)
+    UOpPtr cb = coordinate(column, 0), ci = coordinate(column, 1), ck = broadcast(step, column);
+    UOpPtr magnitude = alu(Ops::ABS, element(lu, cb, ci, ck));
+    UOpPtr candidate = alu(Ops::NOT, lt(ci, ck));
+    UOpPtr largest = expand(reduce(where(candidate, magnitude, like(magnitude, -1)), Ops::MAX, {1}), column);
+    UOpPtr p = reduce(where(both(candidate, eq(magnitude, largest)), ci, index_const(m, column)), Ops::MIN, {1});
+    p = where(eq(p, index_const(m, one)), broadcast(step, one), p); // a NaN column: no row equals its max
+    // swap rows k and p, then eliminate below the pivot (a zero pivot leaves its zero column as it is)
+    UOpPtr b = coordinate(s, 0), i = coordinate(s, 1), j = coordinate(s, 2), k3 = broadcast(step, s);
+    UOpPtr p3 = expand(p, s);
+    UOpPtr source = where(eq(i, k3), p3, where(eq(i, p3), k3, i));
+    UOpPtr pivot = element(lu, b, p3, k3), x = element(lu, b, source, j), xk = element(lu, b, source, k3);
+    UOpPtr l = where(eq(pivot, like(pivot, 0)), xk, div(xk, pivot));
+    UOpPtr below = lt(k3, i);
+    UOpPtr updated =
+        where(both(below, eq(j, k3)), l, where(both(below, lt(k3, j)), sub(x, mul(l, element(lu, b, p3, j))), x));
+    UOpPtr pc = coordinate(ps, 1);
+    UOpPtr new_piv = where(eq(pc, broadcast(step, ps)),
+                           cast(add(expand(reshape(p, {B, 1}), ps), index_const(1, ps)), DType::Int32), piv);
+    UOpPtr pv = reshape(element(lu, coordinate(one, 0), p, broadcast(step, one)), {B});
+    UOpPtr zero_pivot = both(eq(inf, fixed(DType::Int32, 0, {B})), eq(pv, like(pv, 0)));
+    UOpPtr new_info = where(zero_pivot, cast(add(broadcast(step, {B}), index_const(1, {B})), DType::Int32), inf);
+    return {updated, new_piv, new_info};
+  };
+  state = run_steps(state, K, false, one_step, dev);
+  return {state[0], state[1], state[2]};
+}
+
+// The row each of m rows holds after the interchanges of pivots (B, k; 1-based) are applied to them in
+// order (forward), or in reverse order (which undoes them): (B, m) int64, rows[b, r] = the row it came from.
+UOpPtr permutation(const UOpPtr& pivots, int64_t m, bool forward, Device& dev) {
+  int64_t B = pivots->shape[0], K = pivots->shape[1];
+  Shape s{B, m};
+  if (B * m == 0) return coordinate(s, 1);
+  std::vector<UOpPtr> state = realize_now({coordinate(s, 1), pivots}, dev);
+  UOpPtr piv = reshape(state[1], {B * K});
+  auto one_step = [&](const std::vector<UOpPtr>& st, const UOpPtr& step) -> std::vector<UOpPtr> {
+    UOpPtr k = broadcast(step, s), b = coordinate(s, 0), r = coordinate(s, 1);
+    UOpPtr p = sub(cast(gather(piv, add(mul(b, index_const(K, s)), k)), kIndex), index_const(1, s));
+    UOpPtr source = where(eq(r, k), p, where(eq(r, p), k, r));
+    return {gather(reshape(st[0], {B * m}), add(mul(b, index_const(m, s)), source))};
+  };
+  return run_steps({state[0]}, K, !forward, one_step, dev)[0];
+}
+
+// x (B, n, r) with its rows taken from rows (B, n): out[b, i] = x[b, rows[b, i]].
+UOpPtr take_rows(const UOpPtr& x, const UOpPtr& rows, Device& dev) {
+  const Shape& s = x->shape;
+  if (prod(s) == 0) return x;
+  UOpPtr xr = realize_now(x, dev);
+  UOpPtr r = expand(reshape(rows, {s[0], s[1], 1}), s);
+  return element(xr, coordinate(s, 0), r, coordinate(s, 2));
+}
+
+// Solves t x = rhs, t (B, n, n) triangular: only its lower (or upper) triangle is read, and with unit
+// not its diagonal (taken as ones). rhs (B, n, r). Forward (or back) substitution, a row of x a step,
+// in the order of LAPACK's trsm.
+UOpPtr solve_triangular(const UOpPtr& t, const UOpPtr& rhs, bool upper, bool unit, Device& dev) {
+  int64_t B = rhs->shape[0], n = rhs->shape[1], r = rhs->shape[2];
+  if (B * n * r == 0) return rhs;
+  std::vector<UOpPtr> state = realize_now({t, rhs}, dev);
+  const UOpPtr& tr = state[0];
+  Shape s{B, n, r};
+  UOpPtr b = coordinate(s, 0), i = coordinate(s, 1), j = coordinate(s, 2);
+  auto one_step = [&](const std::vector<UOpPtr>& st, const UOpPtr& step) -> std::vector<UOpPtr> {
+    const UOpPtr& x = st[0];
+    UOpPtr k = broadcast(step, s);
+    UOpPtr xk = element(x, b, k, j);
+    if (!unit) xk = div(xk, element(tr, b, k, k));
+    UOpPtr later = upper ? lt(i, k) : lt(k, i);
+    return {where(eq(i, k), xk, where(later, sub(x, mul(element(tr, b, i, k), xk)), x))};
+  };
+  return run_steps({state[1]}, n, upper, one_step, dev)[0];
+}
+
+// The lower Cholesky factor of a (B, n, n), reading its lower triangle (above it: a's values, to be
+// masked), and info (B) int32: 0, or the order of the first leading minor that is not positive-definite.
+std::pair<UOpPtr, UOpPtr> cholesky(const UOpPtr& a, Device& dev) {
+  int64_t B = a->shape[0], n = a->shape[1];
+  UOpPtr info = fixed(DType::Int32, 0, {B});
+  if (B * n == 0) return {a, info};
+  std::vector<UOpPtr> state = realize_now({a, info}, dev);
+  Shape s{B, n, n}, one{B, 1, 1};
+  UOpPtr b = coordinate(s, 0), i = coordinate(s, 1), j = coordinate(s, 2);
+  Shape column{B, n, 1}, row{B, 1, n};
+  auto one_step = [&](const std::vector<UOpPtr>& st, const UOpPtr& step) -> std::vector<UOpPtr> {
+    const UOpPtr &m = st[0], &inf = st[1];
+    UOpPtr k3 = broadcast(step, s);
+    // column k: c[i] = a[i, k] - sum over p < k of L[i, p] L[k, p]
+    UOpPtr lk = element(m, b, k3, j); // L[k, p], p along the last axis
+    UOpPtr c = sub(element(m, coordinate(column, 0), coordinate(column, 1), broadcast(step, column)),
+                   reduce(where(lt(j, k3), mul(m, lk), like(m, 0)), Ops::ADD, {2}));
+    // its diagonal element, a[k, k] - sum over p < k of L[k, p]^2
+    UOpPtr rp = coordinate(row, 2), rk = broadcast(step, row);
+    UOpPtr lkr = element(m, coordinate(row, 0), rk, rp);
+    UOpPtr kk = broadcast(step, one);
+    UOpPtr ajj = sub(element(m, coordinate(one, 0), kk, kk),
+                     reduce(where(lt(rp, rk), mul(lkr, lkr), like(lkr, 0)), Ops::ADD, {2}));
+    UOpPtr live = eq(reshape(inf, {B, 1, 1}), fixed(DType::Int32, 0, one));
+    UOpPtr positive = lt(like(ajj, 0), ajj); // false for NaN, as LAPACK's check
+    UOpPtr fails = both(live, alu(Ops::NOT, positive));
+    UOpPtr d = expand(alu(Ops::SQRT, ajj), s), on_column = eq(j, k3);
+    UOpPtr done = where(eq(i, k3), d, where(lt(k3, i), div(expand(c, s), d), m));
+    // a failing step stores the value that was not positive on the diagonal and stops there
+    UOpPtr updated = where(both(on_column, expand(both(live, positive), s)), done,
+                           where(both(both(on_column, eq(i, k3)), expand(fails, s)), expand(ajj, s), m));
+    UOpPtr new_info =
+        where(reshape(fails, {B}), cast(add(broadcast(step, {B}), index_const(1, {B})), DType::Int32), inf);
+    return {updated, new_info};
+  };
+  state = run_steps(state, n, false, one_step, dev);
+  return {state[0], state[1]};
+}
+
+// m (B, rows, cols) with the elements above diagonal d (lower) or below it (upper) set to zero.
+UOpPtr triangle(const UOpPtr& m, bool upper, int64_t d = 0) {
+  const Shape& s = m->shape;
+  UOpPtr i = coordinate(s, 1), j = coordinate(s, 2);
+  UOpPtr keep = upper ? le(add(i, index_const(d, s)), j) : le(j, add(i, index_const(d, s)));
+  return where(keep, m, like(m, 0));
+}
+
+UOpPtr identity(DType dt, int64_t B, int64_t n) {
+  Shape s{B, n, n};
+  return where(eq(coordinate(s, 1), coordinate(s, 2)), fixed(dt, 1, s), fixed(dt, 0, s));
+}
+
+// Solves a x = rhs (or a^T x = rhs) given a's LU factors (lu (B, n, n), pivots (B, n)), rhs (B, n, r).
+UOpPtr lu_solve(const UOpPtr& lu, const UOpPtr& pivots, const UOpPtr& rhs, bool adjoint, Device& dev) {
+  int64_t n = lu->shape[1];
+  if (prod(rhs->shape) == 0) return rhs;
+  if (!adjoint) { // P^T a = L U
+    UOpPtr x = take_rows(rhs, permutation(pivots, n, true, dev), dev);
+    x = solve_triangular(lu, x, false, true, dev);
+    return solve_triangular(lu, x, true, false, dev);
+  }
+  UOpPtr lut = transposed(lu); // a^T = U^T L^T P^T
+  UOpPtr x = solve_triangular(lut, rhs, false, false, dev);
+  x = solve_triangular(lut, x, true, true, dev);
+  return take_rows(x, permutation(pivots, n, false, dev), dev);
+}
+
+// ---- torch tensors <-> batches of matrices ----
+
+Device& device_for(const at::Tensor& t) { return runtime::device(t.device().index()); }
+
+// t's value for a computation that runs now (realize_now): a pending graph that writes a storage in place
+// (ASSIGN, SCATTER) realizes only at a sync, so such an input is realized by one first.
+UOpPtr settled_read(const at::Tensor& t) {
+  {
+    std::lock_guard lock(runtime::graph_mutex());
+    if (runtime::evaluable_alone(read(t))) return read(t);
+  }
+  runtime::synchronize();
+  return read(t);
+}
+
+// t's matrices (its last two dims) broadcast to the batch dims `batch`, as (B, rows, cols).
+UOpPtr matrices(const at::Tensor& t, c10::IntArrayRef batch) {
+  Shape full(batch.begin(), batch.end());
+  full.push_back(t.size(-2));
+  full.push_back(t.size(-1));
+  Shape padded(full.size(), 1);
+  std::copy(t.sizes().begin(), t.sizes().end(), padded.end() - t.dim());
+  return reshape(expand(reshape(settled_read(t), padded), full),
+                 {prod(Shape(batch.begin(), batch.end())), full.end()[-2], full.end()[-1]});
+}
+UOpPtr matrices(const at::Tensor& t) { return matrices(t, t.sizes().slice(0, t.dim() - 2)); }
+
+// pivots (..., k) broadcast to `batch`, as (B, k).
+UOpPtr pivot_rows(const at::Tensor& pivots, c10::IntArrayRef batch) {
+  Shape full(batch.begin(), batch.end());
+  full.push_back(pivots.size(-1));
+  Shape padded(full.size(), 1);
+  std::copy(pivots.sizes().begin(), pivots.sizes().end(), padded.end() - pivots.dim());
+  return reshape(expand(reshape(settled_read(pivots), padded), full),
+                 {prod(Shape(batch.begin(), batch.end())), full.back()});
+}
+
+c10::IntArrayRef batch_of(const at::Tensor& t, int64_t matrix_dims = 2) {
+  return t.sizes().slice(0, t.dim() - matrix_dims);
+}
+
+void store(const at::Tensor& out, const UOpPtr& value) {
+  if (out.numel() == 0) return;
+  write(out, reshape(cast(value, to_tiny_dtype(out.scalar_type())), to_shape(out.sizes())));
+}
+
+at::Tensor empty_like_dtype(const at::Tensor& t, at::ScalarType dt) { return empty_tiny({0}, dt, t.device()); }
+
+// torch's CPU kernels take float32 and float64 (and complex, which tiny does not hold): another dtype gets
+// the CPU's own error.
+template <class Op, class... Args> void check_float(const at::Tensor& t, const Args&... args) {
+  if (t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble) return;
+  check_cpu_accepts<Op>(args...);
+  TORCH_CHECK_NOT_IMPLEMENTED(false, Op::name, " on tiny supports float32 and float64, not ", t.scalar_type());
+}
+
+// The pivots of an LU factorisation lie in [1, m]: torch's CPU checks a user's before it uses them (an
+// index out of range would read zeros here). One small reduction read to the host.
+void check_pivots(const at::Tensor& pivots, int64_t m, bool for_solve) {
+  if (pivots.numel() == 0) return;
+  UOpPtr p = reshape(cast(read(pivots), kIndex), {pivots.numel()});
+  UOpPtr bad_low = reduce(cast(lt(p, index_const(1, p->shape)), kIndex), Ops::MAX, {0});
+  UOpPtr bad_high = reduce(cast(lt(index_const(m, p->shape), p), kIndex), Ops::MAX, {0});
+  UOpPtr both_flags = add(mul(bad_low, index_const(2, {1})), bad_high);
+  int64_t flags = 0;
+  {
+    std::lock_guard lock(runtime::graph_mutex());
+    if (runtime::evaluable_alone(both_flags)) {
+      runtime::evaluate_to_host(both_flags, &flags, device_for(pivots));
+    } else {
+      at::Tensor t = empty_tiny({1}, at::kLong, pivots.device());
+      write(t, both_flags);
+      flags = t.cpu().item<int64_t>();
+    }
+  }
+  if (for_solve) {
+    TORCH_CHECK(!(flags & 2),
+                "Pivots given to lu_solve must all be greater or equal to 1. Did you properly pass the result of "
+                "lu_factor?");
+    TORCH_CHECK(!(flags & 1),
+                "Pivots given to lu_solve must all be smaller or equal to LU.size(-2). Did you properly pass the "
+                "result of lu_factor?");
+  } else {
+    TORCH_CHECK(flags == 0, "pivots passed to lu_unpack must be between 1 and LU.size(-2) inclusive.",
+                "Did you properly pass the result of lu_factor?");
+  }
+}
+
+// torch's structured out= wrapper, run on meta stand-ins: the meta function checks the arguments and gives
+// each out= tensor its sizes (and torch's strides when it had to resize it), which the real out= tensors then
+// take. (at::meta's own wrapper, given a tiny out= tensor of another layout, would copy a meta proxy into it.)
+at::Tensor meta_like(const at::Tensor& t) {
+  return at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta));
+}
+class MetaOuts {
+public:
+  MetaOuts(std::initializer_list<at::Tensor*> outs) : outs_(outs) {
+    for (at::Tensor* o : outs_)
+      metas_.push_back(meta_like(*o));
+  }
+  at::Tensor& operator[](size_t i) { return metas_[i]; }
+  void apply() {
+    for (size_t i = 0; i < outs_.size(); i++) {
+      at::Tensor &out = *outs_[i], &meta = metas_[i];
+      if (out.sizes().equals(meta.sizes()) && out.strides().equals(meta.strides())) continue;
+      out.resize_(meta.sizes());
+      out.as_strided_(meta.sizes(), meta.strides());
+    }
+  }
+
+private:
+  std::vector<at::Tensor*> outs_;
+  std::vector<at::Tensor> metas_;
+};
+
+// ---- LU ----
+
+std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> linalg_lu_factor_ex_out(const at::Tensor& A, bool pivot,
+                                                                          bool check_errors, at::Tensor& LU,
+                                                                          at::Tensor& pivots, at::Tensor& info) {
+  MetaOuts meta{&LU, &pivots, &info};
+  at::meta::linalg_lu_factor_ex_outf(meta_like(A), pivot, check_errors, meta[0], meta[1], meta[2]);
+  meta.apply();
+  if (A.numel() == 0) {
+    store(info, fixed(DType::Int32, 0, to_shape(info.sizes())));
+    return {LU, pivots, info};
+  }
+  TORCH_CHECK(pivot, "linalg.lu_factor: LU without pivoting is not implemented on the CPU");
+  check_float<at::_ops::linalg_lu_factor_ex>(A, A, pivot, check_errors);
+  LUFactors f = lu_factor(matrices(A), device_for(A));
+  store(LU, f.lu);
+  store(pivots, f.pivots);
+  store(info, f.info);
+  if (check_errors) at::_linalg_check_errors(info, "torch.linalg.lu_factor_ex", A.dim() == 2);
+  return {LU, pivots, info};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> linalg_lu_factor_ex(const at::Tensor& A, bool pivot, bool check_errors) {
+  at::Tensor LU = empty_like_dtype(A, A.scalar_type()), pivots = empty_like_dtype(A, at::kInt),
+             info = empty_like_dtype(A, at::kInt);
+  linalg_lu_factor_ex_out(A, pivot, check_errors, LU, pivots, info);
+  return {LU, pivots, info};
+}
+
+// P, L, U of lu (B, m, n) and its pivots: L (m, k) unit lower, U (k, n) upper, P[i, j] = (rows[j] == i).
+void unpack(const UOpPtr& lu, const UOpPtr& pivots, const at::Tensor& P, const at::Tensor& L, const at::Tensor& U,
+            bool unpack_data, bool unpack_pivots, Device& dev) {
+  int64_t B = lu->shape[0], m = lu->shape[1], n = lu->shape[2], k = std::min(m, n);
+  if (unpack_data) {
+    UOpPtr lower = shrink(lu, {{0, B}, {0, m}, {0, k}});
+    Shape ls = lower->shape;
+    lower = where(eq(coordinate(ls, 1), coordinate(ls, 2)), like(lower, 1), triangle(lower, false, -1));
+    store(L, lower);
+    store(U, triangle(shrink(lu, {{0, B}, {0, k}, {0, n}}), true));
+  }
+  if (unpack_pivots && P.numel() > 0) {
+    Shape s{B, m, m};
+    UOpPtr rows = expand(reshape(permutation(pivots, m, true, dev), {B, 1, m}), s);
+    store(P, cast(eq(rows, coordinate(s, 1)), lu->dtype));
+  }
+}
+
+std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> linalg_lu_out(const at::Tensor& A, bool pivot, at::Tensor& P,
+                                                                at::Tensor& L, at::Tensor& U) {
+  MetaOuts meta{&P, &L, &U};
+  at::meta::linalg_lu_outf(meta_like(A), pivot, meta[0], meta[1], meta[2]);
+  meta.apply();
+  if (A.numel() > 0) {
+    TORCH_CHECK(pivot, "linalg.lu_factor: LU without pivoting is not implemented on the CPU");
+    check_float<at::_ops::linalg_lu>(A, A, pivot);
+  }
+  Device& dev = device_for(A);
+  LUFactors f = lu_factor(matrices(A), dev);
+  unpack(f.lu, f.pivots, P, L, U, true, pivot, dev);
+  return {P, L, U};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> linalg_lu(const at::Tensor& A, bool pivot) {
+  at::Tensor P = empty_like_dtype(A, A.scalar_type()), L = empty_like_dtype(A, A.scalar_type()),
+             U = empty_like_dtype(A, A.scalar_type());
+  linalg_lu_out(A, pivot, P, L, U);
+  return {P, L, U};
+}
+
+std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> lu_unpack_out(const at::Tensor& LU, const at::Tensor& pivots,
+                                                                bool unpack_data, bool unpack_pivots, at::Tensor& P,
+                                                                at::Tensor& L, at::Tensor& U) {
+  check_same_device({LU, pivots});
+  MetaOuts meta{&P, &L, &U};
+  at::meta::lu_unpack_outf(meta_like(LU), meta_like(pivots), unpack_data, unpack_pivots, meta[0], meta[1], meta[2]);
+  meta.apply();
+  if (unpack_pivots) check_pivots(pivots, LU.size(-2), false);
+  c10::IntArrayRef batch = batch_of(LU);
+  unpack(matrices(LU), pivot_rows(pivots, batch), P, L, U, unpack_data, unpack_pivots, device_for(LU));
+  return {P, L, U};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> lu_unpack(const at::Tensor& LU, const at::Tensor& pivots,
+                                                         bool unpack_data, bool unpack_pivots) {
+  at::Tensor P = empty_like_dtype(LU, LU.scalar_type()), L = empty_like_dtype(LU, LU.scalar_type()),
+             U = empty_like_dtype(LU, LU.scalar_type());
+  lu_unpack_out(LU, pivots, unpack_data, unpack_pivots, P, L, U);
+  return {P, L, U};
+}
+
+// result = the solution of A X = B (left) or X A = B, or with A^T, given A's LU and pivots; batch dims
+// broadcast to result's.
+void solve_with_lu(const at::Tensor& result, const at::Tensor& LU, const at::Tensor& pivots, const at::Tensor& B,
+                   bool left, bool adjoint) {
+  if (result.numel() == 0) return;
+  c10::IntArrayRef batch = batch_of(result);
+  UOpPtr rhs = matrices(B, batch);
+  if (!left) { // X A = B  <=>  A^T X^T = B^T
+    rhs = transposed(rhs);
+    adjoint = !adjoint;
+  }
+  UOpPtr x = lu_solve(matrices(LU, batch), pivot_rows(pivots, batch), rhs, adjoint, device_for(LU));
+  store(result, left ? x : transposed(x));
+}
+
+at::Tensor& linalg_lu_solve_out(const at::Tensor& LU, const at::Tensor& pivots, const at::Tensor& B, bool left,
+                                bool adjoint, at::Tensor& result) {
+  check_same_device({LU, pivots, B});
+  MetaOuts meta{&result};
+  at::meta::linalg_lu_solve_outf(meta_like(LU), meta_like(pivots), meta_like(B), left, adjoint, meta[0]);
+  meta.apply();
+  if (result.numel() == 0) return result;
+  check_float<at::_ops::linalg_lu_solve>(LU, LU, pivots, B, left, adjoint);
+  check_pivots(pivots, LU.size(-2), true);
+  solve_with_lu(result, LU, pivots, B, left, adjoint);
+  return result;
+}
+
+at::Tensor linalg_lu_solve(const at::Tensor& LU, const at::Tensor& pivots, const at::Tensor& B, bool left,
+                           bool adjoint) {
+  at::Tensor result = empty_like_dtype(LU, LU.scalar_type());
+  linalg_lu_solve_out(LU, pivots, B, left, adjoint, result);
+  return result;
+}
+
+// ---- solve, inv, det, slogdet: through an LU ----
+
+// det and slogdet factor A^T when A is contiguous, as torch's do (their backward reads that LU).
+bool factors_transpose(const at::Tensor& A) { return A.is_contiguous(); }
+
+std::tuple<at::Tensor&, at::Tensor&, at::Tensor&, at::Tensor&>
+linalg_solve_ex_out(const at::Tensor& A, const at::Tensor& B, bool left, bool check_errors, at::Tensor& result,
+                    at::Tensor& LU, at::Tensor& pivots, at::Tensor& info) {
+  check_same_device({A, B});
+  MetaOuts meta{&result, &LU, &pivots, &info};
+  at::meta::_linalg_solve_ex_outf(meta_like(A), meta_like(B), left, check_errors, meta[0], meta[1], meta[2], meta[3]);
+  meta.apply();
+  check_float<at::_ops::_linalg_solve_ex>(A, A, B, left, check_errors);
+  LUFactors f = lu_factor(matrices(A), device_for(A));
+  store(LU, f.lu);
+  store(pivots, f.pivots);
+  store(info, f.info);
+  if (check_errors) at::_linalg_check_errors(info, "torch.linalg.solve_ex", A.dim() == 2);
+  bool vector_case = at::native::linalg_solve_is_vector_rhs(LU, B);
+  solve_with_lu(vector_case ? result.unsqueeze(-1) : result, LU, pivots, vector_case ? B.unsqueeze(-1) : B, left,
+                false);
+  return {result, LU, pivots, info};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> linalg_solve_ex(const at::Tensor& A, const at::Tensor& B,
+                                                                           bool left, bool check_errors) {
+  at::Tensor result = empty_like_dtype(A, A.scalar_type()), LU = empty_like_dtype(A, A.scalar_type()),
+             pivots = empty_like_dtype(A, at::kInt), info = empty_like_dtype(A, at::kInt);
+  linalg_solve_ex_out(A, B, left, check_errors, result, LU, pivots, info);
+  return {result, LU, pivots, info};
+}
+
+std::tuple<at::Tensor&, at::Tensor&> linalg_inv_ex_out(const at::Tensor& A, bool check_errors, at::Tensor& inverse,
+                                                       at::Tensor& info) {
+  MetaOuts meta{&inverse, &info};
+  at::meta::linalg_inv_ex_outf(meta_like(A), check_errors, meta[0], meta[1]);
+  meta.apply();
+  check_float<at::_ops::linalg_inv_ex>(A, A, check_errors);
+  Device& dev = device_for(A);
+  LUFactors f = lu_factor(matrices(A), dev);
+  store(info, f.info);
+  int64_t n = A.size(-1);
+  store(inverse, lu_solve(f.lu, f.pivots, identity(f.lu->dtype, f.lu->shape[0], n), false, dev));
+  if (check_errors) at::_linalg_check_errors(info, "linalg.inv_ex", A.dim() == 2);
+  return {inverse, info};
+}
+
+std::tuple<at::Tensor, at::Tensor> linalg_inv_ex(const at::Tensor& A, bool check_errors) {
+  at::Tensor inverse = empty_like_dtype(A, A.scalar_type()), info = empty_like_dtype(A, at::kInt);
+  linalg_inv_ex_out(A, check_errors, inverse, info);
+  return {inverse, info};
+}
+
+// The diagonal of lu (B, n) and the sign of the permutation of its pivots (B, 1): -1 for an odd number of
+// interchanges.
+std::pair<UOpPtr, UOpPtr> diagonal_and_sign(const LUFactors& f) {
+  int64_t B = f.lu->shape[0], n = f.lu->shape[1];
+  Shape d{B, n};
+  // a 0 x 0 matrix: one 1 on the diagonal keeps det 1 and logabsdet 0
+  UOpPtr diag =
+      n == 0 ? fixed(f.lu->dtype, 1, {B, 1}) : element(f.lu, coordinate(d, 0), coordinate(d, 1), coordinate(d, 1));
+  Shape ps = f.pivots->shape;
+  UOpPtr swapped = cast(alu(Ops::CMPNE, cast(f.pivots, kIndex), add(coordinate(ps, 1), index_const(1, ps))), kIndex);
+  UOpPtr odd = alu(Ops::MOD, sum_keep(swapped, {1}), index_const(2, {B, 1}));
+  UOpPtr sign = sub(fixed(f.lu->dtype, 1, {B, 1}), mul(fixed(f.lu->dtype, 2, {B, 1}), cast(odd, f.lu->dtype)));
+  return {diag, sign};
+}
+
+UOpPtr product_keep(const UOpPtr& x) { // over axis 1; 1 for none
+  return x->shape[1] == 0 ? fixed(x->dtype, 1, {x->shape[0], 1}) : reduce(x, Ops::MUL, {1});
+}
+
+std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> linalg_det_out(const at::Tensor& A, at::Tensor& result,
+                                                                 at::Tensor& LU, at::Tensor& pivots) {
+  MetaOuts meta{&result, &LU, &pivots};
+  at::meta::_linalg_det_outf(meta_like(A), meta[0], meta[1], meta[2]);
+  meta.apply();
+  check_float<at::_ops::_linalg_det>(A, A);
+  LUFactors f = lu_factor(matrices(factors_transpose(A) ? A.mT() : A), device_for(A));
+  store(LU, f.lu);
+  store(pivots, f.pivots);
+  if (f.lu->shape[0] > 0) {
+    auto [diag, sign] = diagonal_and_sign(f);
+    store(result, mul(sign, product_keep(diag)));
+  }
+  return {result, LU, pivots};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> linalg_det(const at::Tensor& A) {
+  at::Tensor result = empty_like_dtype(A, A.scalar_type()), LU = empty_like_dtype(A, A.scalar_type()),
+             pivots = empty_like_dtype(A, at::kInt);
+  linalg_det_out(A, result, LU, pivots);
+  return {result, LU, pivots};
+}
+
+std::tuple<at::Tensor&, at::Tensor&, at::Tensor&, at::Tensor&>
+linalg_slogdet_out(const at::Tensor& A, at::Tensor& sign, at::Tensor& logabsdet, at::Tensor& LU, at::Tensor& pivots) {
+  MetaOuts meta{&sign, &logabsdet, &LU, &pivots};
+  at::meta::_linalg_slogdet_outf(meta_like(A), meta[0], meta[1], meta[2], meta[3]);
+  meta.apply();
+  check_float<at::_ops::_linalg_slogdet>(A, A);
+  LUFactors f = lu_factor(matrices(factors_transpose(A) ? A.mT() : A), device_for(A));
+  store(LU, f.lu);
+  store(pivots, f.pivots);
+  if (f.lu->shape[0] > 0) {
+    auto [diag, perm_sign] = diagonal_and_sign(f);
+    UOpPtr zero = like(diag, 0);
+    // torch's sgn: 0 for 0 and NaN
+    UOpPtr sgn = where(lt(zero, diag), like(diag, 1), where(lt(diag, zero), like(diag, -1), zero));
+    store(sign, mul(perm_sign, product_keep(sgn)));
+    store(logabsdet, sum_keep(alu(Ops::LOG, alu(Ops::ABS, diag)), {1}));
+  }
+  return {sign, logabsdet, LU, pivots};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> linalg_slogdet(const at::Tensor& A) {
+  at::Tensor sign = empty_like_dtype(A, A.scalar_type()), logabsdet = empty_like_dtype(A, A.scalar_type()),
+             LU = empty_like_dtype(A, A.scalar_type()), pivots = empty_like_dtype(A, at::kInt);
+  linalg_slogdet_out(A, sign, logabsdet, LU, pivots);
+  return {sign, logabsdet, LU, pivots};
+}
+
+// ---- triangular solves ----
+
+std::tuple<at::Tensor&, at::Tensor&> triangular_solve_out(const at::Tensor& self, const at::Tensor& A, bool upper,
+                                                          bool transpose, bool unitriangular, at::Tensor& X,
+                                                          at::Tensor& M) {
+  check_same_device({self, A});
+  MetaOuts meta{&X, &M};
+  at::meta::triangular_solve_outf(meta_like(self), meta_like(A), upper, transpose, unitriangular, meta[0], meta[1]);
+  meta.apply();
+  check_float<at::_ops::triangular_solve>(A, self, A, upper, transpose, unitriangular);
+  c10::IntArrayRef batch = batch_of(X);
+  UOpPtr a = matrices(A, batch);
+  store(M, a);
+  if (X.numel() == 0) return {X, M};
+  store(X, solve_triangular(transpose ? transposed(a) : a, matrices(self, batch), upper != transpose, unitriangular,
+                            device_for(A)));
+  return {X, M};
+}
+
+std::tuple<at::Tensor, at::Tensor> triangular_solve(const at::Tensor& self, const at::Tensor& A, bool upper,
+                                                    bool transpose, bool unitriangular) {
+  at::Tensor X = empty_like_dtype(self, self.scalar_type()), M = empty_like_dtype(A, A.scalar_type());
+  triangular_solve_out(self, A, upper, transpose, unitriangular, X, M);
+  return {X, M};
+}
+
+at::Tensor& linalg_solve_triangular_out(const at::Tensor& A, const at::Tensor& B, bool upper, bool left,
+                                        bool unitriangular, at::Tensor& out) {
+  check_same_device({A, B});
+  at::native::checkInputsSolver(A, B, left, "linalg.solve_triangular");
+  auto [B_, A_] = at::native::_linalg_broadcast_batch_dims(B, A, nullptr);
+  // torch's result is F-contiguous when it is (re)allocated
+  if (at::native::resize_output_check(out, B_.sizes())) {
+    out.resize_(B_.mT().sizes());
+    out.transpose_(-2, -1);
+  }
+  check_float<at::_ops::linalg_solve_triangular>(A, A, B, upper, left, unitriangular);
+  if (out.numel() == 0) return out;
+  c10::IntArrayRef batch = batch_of(out);
+  DType dt = to_tiny_dtype(A.scalar_type());
+  UOpPtr a = matrices(A_, batch), b = cast(matrices(B_, batch), dt);
+  Device& dev = device_for(A);
+  // X A = B  <=>  A^T X^T = B^T
+  UOpPtr x = left ? solve_triangular(a, b, upper, unitriangular, dev)
+                  : transposed(solve_triangular(transposed(a), transposed(b), !upper, unitriangular, dev));
+  store(out, x);
+  return out;
+}
+
+at::Tensor linalg_solve_triangular(const at::Tensor& A, const at::Tensor& B, bool upper, bool left,
+                                   bool unitriangular) {
+  at::Tensor out = empty_like_dtype(A, A.scalar_type());
+  linalg_solve_triangular_out(A, B, upper, left, unitriangular, out);
+  return out;
+}
+
+// ---- Cholesky ----
+
+std::tuple<at::Tensor&, at::Tensor&> linalg_cholesky_ex_out(const at::Tensor& A, bool upper, bool check_errors,
+                                                            at::Tensor& L, at::Tensor& info) {
+  MetaOuts meta{&L, &info};
+  at::meta::linalg_cholesky_ex_outf(meta_like(A), upper, check_errors, meta[0], meta[1]);
+  meta.apply();
+  if (L.numel() == 0) {
+    store(info, fixed(DType::Int32, 0, to_shape(info.sizes())));
+    return {L, info};
+  }
+  check_float<at::_ops::linalg_cholesky_ex>(A, A, upper, check_errors);
+  UOpPtr a = matrices(A);
+  // upper: U^T U = A, the lower factor of A^T (A's upper triangle)
+  auto [l, inf] = cholesky(upper ? transposed(a) : a, device_for(A));
+  l = triangle(l, false);
+  store(L, upper ? transposed(l) : l);
+  store(info, inf);
+  if (check_errors) at::_linalg_check_errors(info, "linalg.cholesky_ex", A.dim() == 2);
+  return {L, info};
+}
+
+std::tuple<at::Tensor, at::Tensor> linalg_cholesky_ex(const at::Tensor& A, bool upper, bool check_errors) {
+  at::Tensor L = empty_like_dtype(A, A.scalar_type()), info = empty_like_dtype(A, at::kInt);
+  linalg_cholesky_ex_out(A, upper, check_errors, L, info);
+  return {L, info};
+}
+
+// x of L L^T x = b (or U^T U x = b), the factor's batch broadcast to b's
+UOpPtr cholesky_solve(const UOpPtr& factor, const UOpPtr& b, bool upper, Device& dev) {
+  UOpPtr lower = upper ? transposed(factor) : factor;
+  UOpPtr y = solve_triangular(lower, b, false, false, dev);
+  return solve_triangular(transposed(lower), y, true, false, dev);
+}
+
+// cholesky_solve (CompositeExplicitAutograd) broadcasts and checks, then calls this helper; its result is
+// F-contiguous as the CPU's.
+at::Tensor cholesky_solve_helper(const at::Tensor& self, const at::Tensor& A, bool upper) {
+  check_same_device({self, A});
+  check_float<at::_ops::_cholesky_solve_helper>(self, self, A, upper);
+  auto strides = at::native::batched_matrix_contiguous_strides(self.sizes(), /*f_contig=*/true);
+  at::Tensor result = empty_tiny(self.sizes(), strides, self.scalar_type(), self.device());
+  if (result.numel() == 0) return result;
+  store(result, cholesky_solve(matrices(A), matrices(self), upper, device_for(self)));
+  return result;
+}
+
+at::Tensor& cholesky_inverse_out(const at::Tensor& input, bool upper, at::Tensor& result) {
+  at::native::squareCheckInputs(input, "cholesky_inverse");
+  at::native::checkSameDevice("cholesky_inverse", result, input);
+  at::native::checkLinalgCompatibleDtype("cholesky_inverse", result, input);
+  check_float<at::_ops::cholesky_inverse>(input, input, upper);
+  if (result.numel() == 0) { // a new result is F-contiguous, as the CPU's
+    result.resize_(input.mT().sizes());
+    result.transpose_(-2, -1);
+  } else {
+    at::native::resize_output(result, input.sizes());
+  }
+  if (input.numel() == 0) return result;
+  UOpPtr factor = realize_now(matrices(input), device_for(input));
+  int64_t B = factor->shape[0], n = factor->shape[1];
+  // LAPACK's potri refuses a factor with a zero on its diagonal: info is the first one (1-based)
+  Shape d{B, n};
+  UOpPtr zero = eq(element(factor, coordinate(d, 0), coordinate(d, 1), coordinate(d, 1)), fixed(factor->dtype, 0, d));
+  UOpPtr first = reduce(where(zero, coordinate(d, 1), index_const(n, d)), Ops::MIN, {1});
+  UOpPtr info_value =
+      cast(where(eq(first, index_const(n, {B, 1})), index_const(0, {B, 1}), add(first, index_const(1, {B, 1}))),
+           DType::Int32);
+  at::Tensor info = empty_tiny(batch_of(input), at::kInt, input.device());
+  store(info, info_value);
+  at::_linalg_check_errors(info, "cholesky_inverse", result.dim() == 2);
+  Device& dev = device_for(input);
+  store(result, cholesky_solve(factor, identity(factor->dtype, B, n), upper, dev));
+  return result;
+}
+
+at::Tensor cholesky_inverse(const at::Tensor& input, bool upper) {
+  at::Tensor result = empty_like_dtype(input, input.scalar_type());
+  cholesky_inverse_out(input, upper, result);
+  return result;
+}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("linalg_lu_factor_ex", TORCH_FN(linalg_lu_factor_ex));
+  m.impl("linalg_lu_factor_ex.out", TORCH_FN(linalg_lu_factor_ex_out));
+  m.impl("linalg_lu", TORCH_FN(linalg_lu));
+  m.impl("linalg_lu.P", TORCH_FN(linalg_lu_out));
+  m.impl("lu_unpack", TORCH_FN(lu_unpack));
+  m.impl("lu_unpack.out", TORCH_FN(lu_unpack_out));
+  m.impl("linalg_lu_solve", TORCH_FN(linalg_lu_solve));
+  m.impl("linalg_lu_solve.out", TORCH_FN(linalg_lu_solve_out));
+  m.impl("_linalg_solve_ex", TORCH_FN(linalg_solve_ex));
+  m.impl("_linalg_solve_ex.result", TORCH_FN(linalg_solve_ex_out));
+  m.impl("linalg_inv_ex", TORCH_FN(linalg_inv_ex));
+  m.impl("linalg_inv_ex.inverse", TORCH_FN(linalg_inv_ex_out));
+  m.impl("_linalg_det", TORCH_FN(linalg_det));
+  m.impl("_linalg_det.result", TORCH_FN(linalg_det_out));
+  m.impl("_linalg_slogdet", TORCH_FN(linalg_slogdet));
+  m.impl("_linalg_slogdet.sign", TORCH_FN(linalg_slogdet_out));
+  m.impl("triangular_solve", TORCH_FN(triangular_solve));
+  m.impl("triangular_solve.X", TORCH_FN(triangular_solve_out));
+  m.impl("linalg_solve_triangular", TORCH_FN(linalg_solve_triangular));
+  m.impl("linalg_solve_triangular.out", TORCH_FN(linalg_solve_triangular_out));
+  m.impl("linalg_cholesky_ex", TORCH_FN(linalg_cholesky_ex));
+  m.impl("linalg_cholesky_ex.L", TORCH_FN(linalg_cholesky_ex_out));
+  m.impl("_cholesky_solve_helper", TORCH_FN(cholesky_solve_helper));
+  m.impl("cholesky_inverse", TORCH_FN(cholesky_inverse));
+  m.impl("cholesky_inverse.out", TORCH_FN(cholesky_inverse_out));
+}
+
+} // namespace tiny::aten_ops
