@@ -128,7 +128,8 @@ UOpPtr grouped_correlation(const UOpPtr& win, const UOpPtr& filters, const Shape
   u = window::permuted(window::expanded(u, concat({{N, G, Co, Cr}, positions, kernel})), order);
   UOpPtr fv = window::expanded(
       window::reshaped(window::permuted(filters, f_order), concat({{1, G, Co}, Shape(nd, 1), kernel, {Cr}})), full);
-  UOpPtr r = reduce(alu(Ops::MUL, u, fv), Ops::ADD, range(3 + nd, 4 + 2 * nd));
+  DType dt = opmath(win->dtype); // after the windows: reads of float16/bfloat16 stay 16-bit (see convolution)
+  UOpPtr r = reduce(alu(Ops::MUL, cast(u, dt), cast(fv, dt)), Ops::ADD, range(3 + nd, 4 + 2 * nd));
   return window::reshaped(r, concat({{N, G * Co}, positions}));
 }
 
@@ -163,7 +164,8 @@ UOpPtr conv_weight_grad(const UOpPtr& x, const UOpPtr& go, const window::Geometr
   // every filter tap and channel block reads them; the chunks' sums are added after.
   int64_t chunk = N % 8 == 0 && N >= 16 ? 8 : N, chunks = N / chunk;
   // (N, G, Og, Cg, out..., kernel...) -> (chunks, chunk, ...) -> (chunks, G, Og, Cg, kernel..., chunk, out...)
-  UOpPtr p = alu(Ops::MUL, win, gv);
+  DType dt = opmath(x->dtype);
+  UOpPtr p = alu(Ops::MUL, cast(win, dt), cast(gv, dt));
   p = window::reshaped(p, concat({{chunks, chunk}, Shape(p->shape.begin() + 1, p->shape.end())}));
   std::vector<int64_t> order{0, 2, 3, 4};
   for (int64_t i = 0; i < nd; i++)
@@ -203,8 +205,10 @@ at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight, const 
               weight.sizes());
   Conv c = conv_args(weight, stride, padding, dilation, transposed, output_padding, groups);
   check_dtypes(input, weight, bias, c);
+  // The operands in their own dtype: float16/bfloat16 become float at the multiply, after the windows and
+  // copies the lowering makes of them, which then hold and read 16-bit values (as vectors).
   DType dt = opmath(to_tiny_dtype(input.scalar_type()));
-  UOpPtr x = read_as(input, dt), w = read_as(weight, dt);
+  UOpPtr x = read(input), w = read(weight);
   Shape in = spatial(x), out;
   for (size_t i = 0; i < c.dims(); i++)
     out.push_back(transposed
@@ -236,7 +240,7 @@ convolution_backward(const at::Tensor& grad_output, const at::Tensor& input, con
   TORCH_CHECK(grad_output.scalar_type() == input.scalar_type(), "expected grad_output of dtype ", input.scalar_type(),
               ", got ", grad_output.scalar_type());
   DType dt = opmath(to_tiny_dtype(input.scalar_type()));
-  UOpPtr go = read_as(grad_output, dt), x = read_as(input, dt), w = read_as(weight, dt);
+  UOpPtr go = read(grad_output), x = read(input), w = read(weight); // cast at the multiply, as in convolution
   c10::MemoryFormat format = result_format(input, weight);
   at::Tensor grad_input, grad_weight, grad_bias;
   if (output_mask[0])
@@ -246,7 +250,7 @@ convolution_backward(const at::Tensor& grad_output, const at::Tensor& input, con
   if (output_mask[1])
     grad_weight = result(ints(weight.sizes()), weight, weight.suggest_memory_format(),
                          transposed ? conv_weight_grad(go, x, c.g, groups) : conv_weight_grad(x, go, c.g, groups));
-  if (output_mask[2]) grad_bias = result({grad_output.size(1)}, grad_output, format, bias_grad(go));
+  if (output_mask[2]) grad_bias = result({grad_output.size(1)}, grad_output, format, bias_grad(cast(go, dt)));
   return {grad_input, grad_weight, grad_bias};
 }
 

@@ -1,10 +1,23 @@
-"""Shared timing for the benchmarks: best of R runs after a warm-up, tiny synchronized inside."""
+"""Shared timing for the benchmarks: best of R runs after a warm-up, tiny synchronized inside.
 
+A benchmark run with --cpu-time runs every contender on one thread (torch.set_num_threads(1),
+TINY_THREADS=1) and times the CPU time of that thread (time.thread_time) instead of the wall clock: on a
+shared, loaded machine the wall clock also counts the time other processes held the core, which moves
+figures by 2-4x; one thread's CPU time does not, so it compares the kernels themselves (recording and
+the sync included).
+"""
+
+import os
+import sys
 import time
 
-import torch
+CPU_TIME = "--cpu-time" in sys.argv
+if CPU_TIME:
+    os.environ["TINY_THREADS"] = "1"  # read when tiny's thread pool starts
 
-import torch_tiny  # noqa: F401  (registers the tiny device)
+import torch  # noqa: E402
+
+import torch_tiny  # noqa: E402, F401  (registers the tiny device)
 
 
 def best_time(fn, reps=5):
@@ -21,6 +34,20 @@ def best_time(fn, reps=5):
 def row(name, tiny_s, torch_s, extra=""):
     times = f"tiny {tiny_s * 1e3:9.3f} ms   torch {torch_s * 1e3:9.3f} ms"
     print(f"{name:<34} {times}   ratio {torch_s / tiny_s:5.2f}x {extra}")
+
+
+if CPU_TIME:
+    torch.set_num_threads(1)
+CLOCK = time.thread_time if CPU_TIME else time.perf_counter
+
+
+def contenders(fn, cpu_args, tiny_args, compiled):
+    """tiny and eager (and Inductor when `compiled`) running fn on the same inputs."""
+    c = {"tiny": lambda: fn(*tiny_args), "eager": lambda: fn(*cpu_args)}
+    if compiled:
+        f = torch.compile(fn)
+        c["torch.compile"] = lambda: f(*cpu_args)
+    return c
 
 
 def interleaved(contenders, rounds=12, clock=time.perf_counter):

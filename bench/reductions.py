@@ -3,37 +3,14 @@ contenders interleaved round by round (bench/common.py): sum of 16M, softmax, la
 log_softmax + nll_loss of (4096, 1024), float32. A copy into a preallocated tensor gives the machine's
 bandwidth for scale.
 
-Run: .venv/bin/python bench/reductions.py [rounds] [--no-compile] [--cpu-time]
-
---cpu-time runs every contender on one thread (torch.set_num_threads(1), TINY_THREADS=1) and times the
-CPU time of that thread (time.thread_time) instead of the wall clock: on a shared, loaded machine the
-wall clock also counts the time other processes held the core, which moves figures by 2-4x; one
-thread's CPU time does not, so it compares the kernels themselves (recording and the sync included).
+Run: .venv/bin/python bench/reductions.py [rounds] [--no-compile] [--cpu-time] (--cpu-time: bench/common.py)
 """
 
-import os
 import sys
-import time
-
-if "--cpu-time" in sys.argv:
-    os.environ["TINY_THREADS"] = "1"  # read when tiny's thread pool starts
 
 import torch
 import torch.nn.functional as F
-from common import interleaved, report
-
-CPU_TIME = "--cpu-time" in sys.argv
-if CPU_TIME:
-    torch.set_num_threads(1)
-CLOCK = time.thread_time if CPU_TIME else time.perf_counter
-
-
-def contenders(fn, cpu_args, tiny_args, compiled):
-    c = {"tiny": lambda: fn(*tiny_args), "eager": lambda: fn(*cpu_args)}
-    if compiled:
-        f = torch.compile(fn)
-        c["torch.compile"] = lambda: f(*cpu_args)
-    return c
+from common import CLOCK, CPU_TIME, contenders, interleaved, report
 
 
 def main():

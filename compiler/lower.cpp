@@ -644,7 +644,6 @@ bool lanes_pay(const Kernel& k) {
       if (n->op != Ops::LOAD) continue;
       auto split = lane_split(n->src[1], lane);
       if (!split || (split->second != 0 && split->second != 1)) return false;
-      if (split->second == 1 && (is_float(n->dtype) && itemsize(n->dtype) == 2)) return false;
       if (n->src.size() > 2) {
         auto valid = lane_split(n->src[2], lane);
         if (!valid || valid->second != 0) return false;

@@ -175,7 +175,11 @@ std::string literal(const UOpPtr& c) {
 const char* fsuffix(DType dt) { return is_f64(dt) ? "" : "f"; }
 
 // Vector lanes: one ext_vector_type per register type (bool lanes are bytes).
-constexpr const char* kVectorTypes[] = {"float", "double", "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t"};
+// (element type, vector type name): the register types, and float16's storage type, whose vectors convert
+// to float in one instruction where the CPU has one (F16C: vcvtph2ps).
+constexpr std::pair<const char*, const char*> kVectorTypes[] = {
+    {"float", "tv_float"},     {"double", "tv_double"},   {"int8_t", "tv_int8_t"},   {"int16_t", "tv_int16_t"},
+    {"int32_t", "tv_int32_t"}, {"int64_t", "tv_int64_t"}, {"uint8_t", "tv_uint8_t"}, {"__fp16", "tv_half"}};
 
 std::string lane_elem(DType dt) { return dt == DType::Bool ? "uint8_t" : reg_type(dt); }
 std::string vec_type(DType dt) { return "tv_" + lane_elem(dt); }
@@ -392,8 +396,8 @@ public:
     std::ostringstream os;
     os << kPrelude;
     if (k_.lane_range >= 0)
-      for (const char* t : kVectorTypes)
-        os << "typedef " << t << " tv_" << t << " __attribute__((ext_vector_type(" << k_.lanes << ")));\n";
+      for (auto [t, name] : kVectorTypes)
+        os << "typedef " << t << " " << name << " __attribute__((ext_vector_type(" << k_.lanes << ")));\n";
     os << "\nvoid " << fn
        << "(void* const* bufs, const int64_t* ivars, const double* fvars, int64_t begin, int64_t end) {\n"
        << "  (void)ivars; (void)fvars;\n";
@@ -642,6 +646,10 @@ private:
       e = vector_minmax(n->op, dt, splat(n->src[0]), splat(n->src[1]));
     else if (n->op == Ops::CAST && is_float(dt) && native_lanes(dt) && native_lanes(n->src[0]->dtype))
       e = "__builtin_convertvector(" + ref(n->src[0]) + ", " + vec_type(dt) + ")";
+    else if (n->op == Ops::CAST && dt == DType::Float32 && is_half(n->src[0]->dtype))
+      e = splat(n->src[0]); // a half's register is float already
+    else if (n->op == Ops::CAST && dt == DType::Float64 && is_half(n->src[0]->dtype))
+      e = "__builtin_convertvector(" + splat(n->src[0]) + ", tv_double)";
     else if (n->op == Ops::BITCAST)
       throw std::logic_error("render_c: no BITCAST over lanes");
     else
@@ -680,8 +688,14 @@ private:
     if (valid) emit(*valid);
     Scope& sc = scopes_[open_[home(n)]];
     std::string v = "v" + std::to_string(next_++), t = vec_type(n->dtype), e;
-    if (stride == 1 && plain_storage(n->dtype) && (!valid || !vec(*valid))) {
-      e = "({ " + t + " t_; memcpy(&t_, " + ref(buf) + " + " + at(0) + ", sizeof t_); t_; })";
+    if (stride == 1 && (plain_storage(n->dtype) || is_half(n->dtype)) && (!valid || !vec(*valid))) {
+      // float16/bfloat16: the lanes' bits as one vector, widened to float in registers (bfloat16: the
+      // bits are float32's upper half; the sign extension of int16 shifts out)
+      std::string bits = n->dtype == DType::Float16 ? "tv_half" : n->dtype == DType::BFloat16 ? "tv_int16_t" : t;
+      std::string value = n->dtype == DType::Float16    ? "__builtin_convertvector(t_, tv_float)"
+                          : n->dtype == DType::BFloat16 ? "(tv_float)(__builtin_convertvector(t_, tv_int32_t) * 65536)"
+                                                        : "t_";
+      e = "({ " + bits + " t_; memcpy(&t_, " + ref(buf) + " + " + at(0) + ", sizeof t_); " + value + "; })";
       if (valid) e = ref(*valid) + " ? " + e + " : (" + t + "){}";
     } else {
       e = per_lane(n->dtype, [&](int64_t l) {
@@ -869,8 +883,8 @@ std::string render_c_bundle(const std::vector<std::string>& sources, const std::
     // through the prelude's macros: renaming by macros reaches every use, expanded or not.
     std::string suffix = bundle_suffix(i);
     std::vector<std::string> names{fn_names.at(i), "tiny_errors"};
-    for (const char* t : kVectorTypes)
-      names.push_back(std::string("tv_") + t);
+    for (auto [t, name] : kVectorTypes)
+      names.emplace_back(name);
     os << "\n";
     for (const std::string& name : names)
       os << "#define " << name << " " << name << suffix << "\n";

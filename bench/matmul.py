@@ -1,0 +1,46 @@
+"""Matmul and convolution on tiny against PyTorch eager (oneDNN/MKL) and torch.compile (Inductor) on the
+CPU, in one process, contenders interleaved round by round (bench/common.py), float32 and bfloat16:
+a 1024^3 matmul, a linear layer (x @ w.t()), and the demo CNN's second convolution (batch 128, 32 -> 64
+channels, 14 x 14, 3 x 3) forward and its input and weight gradients.
+
+Run: .venv/bin/python bench/matmul.py [rounds] [--no-compile] [--cpu-time] (--cpu-time: bench/common.py)
+"""
+
+import sys
+
+import torch
+import torch.nn.functional as F
+from common import CLOCK, CPU_TIME, contenders, interleaved, report
+
+
+def conv_backward(x, w, gy):
+    """The input and weight gradients of conv2d(x, w, padding=1) for the output gradient gy."""
+    return torch.ops.aten.convolution_backward(
+        gy, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, True, False]
+    )[:2]
+
+
+def main():
+    rounds = int(next((a for a in sys.argv[1:] if a.isdigit()), 12))
+    compiled = "--no-compile" not in sys.argv and not CPU_TIME
+    g = torch.Generator().manual_seed(0)
+    for dt in (torch.float32, torch.bfloat16):
+
+        def rand(*shape, dt=dt):
+            return torch.randn(*shape, generator=g).to(dt)
+
+        x, w = rand(128, 32, 14, 14), rand(64, 32, 3, 3)
+        cases = {
+            "matmul 1024^3": (torch.mm, (rand(1024, 1024), rand(1024, 1024))),
+            "linear (1024, 1024) x (1024, 1024)^T": (F.linear, (rand(1024, 1024), rand(1024, 1024))),
+            "conv2d (128, 32, 14, 14) * (64, 32, 3, 3)": (lambda a, b: F.conv2d(a, b, padding=1), (x, w)),
+            "conv2d backward (input, weight)": (conv_backward, (x, w, rand(128, 64, 14, 14))),
+        }
+        for name, (fn, args) in cases.items():
+            tiny_args = tuple(a.to("tiny") for a in args)
+            title = f"{name}, {str(dt).removeprefix('torch.')}"
+            report(title, interleaved(contenders(fn, args, tiny_args, compiled), rounds, clock=CLOCK))
+
+
+if __name__ == "__main__":
+    main()
