@@ -23,6 +23,7 @@
 #include <unordered_map>
 
 #include "aten_ops/special_math.h"
+#include "aten_ops/window_read.h"
 #include "csrc/fallback.h"
 #include "csrc/tensor_bridge.h"
 
@@ -618,9 +619,11 @@ UOpPtr operand(const at::Tensor& t, DType common, DType compute, const Shape& sh
                 t.device(), " and tiny:0!");
     return scalar_constant(host_scalar(t), compute, shape);
   }
+  // A broadcast operand is read as the one view of its storage it is (aten_ops/window_read.h).
+  bool same_shape = c10::IntArrayRef(shape) == t.sizes();
+  UOpPtr v = same_shape || t.numel() == 0 || prod(shape) == 0 ? read(t) : aten_ops::read_broadcast(t, shape);
   // TensorIterator casts a tensor of another dtype to the common one (a float32 0-d tensor compared
   // with float16 rounds to float16), then the kernel computes in opmath
-  UOpPtr v = read(t);
   if (v->dtype != common) v = cast(v, common);
   v = cast(v, compute);
   if (v->shape == shape) return v;

@@ -158,8 +158,9 @@ UOpPtr scalar_constant(const at::Scalar& value, DType dt, const Shape& shape) {
     TORCH_CHECK(false, "tiny internal error: a constant of dtype void");
   }
   if (shape.empty()) return c;
-  // A CONST has shape (): view it as all-ones of the right rank, then expand.
-  return view(c, ShapeTracker::from_shape({}).reshape(Shape(shape.size(), 1)).expand(shape));
+  // The scalar (shape ()) broadcast to `shape`: every stride 0. The tracker is built as it is rather than
+  // by a reshape and an expand of a ()-shaped one (the same view, without their intermediate trackers).
+  return view(c, ShapeTracker{{View{shape, Shape(shape.size(), 0), 0, std::nullopt}}});
 }
 
 at::Tensor empty_tiny(c10::IntArrayRef sizes, at::ScalarType dtype, c10::Device device,
