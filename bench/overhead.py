@@ -26,7 +26,7 @@ def recording(cases, rounds, n):
     """Each case's tiny recording and torch CPU computing, alternating within every round so that the shared
     machine's changing speed reaches both alike; a sync between rounds (untimed) drops the recorded graph."""
     times = {label: {"tiny": [], "cpu": []} for label, _, _ in cases}
-    for label, op, shape in cases:  # warm-up: the CPU kernel probes, the allocators, the caches
+    for _, op, shape in cases:  # warm-up: the CPU kernel probes, the allocators, the caches
         for device in ("tiny", "cpu"):
             per_call(op, shape, device, 50)
         torch.tiny.synchronize()

@@ -182,6 +182,18 @@ UOpPtr elements(const UOpPtr& c, const StridedView& v) {
     }
     return view(c, ShapeTracker{{View{v.sizes, std::move(strides), 0, std::nullopt}}});
   }
+  // A window whose every dim walks inside the content is the one view ShapeTracker::as_strided composes
+  // onto the flat content (a stride of 0 where a dim has size 1), built as it is.
+  int64_t n = c->shape[0];
+  bool inside = n > 1 && v.offset >= 0 && v.offset < n && prod(v.sizes) > 0;
+  Shape strides(v.sizes.size(), 0);
+  for (size_t d = 0; d < v.sizes.size() && inside; d++) {
+    if (v.sizes[d] == 1 || v.strides[d] == 0) continue;
+    int64_t last = v.offset + v.strides[d] * (v.sizes[d] - 1);
+    inside = std::llabs(v.strides[d]) < n && last >= 0 && last < n;
+    strides[d] = v.strides[d];
+  }
+  if (inside) return view(c, ShapeTracker{{View{v.sizes, std::move(strides), v.offset, std::nullopt}}});
   return view(c, ShapeTracker::from_shape(c->shape).as_strided(v.sizes, v.strides, v.offset));
 }
 } // namespace
