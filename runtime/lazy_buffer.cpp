@@ -168,9 +168,12 @@ UOpPtr LazyBuffer::content_locked(DType dtype) {
 namespace {
 // The elements of the flat content c that the view names, in c's dtype.
 UOpPtr elements(const UOpPtr& c, const StridedView& v) {
-  if (v.sizes == c->shape) {
-    if (v.offset == 0 && (v.sizes[0] == 1 || v.strides[0] == 1)) return c;
-  } else if (is_whole(v, c->shape[0])) {
+  if (v.sizes == c->shape && v.offset == 0 && (v.sizes[0] == 1 || v.strides[0] == 1)) return c;
+  // The content is mostly the flattening of a value (a whole write makes it VIEW(value)): a window of the
+  // content read inside it is that window of the value's row-major elements, the view that view() would
+  // compose (ShapeTracker::on_top_of) built directly.
+  const UOpPtr& flat = c->op == Ops::VIEW && c->st().is_contiguous() ? c->src[0] : c;
+  if (v.sizes != c->shape && is_whole(v, c->shape[0])) {
     if (c->shape[0] == 0) return reshape(c, v.sizes);
     // The row-major reshape of the flat content, built as the one view it is (ShapeTracker::reshape's
     // strides for it: each dim's the product of the sizes after it) rather than by reshaping a tracker.
@@ -180,7 +183,7 @@ UOpPtr elements(const UOpPtr& c, const StridedView& v) {
       strides[d] = after;
       after *= v.sizes[d];
     }
-    return view(c, ShapeTracker{{View{v.sizes, std::move(strides), 0, std::nullopt}}});
+    return view(flat, ShapeTracker{{View{v.sizes, std::move(strides), 0, std::nullopt}}});
   }
   // A window whose every dim walks inside the content is the one view ShapeTracker::as_strided composes
   // onto the flat content (a stride of 0 where a dim has size 1), built as it is.
@@ -193,7 +196,7 @@ UOpPtr elements(const UOpPtr& c, const StridedView& v) {
     inside = std::llabs(v.strides[d]) < n && last >= 0 && last < n;
     strides[d] = v.strides[d];
   }
-  if (inside) return view(c, ShapeTracker{{View{v.sizes, std::move(strides), v.offset, std::nullopt}}});
+  if (inside) return view(flat, ShapeTracker{{View{v.sizes, std::move(strides), v.offset, std::nullopt}}});
   return view(c, ShapeTracker::from_shape(c->shape).as_strided(v.sizes, v.strides, v.offset));
 }
 } // namespace
