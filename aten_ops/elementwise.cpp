@@ -1,8 +1,9 @@
 // Elementwise ATen ops: one boxed kernel serves the functional, in-place and out= forms of every
 // op in the table below. torch's own TensorIterator checks the call (broadcasting, type promotion,
 // devices, out= resizing with its warning, overlap) and allocates the result, except for the common
-// functional call on contiguous operands, whose result plain_result allocates by torch's same rules
-// without building an iterator (recording cost); the table says how the value is built from UOps.
+// functional or in-place call on contiguous operands, whose result plain_result allocates (or checks) by
+// torch's same rules without building an iterator (recording cost); the table says how the value is
+// built from UOps.
 
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
@@ -23,6 +24,7 @@
 #include <unordered_map>
 
 #include "aten_ops/special_math.h"
+#include "aten_ops/window_read.h"
 #include "csrc/fallback.h"
 #include "csrc/tensor_bridge.h"
 
@@ -618,9 +620,11 @@ UOpPtr operand(const at::Tensor& t, DType common, DType compute, const Shape& sh
                 t.device(), " and tiny:0!");
     return scalar_constant(host_scalar(t), compute, shape);
   }
+  // A broadcast operand is read as the one view of its storage it is (aten_ops/window_read.h).
+  bool same_shape = c10::IntArrayRef(shape) == t.sizes();
+  UOpPtr v = same_shape || t.numel() == 0 || prod(shape) == 0 ? read(t) : aten_ops::read_broadcast(t, shape);
   // TensorIterator casts a tensor of another dtype to the common one (a float32 0-d tensor compared
   // with float16 rounds to float16), then the kernel computes in opmath
-  UOpPtr v = read(t);
   if (v->dtype != common) v = cast(v, common);
   v = cast(v, compute);
   if (v->shape == shape) return v;
@@ -629,20 +633,52 @@ UOpPtr operand(const at::Tensor& t, DType common, DType compute, const Shape& sh
   return view(v, ShapeTracker::from_shape(v->shape).reshape(padded).expand(shape)); // one view node
 }
 
-// The table entry of an overload, found by name once per schema and thread.
-const Op& op_of(const c10::FunctionSchema& schema) {
-  thread_local std::unordered_map<const c10::FunctionSchema*, const Op*> by_schema;
-  auto [it, fresh] = by_schema.try_emplace(&schema, nullptr);
-  if (fresh) it->second = &table().at(family(schema));
-  return *it->second;
+// What each argument of an overload is to the kernel.
+enum class Role : uint8_t {
+  Out,         // out=: written, not read
+  InPlaceSelf, // the self of an in-place op: read and written
+  Operand,     // a tensor or Scalar operand
+  Param,       // any other argument, by name
+};
+
+struct Overload {
+  const Op* op;
+  std::vector<Role> roles; // one per argument
+};
+
+// The table entry and argument roles of an overload, found by name once per schema and thread (not per
+// call: recording cost).
+const Overload& overload_of(const c10::FunctionSchema& schema) {
+  thread_local std::unordered_map<const c10::FunctionSchema*, Overload> by_schema;
+  auto [it, fresh] = by_schema.try_emplace(&schema);
+  if (fresh) {
+    it->second.op = &table().at(family(schema));
+    for (const c10::Argument& arg : schema.arguments()) {
+      bool writes = arg.alias_info() && arg.alias_info()->isWrite();
+      it->second.roles.push_back(writes && arg.name() != "self" ? Role::Out
+                                 : writes                       ? Role::InPlaceSelf
+                                 : is_operand(arg.name())       ? Role::Operand
+                                                                : Role::Param);
+    }
+  }
+  return it->second;
 }
 
 // What TensorIterator allocates for a functional call whose tiny operands are all contiguous, the
 // others 0-dim (the common case: a fresh contiguous result of the broadcast shape, its dtype by
 // torch's promotion), found without building an iterator. Returns the result and the common dtype,
 // or nothing when the call needs TensorIterator's general rules (strided operands, out=).
-std::optional<std::pair<at::Tensor, at::ScalarType>> plain_result(Kind kind, const std::vector<at::Tensor>& ins) {
+// `self` (defined for an in-place call: ins[0]) is the result instead when the iterator would accept it
+// as it is: the operands broadcast to its shape, the common dtype casts safely to its dtype, and no other
+// operand shares its storage (the iterator's overlap checks); otherwise the iterator raises its error.
+std::optional<std::pair<at::Tensor, at::ScalarType>> plain_result(Kind kind, const std::vector<at::Tensor>& ins,
+                                                                  const at::Tensor& self = {}) {
   if (kind == Kind::UnaryBool || kind == Kind::Where) return std::nullopt;
+  if (self.defined()) {
+    if (kind == Kind::Comparison || !self.is_privateuseone() || !self.is_same(ins.at(0))) return std::nullopt;
+    for (size_t i = 1; i < ins.size(); i++)
+      if (ins[i].is_privateuseone() && ins[i].storage().is_alias_of(self.storage())) return std::nullopt;
+  }
   at::DimVector sizes;
   const at::Tensor* on_tiny = nullptr;
   for (const at::Tensor& t : ins) {
@@ -667,6 +703,10 @@ std::optional<std::pair<at::Tensor, at::ScalarType>> plain_result(Kind kind, con
   at::ScalarType common = kind == Kind::Unary ? ins.at(0).scalar_type() : at::native::result_type(ins);
   if ((kind == Kind::UnaryFloat || kind == Kind::BinaryFloat) && at::isIntegralType(common, /*includeBool=*/true))
     common = c10::typeMetaToScalarType(c10::get_default_dtype());
+  if (self.defined()) {
+    if (self.sizes() != c10::IntArrayRef(sizes) || !at::canCast(common, self.scalar_type())) return std::nullopt;
+    return std::make_pair(self, common);
+  }
   at::ScalarType dtype = kind == Kind::Comparison ? at::kBool : common;
   return std::make_pair(empty_tiny(sizes, dtype, on_tiny->device()), common);
 }
@@ -687,34 +727,40 @@ bool is_dtype_error(const c10::Error& e) {
 
 void elementwise_kernel(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = handle.schema();
-  const Op& op = op_of(schema);
+  const Overload& overload = overload_of(schema);
+  const Op& op = *overload.op;
   size_t nargs = schema.arguments().size();
   auto args = torch::jit::last(*stack, nargs);
 
   Call call{schema, {}, {}, {}, DType::Float32, DType::Float32, {}};
+  call.tensors.reserve(nargs);
+  call.params.reserve(nargs);
+  call.in.reserve(nargs);
   at::Tensor out;
   bool inplace = false;
   for (size_t i = 0; i < nargs; i++) {
-    const c10::Argument& arg = schema.arguments()[i];
     const c10::IValue& v = args[i];
-    bool writes = arg.alias_info() && arg.alias_info()->isWrite();
-    if (writes) {
+    std::string_view name = schema.arguments()[i].name();
+    switch (overload.roles[i]) {
+    case Role::Out:
       out = v.toTensor();
-      inplace = arg.name() == "self";
-      if (!inplace) {
-        TORCH_CHECK(!op.bool_out_only || out.scalar_type() == at::kBool, op.bool_out_only,
-                    " does not support non-boolean outputs.");
-        continue;
-      }
-    }
-    if (is_operand(arg.name())) {
-      call.params.emplace_back(arg.name(), v);
+      TORCH_CHECK(!op.bool_out_only || out.scalar_type() == at::kBool, op.bool_out_only,
+                  " does not support non-boolean outputs.");
+      continue;
+    case Role::InPlaceSelf:
+      out = v.toTensor();
+      inplace = true;
+      [[fallthrough]];
+    case Role::Operand:
+      call.params.emplace_back(name, v);
       if (v.isTensor())
         call.tensors.push_back(v.toTensor());
       else if (v.isScalar())
         call.tensors.push_back(wrap_scalar(v.toScalar()));
-    } else {
-      call.params.emplace_back(arg.name(), v);
+      break;
+    case Role::Param:
+      call.params.emplace_back(name, v);
+      break;
     }
   }
 
@@ -760,7 +806,7 @@ void elementwise_kernel(const c10::OperatorHandle& handle, torch::jit::Stack* st
       result = iter.output();
       call.common = to_tiny_dtype(rt);
       call.compute = opmath(call.common);
-    } else if (auto plain = out.defined() ? std::nullopt : plain_result(kind, call.tensors)) {
+    } else if (auto plain = out.defined() && !inplace ? std::nullopt : plain_result(kind, call.tensors, out)) {
       result = plain->first;
       call.common = to_tiny_dtype(plain->second);
       call.compute = opmath(call.common);

@@ -10,6 +10,7 @@
 
 #include <optional>
 
+#include "aten_ops/window_read.h"
 #include "csrc/tensor_bridge.h"
 
 namespace tiny {
@@ -84,8 +85,17 @@ UOpPtr mm_value(const at::Tensor& a, const at::Tensor& b, DType dt) {
   TORCH_CHECK(a.size(1) == b.size(0), "mat1 and mat2 shapes cannot be multiplied (", a.size(0), "x", a.size(1), " and ",
               b.size(0), "x", b.size(1), ")");
   check_same_dtype(a, b, "mat1 and mat2");
-  UOpPtr x = reshape(read_as(a, dt), {1, a.size(0), a.size(1)}), y = reshape(read_as(b, dt), {1, b.size(0), b.size(1)});
-  return reshape(batched_product(x, y, false), {a.size(0), b.size(1)});
+  int64_t M = a.size(0), K = a.size(1), N = b.size(1);
+  if (M * K * N == 0) {
+    UOpPtr x = reshape(read_as(a, dt), {1, M, K}), y = reshape(read_as(b, dt), {1, K, N});
+    return reshape(batched_product(x, y, false), {M, N});
+  }
+  // batched_product's graph (a batch of 1), each operand read as the one view of its storage it is
+  // (aten_ops/window_read.h): a[m, k] and b[k, n] at [0, m, n, k]
+  Shape full{1, M, N, K};
+  UOpPtr x = cast(aten_ops::read_window(a, full, {0, a.stride(0), 0, a.stride(1)}), dt);
+  UOpPtr y = cast(aten_ops::read_window(b, full, {0, 0, b.stride(1), b.stride(0)}), dt);
+  return reshape(reduce(alu(Ops::MUL, x, y), Ops::ADD, {3}), {M, N});
 }
 
 UOpPtr bmm_value(const at::Tensor& a, const at::Tensor& b, DType dt, bool reduce_batch) {

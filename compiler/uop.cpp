@@ -185,30 +185,24 @@ UOpPtr UOp::make(Ops op, DType dtype, std::vector<UOpPtr> src, Arg arg) {
     mix(h, std::hash<const void*>{}(s.get()));
   mix(h, arg_hash(arg));
   InternTable& t = InternTable::get();
-  {
-    std::lock_guard lock(t.mu);
-    auto [b, e] = t.nodes.equal_range(h);
-    for (auto it = b; it != e; ++it) {
-      UOp* n = it->second;
-      if (n->op != op || n->dtype != dtype || n->src.size() != src.size()) continue;
-      bool same = true;
-      for (size_t i = 0; i < src.size() && same; i++)
-        same = n->src[i] == src[i];
-      if (!same || !arg_equal(n->arg, arg)) continue;
-      if (UOpPtr alive = n->weak_from_this().lock()) return alive;
-    }
+  // One lookup under the lock, and the node built under it when none is found (a lookup misses the cache
+  // more often than not, in a table of every live node: twice per new node was a measured part of the
+  // cost of recording an op). Building destroys no node, so ~UOp never waits on the lock held here; `src`
+  // and `arg`, when a node is found, die after it is released.
+  std::lock_guard lock(t.mu);
+  auto [b, e] = t.nodes.equal_range(h);
+  for (auto it = b; it != e; ++it) {
+    UOp* n = it->second;
+    if (n->op != op || n->dtype != dtype || n->src.size() != src.size()) continue;
+    bool same = true;
+    for (size_t i = 0; i < src.size() && same; i++)
+      same = n->src[i] == src[i];
+    if (!same || !arg_equal(n->arg, arg)) continue;
+    if (UOpPtr alive = n->weak_from_this().lock()) return alive;
   }
   Shape shape = infer_shape(op, src, arg);
   auto bounds = infer_bounds(op, dtype, src, arg);
   auto node = std::make_shared<UOp>(op, dtype, std::move(src), std::move(arg), std::move(shape), h, bounds);
-  std::lock_guard lock(t.mu);
-  // Another thread may have built the same node meanwhile; keep the first.
-  auto [b, e] = t.nodes.equal_range(h);
-  for (auto it = b; it != e; ++it) {
-    UOp* n = it->second;
-    if (n->op != op || n->dtype != dtype || n->src != node->src || !arg_equal(n->arg, node->arg)) continue;
-    if (UOpPtr alive = n->weak_from_this().lock()) return alive;
-  }
   node->interned_ = true;
   t.nodes.emplace(h, node.get());
   return node;

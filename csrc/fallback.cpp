@@ -278,8 +278,10 @@ at::Tensor probe_tensor(const at::Tensor& t) {
 
 // What the CPU's answer depends on: the op, and each argument's dtype and whether it is empty or 0-d
 // (tensors; the CPU returns early on an empty tensor, before it checks dtypes) or kind (scalars).
-std::string probe_key(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
-  std::string key(reinterpret_cast<const char*>(&op.schema()), sizeof(void*));
+// Built into `key` (cleared first), whose storage a caller keeps from call to call.
+void probe_key(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args, std::string& key) {
+  const c10::FunctionSchema* schema = &op.schema();
+  key.assign(reinterpret_cast<const char*>(&schema), sizeof(schema));
   auto add_tensor = [&](const at::Tensor& t) {
     if (!t.defined()) {
       key += '-';
@@ -300,7 +302,6 @@ std::string probe_key(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> 
       key += v.toStringRef(); // div's rounding_mode
     key += ',';
   }
-  return key;
 }
 
 } // namespace
@@ -308,11 +309,13 @@ std::string probe_key(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> 
 void check_cpu_accepts(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
   static std::mutex mu;
   static auto* accepted = new std::set<std::string>();
-  std::string key = probe_key(op, args);
+  thread_local std::string key; // reused: building the key allocates nothing once it has grown
+  probe_key(op, args, key);
   {
     std::lock_guard lock(mu);
     if (accepted->count(key)) return;
   }
+  std::string probed = key; // the CPU kernel's call below may record tiny ops on this thread
   torch::jit::Stack stack;
   const auto& schema = op.schema().arguments();
   for (size_t i = 0; i < args.size(); i++) {
@@ -327,7 +330,7 @@ void check_cpu_accepts(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue>
     op.callBoxed(&stack); // throws what the CPU kernel throws
   }
   std::lock_guard lock(mu);
-  accepted->insert(key);
+  accepted->insert(std::move(probed));
 }
 
 std::map<std::string, int64_t> fallback_op_counts() {

@@ -4,6 +4,8 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
 
+#include <array>
+#include <memory>
 #include <type_traits>
 
 #include "csrc/allocator.h"
@@ -158,8 +160,25 @@ UOpPtr scalar_constant(const at::Scalar& value, DType dt, const Shape& shape) {
     TORCH_CHECK(false, "tiny internal error: a constant of dtype void");
   }
   if (shape.empty()) return c;
-  // A CONST has shape (): view it as all-ones of the right rank, then expand.
-  return view(c, ShapeTracker::from_shape({}).reshape(Shape(shape.size(), 1)).expand(shape));
+  // The same scalar broadcast to the same shape recurs call after call (the 1.0 of `y + 1.0` in a loop): the
+  // view node of the last few is remembered (weakly: it dies with the graphs that hold it) rather than
+  // built again. Interning would return that same node.
+  struct Broadcast {
+    const UOp* scalar = nullptr;
+    Shape shape;
+    std::weak_ptr<const UOp> node;
+  };
+  thread_local std::array<Broadcast, 8> recent;
+  thread_local size_t next = 0;
+  for (const Broadcast& r : recent)
+    if (r.scalar == c.get() && r.shape == shape)
+      if (UOpPtr alive = r.node.lock()) return alive;
+  // The scalar (shape ()) broadcast to `shape`: every stride 0. The tracker is built as it is rather than
+  // by a reshape and an expand of a ()-shaped one (the same view, without their intermediate trackers).
+  UOpPtr v = view(c, ShapeTracker{{View{shape, Shape(shape.size(), 0), 0, std::nullopt}}});
+  recent[next] = {c.get(), shape, v};
+  next = (next + 1) % recent.size();
+  return v;
 }
 
 at::Tensor empty_tiny(c10::IntArrayRef sizes, at::ScalarType dtype, c10::Device device,

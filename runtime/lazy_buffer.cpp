@@ -168,9 +168,36 @@ UOpPtr LazyBuffer::content_locked(DType dtype) {
 namespace {
 // The elements of the flat content c that the view names, in c's dtype.
 UOpPtr elements(const UOpPtr& c, const StridedView& v) {
-  return is_whole(v, c->shape[0])
-             ? reshape(c, v.sizes)
-             : view(c, ShapeTracker::from_shape(c->shape).as_strided(v.sizes, v.strides, v.offset));
+  if (v.sizes == c->shape && v.offset == 0 && (v.sizes[0] == 1 || v.strides[0] == 1)) return c;
+  // The content is mostly the flattening of a value (a whole write makes it VIEW(value)): a window of the
+  // content read inside it is that window of the value's row-major elements, the view that view() would
+  // compose (ShapeTracker::on_top_of) built directly.
+  const UOpPtr& flat = c->op == Ops::VIEW && c->st().is_contiguous() ? c->src[0] : c;
+  if (v.sizes != c->shape && is_whole(v, c->shape[0])) {
+    if (c->shape[0] == 0) return reshape(c, v.sizes);
+    // The row-major reshape of the flat content, built as the one view it is (ShapeTracker::reshape's
+    // strides for it: each dim's the product of the sizes after it) rather than by reshaping a tracker.
+    Shape strides(v.sizes.size());
+    int64_t after = 1;
+    for (size_t d = v.sizes.size(); d-- > 0;) {
+      strides[d] = after;
+      after *= v.sizes[d];
+    }
+    return view(flat, ShapeTracker{{View{v.sizes, std::move(strides), 0, std::nullopt}}});
+  }
+  // A window whose every dim walks inside the content is the one view ShapeTracker::as_strided composes
+  // onto the flat content (a stride of 0 where a dim has size 1), built as it is.
+  int64_t n = c->shape[0];
+  bool inside = n > 1 && v.offset >= 0 && v.offset < n && prod(v.sizes) > 0;
+  Shape strides(v.sizes.size(), 0);
+  for (size_t d = 0; d < v.sizes.size() && inside; d++) {
+    if (v.sizes[d] == 1 || v.strides[d] == 0) continue;
+    int64_t last = v.offset + v.strides[d] * (v.sizes[d] - 1);
+    inside = std::llabs(v.strides[d]) < n && last >= 0 && last < n;
+    strides[d] = v.strides[d];
+  }
+  if (inside) return view(flat, ShapeTracker{{View{v.sizes, std::move(strides), v.offset, std::nullopt}}});
+  return view(c, ShapeTracker::from_shape(c->shape).as_strided(v.sizes, v.strides, v.offset));
 }
 } // namespace
 
@@ -183,6 +210,14 @@ UOpPtr LazyBuffer::read(const StridedView& v) {
 void LazyBuffer::write(const StridedView& v, const UOpPtr& value) {
   if (value->shape != v.sizes) throw std::logic_error("LazyBuffer::write: value shape differs from the view");
   std::lock_guard lock(graph_mutex());
+  // A fresh storage written whole (every op's new result) takes the value as its content, without the
+  // empty buffer content_locked would make for it first: recording cost.
+  size_t item = itemsize(v.dtype);
+  if (!content_ && nbytes_ > 0 && nbytes_ % item == 0 && is_whole(v, static_cast<int64_t>(nbytes_ / item))) {
+    content_ = reshape(value, {static_cast<int64_t>(nbytes_ / item)});
+    mark_pending();
+    return;
+  }
   UOpPtr c = content_locked(v.dtype);
   if (prod(v.sizes) == 0) return;
   // A bool storage written through a view of another 1-byte type (`b.view(torch.uint8)[0] = 5`) holds

@@ -268,6 +268,20 @@ def test_overlapping_writes_raise_torchs_error_and_change_nothing(fn):
     check(fn, torch.arange(8.0))
 
 
+INPLACE_REFUSALS = {
+    "float_result_into_ints": lambda a: a.long().add_(1.5),
+    "true_division_of_ints": lambda a: a.long().div_(2),
+    "ints_into_bools": lambda a: (a > 2).add_(1),
+    "operand_broadcasts_beyond_self": lambda a: a[:4].clone().add_(a.reshape(2, 4).clone()),
+    "wider_float_operand_kept": lambda a: a.half().mul_(a.double()[:1]),
+}
+
+
+@pytest.mark.parametrize("fn", INPLACE_REFUSALS.values(), ids=INPLACE_REFUSALS.keys())
+def test_inplace_calls_refuse_and_accept_what_torch_does(fn):
+    check(fn, torch.arange(8.0))
+
+
 def test_full_overlap_is_allowed_for_out_and_inplace():
     check(lambda a: torch.neg(a, out=a), torch.arange(8.0))
     check(lambda a: a.mul_(a), torch.arange(8.0))
