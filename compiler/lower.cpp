@@ -441,6 +441,19 @@ namespace {
 constexpr int64_t kLanes = 16;
 constexpr int64_t kReduceLanes = -2; // lower_blocked's lane group: lanes along the reduced axes
 
+// Whether the CPU the C kernels are compiled for (-march=native: this one) has 32 vector registers of
+// 16 floats (AVX-512) rather than 16 of 8 (AVX2), where a 16-lane vector takes two registers and a
+// register block must be a quarter the size: 1024^3 x @ w on one AVX2 thread took 90-139 ms with 8 x 2
+// vector accumulators (spilled), 68-70 ms with 4 x 2; the demo's 14 x 14 convolution 56 -> 32 ms.
+bool wide_vector_registers() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  return avx512;
+#else
+  return true;
+#endif
+}
+
 // The views of buffers a reduction reads in its own loop: not those of reductions nested in it (a
 // softmax's max and sum under log_softmax + nll's sum), which are computed in loops of their own.
 std::vector<UOpPtr> own_buffer_reads(const UOpPtr& r) {
@@ -807,16 +820,17 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
       up[g] = loops[g] % (2 * kLanes) == 0 && loops[g] / (2 * kLanes) >= (g > 0 ? 1 : 2) ? 2 : 1;
       // rows: the innermost loop that unrolls by 4 or more (its loads share cache lines), else the one
       // that unrolls furthest; then, while that leaves at most 8 accumulators, a second one as far as
-      // 24 (registers: 32 vectors)
-      for (int64_t budget : {16, 24}) {
+      // 24 (registers: 32 vectors). With half the registers (AVX2): up to 4 rows, 8 accumulators.
+      bool wide = wide_vector_registers();
+      for (int64_t budget : {wide ? 16 : 8, wide ? 24 : 8}) {
         size_t row = g;
         int64_t acc = prod(up), best = 1;
         for (size_t h = loops.size(); h-- > 0;) {
           if (h == g || up[h] > 1) continue;
-          int64_t u = rows(h, {8, 7, 4, 3, 2});
+          int64_t u = wide ? rows(h, {8, 7, 4, 3, 2}) : rows(h, {4, 3, 2});
           if (u > best && acc * u <= budget && best < 4) row = h, best = u;
         }
-        if (row == g || (budget == 24 && acc > 8)) break;
+        if (row == g || (budget == (wide ? 24 : 8) && acc > (wide ? 8 : 4))) break;
         up[row] = best;
       }
       // Loop order: the lane loop runs outside the rows' loops, so that its operand's panel (a block of
