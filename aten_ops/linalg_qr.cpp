@@ -1,6 +1,7 @@
 // Orthogonal factorizations: geqrf, linalg_qr (reduced, complete, r), linalg_householder_product (orgqr),
 // ormqr; the symmetric eigenproblem _linalg_eigh (linalg.eigh, linalg.eigvalsh); the singular value
-// decomposition _linalg_svd (linalg.svd, svdvals, torch.svd); linalg_lstsq. float32 and float64, batched
+// decomposition _linalg_svd (linalg.svd, svdvals, torch.svd); linalg_lstsq; linalg_matrix_exp and
+// linalg_cross. float32 and float64, batched
 // over every dim before the last two, as torch's CPU kernels.
 //
 // Each factorization is a sequence of steps, and each step is a few UOp kernels over the whole batch
@@ -26,13 +27,16 @@
 // orthonormal even where singular values are zero, and completes itself to m columns for full_matrices.
 
 #include <ATen/ExpandUtils.h>
+#include <ATen/WrapDimUtils.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_linalg_eigh_meta_dispatch.h>
 #include <ATen/ops/_linalg_svd.h>
 #include <ATen/ops/_linalg_svd_meta_dispatch.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/eye.h>
 #include <ATen/ops/geqrf.h>
+#include <ATen/ops/linalg_cross_meta_dispatch.h>
 #include <ATen/ops/linalg_householder_product.h>
 #include <ATen/ops/linalg_lstsq.h>
 #include <ATen/ops/linalg_qr_meta_dispatch.h>
@@ -670,6 +674,73 @@ linalg_lstsq_out(const at::Tensor& input, const at::Tensor& other, std::optional
   return {solution, residuals, rank, singular_values};
 }
 
+// ---- matrix_exp ----
+//
+// Scaling and squaring: A / 2^s has 1-norm at most 1 (s from the largest norm of the batch: one small read),
+// its exponential is the Taylor polynomial of degree 18 (Horner's rule; the remainder is below 1/19! < 1e-17),
+// squared s times. Each Horner step is a matmul and an add with 1/k as a runtime scalar: the same kernels for
+// every k. float16 and bfloat16 compute in float32.
+at::Tensor linalg_matrix_exp(const at::Tensor& A) {
+  TORCH_CHECK(A.dim() >= 2, "linalg.matrix_exp: The input tensor A must have at least 2 dimensions.");
+  TORCH_CHECK(A.size(-1) == A.size(-2), "linalg.matrix_exp: A must be batches of square matrices, but they are ",
+              A.size(-2), " by ", A.size(-1), " matrices");
+  TORCH_CHECK(at::isFloatingType(A.scalar_type()),
+              "linalg.matrix_exp: Expected a floating point or complex tensor as input. Got ", A.scalar_type());
+  int64_t n = A.size(-1);
+  // torch's CPU kernel: the elementwise exponential of 1 x 1 matrices
+  if (n == 1) return A.exp();
+  if (A.numel() == 0) return at::empty(A.sizes(), A.options());
+  bool half = A.scalar_type() == at::kHalf || A.scalar_type() == at::kBFloat16;
+  at::Tensor x = half ? A.to(at::kFloat) : A.contiguous();
+  double norm = x.abs().sum(-2).amax().item<double>();
+  int squarings = std::isfinite(norm) && norm > 1 ? static_cast<int>(std::ceil(std::log2(norm))) : 0;
+  if (squarings > 0) x = x.mul(std::ldexp(1.0, -squarings));
+  at::Tensor eye = at::eye(n, x.options()).expand(x.sizes());
+  at::Tensor e = eye;
+  for (int k = 18; k >= 1; k--)
+    e = x.matmul(e).mul(1.0 / k).add(eye);
+  for (int i = 0; i < squarings; i++)
+    e = e.matmul(e);
+  return half ? e.to(A.scalar_type()) : e.contiguous();
+}
+
+// ---- linalg_cross ----
+
+// x along `dim` (size 3) rotated by k: element i is x[(i + k) % 3].
+UOpPtr rotated(const UOpPtr& x, int64_t dim, int64_t k) {
+  std::vector<std::pair<int64_t, int64_t>> tail, head;
+  std::vector<std::pair<int64_t, int64_t>> tail_pad(x->shape.size(), {0, 0}), head_pad(x->shape.size(), {0, 0});
+  for (size_t d = 0; d < x->shape.size(); d++) {
+    bool along = static_cast<int64_t>(d) == dim;
+    tail.push_back(along ? std::pair<int64_t, int64_t>{k, 3} : std::pair<int64_t, int64_t>{0, x->shape[d]});
+    head.push_back(along ? std::pair<int64_t, int64_t>{0, k} : std::pair<int64_t, int64_t>{0, x->shape[d]});
+  }
+  tail_pad[dim] = {0, k};
+  head_pad[dim] = {3 - k, 0};
+  UOpPtr a = pad(shrink(x, tail), tail_pad), b = pad(shrink(x, head), head_pad);
+  return x->dtype == DType::Bool ? alu(Ops::OR, a, b) : add(a, b);
+}
+
+at::Tensor& linalg_cross_out(const at::Tensor& self, const at::Tensor& other, int64_t dim, at::Tensor& out) {
+  at::meta::linalg_cross_outf(self, other, dim, out);
+  // the meta function promotes; the CPU kernel then wants one dtype
+  TORCH_CHECK(self.scalar_type() == other.scalar_type(), "expected scalar type ", self.scalar_type(), " but found ",
+              other.scalar_type());
+  TORCH_CHECK_NOT_IMPLEMENTED(self.scalar_type() != at::kBool, "\"cross\" not implemented for 'Bool'");
+  if (out.numel() == 0) return out;
+  Shape shape = to_shape(out.sizes());
+  int64_t d = at::maybe_wrap_dim(dim, out.dim());
+  DType dt = to_tiny_dtype(out.scalar_type());
+  UOpPtr a = cast(expand(read(self), shape), dt), b = cast(expand(read(other), shape), dt);
+  write(out, sub(mul(rotated(a, d, 1), rotated(b, d, 2)), mul(rotated(a, d, 2), rotated(b, d, 1))));
+  return out;
+}
+
+at::Tensor linalg_cross(const at::Tensor& self, const at::Tensor& other, int64_t dim) {
+  at::Tensor out = empty_tiny({0}, self.scalar_type(), self.device());
+  return linalg_cross_out(self, other, dim, out);
+}
+
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -686,6 +757,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_linalg_svd", TORCH_FN(linalg_svd));
   m.impl("_linalg_svd.U", TORCH_FN(linalg_svd_out));
   m.impl("linalg_lstsq.out", TORCH_FN(linalg_lstsq_out));
+  m.impl("linalg_matrix_exp", TORCH_FN(linalg_matrix_exp));
+  m.impl("linalg_cross", TORCH_FN(linalg_cross));
+  m.impl("linalg_cross.out", TORCH_FN(linalg_cross_out));
 }
 
 } // namespace tiny::aten_ops

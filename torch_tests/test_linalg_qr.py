@@ -309,3 +309,43 @@ def test_qr_gradients_match_cpu():
 
     check(fn, x, rtol=1e-8, atol=1e-8, allow_fallback=True)
     assert on_device(x, DEVICE).device.type == DEVICE
+
+
+# ---------------------------------------------------------------------------------------------
+# matrix_exp, cross
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_matrix_exp_matches_cpu(native, dtype):
+    for shape, scale in (((3, 3), 1.0), ((2, 4, 4), 0.1), ((5, 5), 6.0), ((3, 1, 1), 1.0), ((0, 2, 2), 1.0)):
+        check(torch.linalg.matrix_exp, sample(*shape, dtype=dtype) * scale, **tolerance(dtype))
+    check(lambda a: torch.linalg.matrix_exp(a.mT), sample(2, 3, 3, dtype=dtype), **tolerance(dtype))
+
+
+def test_matrix_exp_errors_and_gradient_match_cpu(native):
+    for x in (sample(2, 3), sample(3), sample(3, 3).int()):
+        check(torch.linalg.matrix_exp, x)
+    x = sample(3, 3, dtype=torch.float64)
+    check(
+        lambda a: torch.autograd.grad(torch.linalg.matrix_exp(a.requires_grad_()).sum(), a)[0], x, rtol=1e-8, atol=1e-8
+    )
+
+
+def test_cross_matches_cpu(native):
+    check(torch.linalg.cross, sample(4, 3), sample(4, 3, seed=1))
+    check(lambda a, b: torch.linalg.cross(a, b, dim=0), sample(3, 2), sample(3, 1, seed=1))
+    check(torch.linalg.cross, sample(2, 1, 3, dtype=torch.float64), sample(1, 5, 3, dtype=torch.float64, seed=1))
+    check(torch.linalg.cross, torch.arange(6).reshape(2, 3), torch.arange(6).flip(0).reshape(2, 3))
+    check(lambda a, b: torch.cross(a, b, dim=1), sample(2, 3), sample(2, 3, seed=1))
+    check(lambda a, b: torch.linalg.cross(a.mT, b.mT, dim=0), sample(4, 3), sample(4, 3, seed=1))
+    for a, b in ((sample(4), sample(4)), (sample(3).int(), sample(3)), (sample(2, 3), sample(4, 3))):
+        check(torch.linalg.cross, a, b)
+    check(torch.linalg.cross, torch.ones(3, dtype=torch.bool), torch.ones(3, dtype=torch.bool))
+
+
+def test_cross_gradient_matches_cpu(native):
+    def fn(a, b):
+        a, b = a.clone().requires_grad_(), b.clone().requires_grad_()
+        return torch.autograd.grad(torch.linalg.cross(a, b).pow(2).sum(), (a, b))
+
+    check(fn, sample(4, 3), sample(4, 3, seed=1))
