@@ -349,3 +349,36 @@ def test_cross_gradient_matches_cpu(native):
         return torch.autograd.grad(torch.linalg.cross(a, b).pow(2).sum(), (a, b))
 
     check(fn, sample(4, 3), sample(4, 3, seed=1))
+
+
+def test_out_forms_match_cpu(native):
+    def outs(device, *dtypes):
+        return tuple(torch.empty(0, dtype=d, device=device) for d in dtypes)
+
+    f32, i64 = torch.float32, torch.int64
+    # |eigenvectors|: a column's sign is free
+    check(
+        lambda a: [t.abs() for t in torch.linalg.eigh(a, out=outs(a.device, f32, f32))],
+        sample(2, 4, 4),
+        **tolerance(f32),
+    )
+    check(lambda a: torch.linalg.eigvalsh(a, out=outs(a.device, f32)[0]), sample(4, 4), **tolerance(f32))
+    check(lambda a: torch.linalg.svdvals(a, out=outs(a.device, f32)[0]), sample(2, 5, 3), **tolerance(f32))
+    check(lambda a: torch.geqrf(a, out=outs(a.device, f32, f32)), sample(5, 3), **tolerance(f32))
+    a, tau = torch.geqrf(sample(5, 3))
+    check(lambda a, t: torch.linalg.householder_product(a, t, out=outs(a.device, f32)[0]), a, tau, **tolerance(f32))
+    check(lambda a, t, c: torch.ormqr(a, t, c, out=outs(a.device, f32)[0]), a, tau, sample(5, 2), **tolerance(f32))
+    check(
+        lambda a, b: torch.linalg.lstsq(a, b, driver="gelsd", out=outs(a.device, f32, f32, i64, f32)),
+        sample(5, 3),
+        sample(5, 2, seed=1),
+        **tolerance(f32),
+    )
+    # an out= of the right size keeps its strides
+    check(lambda a: torch.linalg.householder_product(a, tau.to(a.device), out=torch.empty_like(a)), a)
+
+
+def test_noncontiguous_eigh_and_svd_inputs_match_cpu(native):
+    x = sample(6, 6, dtype=torch.float64)
+    check(lambda a: torch.linalg.eigvalsh(a[::2, ::2]), x, rtol=1e-9, atol=1e-9)
+    check(lambda a: torch.linalg.svdvals(a.mT[1:, :4]), x, rtol=1e-9, atol=1e-9)
