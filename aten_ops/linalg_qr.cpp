@@ -366,16 +366,26 @@ double max_ratio(const UOpPtr& off, const UOpPtr& total, c10::Device device) {
   return t.item<double>();
 }
 
-// The batch's sweeps: `sweep` runs one and returns (off, total) as (b, 1, 1) values.
-template <class Sweep> void sweep_until_converged(DType dt, int64_t b, c10::Device device, Sweep sweep) {
-  if (b == 0) return;
+// The batch's sweeps: `sweep` runs one and returns (off, total) as (b, 1, 1) values. False when a matrix
+// holds a non-finite value (its ratio is NaN): LAPACK's drivers fail to converge on those.
+template <class Sweep> bool sweep_until_converged(DType dt, int64_t b, c10::Device device, Sweep sweep) {
+  if (b == 0) return true;
   double eps = epsilon(dt), previous = std::numeric_limits<double>::infinity();
   for (int it = 0; it < kMaxSweeps; it++) {
     auto [off, total] = sweep();
     double ratio = max_ratio(off, total, device);
-    if (!(ratio > eps * eps) || std::isinf(ratio) || ratio >= previous) return;
+    if (std::isinf(ratio)) return false;
+    if (!(ratio > eps * eps) || ratio >= previous) return true;
     previous = ratio;
   }
+  return true;
+}
+
+// The largest magnitude of each matrix of a (b, r, c) batch, (b, 1, 1); 1 for a zero matrix. The sweeps run
+// on the matrix divided by it, so that squares and sums of squares neither overflow nor underflow.
+UOpPtr magnitude(const UOpPtr& x) {
+  UOpPtr m = reduce(alu(Ops::ABS, x), Ops::MAX, {1, 2});
+  return where(eq(m, zeros(m)), like(m, 1), m);
 }
 
 struct Rotation {
@@ -424,6 +434,8 @@ std::pair<at::Tensor, at::Tensor> jacobi_eigh(const at::Tensor& A, bool lower, b
       lower ? alu(Ops::CMPLE, coordinate(s, 2), coordinate(s, 1)) : alu(Ops::CMPLE, coordinate(s, 1), coordinate(s, 2));
   UOpPtr tri = masked(keep, x);
   UOpPtr sym = add(tri, masked(alu(Ops::CMPNE, coordinate(s, 1), coordinate(s, 2)), transposed(tri)));
+  UOpPtr scale = magnitude(sym);
+  sym = div(sym, broadcast(scale, s));
   // the working matrices live in storages: each sweep's read realizes them, and the next sweep reads buffers
   at::Tensor a_t = empty_tiny(S, A.scalar_type(), A.device()), v_t = empty_tiny(S, A.scalar_type(), A.device());
   write(a_t, pad(sym, {{0, 0}, {0, N - n}, {0, N - n}}));
@@ -432,7 +444,7 @@ std::pair<at::Tensor, at::Tensor> jacobi_eigh(const at::Tensor& A, bool lower, b
   UOpPtr B = coordinate(S, 0), I = coordinate(S, 1), J = coordinate(S, 2);
   UOpPtr offdiag = alu(Ops::CMPNE, I, J);
   c10::Device device = A.device();
-  sweep_until_converged(dt, b, device, [&] {
+  bool finite = sweep_until_converged(dt, b, device, [&] {
     UOpPtr a = read(a_t), vecs = read(v_t);
     for (int64_t round = 0; round < N - 1; round++) {
       UOpPtr pi = partner(i, step_index(round, v), N);
@@ -452,7 +464,9 @@ std::pair<at::Tensor, at::Tensor> jacobi_eigh(const at::Tensor& A, bool lower, b
     return std::pair{off, sum_keep(mul(a, a), {1, 2})};
   });
   UOpPtr a = read(a_t), vecs = read(v_t);
-  UOpPtr diagonal = reshape(sum_keep(masked(eq(I, J), a), {2}), {b, N});
+  TORCH_CHECK_LINALG(finite, "linalg.eigh: The algorithm failed to converge because the input matrix contained "
+                             "non-finite values.");
+  UOpPtr diagonal = reshape(mul(sum_keep(masked(eq(I, J), a), {2}), broadcast(scale, {b, N, 1})), {b, N});
   at::Tensor values = empty_tiny({b, n}, A.scalar_type(), device);
   write(values, shrink(diagonal, {{0, b}, {0, n}}));
   auto [sorted, order] = at::sort(values, /*stable=*/true, -1, /*descending=*/false);
@@ -498,12 +512,13 @@ Svd jacobi_svd_tall(const UOpPtr& x, bool full, bool compute_uv, c10::Device dev
   Shape s{b, m, N}, S{b, N, N}, v{b, N}, gram{b, N, N};
   // the working matrices live in storages: each sweep's read realizes them, and the next sweep reads buffers
   at::Tensor a_t = empty_tiny(s, st, device), v_t = empty_tiny(S, st, device);
-  write(a_t, pad(x, {{0, 0}, {0, 0}, {0, N - n}}));
+  UOpPtr scale = magnitude(x);
+  write(a_t, pad(div(x, broadcast(scale, x->shape)), {{0, 0}, {0, 0}, {0, N - n}}));
   write(v_t, identity(dt, b, N, N));
   UOpPtr bi = coordinate(v, 0), i = coordinate(v, 1);
   UOpPtr B = coordinate(s, 0), R = coordinate(s, 1), C = coordinate(s, 2);
   UOpPtr VB = coordinate(S, 0), VI = coordinate(S, 1), VJ = coordinate(S, 2);
-  sweep_until_converged(dt, b, device, [&] {
+  bool finite = sweep_until_converged(dt, b, device, [&] {
     UOpPtr a = read(a_t), vecs = read(v_t);
     for (int64_t round = 0; round < N - 1; round++) {
       UOpPtr pC = partner(C, step_index(round, s), N);
@@ -536,7 +551,9 @@ Svd jacobi_svd_tall(const UOpPtr& x, bool full, bool compute_uv, c10::Device dev
   });
   UOpPtr cols = shrink(read(a_t), {{0, b}, {0, m}, {0, n}});
   at::Tensor sigma = empty_tiny({b, n}, st, device);
-  write(sigma, reshape(sqrt(sum_keep(mul(cols, cols), {1})), {b, n}));
+  TORCH_CHECK_LINALG(finite, "linalg.svd: The algorithm failed to converge because the input matrix contained "
+                             "non-finite values.");
+  write(sigma, reshape(mul(sqrt(sum_keep(mul(cols, cols), {1})), broadcast(scale, {b, 1, n})), {b, n}));
   auto [sorted, order] = at::sort(sigma, /*stable=*/true, -1, /*descending=*/true);
   Svd out{at::Tensor(), sorted, at::Tensor()};
   if (!compute_uv) return out;

@@ -382,3 +382,15 @@ def test_noncontiguous_eigh_and_svd_inputs_match_cpu(native):
     x = sample(6, 6, dtype=torch.float64)
     check(lambda a: torch.linalg.eigvalsh(a[::2, ::2]), x, rtol=1e-9, atol=1e-9)
     check(lambda a: torch.linalg.svdvals(a.mT[1:, :4]), x, rtol=1e-9, atol=1e-9)
+
+
+def test_eigh_and_svd_of_huge_tiny_and_non_finite_inputs_match_cpu(native):
+    for scale in (1e30, 1e-30):
+        x = sample(3, 4, 4) * scale
+        check(lambda a: torch.linalg.eigvalsh(a + a.mT), x, rtol=1e-4, atol=0)
+        check(torch.linalg.svdvals, x, rtol=1e-4, atol=0)
+    x = sample(3, 3)
+    x[1, 2] = float("nan")
+    check(torch.linalg.eigvalsh, x)
+    check(torch.linalg.svdvals, x)
+    check(torch.linalg.eigvalsh, x + x.mT)
