@@ -122,7 +122,7 @@ void store(const at::Tensor& out, const UOpPtr& v) {
   write(out, reshape(v, to_shape(out.sizes())));
 }
 
-// The (b, n, n) identity's first `cols` columns: (b, m, cols).
+// The first `cols` columns of the m x m identity, for each of b matrices: (b, m, cols).
 UOpPtr identity(DType dt, int64_t b, int64_t m, int64_t cols) {
   Shape s{b, m, cols};
   return cast(eq(coordinate(s, 1), coordinate(s, 2)), dt);
