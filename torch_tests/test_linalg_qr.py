@@ -6,7 +6,7 @@ kernel reuse across the steps of a factorization.
 
 import pytest
 import torch
-from conftest import DEVICE, check, on_device
+from conftest import DEVICE, check
 
 FLOATS = (torch.float32, torch.float64)
 SHAPES = ((4, 4), (5, 3), (3, 5), (2, 5, 3), (2, 1, 3, 5), (1, 1))
@@ -298,17 +298,16 @@ def test_pinv_and_matrix_rank_through_svd_and_eigh_match_cpu(native):
     check(lambda a: torch.linalg.pinv(a, hermitian=True), symmetric(4, 4), rtol=1e-8, atol=1e-8)
 
 
-def test_qr_gradients_match_cpu():
-    """qr's backward solves a triangular system (linalg_solve_triangular, native in aten_ops/linalg.cpp)."""
+def test_qr_gradients_match_cpu(native):
     x = sample(5, 3, dtype=torch.float64)
 
-    def fn(a):
+    def fn(a, mode):
         a = a.clone().requires_grad_()
-        q, r = torch.linalg.qr(a)
+        q, r = torch.linalg.qr(a, mode=mode)
         return torch.autograd.grad((q.sum(0) * 2 + r.sum()).sum(), a)[0]
 
-    check(fn, x, rtol=1e-8, atol=1e-8, allow_fallback=True)
-    assert on_device(x, DEVICE).device.type == DEVICE
+    check(lambda a: fn(a, "reduced"), x, rtol=1e-8, atol=1e-8)
+    check(lambda a: fn(a, "complete"), sample(3, 3, dtype=torch.float64), rtol=1e-8, atol=1e-8)
 
 
 # ---------------------------------------------------------------------------------------------
