@@ -1,0 +1,782 @@
+// Orthogonal factorizations: geqrf, linalg_qr (reduced, complete, r), linalg_householder_product (orgqr),
+// ormqr; the symmetric eigenproblem _linalg_eigh (linalg.eigh, linalg.eigvalsh); the singular value
+// decomposition _linalg_svd (linalg.svd, svdvals, torch.svd); linalg_lstsq; linalg_matrix_exp and
+// linalg_cross. float32 and float64, batched
+// over every dim before the last two, as torch's CPU kernels.
+//
+// Each factorization is a sequence of steps, and each step is a few UOp kernels over the whole batch
+// (masks from the row and column coordinates, reductions, gathers). The step's index is a runtime scalar
+// (DEFINE_VAR), so every step runs the same compiled kernels, and the working matrix is realized
+// (CONTIGUOUS) after each step, so the graph grows by a constant per step instead of inlining the whole
+// history into the next step's kernels.
+//
+// QR: Householder reflections in LAPACK's form (geqrf): step j reflects column j onto beta e_j with
+// beta = -sign(a_jj) |a_j| and stores the reflector v (v_j = 1) below the diagonal and tau beside. Same
+// convention as LAPACK, so R's diagonal signs and Q are the CPU's. Q applies the reflectors to the
+// identity, backwards (orgqr); ormqr applies them to another matrix in the order its side and transpose ask.
+//
+// eigh: cyclic Jacobi with the round-robin ordering: in round r of a sweep the indices pair up as
+// (i, (2r - i) mod (N - 1)) with N - 1 paired with r, so N/2 disjoint rotations run in one elementwise
+// kernel over the batch (N: n rounded up to even; the padding index is a zero row and column, which
+// never rotates). Sweeps repeat until the off-diagonal part is below eps relative to the matrix (one
+// small read per sweep), or stops shrinking (the rounding floor), at most kMaxSweeps.
+//
+// svd: one-sided Jacobi (Hestenes) on the columns of A (of A^T when A is wide), with the same ordering:
+// each rotation makes two columns orthogonal; at convergence the column norms are the singular values,
+// V is the product of the rotations, and U comes from a QR of the rotated columns (sign-corrected): it is
+// orthonormal even where singular values are zero, and completes itself to m columns for full_matrices.
+
+#include <ATen/ExpandUtils.h>
+#include <ATen/WrapDimUtils.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_linalg_eigh_meta_dispatch.h>
+#include <ATen/ops/_linalg_svd.h>
+#include <ATen/ops/_linalg_svd_meta_dispatch.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/eye.h>
+#include <ATen/ops/geqrf.h>
+#include <ATen/ops/linalg_cross_meta_dispatch.h>
+#include <ATen/ops/linalg_householder_product.h>
+#include <ATen/ops/linalg_lstsq.h>
+#include <ATen/ops/linalg_qr_meta_dispatch.h>
+#include <ATen/ops/ormqr.h>
+#include <ATen/ops/sort.h>
+#include <ATen/ops/where.h>
+#include <ATen/ops/zeros_like.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "aten_ops/builders.h"
+#include "csrc/fallback.h"
+#include "csrc/tensor_bridge.h"
+
+namespace tiny::aten_ops {
+
+namespace {
+
+// ---- building blocks over (batch, rows, cols) values ----
+
+UOpPtr broadcast(const UOpPtr& x, const Shape& shape) {
+  return expand(x->shape.empty() ? reshape(x, Shape(shape.size(), 1)) : x, shape);
+}
+UOpPtr coordinate(const Shape& shape, size_t d) {
+  Shape s(shape.size(), 1);
+  s[d] = shape[d];
+  return expand(reshape(iota(shape[d], kIndex), s), shape);
+}
+UOpPtr index_const(int64_t v, const Shape& shape) { return broadcast(const_int(kIndex, v), shape); }
+// The step index as a kernel argument: every step runs the same kernels.
+UOpPtr step_index(int64_t v, const Shape& shape) { return broadcast(var_int(kIndex, v), shape); }
+UOpPtr eq(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::CMPEQ, a, b); }
+UOpPtr both(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::AND, a, b); }
+UOpPtr sqrt(const UOpPtr& a) { return alu(Ops::SQRT, a); }
+UOpPtr zeros(const UOpPtr& x) { return like(x, 0); }
+// x where mask holds, else 0.
+UOpPtr masked(const UOpPtr& mask, const UOpPtr& x) { return where(mask, x, zeros(x)); }
+
+int64_t batch_count(const at::Tensor& t) {
+  int64_t b = 1;
+  for (int64_t d = 0; d + 2 < t.dim(); d++)
+    b *= t.size(d);
+  return b;
+}
+
+// LAPACK's layout, in which torch's CPU kernels return their matrices: each matrix column-major, the batch
+// row-major around them.
+std::vector<int64_t> column_major_strides(at::IntArrayRef sizes) {
+  int64_t dims = static_cast<int64_t>(sizes.size());
+  std::vector<int64_t> strides(dims, 1);
+  if (dims < 2) return strides;
+  int64_t m = sizes[dims - 2], n = sizes[dims - 1];
+  strides[dims - 2] = 1;
+  strides[dims - 1] = std::max<int64_t>(m, 1);
+  int64_t stride = std::max<int64_t>(m * n, 1);
+  for (int64_t d = dims - 3; d >= 0; d--) {
+    strides[d] = stride;
+    stride *= std::max<int64_t>(sizes[d], 1);
+  }
+  return strides;
+}
+
+// An out= tensor of the wrong size is resized into LAPACK's layout, as the CPU kernels do; one of the
+// right size keeps its strides.
+void resize_column_major(at::Tensor& out, at::IntArrayRef sizes) {
+  if (out.sizes().equals(sizes)) return;
+  at::native::resize_output(out, sizes);
+  out.as_strided_(sizes, column_major_strides(sizes));
+}
+
+// The batch of matrices of a tensor (..., m, n) as one (b, m, n) value.
+UOpPtr batched(const at::Tensor& t) { return reshape(read(t), {batch_count(t), t.size(-2), t.size(-1)}); }
+
+// The (b, m, n) value `v` written into `out` (..., m', n'), whose batch dims hold b elements.
+void store(const at::Tensor& out, const UOpPtr& v) {
+  if (out.numel() == 0) return;
+  write(out, reshape(v, to_shape(out.sizes())));
+}
+
+// The first `cols` columns of the m x m identity, for each of b matrices: (b, m, cols).
+UOpPtr identity(DType dt, int64_t b, int64_t m, int64_t cols) {
+  Shape s{b, m, cols};
+  return cast(eq(coordinate(s, 1), coordinate(s, 2)), dt);
+}
+
+UOpPtr transposed(const UOpPtr& x) { return permute(x, {0, 2, 1}); }
+
+// ---- Householder QR ----
+
+struct Reflectors {
+  UOpPtr a;   // (b, m, n): R on and above the diagonal, the reflectors' tails below (geqrf's first output)
+  UOpPtr tau; // (b, k)
+};
+
+// LAPACK's geqrf on a batch (b, m, n).
+Reflectors householder_qr(const UOpPtr& input) {
+  int64_t b = input->shape[0], m = input->shape[1], n = input->shape[2], k = std::min(m, n);
+  DType dt = input->dtype;
+  Shape s{b, m, n}, col{b, m, 1}, one{b, 1, 1}, taus{b, k};
+  UOpPtr a = contiguous(input), tau = fixed(dt, 0, taus);
+  UOpPtr rows = coordinate(s, 1), cols = coordinate(s, 2), r = coordinate(col, 1), t = coordinate(taus, 1);
+  for (int64_t j = 0; j < k; j++) {
+    UOpPtr at_j = eq(cols, step_index(j, s));
+    UOpPtr diag = eq(r, step_index(j, col)), below = alu(Ops::CMPLT, step_index(j, col), r);
+    UOpPtr x = sum_keep(masked(at_j, a), {2}); // column j
+    UOpPtr alpha = sum_keep(masked(diag, x), {1});
+    UOpPtr sigma = sum_keep(masked(below, mul(x, x)), {1});
+    // beta = -sign(alpha) |x[j:]|, sign(+-0) = +; an x with nothing below the diagonal is left as it is
+    UOpPtr norm = sqrt(add(mul(alpha, alpha), sigma));
+    UOpPtr beta = where(lt(alpha, fixed(dt, 0, one)), norm, alu(Ops::NEG, norm));
+    UOpPtr none = eq(sigma, fixed(dt, 0, one));
+    UOpPtr tau_j = where(none, fixed(dt, 0, one), div(sub(beta, alpha), beta));
+    UOpPtr scale = where(none, fixed(dt, 0, one), div(fixed(dt, 1, one), sub(alpha, beta)));
+    beta = where(none, alpha, beta);
+    UOpPtr tail = mul(x, broadcast(scale, col));
+    UOpPtr v = where(diag, fixed(dt, 1, col), masked(below, tail));
+    // the columns after j: A - tau v (v^T A)
+    UOpPtr vs = broadcast(v, s);
+    UOpPtr w = broadcast(sum_keep(mul(vs, a), {1}), s);
+    UOpPtr updated = sub(a, mul(broadcast(tau_j, s), mul(vs, w)));
+    UOpPtr after = alu(Ops::CMPLT, step_index(j, s), cols);
+    UOpPtr column = where(eq(rows, step_index(j, s)), broadcast(beta, s), broadcast(tail, s));
+    UOpPtr below_s = alu(Ops::CMPLT, step_index(j, s), rows);
+    a = contiguous(
+        where(after, updated, where(both(at_j, alu(Ops::OR, below_s, eq(rows, step_index(j, s)))), column, a)));
+    tau = contiguous(where(eq(t, step_index(j, taus)), broadcast(reshape(tau_j, {b, 1}), taus), tau));
+  }
+  return {a, tau};
+}
+
+// Applies the reflectors H_j = I - tau_j v_j v_j^T (v_j from column j of `a`, (b, m, *); tau (b, k)) to `c`
+// (b, m, p) from the left: H_0 H_1 ... H_{k-1} c when `backward` (Q c), else H_{k-1} ... H_0 c (Q^T c).
+UOpPtr apply_reflectors(const UOpPtr& a, const UOpPtr& tau, UOpPtr c, bool backward) {
+  int64_t b = a->shape[0], m = a->shape[1], k = tau->shape[1], p = c->shape[2];
+  DType dt = a->dtype;
+  Shape s{b, m, a->shape[2]}, col{b, m, 1}, cs{b, m, p}, taus{b, k};
+  UOpPtr cols = coordinate(s, 2), r = coordinate(col, 1), t = coordinate(taus, 1);
+  c = contiguous(c);
+  for (int64_t step = 0; step < k; step++) {
+    int64_t j = backward ? k - 1 - step : step;
+    UOpPtr x = sum_keep(masked(eq(cols, step_index(j, s)), a), {2});
+    UOpPtr diag = eq(r, step_index(j, col)), below = alu(Ops::CMPLT, step_index(j, col), r);
+    UOpPtr v = broadcast(where(diag, fixed(dt, 1, col), masked(below, x)), cs);
+    UOpPtr tau_j = reshape(sum_keep(masked(eq(t, step_index(j, taus)), tau), {1}), {b, 1, 1});
+    UOpPtr w = broadcast(sum_keep(mul(v, c), {1}), cs);
+    c = contiguous(sub(c, mul(broadcast(tau_j, cs), mul(v, w))));
+  }
+  return c;
+}
+
+void check_lapack_dtype(const at::Tensor& t, const char* cpu_name) {
+  at::ScalarType st = t.scalar_type();
+  TORCH_CHECK_NOT_IMPLEMENTED(st == at::kFloat || st == at::kDouble, "\"", cpu_name, "\" not implemented for '",
+                              c10::toString(st), "'");
+}
+
+std::tuple<at::Tensor&, at::Tensor&> geqrf_out(const at::Tensor& self, at::Tensor& a, at::Tensor& tau) {
+  TORCH_CHECK(self.dim() >= 2, "torch.geqrf: input must have at least 2 dimensions.");
+  check_same_device({self, a, tau});
+  TORCH_CHECK(a.scalar_type() == self.scalar_type(), "torch.geqrf: Expected a to have dtype ", self.scalar_type(),
+              " but got ", a.scalar_type());
+  TORCH_CHECK(tau.scalar_type() == self.scalar_type(), "torch.geqrf: Expected tau to have dtype ", self.scalar_type(),
+              " but got ", tau.scalar_type());
+  check_lapack_dtype(self, "geqrf_cpu");
+  int64_t m = self.size(-2), n = self.size(-1);
+  std::vector<int64_t> tau_sizes(self.sizes().begin(), self.sizes().end() - 2);
+  tau_sizes.push_back(std::min(m, n));
+  resize_column_major(a, self.sizes());
+  at::native::resize_output(tau, tau_sizes);
+  if (self.numel() == 0) return {a, tau};
+  Reflectors f = householder_qr(batched(self));
+  store(a, f.a);
+  store(tau, reshape(f.tau, {batch_count(self), 1, std::min(m, n)}));
+  return {a, tau};
+}
+
+std::tuple<at::Tensor, at::Tensor> geqrf(const at::Tensor& self) {
+  at::Tensor a = empty_tiny({0}, self.scalar_type(), self.device());
+  at::Tensor tau = empty_tiny({0}, self.scalar_type(), self.device());
+  geqrf_out(self, a, tau);
+  return {a, tau};
+}
+
+std::tuple<at::Tensor&, at::Tensor&> linalg_qr_out(const at::Tensor& A, c10::string_view mode, at::Tensor& Q,
+                                                   at::Tensor& R) {
+  at::meta::linalg_qr_outf(A, mode, Q, R);
+  check_lapack_dtype(A, "geqrf_cpu");
+  if (A.numel() == 0) {
+    // the Q of an empty batch of m x 0 matrices is still the identity
+    if (Q.numel() > 0) store(Q, identity(to_tiny_dtype(A.scalar_type()), batch_count(A), Q.size(-2), Q.size(-1)));
+    if (R.numel() > 0) store(R, fixed(to_tiny_dtype(A.scalar_type()), 0, {batch_count(A), R.size(-2), R.size(-1)}));
+    return {Q, R};
+  }
+  int64_t m = A.size(-2), n = A.size(-1), k = std::min(m, n), b = batch_count(A);
+  Reflectors f = householder_qr(batched(A));
+  int64_t r_rows = R.size(-2);
+  Shape rs{b, r_rows, n};
+  UOpPtr upper = alu(Ops::CMPLE, coordinate(rs, 1), coordinate(rs, 2));
+  UOpPtr a = r_rows <= m ? shrink(f.a, {{0, b}, {0, r_rows}, {0, n}}) : f.a;
+  store(R, masked(upper, a));
+  if (mode != "r") {
+    int64_t q_cols = mode == "complete" ? m : k;
+    store(Q, apply_reflectors(f.a, f.tau, identity(f.a->dtype, b, m, q_cols), true));
+  }
+  return {Q, R};
+}
+
+std::tuple<at::Tensor, at::Tensor> linalg_qr(const at::Tensor& A, c10::string_view mode) {
+  at::Tensor Q = empty_tiny({0}, A.scalar_type(), A.device());
+  at::Tensor R = empty_tiny({0}, A.scalar_type(), A.device());
+  linalg_qr_out(A, mode, Q, R);
+  return {Q, R};
+}
+
+// torch's checks of the reflectors' batch (householder_product, ormqr).
+void check_tau(const char* name, const at::Tensor& input, const at::Tensor& tau) {
+  TORCH_CHECK(input.dim() - tau.dim() == 1, name,
+              ": Expected tau to have one dimension less than input, but got tau.ndim equal to ", tau.dim(),
+              " and input.ndim is equal to ", input.dim());
+  auto batch = input.sizes().slice(0, input.dim() - 2), tau_batch = tau.sizes().slice(0, tau.dim() - 1);
+  TORCH_CHECK(batch.equals(tau_batch), name,
+              ": Expected batch dimensions of tau to be equal to input.shape[:-2], but got ", tau_batch);
+}
+
+at::Tensor& householder_product_out(const at::Tensor& input, const at::Tensor& tau, at::Tensor& out) {
+  const char* name = "torch.linalg.householder_product";
+  TORCH_CHECK(input.dim() >= 2, name, ": input must have at least 2 dimensions.");
+  TORCH_CHECK(input.size(-2) >= input.size(-1), name,
+              ": input.shape[-2] must be greater than or equal to input.shape[-1]");
+  TORCH_CHECK(input.size(-1) >= tau.size(-1), name, ": input.shape[-1] must be greater than or equal to tau.shape[-1]");
+  check_tau(name, input, tau);
+  TORCH_CHECK(tau.scalar_type() == input.scalar_type(), name, ": tau dtype ", tau.scalar_type(),
+              " does not match input dtype ", input.scalar_type());
+  check_same_device({input, tau, out});
+  TORCH_CHECK(out.scalar_type() == input.scalar_type(), name, ": Expected out tensor to have dtype ",
+              input.scalar_type(), ", but got ", out.scalar_type(), " instead");
+  check_lapack_dtype(input, "orgqr_cpu");
+  resize_column_major(out, input.sizes());
+  if (out.numel() == 0) return out;
+  int64_t b = batch_count(input), m = input.size(-2), n = input.size(-1);
+  UOpPtr taus = reshape(read(tau), {b, tau.size(-1)});
+  store(out, apply_reflectors(batched(input), taus, identity(to_tiny_dtype(input.scalar_type()), b, m, n), true));
+  return out;
+}
+
+at::Tensor householder_product(const at::Tensor& input, const at::Tensor& tau) {
+  at::Tensor out = empty_tiny({0}, input.scalar_type(), input.device());
+  return householder_product_out(input, tau, out);
+}
+
+at::Tensor& ormqr_out(const at::Tensor& input, const at::Tensor& tau, const at::Tensor& other, bool left,
+                      bool transpose, at::Tensor& out) {
+  const char* name = "torch.ormqr";
+  TORCH_CHECK(input.dim() >= 2, name, ": input must have at least 2 dimensions.");
+  TORCH_CHECK(other.dim() >= 2, name, ": other must have at least 2 dimensions.");
+  int64_t side = left ? -2 : -1;
+  TORCH_CHECK(other.size(side) == input.size(-2), name, ": other.shape[", side, "] must be equal to input.shape[-2]");
+  TORCH_CHECK(tau.size(-1) <= input.size(-1), name, ": tau.shape[-1] must be less than or equal to input.shape[-1]");
+  check_tau(name, input, tau);
+  TORCH_CHECK(input.dim() == other.dim(), name,
+              ": Expected other to have the same number of dimensions as input, but got other.ndim equal to ",
+              other.dim(), " and input.ndim is equal to ", input.dim());
+  auto batch = input.sizes().slice(0, input.dim() - 2), other_batch = other.sizes().slice(0, other.dim() - 2);
+  TORCH_CHECK(batch.equals(other_batch), name,
+              ": Expected batch dimensions of other to be equal to input.shape[:-2], but got ", other_batch);
+  TORCH_CHECK(input.scalar_type() == tau.scalar_type(), name,
+              ": Expected input and tau to have the same dtype, but input has dtype", input.scalar_type(),
+              " and tau has dtype ", tau.scalar_type());
+  TORCH_CHECK(input.scalar_type() == other.scalar_type(), name,
+              ": Expected input and other to have the same dtype, but input has dtype", input.scalar_type(),
+              " and other has dtype ", other.scalar_type());
+  check_same_device({input, tau, other, out});
+  TORCH_CHECK(out.scalar_type() == input.scalar_type(), name, ": Expected out tensor to have dtype ",
+              input.scalar_type(), ", but got ", out.scalar_type(), " instead");
+  check_lapack_dtype(input, "ormqr_cpu");
+  resize_column_major(out, other.sizes());
+  if (out.numel() == 0) return out;
+  int64_t b = batch_count(input);
+  UOpPtr a = batched(input), taus = reshape(read(tau), {b, tau.size(-1)}), c = batched(other);
+  // Q c applies H_{k-1} first; c Q = (Q^T c^T)^T
+  UOpPtr result =
+      left ? apply_reflectors(a, taus, c, !transpose) : transposed(apply_reflectors(a, taus, transposed(c), transpose));
+  store(out, result);
+  return out;
+}
+
+at::Tensor ormqr(const at::Tensor& input, const at::Tensor& tau, const at::Tensor& other, bool left, bool transpose) {
+  at::Tensor out = empty_tiny({0}, input.scalar_type(), input.device());
+  return ormqr_out(input, tau, other, left, transpose, out);
+}
+
+// ---- Jacobi rotations ----
+
+// Sweeps stop when the off-diagonal part is below eps relative to the whole, or stops shrinking (rounding
+// keeps it at a floor near eps); quadratic convergence reaches either in well under this many.
+constexpr int kMaxSweeps = 40;
+
+double epsilon(DType dt) {
+  return dt == DType::Float64 ? std::numeric_limits<double>::epsilon() : std::numeric_limits<float>::epsilon();
+}
+
+// The partner of index i in round r of the round-robin over N (even) indices: N - 1 pairs with r, the
+// others with (2r - i) mod (N - 1).
+UOpPtr partner(const UOpPtr& i, const UOpPtr& r, int64_t n) {
+  const Shape& s = i->shape;
+  UOpPtr last = index_const(n - 1, s);
+  UOpPtr mirrored = alu(Ops::MOD, add(sub(add(r, r), i), last), last);
+  return where(eq(i, last), r, where(eq(i, r), last, mirrored));
+}
+
+// One small read: the largest ratio over the batch (a (b, 1, 1) value) to the host.
+double max_ratio(const UOpPtr& off, const UOpPtr& total, c10::Device device) {
+  DType dt = off->dtype;
+  UOpPtr ratio = div(off, where(eq(total, zeros(total)), like(total, 1), total));
+  // NaN compares false everywhere: the NaN of a NaN input must stop the sweeps, not run them to the limit
+  UOpPtr nan = alu(Ops::CMPNE, ratio, ratio);
+  ratio = where(nan, like(ratio, std::numeric_limits<double>::infinity()), ratio);
+  int64_t b = off->shape[0];
+  at::Tensor t = empty_tiny({}, to_scalar_type(dt), device);
+  write(t, reshape(reduce(reshape(ratio, {b}), Ops::MAX, {0}), {}));
+  return t.item<double>();
+}
+
+// The batch's sweeps: `sweep` runs one and returns (off, total) as (b, 1, 1) values. False when a matrix
+// holds a non-finite value (its ratio is NaN): LAPACK's drivers fail to converge on those.
+template <class Sweep> bool sweep_until_converged(DType dt, int64_t b, c10::Device device, Sweep sweep) {
+  if (b == 0) return true;
+  double eps = epsilon(dt), previous = std::numeric_limits<double>::infinity();
+  for (int it = 0; it < kMaxSweeps; it++) {
+    auto [off, total] = sweep();
+    double ratio = max_ratio(off, total, device);
+    if (std::isinf(ratio)) return false;
+    if (!(ratio > eps * eps) || ratio >= previous) return true;
+    previous = ratio;
+  }
+  return true;
+}
+
+// The largest magnitude of each matrix of a (b, r, c) batch, (b, 1, 1); 1 for a zero matrix. The sweeps run
+// on the matrix divided by it, so that squares and sums of squares neither overflow nor underflow.
+UOpPtr magnitude(const UOpPtr& x) {
+  UOpPtr m = reduce(alu(Ops::ABS, x), Ops::MAX, {1, 2});
+  return where(eq(m, zeros(m)), like(m, 1), m);
+}
+
+struct Rotation {
+  UOpPtr c, e; // (b, N): the rotation of the pair of index i: index i' = c_i x_i + e_i x_partner(i)
+};
+
+// The rotation of each pair (p < q) that zeroes the off-diagonal g of [[app, g], [g, aqq]] (Golub & Van Loan's
+// symmetric Schur decomposition of a 2x2); app, aqq, g are given per index i of the pair.
+Rotation pair_rotation(const UOpPtr& i, const UOpPtr& partner_i, const UOpPtr& app, const UOpPtr& aqq,
+                       const UOpPtr& g) {
+  UOpPtr zero = zeros(g), one = like(g, 1);
+  UOpPtr none = eq(g, zero);
+  UOpPtr safe_g = where(none, one, g);
+  UOpPtr theta = div(sub(aqq, app), mul(like(g, 2), safe_g));
+  UOpPtr mag = add(alu(Ops::ABS, theta), sqrt(add(one, mul(theta, theta))));
+  UOpPtr t = div(where(lt(theta, zero), like(g, -1), one), mag);
+  // |theta| so large that its square overflows: the rotation is the identity to working precision
+  t = where(alu(Ops::CMPNE, mag, like(mag, std::numeric_limits<double>::infinity())), t, zero);
+  t = where(none, zero, t);
+  UOpPtr c = div(one, sqrt(add(one, mul(t, t))));
+  UOpPtr s = mul(t, c);
+  UOpPtr is_p = lt(i, partner_i);
+  return {contiguous(c), contiguous(where(is_p, alu(Ops::NEG, s), s))};
+}
+
+// Gathers x (b, rows, cols; realized) at (row, col) index values of any shape (b, ...).
+UOpPtr element(const UOpPtr& x, const UOpPtr& batch, const UOpPtr& row, const UOpPtr& col) {
+  int64_t rows = x->shape[1], cols = x->shape[2];
+  const Shape& s = row->shape;
+  UOpPtr flat = add(add(mul(batch, index_const(rows * cols, s)), mul(row, index_const(cols, s))), col);
+  return gather(reshape(x, {x->shape[0] * rows * cols}), flat);
+}
+UOpPtr entry(const UOpPtr& v, const UOpPtr& batch, const UOpPtr& i) { // v (b, N) at index values i
+  return gather(reshape(v, {v->shape[0] * v->shape[1]}), add(mul(batch, index_const(v->shape[1], i->shape)), i));
+}
+
+// Symmetric eigendecomposition of a (b, n, n) batch (the triangle UPLO names): eigenvalues (b, n) ascending,
+// eigenvectors (b, n, n) as columns (null unless compute_v).
+std::pair<at::Tensor, at::Tensor> jacobi_eigh(const at::Tensor& A, bool lower, bool compute_v) {
+  int64_t n = A.size(-1), b = batch_count(A), N = n + n % 2;
+  DType dt = to_tiny_dtype(A.scalar_type());
+  Shape s{b, n, n}, S{b, N, N}, v{b, N};
+  UOpPtr x = batched(A);
+  // the named triangle, mirrored
+  UOpPtr keep =
+      lower ? alu(Ops::CMPLE, coordinate(s, 2), coordinate(s, 1)) : alu(Ops::CMPLE, coordinate(s, 1), coordinate(s, 2));
+  UOpPtr tri = masked(keep, x);
+  UOpPtr sym = add(tri, masked(alu(Ops::CMPNE, coordinate(s, 1), coordinate(s, 2)), transposed(tri)));
+  UOpPtr scale = magnitude(sym);
+  sym = div(sym, broadcast(scale, s));
+  // the working matrices live in storages: each sweep's read realizes them, and the next sweep reads buffers
+  at::Tensor a_t = empty_tiny(S, A.scalar_type(), A.device()), v_t = empty_tiny(S, A.scalar_type(), A.device());
+  write(a_t, pad(sym, {{0, 0}, {0, N - n}, {0, N - n}}));
+  write(v_t, identity(dt, b, N, N));
+  UOpPtr bi = coordinate(v, 0), i = coordinate(v, 1);
+  UOpPtr B = coordinate(S, 0), I = coordinate(S, 1), J = coordinate(S, 2);
+  UOpPtr offdiag = alu(Ops::CMPNE, I, J);
+  c10::Device device = A.device();
+  bool finite = sweep_until_converged(dt, b, device, [&] {
+    UOpPtr a = read(a_t), vecs = read(v_t);
+    for (int64_t round = 0; round < N - 1; round++) {
+      UOpPtr pi = partner(i, step_index(round, v), N);
+      UOpPtr p = alu(Ops::MIN, i, pi), q = alu(Ops::MAX, i, pi);
+      Rotation rot = pair_rotation(i, pi, element(a, bi, p, p), element(a, bi, q, q), element(a, bi, p, q));
+      UOpPtr pI = partner(I, step_index(round, S), N), pJ = partner(J, step_index(round, S), N);
+      UOpPtr cI = entry(rot.c, B, I), eI = entry(rot.e, B, I), cJ = entry(rot.c, B, J), eJ = entry(rot.e, B, J);
+      // J^T A J, rows then columns; the pair's off-diagonal entries are zero by construction
+      UOpPtr rotated = add(add(mul(mul(cI, cJ), element(a, B, I, J)), mul(mul(eI, cJ), element(a, B, pI, J))),
+                           add(mul(mul(cI, eJ), element(a, B, I, pJ)), mul(mul(eI, eJ), element(a, B, pI, pJ))));
+      a = contiguous(where(both(eq(J, pI), offdiag), zeros(rotated), rotated));
+      if (compute_v) vecs = contiguous(add(mul(cJ, element(vecs, B, I, J)), mul(eJ, element(vecs, B, I, pJ))));
+    }
+    write(a_t, a);
+    if (compute_v) write(v_t, vecs);
+    UOpPtr off = sum_keep(masked(offdiag, mul(a, a)), {1, 2});
+    return std::pair{off, sum_keep(mul(a, a), {1, 2})};
+  });
+  UOpPtr a = read(a_t), vecs = read(v_t);
+  TORCH_CHECK_LINALG(finite, "linalg.eigh: The algorithm failed to converge because the input matrix contained "
+                             "non-finite values.");
+  UOpPtr diagonal = reshape(mul(sum_keep(masked(eq(I, J), a), {2}), broadcast(scale, {b, N, 1})), {b, N});
+  at::Tensor values = empty_tiny({b, n}, A.scalar_type(), device);
+  write(values, shrink(diagonal, {{0, b}, {0, n}}));
+  auto [sorted, order] = at::sort(values, /*stable=*/true, -1, /*descending=*/false);
+  at::Tensor vectors;
+  if (compute_v) {
+    at::Tensor all = empty_tiny({b, n, n}, A.scalar_type(), device);
+    write(all, shrink(vecs, {{0, b}, {0, n}, {0, n}}));
+    vectors = all.gather(-1, order.unsqueeze(-2).expand({b, n, n}));
+  }
+  return {sorted, vectors};
+}
+
+std::tuple<at::Tensor&, at::Tensor&> linalg_eigh_out(const at::Tensor& A, c10::string_view uplo, bool compute_v,
+                                                     at::Tensor& values, at::Tensor& vectors) {
+  at::meta::_linalg_eigh_outf(A, uplo, compute_v, values, vectors);
+  check_lapack_dtype(A, "linalg_eigh_cpu");
+  if (A.numel() == 0) return {values, vectors};
+  auto [w, V] = jacobi_eigh(A, uplo == "L" || uplo == "l", compute_v);
+  int64_t b = batch_count(A), n = A.size(-1);
+  store(values, reshape(read(w), {b, 1, n}));
+  if (compute_v) store(vectors, read(V));
+  return {values, vectors};
+}
+
+std::tuple<at::Tensor, at::Tensor> linalg_eigh(const at::Tensor& A, c10::string_view uplo, bool compute_v) {
+  at::ScalarType real = A.scalar_type();
+  at::Tensor values = empty_tiny({0}, real, A.device()), vectors = empty_tiny({0}, A.scalar_type(), A.device());
+  linalg_eigh_out(A, uplo, compute_v, values, vectors);
+  return {values, vectors};
+}
+
+// ---- SVD ----
+
+struct Svd {
+  at::Tensor U, S, V; // (b, m, ucols), (b, k), (b, n, k); U and V undefined unless asked
+};
+
+// The SVD of a tall (b, m, n) batch (m >= n) by one-sided Jacobi.
+Svd jacobi_svd_tall(const UOpPtr& x, bool full, bool compute_uv, c10::Device device) {
+  int64_t b = x->shape[0], m = x->shape[1], n = x->shape[2], N = n + n % 2;
+  DType dt = x->dtype;
+  at::ScalarType st = to_scalar_type(dt);
+  Shape s{b, m, N}, S{b, N, N}, v{b, N}, gram{b, N, N};
+  // the working matrices live in storages: each sweep's read realizes them, and the next sweep reads buffers
+  at::Tensor a_t = empty_tiny(s, st, device), v_t = empty_tiny(S, st, device);
+  UOpPtr scale = magnitude(x);
+  write(a_t, pad(div(x, broadcast(scale, x->shape)), {{0, 0}, {0, 0}, {0, N - n}}));
+  write(v_t, identity(dt, b, N, N));
+  UOpPtr bi = coordinate(v, 0), i = coordinate(v, 1);
+  UOpPtr B = coordinate(s, 0), R = coordinate(s, 1), C = coordinate(s, 2);
+  UOpPtr VB = coordinate(S, 0), VI = coordinate(S, 1), VJ = coordinate(S, 2);
+  bool finite = sweep_until_converged(dt, b, device, [&] {
+    UOpPtr a = read(a_t), vecs = read(v_t);
+    for (int64_t round = 0; round < N - 1; round++) {
+      UOpPtr pC = partner(C, step_index(round, s), N);
+      UOpPtr col = a, other = element(a, B, R, pC);
+      // per column i: |a_i|^2 and a_i . a_partner(i), reduced over the rows
+      UOpPtr norms = contiguous(reshape(sum_keep(mul(col, col), {1}), v));
+      UOpPtr dots = reshape(sum_keep(mul(col, other), {1}), v);
+      UOpPtr pi = partner(i, step_index(round, v), N);
+      UOpPtr own = norms, theirs = entry(norms, bi, pi);
+      UOpPtr is_p = lt(i, pi);
+      Rotation rot = pair_rotation(i, pi, where(is_p, own, theirs), where(is_p, theirs, own), dots);
+      UOpPtr cC = entry(rot.c, B, C), eC = entry(rot.e, B, C);
+      a = contiguous(add(mul(cC, a), mul(eC, other)));
+      if (compute_uv) {
+        UOpPtr pJ = partner(VJ, step_index(round, S), N);
+        UOpPtr cJ = entry(rot.c, VB, VJ), eJ = entry(rot.e, VB, VJ);
+        vecs = contiguous(add(mul(cJ, vecs), mul(eJ, element(vecs, VB, VI, pJ))));
+      }
+    }
+    write(a_t, a);
+    if (compute_uv) write(v_t, vecs);
+    // the Gram matrix's off-diagonal part against its diagonal
+    UOpPtr g = sum_keep(mul(broadcast(reshape(transposed(a), {b, N, 1, m}), {b, N, N, m}),
+                            broadcast(reshape(transposed(a), {b, 1, N, m}), {b, N, N, m})),
+                        {3});
+    g = reshape(g, gram);
+    UOpPtr off = masked(alu(Ops::CMPNE, coordinate(gram, 1), coordinate(gram, 2)), mul(g, g));
+    return std::pair{sum_keep(off, {1, 2}),
+                     sum_keep(masked(eq(coordinate(gram, 1), coordinate(gram, 2)), mul(g, g)), {1, 2})};
+  });
+  UOpPtr cols = shrink(read(a_t), {{0, b}, {0, m}, {0, n}});
+  at::Tensor sigma = empty_tiny({b, n}, st, device);
+  TORCH_CHECK_LINALG(finite, "linalg.svd: The algorithm failed to converge because the input matrix contained "
+                             "non-finite values.");
+  write(sigma, reshape(mul(sqrt(sum_keep(mul(cols, cols), {1})), broadcast(scale, {b, 1, n})), {b, n}));
+  auto [sorted, order] = at::sort(sigma, /*stable=*/true, -1, /*descending=*/true);
+  Svd out{at::Tensor(), sorted, at::Tensor()};
+  if (!compute_uv) return out;
+  at::Tensor rotated = empty_tiny({b, m, n}, st, device), V = empty_tiny({b, n, n}, st, device);
+  write(rotated, cols);
+  write(V, shrink(read(v_t), {{0, b}, {0, n}, {0, n}}));
+  out.V = V.gather(-1, order.unsqueeze(-2).expand({b, n, n}));
+  at::Tensor ordered = rotated.gather(-1, order.unsqueeze(-2).expand({b, m, n}));
+  // U from the QR of the ordered columns: Q's columns are theirs up to the sign of R's diagonal
+  Reflectors f = householder_qr(read(ordered));
+  int64_t ucols = full ? m : n;
+  UOpPtr q = apply_reflectors(f.a, f.tau, identity(dt, b, m, ucols), true);
+  Shape us{b, m, ucols}, rd{b, n, n};
+  UOpPtr rdiag = sum_keep(masked(eq(coordinate(rd, 1), coordinate(rd, 2)), shrink(f.a, {{0, b}, {0, n}, {0, n}})), {1});
+  UOpPtr sign = where(lt(rdiag, zeros(rdiag)), like(rdiag, -1), like(rdiag, 1)); // (b, 1, n)
+  if (ucols > n) sign = pad(sign, {{0, 0}, {0, 0}, {0, ucols - n}});
+  sign = where(alu(Ops::CMPLT, coordinate(us, 2), index_const(n, us)), broadcast(sign, us), like(q, 1));
+  out.U = empty_tiny({b, m, ucols}, st, device);
+  write(out.U, mul(q, sign));
+  return out;
+}
+
+std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> linalg_svd_out(const at::Tensor& A, bool full_matrices,
+                                                                 bool compute_uv,
+                                                                 std::optional<c10::string_view> driver, at::Tensor& U,
+                                                                 at::Tensor& S, at::Tensor& Vh) {
+  at::meta::_linalg_svd_outf(A, full_matrices, compute_uv, driver, U, S, Vh);
+  TORCH_CHECK(!driver.has_value(),
+              "torch.linalg.svd: keyword argument `driver=` is only supported on CUDA inputs with cuSOLVER backend.");
+  check_lapack_dtype(A, "linalg_svd_cpu");
+  int64_t m = A.size(-2), n = A.size(-1), b = batch_count(A), k = std::min(m, n);
+  if (A.numel() == 0) {
+    // full_matrices of m x 0 or 0 x n matrices: the identity
+    if (compute_uv && U.numel() > 0) store(U, identity(to_tiny_dtype(A.scalar_type()), b, U.size(-2), U.size(-1)));
+    if (compute_uv && Vh.numel() > 0) store(Vh, identity(to_tiny_dtype(A.scalar_type()), b, Vh.size(-2), Vh.size(-1)));
+    return {U, S, Vh};
+  }
+  bool wide = m < n;
+  UOpPtr x = batched(A);
+  Svd r = jacobi_svd_tall(wide ? transposed(x) : x, full_matrices, compute_uv, A.device());
+  store(S, reshape(read(r.S), {b, 1, k}));
+  if (compute_uv) {
+    // A^T = U' S V'^T: U = V', Vh = U'^T
+    store(U, wide ? read(r.V) : read(r.U));
+    store(Vh, wide ? transposed(read(r.U)) : transposed(read(r.V)));
+  }
+  return {U, S, Vh};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> linalg_svd(const at::Tensor& A, bool full_matrices, bool compute_uv,
+                                                          std::optional<c10::string_view> driver) {
+  auto empty = [&] { return empty_tiny({0}, A.scalar_type(), A.device()); };
+  at::Tensor U = empty(), S = empty(), Vh = empty();
+  linalg_svd_out(A, full_matrices, compute_uv, driver, U, S, Vh);
+  return {U, S, Vh};
+}
+
+// ---- least squares ----
+//
+// Every driver solves through the SVD, x = V S^+ U^T b with the singular values at or below rcond * s_max
+// dropped: the minimum-norm least-squares solution, which is LAPACK's for each driver on inputs of full rank
+// and gelsy's, gelsd's and gelss's on inputs of lower rank too (gels assumes full rank). The outputs each
+// driver fills are torch's: rank for gelsy, gelsd and gelss; singular values for gelsd and gelss; residuals
+// (the squared norms of b - A x) for tall inputs, except with gelsy, and with gelsd and gelss only when every
+// matrix has full rank.
+std::tuple<at::Tensor&, at::Tensor&, at::Tensor&, at::Tensor&>
+linalg_lstsq_out(const at::Tensor& input, const at::Tensor& other, std::optional<double> rcond,
+                 std::optional<c10::string_view> driver_opt, at::Tensor& solution, at::Tensor& residuals,
+                 at::Tensor& rank, at::Tensor& singular_values) {
+  const char* name = "torch.linalg.lstsq";
+  TORCH_CHECK(input.dim() >= 2, name, ": input must have at least 2 dimensions.");
+  TORCH_CHECK(other.dim() >= 1, name, ": other must have at least 1 dimension.");
+  TORCH_CHECK(input.scalar_type() == other.scalar_type(), name,
+              ": Expected input and other to have the same dtype, but got input's dtype ", input.scalar_type(),
+              " and other's dtype ", other.scalar_type());
+  check_same_device({input, other, solution, residuals, rank, singular_values});
+  TORCH_CHECK(input.dim() >= other.dim() && input.dim() - other.dim() <= 1, name,
+              ": input.dim() must be greater or equal to other.dim() and (input.dim() - other.dim()) <= 1");
+  bool vector_case = other.dim() == input.dim() - 1;
+  int64_t m = input.size(-2), n = input.size(-1);
+  TORCH_CHECK(other.size(vector_case ? -1 : -2) == m, name, ": input.size(-2) should match other.size(",
+              vector_case ? -1 : -2, ")");
+  std::string driver(driver_opt.value_or("gelsy"));
+  TORCH_CHECK(driver == "gels" || driver == "gelsy" || driver == "gelsd" || driver == "gelss", name,
+              ": parameter `driver` should be one of (gels, gelsy, gelsd, gelss)");
+  TORCH_CHECK(input.scalar_type() == at::kFloat || input.scalar_type() == at::kDouble,
+              "This function doesn't handle types other than float and double");
+  for (const at::Tensor* out : {&solution, &residuals, &singular_values})
+    TORCH_CHECK(out->scalar_type() == input.scalar_type(), name, ": Expected out tensor to have dtype ",
+                input.scalar_type(), ", but got ", out->scalar_type(), " instead");
+  TORCH_CHECK(rank.scalar_type() == at::kLong, name, ": Expected out tensor to have dtype Long, but got ",
+              rank.scalar_type(), " instead");
+  at::Tensor b = vector_case ? other.unsqueeze(-1) : other;
+  std::vector<int64_t> batch = at::infer_size(input.sizes().slice(0, input.dim() - 2), b.sizes().slice(0, b.dim() - 2));
+  int64_t k = b.size(-1);
+  auto sized = [&](std::initializer_list<int64_t> tail) {
+    std::vector<int64_t> s = batch;
+    s.insert(s.end(), tail);
+    return s;
+  };
+  at::Tensor A = input.expand(sized({m, n})), B = b.expand(sized({m, k}));
+  auto [U, S, Vh] = at::_linalg_svd(A, /*full_matrices=*/false, /*compute_uv=*/true);
+  double cut = rcond.has_value() && *rcond > 0 ? *rcond : epsilon(to_tiny_dtype(input.scalar_type())) * std::max(m, n);
+  at::Tensor largest = std::min(m, n) > 0 ? S.narrow(-1, 0, 1) : S;
+  at::Tensor kept = S.gt(largest.mul(cut));
+  at::Tensor inverse = at::where(kept, S.reciprocal(), at::zeros_like(S));
+  at::Tensor x = Vh.mT().matmul(inverse.unsqueeze(-1).mul(U.mT().matmul(B)));
+  at::Tensor r = kept.sum(-1);
+  bool has_rank = driver != "gels", has_sv = driver == "gelsd" || driver == "gelss";
+  bool has_residuals = m > n && driver != "gelsy";
+  if (has_residuals && has_sv) has_residuals = r.eq(n).all().item<bool>();
+  std::vector<int64_t> solution_sizes = vector_case ? sized({n}) : sized({n, k});
+  if (solution.sizes().equals(solution_sizes)) {
+    solution.copy_(vector_case ? x.squeeze(-1) : x);
+  } else {
+    // the CPU's solution is the first n rows of LAPACK's column-major (max(m, n), k) right-hand side
+    std::vector<int64_t> full = sized({std::max(m, n), k});
+    at::Tensor rhs = empty_tiny(full, column_major_strides(full), input.scalar_type(), input.device());
+    at::Tensor rows = rhs.narrow(-2, 0, n);
+    rows.copy_(x);
+    at::native::resize_output(solution, {0});
+    solution.set_(rhs.storage(), 0, solution_sizes, vector_case ? rows.squeeze(-1).strides() : rows.strides());
+  }
+  if (has_residuals) {
+    // (..., k) also for a vector b, as the CPU
+    at::native::resize_output(residuals, sized({k}));
+    residuals.copy_(A.matmul(x).sub(B).square().sum(-2));
+  } else {
+    at::native::resize_output(residuals, {0});
+  }
+  at::native::resize_output(rank, has_rank ? at::IntArrayRef(batch) : at::IntArrayRef{0});
+  if (has_rank) rank.copy_(r);
+  at::native::resize_output(singular_values, has_sv ? sized({std::min(m, n)}) : std::vector<int64_t>{0});
+  if (has_sv) singular_values.copy_(S);
+  return {solution, residuals, rank, singular_values};
+}
+
+// ---- matrix_exp ----
+//
+// Scaling and squaring: A / 2^s has 1-norm at most 1 (s from the largest norm of the batch: one small read),
+// its exponential is the Taylor polynomial of degree 18 (Horner's rule; the remainder is below 1/19! < 1e-17),
+// squared s times. Each Horner step is a matmul and an add with 1/k as a runtime scalar: the same kernels for
+// every k. float16 and bfloat16 compute in float32.
+at::Tensor linalg_matrix_exp(const at::Tensor& A) {
+  TORCH_CHECK(A.dim() >= 2, "linalg.matrix_exp: The input tensor A must have at least 2 dimensions.");
+  TORCH_CHECK(A.size(-1) == A.size(-2), "linalg.matrix_exp: A must be batches of square matrices, but they are ",
+              A.size(-2), " by ", A.size(-1), " matrices");
+  TORCH_CHECK(at::isFloatingType(A.scalar_type()),
+              "linalg.matrix_exp: Expected a floating point or complex tensor as input. Got ", A.scalar_type());
+  int64_t n = A.size(-1);
+  // torch's CPU kernel: the elementwise exponential of 1 x 1 matrices
+  if (n == 1) return A.exp();
+  if (A.numel() == 0) return at::empty(A.sizes(), A.options());
+  bool half = A.scalar_type() == at::kHalf || A.scalar_type() == at::kBFloat16;
+  at::Tensor x = half ? A.to(at::kFloat) : A.contiguous();
+  double norm = x.abs().sum(-2).amax().item<double>();
+  int squarings = std::isfinite(norm) && norm > 1 ? static_cast<int>(std::ceil(std::log2(norm))) : 0;
+  if (squarings > 0) x = x.mul(std::ldexp(1.0, -squarings));
+  at::Tensor eye = at::eye(n, x.options()).expand(x.sizes());
+  at::Tensor e = eye;
+  for (int k = 18; k >= 1; k--)
+    e = x.matmul(e).mul(1.0 / k).add(eye);
+  for (int i = 0; i < squarings; i++)
+    e = e.matmul(e);
+  return half ? e.to(A.scalar_type()) : e.contiguous();
+}
+
+// ---- linalg_cross ----
+
+// x along `dim` (size 3) rotated by k: element i is x[(i + k) % 3].
+UOpPtr rotated(const UOpPtr& x, int64_t dim, int64_t k) {
+  std::vector<std::pair<int64_t, int64_t>> tail, head;
+  std::vector<std::pair<int64_t, int64_t>> tail_pad(x->shape.size(), {0, 0}), head_pad(x->shape.size(), {0, 0});
+  for (size_t d = 0; d < x->shape.size(); d++) {
+    bool along = static_cast<int64_t>(d) == dim;
+    tail.push_back(along ? std::pair<int64_t, int64_t>{k, 3} : std::pair<int64_t, int64_t>{0, x->shape[d]});
+    head.push_back(along ? std::pair<int64_t, int64_t>{0, k} : std::pair<int64_t, int64_t>{0, x->shape[d]});
+  }
+  tail_pad[dim] = {0, k};
+  head_pad[dim] = {3 - k, 0};
+  UOpPtr a = pad(shrink(x, tail), tail_pad), b = pad(shrink(x, head), head_pad);
+  return x->dtype == DType::Bool ? alu(Ops::OR, a, b) : add(a, b);
+}
+
+at::Tensor& linalg_cross_out(const at::Tensor& self, const at::Tensor& other, int64_t dim, at::Tensor& out) {
+  at::meta::linalg_cross_outf(self, other, dim, out);
+  // the meta function promotes; the CPU kernel then wants one dtype
+  TORCH_CHECK(self.scalar_type() == other.scalar_type(), "expected scalar type ", self.scalar_type(), " but found ",
+              other.scalar_type());
+  TORCH_CHECK_NOT_IMPLEMENTED(self.scalar_type() != at::kBool, "\"cross\" not implemented for 'Bool'");
+  if (out.numel() == 0) return out;
+  Shape shape = to_shape(out.sizes());
+  int64_t d = at::maybe_wrap_dim(dim, out.dim());
+  DType dt = to_tiny_dtype(out.scalar_type());
+  UOpPtr a = cast(expand(read(self), shape), dt), b = cast(expand(read(other), shape), dt);
+  write(out, sub(mul(rotated(a, d, 1), rotated(b, d, 2)), mul(rotated(a, d, 2), rotated(b, d, 1))));
+  return out;
+}
+
+at::Tensor linalg_cross(const at::Tensor& self, const at::Tensor& other, int64_t dim) {
+  at::Tensor out = empty_tiny({0}, self.scalar_type(), self.device());
+  return linalg_cross_out(self, other, dim, out);
+}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("geqrf", TORCH_FN(geqrf));
+  m.impl("geqrf.a", TORCH_FN(geqrf_out));
+  m.impl("linalg_qr", TORCH_FN(linalg_qr));
+  m.impl("linalg_qr.out", TORCH_FN(linalg_qr_out));
+  m.impl("linalg_householder_product", TORCH_FN(householder_product));
+  m.impl("linalg_householder_product.out", TORCH_FN(householder_product_out));
+  m.impl("ormqr", TORCH_FN(ormqr));
+  m.impl("ormqr.out", TORCH_FN(ormqr_out));
+  m.impl("_linalg_eigh", TORCH_FN(linalg_eigh));
+  m.impl("_linalg_eigh.eigenvalues", TORCH_FN(linalg_eigh_out));
+  m.impl("_linalg_svd", TORCH_FN(linalg_svd));
+  m.impl("_linalg_svd.U", TORCH_FN(linalg_svd_out));
+  m.impl("linalg_lstsq.out", TORCH_FN(linalg_lstsq_out));
+  m.impl("linalg_matrix_exp", TORCH_FN(linalg_matrix_exp));
+  m.impl("linalg_cross", TORCH_FN(linalg_cross));
+  m.impl("linalg_cross.out", TORCH_FN(linalg_cross_out));
+}
+
+} // namespace tiny::aten_ops
