@@ -210,24 +210,36 @@ TEST(Kernel, LaneSplitFindsTheBaseAndStrideOfAnIndex) {
   EXPECT_FALSE(lane_split(UOp::make(Ops::IDIV, kIndex, {lane, idx_const(2)}), lane.get()));
 }
 
-TEST(Kernel, AMatmulWithARowMajorRightOperandComputesVectorLanes) {
-  const int64_t M = 24, K = 9, N = 48;
-  auto av = random_vec(M * K, 12), bv = random_vec(K * N, 13);
-  auto a = expand(reshape(buffer(filled(av)), {M, 1, K}), {M, N, K});
-  auto b = expand(reshape(permute(reshape(buffer(filled(bv)), {K, N}), {1, 0}), {1, N, K}), {M, N, K});
+namespace {
+
+// x (M, K) @ w (K, N), w row-major (read transposed), as a reduction: it computes 16 vector lanes and
+// matches plain loops over the operands' values av and bv.
+void expect_matmul_in_lanes(const UOpPtr& x, const UOpPtr& w, const std::vector<float>& av,
+                            const std::vector<float>& bv, const std::string& label) {
+  const int64_t M = x->shape[0], K = x->shape[1], N = w->shape[1];
+  auto a = expand(reshape(x, {M, 1, K}), {M, N, K});
+  auto b = expand(reshape(permute(w, {1, 0}), {1, N, K}), {M, N, K});
   auto value = reduce(alu(Ops::MUL, a, b), Ops::ADD, {2});
   auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, M * N);
   Kernel k = lower_kernel(out, View::contiguous(value->shape), value);
-  EXPECT_EQ(k.lanes, 16);
-  EXPECT_NE(render_c(k, k.name).find("ext_vector_type(16)"), std::string::npos);
+  EXPECT_EQ(k.lanes, 16) << label;
+  EXPECT_NE(render_c(k, k.name).find("ext_vector_type(16)"), std::string::npos) << label;
   auto got = values(realize_value(value));
   for (int64_t i = 0; i < M; i++)
     for (int64_t j = 0; j < N; j++) {
       float s = 0;
       for (int64_t q = 0; q < K; q++)
         s += av[i * K + q] * bv[q * N + j];
-      EXPECT_NEAR(got[i * N + j], s, 1e-5) << i << " " << j;
+      EXPECT_NEAR(got[i * N + j], s, 1e-5) << label << " " << i << " " << j;
     }
+}
+
+} // namespace
+
+TEST(Kernel, AMatmulWithARowMajorRightOperandComputesVectorLanes) {
+  const int64_t M = 24, K = 9, N = 48;
+  auto av = random_vec(M * K, 12), bv = random_vec(K * N, 13);
+  expect_matmul_in_lanes(reshape(buffer(filled(av)), {M, K}), reshape(buffer(filled(bv)), {K, N}), av, bv, "float32");
 }
 
 // float16 and bfloat16 operands read as vectors of their bits, widened to float in registers: the matmul
@@ -239,20 +251,8 @@ TEST(Kernel, AHalfMatmulReadsItsOperandsAsVectors) {
     auto bh = realize_value(cast(buffer(filled(random_vec(K * N, 16))), dt));
     auto av = values(realize_value(cast(buffer(ah), DType::Float32)));
     auto bv = values(realize_value(cast(buffer(bh), DType::Float32)));
-    auto a = expand(reshape(cast(buffer(ah), DType::Float32), {M, 1, K}), {M, N, K});
-    auto b = expand(reshape(permute(reshape(cast(buffer(bh), DType::Float32), {K, N}), {1, 0}), {1, N, K}), {M, N, K});
-    auto value = reduce(alu(Ops::MUL, a, b), Ops::ADD, {2});
-    auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, M * N);
-    Kernel k = lower_kernel(out, View::contiguous(value->shape), value);
-    EXPECT_EQ(k.lanes, 16) << name(dt);
-    auto got = values(realize_value(value));
-    for (int64_t i = 0; i < M; i++)
-      for (int64_t j = 0; j < N; j++) {
-        float s = 0;
-        for (int64_t q = 0; q < K; q++)
-          s += av[i * K + q] * bv[q * N + j];
-        EXPECT_NEAR(got[i * N + j], s, 1e-5) << name(dt) << " " << i << " " << j;
-      }
+    expect_matmul_in_lanes(reshape(cast(buffer(ah), DType::Float32), {M, K}),
+                           reshape(cast(buffer(bh), DType::Float32), {K, N}), av, bv, std::string(name(dt)));
   }
 }
 
