@@ -606,15 +606,22 @@ UOpPtr product_keep(const UOpPtr& x) { // over axis 1; 1 for none
   return x->shape[1] == 0 ? fixed(x->dtype, 1, {x->shape[0], 1}) : reduce(x, Ops::MUL, {1});
 }
 
+// The LU factors det and slogdet compute (of A or A^T, as torch does: the backward reads them), stored
+// into their LU and pivots outputs.
+LUFactors det_factors(const at::Tensor& A, at::Tensor& LU, at::Tensor& pivots) {
+  LUFactors f = lu_factor(matrices(factors_transpose(A) ? A.mT() : A), device_for(A));
+  store(LU, f.lu);
+  store(pivots, f.pivots);
+  return f;
+}
+
 std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> linalg_det_out(const at::Tensor& A, at::Tensor& result,
                                                                  at::Tensor& LU, at::Tensor& pivots) {
   MetaOuts meta{&result, &LU, &pivots};
   at::meta::_linalg_det_outf(meta_like(A), meta[0], meta[1], meta[2]);
   meta.apply();
   check_float<at::_ops::_linalg_det>(A, A);
-  LUFactors f = lu_factor(matrices(factors_transpose(A) ? A.mT() : A), device_for(A));
-  store(LU, f.lu);
-  store(pivots, f.pivots);
+  LUFactors f = det_factors(A, LU, pivots);
   if (f.lu->shape[0] > 0) {
     auto [diag, sign] = diagonal_and_sign(f);
     store(result, mul(sign, product_keep(diag)));
@@ -635,9 +642,7 @@ linalg_slogdet_out(const at::Tensor& A, at::Tensor& sign, at::Tensor& logabsdet,
   at::meta::_linalg_slogdet_outf(meta_like(A), meta[0], meta[1], meta[2], meta[3]);
   meta.apply();
   check_float<at::_ops::_linalg_slogdet>(A, A);
-  LUFactors f = lu_factor(matrices(factors_transpose(A) ? A.mT() : A), device_for(A));
-  store(LU, f.lu);
-  store(pivots, f.pivots);
+  LUFactors f = det_factors(A, LU, pivots);
   if (f.lu->shape[0] > 0) {
     auto [diag, perm_sign] = diagonal_and_sign(f);
     UOpPtr zero = like(diag, 0);
