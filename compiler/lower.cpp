@@ -443,8 +443,9 @@ constexpr int64_t kReduceLanes = -2; // lower_blocked's lane group: lanes along 
 
 // Whether the CPU the C kernels are compiled for (-march=native: this one) has 32 vector registers of
 // 16 floats (AVX-512) rather than 16 of 8 (AVX2), where a 16-lane vector takes two registers and a
-// register block must be a quarter the size: 1024^3 x @ w on one AVX2 thread took 90-139 ms with 8 x 2
-// vector accumulators (spilled), 68-70 ms with 4 x 2; the demo's 14 x 14 convolution 56 -> 32 ms.
+// register block must be a quarter the size. 1024^3 x @ w on one AVX2 thread (a 16-core EPYC): 8 x 2
+// vector accumulators 90-139 ms, 4 x 2 68-71 ms (both spill: 16 registers of accumulators), 4 x 1 30 ms
+// (8 registers of accumulators, 2 of the panel's row, 1 broadcast).
 bool wide_vector_registers() {
 #if defined(__x86_64__) || defined(__i386__)
   static const bool avx512 = __builtin_cpu_supports("avx512f");
@@ -816,13 +817,14 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
     for (size_t g = loops.size(); g-- > 0;) {
       if (loops[g] % kLanes != 0) continue;
       Shape up(loops.size(), 1);
-      // two vectors when the loop keeps two iterations (the outermost: enough to share among threads)
-      up[g] = loops[g] % (2 * kLanes) == 0 && loops[g] / (2 * kLanes) >= (g > 0 ? 1 : 2) ? 2 : 1;
+      // two vectors (with 32 registers) when the loop keeps two iterations (the outermost: enough to share
+      // among threads)
+      bool wide = wide_vector_registers();
+      up[g] = wide && loops[g] % (2 * kLanes) == 0 && loops[g] / (2 * kLanes) >= (g > 0 ? 1 : 2) ? 2 : 1;
       // rows: the innermost loop that unrolls by 4 or more (its loads share cache lines), else the one
       // that unrolls furthest; then, while that leaves at most 8 accumulators, a second one as far as
-      // 24 (registers: 32 vectors). With half the registers (AVX2): up to 4 rows, 8 accumulators.
-      bool wide = wide_vector_registers();
-      for (int64_t budget : {wide ? 16 : 8, wide ? 24 : 8}) {
+      // 24 (registers: 32 vectors). With half the registers (AVX2): one vector, up to 4 rows.
+      for (int64_t budget : {wide ? 16 : 4, wide ? 24 : 4}) {
         size_t row = g;
         int64_t acc = prod(up), best = 1;
         for (size_t h = loops.size(); h-- > 0;) {
@@ -830,7 +832,7 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
           int64_t u = wide ? rows(h, {8, 7, 4, 3, 2}) : rows(h, {4, 3, 2});
           if (u > best && acc * u <= budget && best < 4) row = h, best = u;
         }
-        if (row == g || (budget == (wide ? 24 : 8) && acc > (wide ? 8 : 4))) break;
+        if (row == g || (wide && budget == 24 && acc > 8)) break;
         up[row] = best;
       }
       // Loop order: the lane loop runs outside the rows' loops, so that its operand's panel (a block of
@@ -868,7 +870,9 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
 
 namespace {
 
-constexpr int64_t kPanel = 2 * kLanes;
+// The width of a lane panel (see panel_copy): the lanes a kernel blocks together on the target, two
+// vectors where registers allow (see lower_kernel), one on AVX2; the GPU lowering reads 32-lane panels.
+int64_t panel_lanes(const Target& target) { return target.gpu() || wide_vector_registers() ? 2 * kLanes : kLanes; }
 
 // A read without its broadcast dims: what a copy of it holds.
 UOpPtr unbroadcast(const UOpPtr& m) {
@@ -890,9 +894,9 @@ UOpPtr copied_in_order(const UOpPtr& x, const std::vector<int64_t>& order) {
 // How far apart adjacent lanes along dim d of a read through st are, as lowering will index them
 // (0: the same place; -1: not evenly, or valid for some lanes only). The lanes start at multiples of
 // a panel (see panel_copy) when d allows it, as the lane blocks of a kernel do.
-int64_t lane_stride(const ShapeTracker& st, size_t d) {
+int64_t lane_stride(const ShapeTracker& st, size_t d, int64_t panel) {
   const Shape shape = st.shape();
-  int64_t step = shape[d] % kPanel == 0 ? kPanel : kLanes;
+  int64_t step = shape[d] % panel == 0 ? panel : kLanes;
   if (shape[d] % kLanes != 0) return -1;
   std::vector<UOpPtr> idx;
   UOpPtr lane = UOp::make(Ops::RANGE, kIndex, {idx_const(kLanes)}, static_cast<int64_t>(shape.size()) + 1);
@@ -913,10 +917,10 @@ int64_t lane_stride(const ShapeTracker& st, size_t d) {
 
 // Whether a read that walks lane dim d contiguously strides 1 KiB or more along a long reduced axis
 // (the right operand of a large x @ w): each step of the reduce loop then lands in the same cache
-// sets, and a copy in panels of kPanel lanes (see panel_copy) pays when the read is reused enough.
-bool wants_panels(const UOpPtr& m, size_t d, const std::vector<int64_t>& axes, int64_t work) {
+// sets, and a copy in panels (see panel_copy) pays when the read is reused enough.
+bool wants_panels(const UOpPtr& m, size_t d, const std::vector<int64_t>& axes, int64_t work, int64_t panel) {
   const View& v = m->st().views.back();
-  if (v.shape[d] % kPanel != 0 || v.mask) return false;
+  if (v.shape[d] % panel != 0 || v.mask) return false;
   int64_t size = static_cast<int64_t>(itemsize(m->dtype));
   for (size_t e = 0; e < v.shape.size(); e++)
     if (v.strides[e] != 0) size *= v.shape[e];
@@ -926,12 +930,12 @@ bool wants_panels(const UOpPtr& m, size_t d, const std::vector<int64_t>& axes, i
   return false;
 }
 
-// x laid out in panels: dim d split into blocks of kPanel, each block's elements for every other
-// index stored together, (d / kPanel, other dims..., kPanel), read back as x's shape.
-UOpPtr panel_copy(const UOpPtr& x, size_t d) {
+// x laid out in panels: dim d split into blocks of `panel`, each block's elements for every other
+// index stored together, (d / panel, other dims..., panel), read back as x's shape.
+UOpPtr panel_copy(const UOpPtr& x, size_t d, int64_t panel) {
   Shape split = x->shape;
-  split[d] = x->shape[d] / kPanel;
-  split.insert(split.begin() + static_cast<std::ptrdiff_t>(d) + 1, kPanel);
+  split[d] = x->shape[d] / panel;
+  split.insert(split.begin() + static_cast<std::ptrdiff_t>(d) + 1, panel);
   std::vector<int64_t> order{static_cast<int64_t>(d)};
   for (size_t e = 0; e < split.size(); e++)
     if (e != d && e != d + 1) order.push_back(static_cast<int64_t>(e));
@@ -939,12 +943,40 @@ UOpPtr panel_copy(const UOpPtr& x, size_t d) {
   return reshape(copied_in_order(reshape(x, split), order), x->shape);
 }
 
+// A copy of x, read through `window` (a view over x's contiguous layout), laid out so that the innermost
+// reduced axis the window walks is innermost in memory: a convolution's padded input channels-last, so
+// that the reduce loop over input channels reads adjacent floats, not one every 1 KiB (lines 4 KiB
+// apart share L1 sets). The demo's conv2d (128, 32, 14, 14) * (64, 32, 3, 3) on one AVX2 thread: 42.5
+// -> 15.4 ms. A GPU keeps the window's own layout, where adjacent threads read adjacent pixels.
+UOpPtr walked_innermost(const UOpPtr& x, const View& window, const std::vector<int64_t>& axes) {
+  const Shape& shape = x->shape;
+  Shape strides(shape.size(), 1);
+  for (size_t e = shape.size(); e-- > 1;)
+    strides[e - 1] = strides[e] * shape[e];
+  for (auto a = axes.rbegin(); a != axes.rend(); ++a) {
+    int64_t step = window.strides[static_cast<size_t>(*a)];
+    if (step == 0 || window.shape[static_cast<size_t>(*a)] == 1) continue;
+    for (size_t e = 0; e + 1 < shape.size(); e++)
+      if (shape[e] > 1 && strides[e] == step) {
+        std::vector<int64_t> order;
+        for (size_t o = 0; o < shape.size(); o++)
+          if (o != e) order.push_back(static_cast<int64_t>(o));
+        order.push_back(static_cast<int64_t>(e));
+        return copied_in_order(x, order);
+      }
+    break;
+  }
+  return contiguous(x);
+}
+
 // A reduction's output dim d can be vector lanes when every read is contiguous or broadcast along it;
 // small reads that stride along d (a convolution's filters along the output channels) are read from
 // copies laid out with d innermost. Records those copies in `replace` and returns true when some
 // dim d works.
-bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replace, int64_t reuse) {
+bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replace, int64_t reuse,
+                 const Target& target) {
   const UOpPtr& src = n->src[0];
+  const int64_t panel = panel_lanes(target);
   const auto& axes = n->reduce_arg().axes;
   auto reduced = [&](size_t d) { return std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) != axes.end(); };
   std::vector<UOpPtr> reads;
@@ -958,9 +990,9 @@ bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replac
     for (const UOpPtr& m : reads) {
       const View& v = m->st().views.back();
       bool single = m->st().views.size() == 1;
-      int64_t stride = m->shape == src->shape ? lane_stride(m->st(), d) : -1;
+      int64_t stride = m->shape == src->shape ? lane_stride(m->st(), d, panel) : -1;
       if (stride == 0 || stride == 1) {
-        if (single && v.strides[d] == 1 && wants_panels(m, d, axes, work)) panels.push_back(m);
+        if (single && v.strides[d] == 1 && wants_panels(m, d, axes, work, panel)) panels.push_back(m);
         continue;
       }
       // a copy pays when each element is reused enough; windows and pads would be copied expanded
@@ -980,14 +1012,17 @@ bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replac
       bool masked = false;
       for (const View& v : inner)
         masked = masked || v.mask.has_value();
-      if (masked && work >= 8 * prod(inner.back().shape))
-        replace[m.get()] = view(contiguous(view(m->src[0], ShapeTracker{inner})), ShapeTracker{{vs.back()}});
+      if (masked && work >= 8 * prod(inner.back().shape)) {
+        UOpPtr padded = view(m->src[0], ShapeTracker{inner});
+        padded = target.gpu() ? contiguous(padded) : walked_innermost(padded, vs.back(), axes);
+        replace[m.get()] = view(padded, ShapeTracker{{vs.back()}});
+      }
     }
     for (const UOpPtr& m : panels)
-      replace[m.get()] = expand(panel_copy(unbroadcast(m), d), m->shape);
+      replace[m.get()] = expand(panel_copy(unbroadcast(m), d, panel), m->shape);
     for (const UOpPtr& m : copies) {
-      if (m->shape[d] % kPanel == 0) {
-        replace[m.get()] = expand(panel_copy(unbroadcast(m), d), m->shape);
+      if (m->shape[d] % panel == 0) {
+        replace[m.get()] = expand(panel_copy(unbroadcast(m), d, panel), m->shape);
         continue;
       }
       std::vector<int64_t> order;
@@ -1003,7 +1038,7 @@ bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replac
 
 } // namespace
 
-UOpPtr contiguous_reduce_layout(const UOpPtr& value_in) {
+UOpPtr contiguous_reduce_layout(const UOpPtr& value_in, const Target& target) {
   const UOpPtr& value = value_in;
   std::unordered_map<const UOp*, UOpPtr> replace;
   for (const UOpPtr& n : toposort(value)) {
@@ -1011,7 +1046,7 @@ UOpPtr contiguous_reduce_layout(const UOpPtr& value_in) {
     const UOpPtr& src = n->src[0];
     // lanes need no copy, or one of a read reused at least 16 times (256 where the reduction could
     // instead vectorize along a contiguous reduced axis)
-    if (lane_copies(n, replace, reads_reduced_contiguously(n) ? 256 : 16)) continue;
+    if (lane_copies(n, replace, reads_reduced_contiguously(n) ? 256 : 16, target)) continue;
     int64_t work = prod(src->shape);
     for (const UOpPtr& m : toposort(src)) {
       if (m->op != Ops::VIEW || m->src[0]->op != Ops::BUFFER || m->shape != src->shape || replace.count(m.get()))

@@ -71,7 +71,8 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
 //   with that dim innermost;
 // - else a read that walks the reduced axis with a stride (and no output dim contiguously) reads a
 //   copy laid out with the reduced axes innermost.
-UOpPtr contiguous_reduce_layout(const UOpPtr& value);
+// The lanes' copies are laid out in panels as wide as the target's kernels block their lanes.
+UOpPtr contiguous_reduce_layout(const UOpPtr& value, const Target& target);
 
 // A computed value (two or more elementwise ops) that a reduction reads through a broadcasting or
 // windowed view would be recomputed for every reuse (a gradient read by a convolution's weight

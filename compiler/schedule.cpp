@@ -94,7 +94,7 @@ private:
   // The reused values come first: the layout copies are chosen for the buffers they are read from.
   UOpPtr prepare(const UOpPtr& value) {
     UOpPtr v = realize_contiguous(realize_reused_values(split_long_reductions(resolve(value))));
-    return realize_contiguous(contiguous_reduce_layout(resolve(graph_rewrite(v, push_views))));
+    return realize_contiguous(contiguous_reduce_layout(resolve(graph_rewrite(v, push_views)), target_));
   }
 
   // The graph with its CONTIGUOUS nodes realized and read from their buffers.

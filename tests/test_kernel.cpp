@@ -256,6 +256,31 @@ TEST(Kernel, AHalfMatmulReadsItsOperandsAsVectors) {
   }
 }
 
+// A register block of x @ w keeps its accumulators in vector registers with room for the operands: on
+// AVX-512 (32 registers of 16 floats) up to 16 vector accumulators; on AVX2 (16 registers of 8 floats, a
+// 16-lane vector takes two) 4, since 8 (16 registers) spilled and ran at half the speed.
+TEST(Kernel, AMatmulsRegisterBlockFitsTheVectorRegisters) {
+  const int64_t M = 256, K = 64, N = 256;
+  auto x = reshape(buffer(filled(random_vec(M * K, 17))), {M, K});
+  auto w = reshape(buffer(filled(random_vec(K * N, 18))), {K, N});
+  auto value = reduce(alu(Ops::MUL, expand(reshape(x, {M, 1, K}), {M, N, K}),
+                          expand(reshape(permute(w, {1, 0}), {1, N, K}), {M, N, K})),
+                      Ops::ADD, {2});
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, M * N);
+  Kernel k = lower_kernel(out, View::contiguous(value->shape), value);
+  std::string src = render_c(k, k.name);
+  int64_t accumulators = 0;
+  for (size_t at = src.find("tv_float acc"); at != std::string::npos; at = src.find("tv_float acc", at + 1))
+    accumulators++;
+#if defined(__x86_64__)
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+#else
+  const bool avx512 = true;
+#endif
+  EXPECT_GE(accumulators, 4);
+  EXPECT_LE(accumulators, avx512 ? 16 : 4);
+}
+
 TEST(Kernel, AReshapeOfAReductionIsOneViewOfIt) {
   auto a = reshape(buffer(filled(random_vec(64, 14))), {1, 8, 8, 1});
   auto r = reduce(alu(Ops::MUL, a, a), Ops::ADD, {3});

@@ -4,6 +4,7 @@
 
 #include <numeric>
 
+#include "aten_ops/sliding_window.h"
 #include "compiler/schedule.h"
 #include "runtime/device.h"
 #include "runtime/realize.h"
@@ -18,8 +19,8 @@ struct Placeholder : BufferBase {
   using BufferBase::BufferBase;
 };
 
-Schedule schedule_of(const UOpPtr& value) {
-  return schedule_value(value, Target{}, [](DType dt, int64_t n) { return std::make_shared<Placeholder>(dt, n); });
+Schedule schedule_of(const UOpPtr& value, const Target& target = Target{}) {
+  return schedule_value(value, target, [](DType dt, int64_t n) { return std::make_shared<Placeholder>(dt, n); });
 }
 
 UOpPtr input(const Shape& shape) {
@@ -73,4 +74,26 @@ TEST(Schedule, SplitReductionsGiveExactIntegerResults) {
     EXPECT_EQ(s[r], C * r * C + C * (C - 1) / 2);
     EXPECT_EQ(m[r], r * C + C - 1);
   }
+}
+
+// A 3 x 3 convolution with padding 1 as the ATen layer records it: x's windows (N, C, 14, 14, 3, 3)
+// times the filters, reduced over (kernel rows, kernel columns, input channels), input channels innermost.
+TEST(Schedule, AConvolutionsPaddedInputIsCopiedWithTheInnermostReducedAxisInnermostOnTheCpu) {
+  const int64_t N = 4, C = 32, Co = 64;
+  window::Geometry g{{3, 3}, {1, 1}, {1, 1}, {1, 1}};
+  UOpPtr win = window::windows(window::pad_for_windows(input({N, C, 14, 14}), {14, 14}, g), {14, 14}, g);
+  Shape full{N, Co, 14, 14, 3, 3, C};
+  UOpPtr x = expand(reshape(permute(win, {0, 2, 3, 4, 5, 1}), {N, 1, 14, 14, 3, 3, C}), full);
+  UOpPtr w = expand(reshape(permute(input({Co, C, 3, 3}), {0, 2, 3, 1}), {1, Co, 1, 1, 3, 3, C}), full);
+  UOpPtr conv = reduce(alu(Ops::MUL, x, w), Ops::ADD, {4, 5, 6});
+  // The copy of the padded input (N * C * 16 * 16 elements) walks the channels innermost, so the
+  // convolution's reduce loop over them reads adjacent elements (a GPU target keeps x's layout, where
+  // adjacent threads read adjacent pixels).
+  const Kernel* copy = nullptr;
+  Schedule s = schedule_of(conv);
+  for (const Kernel& k : s.kernels)
+    if (k.buffers[0]->numel == N * C * 16 * 16) copy = &k;
+  ASSERT_NE(copy, nullptr);
+  EXPECT_EQ(copy->loops.back(), C);
+  EXPECT_EQ(prod(copy->loops), N * C * 16 * 16);
 }
