@@ -1161,12 +1161,25 @@ UOpPtr split_long_reductions(const UOpPtr& value) {
     if (outputs == 0 || outputs >= kSplitOutputs) return nullptr;
     int64_t elements = prod(x->shape) / outputs;
     if (elements < kSplitMinElements) return nullptr;
-    int64_t parts = 0;
-    for (int64_t p = std::min((kSplitOutputs + outputs - 1) / outputs, elements / kSplitMinPart); p >= 2 && !parts; p--)
-      if (elements % p == 0) parts = p;
-    if (parts == 0) return nullptr; // a prime count of elements, say: no even split
-    // x with the kept axes first and the reduced axes, flattened, split into (parts, elements / parts)
     const ReduceArg& r = n->reduce_arg();
+    const int64_t most = std::min((kSplitOutputs + outputs - 1) / outputs, elements / kSplitMinPart);
+    auto largest_divisor = [&](int64_t of) {
+      for (int64_t p = most; p >= 2; p--)
+        if (of % p == 0) return p;
+      return int64_t{0};
+    };
+    int64_t parts = largest_divisor(elements);
+    if (parts == 0) return nullptr; // a prime count of elements, say: no even split
+    // Split the first reduced axis alone when it divides about as evenly: the other reduced axes stay
+    // whole, so the parts' loops index x without the division and modulo per element that recover them
+    // from one flat axis (a batch norm's per-channel sums over (batch, h, w) through a max-pool gradient
+    // ran 10 integer divisions per element).
+    const int64_t first = x->shape[static_cast<size_t>(r.axes[0])];
+    const int64_t axis_parts = largest_divisor(first);
+    const bool whole_axes = 2 * axis_parts >= parts;
+    if (whole_axes) parts = axis_parts;
+    // x with the kept axes first, then (parts, the rest of the first reduced axis, the other reduced
+    // axes), or the reduced axes flattened into (parts, elements / parts)
     std::vector<int64_t> order;
     Shape split;
     for (int64_t d = 0; d < static_cast<int64_t>(x->shape.size()); d++)
@@ -1175,11 +1188,17 @@ UOpPtr split_long_reductions(const UOpPtr& value) {
         split.push_back(x->shape[d]);
       }
     order.insert(order.end(), r.axes.begin(), r.axes.end());
-    int64_t kept = static_cast<int64_t>(split.size());
+    const int64_t kept = static_cast<int64_t>(split.size());
     split.push_back(parts);
-    split.push_back(elements / parts);
+    split.push_back((whole_axes ? first : elements) / parts);
+    if (whole_axes)
+      for (size_t a = 1; a < r.axes.size(); a++)
+        split.push_back(x->shape[static_cast<size_t>(r.axes[a])]);
+    std::vector<int64_t> within;
+    for (int64_t a = kept + 1; a < static_cast<int64_t>(split.size()); a++)
+      within.push_back(a);
     UOpPtr xs = reshape(permute(split_long_reductions(x), order), split);
-    UOpPtr partial = contiguous(reduce(xs, r.op, {kept + 1}));
+    UOpPtr partial = contiguous(reduce(xs, r.op, within));
     return reshape(reduce(partial, r.op, {kept}), n->shape);
   });
 }

@@ -62,6 +62,16 @@ TEST(Schedule, AReductionOverSeveralAxesSplitsTheFlattenedAxes) {
   EXPECT_EQ(s.made[1]->numel, 6 * 32);
 }
 
+// A batch norm's per-channel sum over (batch, h, w): the parts split the batch axis, so that their loops
+// index x without recovering (batch, h, w) from one flat axis by a division and a modulo per element.
+TEST(Schedule, APerChannelSumSplitsItsFirstReducedAxisAndIndexesWithoutDivisions) {
+  Schedule s = schedule_of(reduce(input({128, 32, 28, 28}), Ops::ADD, {0, 2, 3}));
+  ASSERT_EQ(s.kernels.size(), 2u);
+  EXPECT_EQ(s.made[1]->numel, 32 * 8);
+  for (const UOpPtr& n : toposort(s.kernels[0].ast))
+    EXPECT_TRUE(n->op != Ops::IDIV && n->op != Ops::MOD) << op_name(n->op);
+}
+
 TEST(Schedule, SplitReductionsGiveExactIntegerResults) {
   // Sums and maxima of integers are exact in any order: a split must give the same numbers.
   const int64_t R = 3, C = 40000;
