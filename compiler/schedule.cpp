@@ -21,12 +21,22 @@ public:
 
   Schedule run(const std::vector<UOpPtr>& roots) {
     count_uses(roots);
-    // Ops a kernel would compute to inline each node (shared subexpressions counted per use, capped).
-    std::unordered_map<const UOp*, int64_t> inline_ops;
+    // Ops a kernel would compute per element to inline each node (shared subexpressions counted per
+    // use, capped). A reduction costs its loop: each element read of it recomputes the whole reduction
+    // (a convolution read by its ReLU and by the ReLU's gradient mask was computed twice). Read through a
+    // broadcast (a row's max in softmax, a layer norm's mean), a value with reductions in it costs their
+    // loops' bodies only (broadcast_ops): lowering computes them once per row, or has them realized
+    // first (Kernel::must_realize).
+    std::unordered_map<const UOp*, int64_t> inline_ops, broadcast_ops;
     for (const UOpPtr& n : order_) {
-      int64_t ops = n->src.empty() ? 0 : 1;
-      for (const UOpPtr& s : n->src)
-        ops = std::min(ops + inline_ops[s.get()], kMaxInlineOps + 1);
+      int64_t ops = n->src.empty() ? 0 : 1, once = ops;
+      bool broadcast = n->op == Ops::VIEW && prod(n->shape) > prod(n->src[0]->shape);
+      for (const UOpPtr& s : n->src) {
+        ops = std::min(ops + (broadcast ? broadcast_ops[s.get()] : inline_ops[s.get()]), kMaxInlineOps + 1);
+        once = std::min(once + broadcast_ops[s.get()], kMaxInlineOps + 1);
+      }
+      if (n->op == Ops::REDUCE && prod(n->shape) > 0)
+        ops = std::min(ops * (prod(n->src[0]->shape) / prod(n->shape)), kMaxInlineOps + 1);
       bool computed = is_alu(n->op) || n->op == Ops::CAST || n->op == Ops::REDUCE;
       // A reduction several nodes read (a gradient the optimizer's updates all use) is computed once,
       // and so is a long computation several nodes read: a parameter updated step after step without a
@@ -35,9 +45,10 @@ public:
       if (n->op == Ops::ASSIGN || n->op == Ops::SCATTER || n->op == Ops::CONTIGUOUS || is_root_.count(n.get()) ||
           (n->op == Ops::REDUCE && uses_[n.get()] > 1) || (computed && uses_[n.get()] > 1 && ops > kMaxInlineOps)) {
         realize(n);
-        ops = 0;
+        ops = once = 0;
       }
       inline_ops[n.get()] = ops;
+      broadcast_ops[n.get()] = once;
     }
     for (const UOpPtr& r : roots)
       out_.results.push_back(realized_.count(r.get()) ? realized_.at(r.get()) : r);

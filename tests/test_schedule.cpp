@@ -72,6 +72,39 @@ TEST(Schedule, APerChannelSumSplitsItsFirstReducedAxisAndIndexesWithoutDivisions
     EXPECT_TRUE(n->op != Ops::IDIV && n->op != Ops::MOD) << op_name(n->op);
 }
 
+// A matmul's ReLU read elementwise by two values (the next layer and the ReLU's gradient mask): the
+// ReLU is realized once, not inlined into both kernels, each recomputing the whole matmul per element.
+// Read through a broadcast (a layer norm's mean), a reduction stays inline: lowering computes it once
+// per row.
+TEST(Schedule, AReductionReadElementwiseByTwoValuesIsComputedOnce) {
+  auto full = [](double v, const Shape& shape) {
+    return expand(reshape(const_float(DType::Float32, v), Shape(shape.size(), 1)), shape);
+  };
+  const int64_t M = 64, K = 64, N = 64;
+  auto a = expand(reshape(input({M, K}), {M, 1, K}), {M, N, K});
+  auto b = expand(reshape(permute(input({K, N}), {1, 0}), {1, N, K}), {M, N, K});
+  auto relu = alu(Ops::MAX, reshape(reduce(alu(Ops::MUL, a, b), Ops::ADD, {2}), {M, N}), full(0, {M, N}));
+  auto next = alu(Ops::MUL, relu, full(2, {M, N}));
+  auto mask = alu(Ops::CMPLT, full(0, {M, N}), relu);
+  Schedule s =
+      schedule({next, mask}, Target{}, [](DType dt, int64_t n) { return std::make_shared<Placeholder>(dt, n); });
+  int64_t reducing = 0;
+  for (const Kernel& k : s.kernels)
+    for (const UOpPtr& n : toposort(k.ast))
+      if (n->op == Ops::REDUCE) {
+        reducing++;
+        break;
+      }
+  EXPECT_EQ(reducing, 1);
+  EXPECT_EQ(s.kernels.size(), 3u);
+
+  auto x = input({64, 1024});
+  auto mean = alu(Ops::MUL, reduce(x, Ops::ADD, {1}), full(1.0 / 1024, {64, 1}));
+  auto centered = alu(Ops::ADD, x, alu(Ops::NEG, expand(mean, {64, 1024})));
+  auto var = reduce(alu(Ops::MUL, centered, centered), Ops::ADD, {1});
+  EXPECT_EQ(schedule_of(alu(Ops::MUL, centered, expand(var, {64, 1024}))).kernels.size(), 1u);
+}
+
 TEST(Schedule, SplitReductionsGiveExactIntegerResults) {
   // Sums and maxima of integers are exact in any order: a split must give the same numbers.
   const int64_t R = 3, C = 40000;
