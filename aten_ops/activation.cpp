@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "aten_ops/builders.h"
+#include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
 
 namespace tiny::aten_ops {
@@ -502,9 +503,10 @@ constexpr const char* kOverloads[] = {
 
 } // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
+  tiny::KernelLibrary m(library);
   for (const char* name : kOverloads)
-    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&activation_kernel>());
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&native_or_cpu<&activation_kernel>>());
   m.impl("log_sigmoid_forward", TORCH_FN(log_sigmoid_forward));
   m.impl("log_sigmoid_forward.output", TORCH_FN(log_sigmoid_forward_out));
   m.impl("_prelu_kernel_backward", TORCH_FN(prelu_kernel_backward));

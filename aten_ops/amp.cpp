@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "aten_ops/builders.h"
+#include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
 
 namespace tiny::aten_ops {
@@ -153,7 +154,8 @@ TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
 
 } // namespace autocast_lists
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
+  tiny::KernelLibrary m(library);
   m.impl("_amp_foreach_non_finite_check_and_unscale_", TORCH_FN(non_finite_check_and_unscale));
   m.impl("_amp_update_scale_", TORCH_FN(update_scale));
 }

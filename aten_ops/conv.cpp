@@ -24,6 +24,7 @@
 #include <tuple>
 
 #include "aten_ops/sliding_window.h"
+#include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
 
 namespace tiny {
@@ -256,7 +257,8 @@ convolution_backward(const at::Tensor& grad_output, const at::Tensor& input, con
 
 } // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
+  tiny::KernelLibrary m(library);
   m.impl("convolution_overrideable", TORCH_FN(convolution));
   m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward));
 }

@@ -23,9 +23,11 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "aten_ops/complex_math.h"
 #include "aten_ops/special_math.h"
 #include "aten_ops/window_read.h"
 #include "csrc/fallback.h"
+#include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
 
 namespace tiny {
@@ -258,7 +260,6 @@ void check_float(const Call& c, const char* name) {
 }
 
 UOpPtr is_nan(const UOpPtr& x) { return bin(Ops::CMPNE, x, x); }
-UOpPtr any_of(const UOpPtr& x, const UOpPtr& y) { return bin(Ops::OR, x, y); }
 
 // The sign bit (so -0.0 and -NaN count as negative), for floats through the bits.
 UOpPtr sign_bit(const UOpPtr& x, const Call& c) {
@@ -299,17 +300,8 @@ Build x_log(Ops log) {
   };
 }
 
-// sqrt(a^2 + b^2) without overflow: m * sqrt(1 + (n / m)^2) for m = max(|a|, |b|), n = min; an
-// infinity wins over a NaN, as in C's hypot.
-UOpPtr hypot(const Call& c) {
-  UOpPtr a = un(Ops::ABS, c.a()), b = un(Ops::ABS, c.b());
-  UOpPtr m = bin(Ops::MAX, a, b), n = bin(Ops::MIN, a, b), r = bin(Ops::FDIV, n, m);
-  UOpPtr v = bin(Ops::MUL, m, un(Ops::SQRT, bin(Ops::ADD, c.constant(1.0), bin(Ops::MUL, r, r))));
-  UOpPtr inf = c.constant(INFINITY);
-  v = where(bin(Ops::CMPEQ, m, c.zero()), c.zero(), v);
-  v = where(any_of(is_nan(a), is_nan(b)), c.constant(NAN), v);
-  return where(any_of(bin(Ops::CMPEQ, a, inf), bin(Ops::CMPEQ, b, inf)), inf, v);
-}
+// sqrt(a^2 + b^2) without overflow, as C's hypot.
+UOpPtr hypot(const Call& c) { return complex_math::hypot(c.a(), c.b()); }
 
 // sin(pi x) / (pi x), 1 at 0.
 UOpPtr sinc(const Call& c) {
@@ -410,6 +402,13 @@ const std::unordered_map<std::string, Op>& table() {
       {"abs", {K::Unary, [](const Call& c) { return c.compute == DType::Bool ? c.a() : un(Ops::ABS, c.a()); }}},
       {"sign", {K::Unary, sign}},
       {"sgn", {K::Unary, sign}}, // sign for real dtypes
+      {"conj_physical", {K::Unary, [](const Call& c) { return c.a(); }}},
+      // torch's angle of a real number: pi below 0, else 0; NaN stays
+      {"angle",
+       {K::UnaryFloat,
+        [](const Call& c) {
+          return where(is_nan(c.a()), c.a(), where(bin(Ops::CMPLT, c.a(), c.zero()), c.constant(M_PI), c.zero()));
+        }}},
       {"logit", {K::UnaryFloat, logit}},
       {"floor", {K::Unary, rounding(Ops::FLOOR)}},
       {"ceil", {K::Unary, rounding(Ops::CEIL)}},
@@ -633,6 +632,26 @@ UOpPtr operand(const at::Tensor& t, DType common, DType compute, const Shape& sh
   return view(v, ShapeTracker::from_shape(v->shape).reshape(padded).expand(shape)); // one view node
 }
 
+// torch.complex(real, imag) and torch.polar(abs, angle): two real tensors of one float dtype, broadcast,
+// into a complex out= (resized as TensorIterator resizes it).
+template <bool Polar> at::Tensor& complex_from_parts_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  using CpuOp = std::conditional_t<Polar, at::_ops::polar_out, at::_ops::complex_out>;
+  check_cpu_accepts<CpuOp>(a, b, out); // the CPU's dtype checks
+  check_same_device({a, b, out});
+  at::TensorIterator iter = at::TensorIteratorConfig()
+                                .add_output(out)
+                                .add_const_input(a)
+                                .add_const_input(b)
+                                .check_all_same_dtype(false)
+                                .build();
+  Shape shape = to_shape(out.sizes());
+  DType dt = element_dtype(out.scalar_type()), compute = opmath(dt);
+  UOpPtr x = operand(a, dt, compute, shape), y = operand(b, dt, compute, shape);
+  UOpPtr re = Polar ? alu(Ops::MUL, x, alu(Ops::COS, y)) : x, im = Polar ? alu(Ops::MUL, x, alu(Ops::SIN, y)) : y;
+  if (out.numel() > 0) write_complex(out, join_complex(cast(re, dt), cast(im, dt)));
+  return out;
+}
+
 // What each argument of an overload is to the kernel.
 enum class Role : uint8_t {
   Out,         // out=: written, not read
@@ -725,6 +744,163 @@ bool is_dtype_error(const c10::Error& e) {
   return m.find("can't be cast") != std::string_view::npos || m.find("dtype") != std::string_view::npos;
 }
 
+// ---- complex operands (aten_ops/complex_math.h) ----
+
+namespace cm = complex_math;
+
+// A complex op: how torch types the call (the kind of the real op of the same name) and its value from
+// the operands as (real, imaginary) pairs in the compute dtype. A `real_result` op (abs, angle) gives a
+// real value of the input's real dtype, a comparison or UnaryBool op a bool: both in `re`.
+struct ComplexOp {
+  Kind kind;
+  std::function<cm::Cx(const std::vector<cm::Cx>&, const Call&)> build;
+  bool real_result = false;
+};
+
+// A Scalar argument (alpha) as a complex constant of the compute dtype.
+cm::Cx complex_constant(const at::Scalar& s, const Call& c) {
+  c10::complex<double> z = s.toComplexDouble();
+  return {scalar_constant(z.real(), c.compute, c.shape), scalar_constant(z.imag(), c.compute, c.shape)};
+}
+
+// a + alpha * b (add, sub, rsub): an alpha of 1 is left out, as the real path does.
+std::function<cm::Cx(const std::vector<cm::Cx>&, const Call&)> complex_with_alpha(bool subtract, bool swap = false) {
+  return [subtract, swap](const std::vector<cm::Cx>& in, const Call& c) {
+    cm::Cx x = in.at(swap ? 1 : 0), y = in.at(swap ? 0 : 1);
+    if (c.has("alpha") && c.param("alpha").toScalar().toComplexDouble() != c10::complex<double>(1.0))
+      y = cm::mul(y, complex_constant(c.param("alpha").toScalar(), c));
+    return subtract ? cm::sub(x, y) : cm::add(x, y);
+  };
+}
+
+// torch's CPU pow of complex tensors to a Scalar exponent computes 2 and 3 as products, 0.5 as sqrt and -1,
+// -2 as reciprocals (as for floats); other exponents as exp(w log z).
+cm::Cx complex_power(const std::vector<cm::Cx>& in, const Call& c) {
+  const c10::IValue* e = c.find("exponent");
+  if (e && e->isScalar() && !e->toScalar().isComplex()) {
+    double p = e->toScalar().toDouble();
+    const cm::Cx& z = in.at(0);
+    if (p == 2) return cm::mul(z, z);
+    if (p == 3) return cm::mul(cm::mul(z, z), z);
+    if (p == 0.5) return cm::sqrt(z);
+    if (p == -1) return cm::reciprocal(z);
+    if (p == -2) return cm::reciprocal(cm::mul(z, z));
+  }
+  return cm::pow(in.at(0), in.at(1));
+}
+
+const std::unordered_map<std::string, ComplexOp>& complex_table() {
+  using K = Kind;
+  using In = const std::vector<cm::Cx>&;
+  static const std::unordered_map<std::string, ComplexOp> t = {
+      {"add", {K::Binary, complex_with_alpha(false)}},
+      {"sub", {K::Binary, complex_with_alpha(true)}},
+      {"rsub", {K::Binary, complex_with_alpha(true, true)}},
+      {"mul", {K::Binary, [](In in, const Call&) { return cm::mul(in.at(0), in.at(1)); }}},
+      {"div", {K::BinaryFloat, [](In in, const Call&) { return cm::div(in.at(0), in.at(1)); }}},
+      {"pow", {K::Binary, complex_power}},
+      {"neg", {K::Unary, [](In in, const Call&) { return cm::neg(in.at(0)); }}},
+      {"conj_physical", {K::Unary, [](In in, const Call&) { return cm::conj(in.at(0)); }}},
+      {"sgn", {K::Unary, [](In in, const Call&) { return cm::sgn(in.at(0)); }}},
+      {"exp", {K::UnaryFloat, [](In in, const Call&) { return cm::exp(in.at(0)); }}},
+      {"log", {K::UnaryFloat, [](In in, const Call&) { return cm::log(in.at(0)); }}},
+      {"sqrt", {K::UnaryFloat, [](In in, const Call&) { return cm::sqrt(in.at(0)); }}},
+      {"reciprocal", {K::UnaryFloat, [](In in, const Call&) { return cm::reciprocal(in.at(0)); }}},
+      {"sin", {K::UnaryFloat, [](In in, const Call&) { return cm::sin(in.at(0)); }}},
+      {"cos", {K::UnaryFloat, [](In in, const Call&) { return cm::cos(in.at(0)); }}},
+      {"abs",
+       {K::Unary,
+        [](In in, const Call&) {
+          return cm::Cx{cm::abs(in.at(0)), nullptr};
+        },
+        true}},
+      {"angle",
+       {K::Unary,
+        [](In in, const Call&) {
+          return cm::Cx{cm::angle(in.at(0)), nullptr};
+        },
+        true}},
+      {"eq",
+       {K::Comparison,
+        [](In in, const Call&) {
+          return cm::Cx{cm::eq(in.at(0), in.at(1)), nullptr};
+        }}},
+      {"ne",
+       {K::Comparison,
+        [](In in, const Call&) {
+          return cm::Cx{alu(Ops::NOT, cm::eq(in.at(0), in.at(1))), nullptr};
+        }}},
+      {"isnan",
+       {K::UnaryBool,
+        [](In in, const Call&) {
+          return cm::Cx{cm::isnan(in.at(0)), nullptr};
+        }}},
+  };
+  return t;
+}
+
+// An operand of a complex call as pairs of the result shape in the compute dtype: a tiny tensor (complex
+// or real) rounded to the common dtype first, as TensorIterator casts it; a CPU scalar as constants.
+cm::Cx complex_operand(const at::Tensor& t, at::ScalarType common, DType compute, const Shape& shape) {
+  if (!t.is_privateuseone()) {
+    TORCH_CHECK(t.dim() == 0, "Expected all tensors to be on the same device, but found at least two devices, ",
+                t.device(), " and tiny:0!");
+    c10::complex<double> z = t.item().toComplexDouble();
+    return {scalar_constant(z.real(), compute, shape), scalar_constant(z.imag(), compute, shape)};
+  }
+  UOpPtr pairs = read_complex(t);
+  DType rounded = element_dtype(common);
+  if (pairs->dtype != rounded) pairs = cast(pairs, rounded);
+  if (pairs->dtype != compute) pairs = cast(pairs, compute);
+  Shape padded(shape.size() - t.dim(), 1), full = shape;
+  padded.insert(padded.end(), pairs->shape.begin(), pairs->shape.end());
+  full.push_back(2);
+  pairs = expand(reshape(pairs, padded), full);
+  return {real_part(pairs), imag_part(pairs)};
+}
+
+// The complex path of elementwise_kernel: ops of complex_table natively, every other op on the CPU.
+void complex_elementwise(const c10::OperatorHandle& handle, torch::jit::Stack* stack, Call& call, at::Tensor out,
+                         bool inplace) {
+  auto found = complex_table().find(family(handle.schema()));
+  if (found == complex_table().end()) return fallback(handle, stack);
+  const ComplexOp& op = found->second;
+  size_t nargs = handle.schema().arguments().size();
+  check_cpu_accepts(handle, torch::jit::last(*stack, nargs)); // the CPU's errors for these dtypes
+  const at::Tensor& self = call.tensors.at(0);
+  c10::Device device = self.is_privateuseone() ? self.device()
+                       : out.defined()         ? out.device()
+                                               : call.tensors.at(1).device();
+  Kind kind = op.kind;
+  if (op.real_result) {
+    // abs and angle of a complex tensor are real (torch's unary_op_impl_with_complex_to_float)
+    if (!out.defined()) out = empty_tiny(self.sizes(), c10::toRealValueType(self.scalar_type()), device);
+    kind = Kind::UnaryBool; // the iterator may not insist on one dtype
+  }
+  if (kind == Kind::UnaryBool && !out.defined()) out = empty_tiny({0}, at::kBool, device);
+  auto iter = make_iterator(kind, out, call.tensors);
+  at::Tensor result = iter.output();
+  at::ScalarType common = kind == Kind::Unary || kind == Kind::UnaryBool ? self.scalar_type() : iter.common_dtype();
+  call.common = element_dtype(common);
+  call.compute = opmath(call.common);
+  call.shape = to_shape(result.sizes());
+  std::vector<cm::Cx> in;
+  for (const at::Tensor& t : call.tensors)
+    in.push_back(complex_operand(t, common, call.compute, call.shape));
+  if (result.numel() > 0) {
+    cm::Cx v = op.build(in, call);
+    if (result.is_complex()) {
+      DType dt = element_dtype(result.scalar_type());
+      write_complex(result, join_complex(cast(v.re, dt), cast(v.im, dt)));
+    } else {
+      // a real result: abs, angle, comparisons; a complex value into a real out= keeps its real part
+      write(result, cast(v.re, to_tiny_dtype(result.scalar_type())));
+    }
+  }
+  torch::jit::drop(*stack, nargs);
+  torch::jit::push(*stack, inplace || out.defined() ? (inplace ? call.tensors.at(0) : out) : result);
+}
+
 void elementwise_kernel(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = handle.schema();
   const Overload& overload = overload_of(schema);
@@ -763,6 +939,11 @@ void elementwise_kernel(const c10::OperatorHandle& handle, torch::jit::Stack* st
       break;
     }
   }
+
+  bool complex = out.defined() && out.is_complex();
+  for (const at::Tensor& t : call.tensors)
+    complex = complex || t.is_complex();
+  if (complex) return complex_elementwise(handle, stack, call, out, inplace);
 
   // TensorIterator takes one CPU scalar; further scalar operands (clamp(x, lo, hi)) ride along as
   // wrapped numbers on tiny, holding a constant.
@@ -910,6 +1091,9 @@ constexpr const char* kOverloads[] = {
     "sign.out",
     "sign_",
     "sgn",
+    "angle",
+    "angle.out",
+    "conj_physical.out",
     "sgn.out",
     "sgn_",
     "logit",
@@ -1153,9 +1337,12 @@ constexpr const char* kOverloads[] = {
 
 } // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
+  tiny::KernelLibrary m(library);
   for (const char* name : kOverloads)
-    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&elementwise_kernel>());
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&native_or_cpu<&elementwise_kernel>>());
+  m.impl("complex.out", TORCH_FN(complex_from_parts_out<false>));
+  m.impl("polar.out", TORCH_FN(complex_from_parts_out<true>));
 }
 
 } // namespace tiny

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "aten_ops/builders.h"
+#include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
 
 namespace tiny::aten_ops {
@@ -263,7 +264,8 @@ at::Tensor embedding_bag_backward(const at::Tensor& grad, const at::Tensor& indi
 
 } // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
+  tiny::KernelLibrary m(library);
   m.impl("_embedding_bag", TORCH_FN(embedding_bag));
   m.impl("_embedding_bag_forward_only", TORCH_FN(embedding_bag));
   m.impl("_embedding_bag_backward", TORCH_FN(embedding_bag_backward));

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 
+#include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
 
 namespace tiny::aten_ops {
@@ -36,10 +37,11 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::op
   return empty_tiny(size, stride, c10::dtype_or_default(dtype), c10::device_or_default(device));
 }
 
-// The elements of `self` once each: fill is idempotent, so torch lets it write through an expanded
-// (overlapping) view; a stride-0 dimension is written at a single index.
+// The elements of `self` once each (a complex tensor's as (real, imaginary) pairs): fill is idempotent, so
+// torch lets it write through an expanded (overlapping) view; a stride-0 dimension is written at a single
+// index.
 runtime::StridedView fill_target(const at::Tensor& self) {
-  runtime::StridedView view = strided_view(self);
+  runtime::StridedView view = element_view(self);
   for (size_t d = 0; d < view.sizes.size(); ++d)
     if (view.strides[d] == 0) view.sizes[d] = std::min<int64_t>(view.sizes[d], 1);
   return view;
@@ -47,6 +49,7 @@ runtime::StridedView fill_target(const at::Tensor& self) {
 
 void fill_with(const at::Tensor& self, UOpPtr value) {
   if (self.numel() == 0) return;
+  if (self.is_conj()) value = join_complex(real_part(value), alu(Ops::NEG, imag_part(value)));
   if (self.is_neg()) value = alu(Ops::NEG, value); // the storage of a negative view holds -value
   runtime::StridedView target = fill_target(self);
   lazy_buffer(self).write(target, value);
@@ -54,6 +57,13 @@ void fill_with(const at::Tensor& self, UOpPtr value) {
 
 at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
   runtime::StridedView target = fill_target(self);
+  if (self.is_complex()) {
+    Shape parts(target.sizes.begin(), target.sizes.end() - 1);
+    c10::complex<double> z = value.toComplexDouble();
+    fill_with(self, join_complex(scalar_constant(z.real(), target.dtype, parts),
+                                 scalar_constant(z.imag(), target.dtype, parts)));
+    return self;
+  }
   UOpPtr c = scalar_constant(value, target.dtype, target.sizes); // converts (and checks) even when empty
   fill_with(self, c);
   return self;
@@ -65,9 +75,16 @@ at::Tensor& fill_tensor(at::Tensor& self, const at::Tensor& value) {
   if (value.device() != self.device()) return fill_scalar(self, value.item());
   // A tiny value stays lazy: the fill reads it without a sync.
   runtime::StridedView target = fill_target(self);
-  UOpPtr v = read(value);
+  UOpPtr v = self.is_complex() ? read_complex(value) : read(value);
   if (v->dtype != target.dtype) v = cast(v, target.dtype);
-  if (!target.sizes.empty())
+  if (self.is_complex()) {
+    Shape pair(target.sizes.size() - 1, 1);
+    pair.push_back(2);
+    v = reshape(v, pair);
+  }
+  if (self.is_complex())
+    v = expand(v, target.sizes);
+  else if (!target.sizes.empty())
     v = view(v, ShapeTracker::from_shape({}).reshape(Shape(target.sizes.size(), 1)).expand(target.sizes));
   fill_with(self, v);
   return self;
@@ -169,7 +186,8 @@ at::Tensor& eye_out(int64_t n, at::Tensor& out) { return eye_m_out(n, n, out); }
 
 } // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
+  tiny::KernelLibrary m(library);
   m.impl("empty.memory_format", empty_memory_format);
   m.impl("empty_strided", empty_strided);
   m.impl("fill_.Scalar", fill_scalar);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "aten_ops/builders.h"
+#include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
 
 namespace tiny::aten_ops {
@@ -228,7 +229,8 @@ at::Tensor& fractional_pool_backward_out(const at::Tensor& grad_output, const at
 
 } // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
+  tiny::KernelLibrary m(library);
   m.impl("fractional_max_pool2d", TORCH_FN(fractional_max_pool<2>));
   m.impl("fractional_max_pool2d.output", TORCH_FN(fractional_max_pool_out<2>));
   m.impl("fractional_max_pool3d", TORCH_FN(fractional_max_pool<3>));

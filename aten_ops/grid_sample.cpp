@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "aten_ops/builders.h"
+#include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
 
 namespace tiny::aten_ops {
@@ -337,7 +338,8 @@ std::tuple<at::Tensor, at::Tensor> grid_sampler_backward(const at::Tensor& grad_
 
 } // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
+  tiny::KernelLibrary m(library);
   m.impl("grid_sampler_2d", TORCH_FN(grid_sampler));
   m.impl("grid_sampler_3d", TORCH_FN(grid_sampler));
   m.impl("grid_sampler_2d_backward", TORCH_FN(grid_sampler_backward));

@@ -63,6 +63,7 @@
 
 #include "aten_ops/builders.h"
 #include "csrc/fallback.h"
+#include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
 #include "runtime/device.h"
 #include "runtime/lazy_buffer.h"
@@ -801,7 +802,8 @@ at::Tensor cholesky_inverse(const at::Tensor& input, bool upper) {
 
 } // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
+  tiny::KernelLibrary m(library);
   m.impl("linalg_lu_factor_ex", TORCH_FN(linalg_lu_factor_ex));
   m.impl("linalg_lu_factor_ex.out", TORCH_FN(linalg_lu_factor_ex_out));
   m.impl("linalg_lu", TORCH_FN(linalg_lu));

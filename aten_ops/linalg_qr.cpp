@@ -55,6 +55,7 @@
 
 #include "aten_ops/builders.h"
 #include "csrc/fallback.h"
+#include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
 
 namespace tiny::aten_ops {
@@ -760,7 +761,8 @@ at::Tensor linalg_cross(const at::Tensor& self, const at::Tensor& other, int64_t
 
 } // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
+  tiny::KernelLibrary m(library);
   m.impl("geqrf", TORCH_FN(geqrf));
   m.impl("geqrf.a", TORCH_FN(geqrf_out));
   m.impl("linalg_qr", TORCH_FN(linalg_qr));

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "aten_ops/window_read.h"
+#include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
 
 namespace tiny {
@@ -125,7 +126,23 @@ void check_mm_dispatch(const at::Tensor& a, const Shape& result, const at::Scala
               "result type Float can't be cast to the desired output type ", a.scalar_type());
 }
 
+// A complex product as four real ones over the parts: re = ar br - ai bi, im = ar bi + ai br. The parts are
+// views (at::real, at::imag; a conjugate operand's imaginary part is a negative view), and the products
+// record lazily, so they fuse as real products do. complex32 has no CPU kernel: the fallback says so.
+at::Tensor mm_of(const at::Tensor& a, const at::Tensor& b) { return at::mm(a, b); }
+at::Tensor bmm_of(const at::Tensor& a, const at::Tensor& b) { return at::bmm(a, b); }
+
+template <class Product>
+at::Tensor complex_product(const at::Tensor& a, const at::Tensor& b, const char* names, Product product) {
+  check_same_device({a, b});
+  check_same_dtype(a, b, names);
+  if (a.scalar_type() == at::kComplexHalf) to_tiny_dtype(a.scalar_type()); // NotNativeDtype: the CPU's error
+  at::Tensor ar = at::real(a), ai = at::imag(a), br = at::real(b), bi = at::imag(b);
+  return at::complex(product(ar, br).sub_(product(ai, bi)), product(ar, bi).add_(product(ai, br)));
+}
+
 at::Tensor mm(const at::Tensor& a, const at::Tensor& b) {
+  if (a.is_complex() || b.is_complex()) return complex_product(a, b, "mat1 and mat2", mm_of);
   UOpPtr v = mm_value(a, b, compute_of(a));
   check_mm_dispatch(a, v->shape);
   at::Tensor out = fresh(a, v->shape);
@@ -133,6 +150,12 @@ at::Tensor mm(const at::Tensor& a, const at::Tensor& b) {
 }
 
 at::Tensor& mm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  if (a.is_complex() || b.is_complex()) {
+    at::Tensor product = complex_product(a, b, "mat1 and mat2", mm_of);
+    check_out_dtype(out, a.scalar_type());
+    at::native::resize_output(out, product.sizes());
+    return out.copy_(product);
+  }
   UOpPtr v = mm_value(a, b, compute_of(a));
   check_out_dtype(out, a.scalar_type());
   check_mm_dispatch(a, v->shape);
@@ -140,12 +163,19 @@ at::Tensor& mm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
 }
 
 at::Tensor bmm(const at::Tensor& a, const at::Tensor& b) {
+  if (a.is_complex() || b.is_complex()) return complex_product(a, b, "batch1 and batch2", bmm_of);
   UOpPtr v = bmm_value(a, b, compute_of(a), false);
   at::Tensor out = fresh(a, v->shape);
   return store(out, v, a.scalar_type());
 }
 
 at::Tensor& bmm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  if (a.is_complex() || b.is_complex()) {
+    at::Tensor product = complex_product(a, b, "batch1 and batch2", bmm_of);
+    check_out_dtype(out, a.scalar_type());
+    at::native::resize_output(out, product.sizes());
+    return out.copy_(product);
+  }
   return store(out, bmm_value(a, b, compute_of(a), false), a.scalar_type());
 }
 
@@ -330,7 +360,8 @@ at::Tensor& addr_(at::Tensor& self, const at::Tensor& vec1, const at::Tensor& ve
 
 } // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
+  tiny::KernelLibrary m(library);
   m.impl("addr", TORCH_FN(addr));
   m.impl("addr.out", TORCH_FN(addr_out));
   m.impl("addr_", TORCH_FN(addr_));

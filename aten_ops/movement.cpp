@@ -41,6 +41,7 @@
 #include <utility>
 #include <vector>
 
+#include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
 
 namespace tiny::aten_ops {
@@ -649,7 +650,8 @@ at::Tensor& masked_fill_tensor(at::Tensor& self, const at::Tensor& mask, const a
 
 } // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
+  tiny::KernelLibrary m(library);
   m.impl("cat", cat);
   m.impl("cat.out", cat_out);
   m.impl("constant_pad_nd", constant_pad_nd);

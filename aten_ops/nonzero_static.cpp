@@ -8,6 +8,7 @@
 #include <torch/library.h>
 
 #include "aten_ops/builders.h"
+#include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
 
 namespace tiny::aten_ops {
@@ -69,7 +70,8 @@ at::Tensor& nonzero_static_out(const at::Tensor& self, int64_t size, int64_t fil
 
 } // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
+  tiny::KernelLibrary m(library);
   m.impl("nonzero_static", TORCH_FN(nonzero_static));
   m.impl("nonzero_static.out", TORCH_FN(nonzero_static_out));
 }

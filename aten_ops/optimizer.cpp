@@ -14,6 +14,7 @@
 #include <variant>
 
 #include "aten_ops/builders.h"
+#include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
 
 namespace tiny::aten_ops {
@@ -128,7 +129,8 @@ void adam_step_tensor_lr(at::TensorList self, at::TensorList grads, at::TensorLi
 
 } // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
+  tiny::KernelLibrary m(library);
   m.impl("_fused_adam_", TORCH_FN(adam_step<false>));
   m.impl("_fused_adam_.tensor_lr", TORCH_FN(adam_step_tensor_lr<false>));
   m.impl("_fused_adamw_", TORCH_FN(adam_step<true>));

@@ -37,6 +37,7 @@
 
 #include "aten_ops/builders.h"
 #include "aten_ops/sliding_window.h"
+#include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
 
 namespace tiny {
@@ -860,7 +861,8 @@ at::Tensor col2im(const at::Tensor& self, c10::SymIntArrayRef output_size, c10::
 
 } // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
+  tiny::KernelLibrary m(library);
   m.impl("im2col", TORCH_FN(im2col));
   m.impl("im2col.out", TORCH_FN(im2col_out));
   m.impl("col2im", TORCH_FN(col2im));

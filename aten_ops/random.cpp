@@ -25,6 +25,7 @@
 #include <tuple>
 
 #include "csrc/backend.h"
+#include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
 
 namespace tiny::aten_ops {
@@ -468,7 +469,8 @@ at::Tensor native_dropout_backward(const at::Tensor& grad, const at::Tensor& mas
 
 } // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
+  tiny::KernelLibrary m(library);
   m.impl("uniform_", TORCH_FN(uniform_));
   m.impl("normal_", TORCH_FN(normal_));
   m.impl("normal.Tensor_float", TORCH_FN(normal_tensor_float));

@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "csrc/fallback.h"
+#include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
 
 namespace tiny::aten_ops {
@@ -175,6 +176,22 @@ constexpr Fold kFolds[] = {
 
 void write_fold(Kind kind, const at::Tensor& self, const DimMask& mask, const at::Tensor& out) {
   const Fold& f = kFolds[kind];
+  if (out.is_complex() || self.is_complex()) {
+    // sum and mean of complex values fold each part alone; other folds of complex values run on the CPU
+    if (kind != Sum && kind != Mean) to_tiny_dtype(self.scalar_type());
+    DType dt = element_dtype(out.scalar_type());
+    UOpPtr x = read_complex(self);
+    if (self.dim() == 0) x = reshape(x, {1, 2});
+    x = cast(cast(x, dt), opmath(dt));
+    Axes axes = axes_of(mask, x);
+    if (!axes.empty() && axes.back() == static_cast<int64_t>(x->shape.size()) - 1) axes.pop_back(); // not the pairs
+    Shape shape = to_shape(out.sizes());
+    shape.push_back(2);
+    UOpPtr r = fold(x, Ops::ADD, axes, shape);
+    if (f.mean) r = alu(Ops::FDIV, r, like(r, static_cast<double>(extent(x, axes))));
+    if (out.numel() > 0) write_complex(out, cast(r, dt));
+    return;
+  }
   DType out_dt = to_tiny_dtype(out.scalar_type());
   UOpPtr x = input(self);
   // torch converts the input to the result dtype first (sum(int8) adds int64s; sum(x, dtype=f16)
@@ -813,7 +830,8 @@ at::Tensor& softmax_backward_out(const at::Tensor& grad_output, const at::Tensor
 
 } // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
+  tiny::KernelLibrary m(library);
   m.impl("sum.dim_IntList", sum);
   m.impl("sum.IntList_out", sum_out);
   m.impl("nansum", nansum);

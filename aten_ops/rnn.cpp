@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "aten_ops/builders.h"
+#include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
 
 namespace tiny::aten_ops {
@@ -266,7 +267,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> fused_gru_cell_backward(const
 
 } // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
+  tiny::KernelLibrary m(library);
   m.impl("_thnn_fused_lstm_cell", TORCH_FN(fused_lstm_cell));
   m.impl("_thnn_fused_lstm_cell_backward_impl", TORCH_FN(fused_lstm_cell_backward));
   m.impl("_thnn_fused_gru_cell", TORCH_FN(fused_gru_cell));

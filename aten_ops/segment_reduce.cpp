@@ -16,6 +16,7 @@
 #include <string>
 
 #include "aten_ops/builders.h"
+#include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
 
 namespace tiny::aten_ops {
@@ -230,7 +231,8 @@ at::Tensor segment_reduce_backward(const at::Tensor& grad, const at::Tensor& out
 
 } // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
+  tiny::KernelLibrary m(library);
   m.impl("segment_reduce", TORCH_FN(segment_reduce));
   m.impl("_segment_reduce_backward", TORCH_FN(segment_reduce_backward));
 }

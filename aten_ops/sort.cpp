@@ -54,6 +54,7 @@
 #include <vector>
 
 #include "csrc/fallback.h"
+#include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
 
 namespace tiny::aten_ops {
@@ -514,7 +515,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_consecutive(const at::Tens
 
 } // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
+  tiny::KernelLibrary m(library);
   m.impl("mode.values", TORCH_FN(mode_out));
   m.impl("_unique2", TORCH_FN(unique2));
   m.impl("unique_consecutive", TORCH_FN(unique_consecutive));

@@ -47,6 +47,7 @@
 
 #include "aten_ops/sliding_window.h"
 #include "csrc/fallback.h"
+#include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
 
 namespace tiny {
@@ -390,7 +391,8 @@ at::Tensor upsample_aligned_backward(const at::Tensor& grad_output, c10::IntArra
 
 } // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
+  tiny::KernelLibrary m(library);
   using N = Scale;
   m.impl("upsample_nearest1d", TORCH_FN((upsample<Mode::Nearest, &at::meta::upsample_nearest1d, N>)));
   m.impl("upsample_nearest2d", TORCH_FN((upsample<Mode::Nearest, &at::meta::upsample_nearest2d, N, N>)));

@@ -15,11 +15,14 @@
 #include <ATen/ops/is_set_to_native.h>
 #include <ATen/ops/set_native.h>
 #include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
 #include <c10/core/StorageImpl.h>
 #include <torch/library.h>
 
 #include "csrc/allocator.h"
+#include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
 
 namespace tiny::aten_ops {
@@ -53,7 +56,7 @@ void resize_impl(const at::Tensor& self, c10::IntArrayRef size, at::OptionalIntA
                          : at::detail::computeStorageNbytesContiguous(size, itemsize, impl->storage_offset());
   const c10::Storage& storage = impl->unsafe_storage();
   if (needed > storage.nbytes())
-    resize_storage_bytes(*storage.unsafeGetStorageImpl(), needed, to_tiny_dtype(self.scalar_type()));
+    resize_storage_bytes(*storage.unsafeGetStorageImpl(), needed, element_dtype(self.scalar_type()));
 }
 
 const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
@@ -113,10 +116,14 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
 
 } // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
+  tiny::KernelLibrary m(library);
   m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
   m.impl("as_strided", as_strided);
   m.impl("view", view);
+  // torch's own metadata kernels: a complex storage is read as (real, imaginary) pairs anyway
+  m.impl("view_as_real", at::native::view_as_real);
+  m.impl("view_as_complex", at::native::view_as_complex);
   m.impl("_reshape_alias", reshape_alias);
   m.impl("unfold", unfold);
   m.impl("resize_", resize_);

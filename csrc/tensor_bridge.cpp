@@ -48,10 +48,21 @@ DType to_tiny_dtype(at::ScalarType st) {
     return DType::Float32;
   case at::kDouble:
     return DType::Float64;
+  case at::kComplexHalf:
+  case at::kComplexFloat:
+  case at::kComplexDouble:
+    throw NotNativeDtype({__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                         std::string("tiny has no native kernel for this op on dtype torch.") +
+                             std::string(c10::getDtypeNames(st).first));
   default:
     TORCH_CHECK_TYPE(false, "tiny does not support dtype torch.", c10::getDtypeNames(st).first,
-                     " (supported: float32, float64, float16, bfloat16, int8, int16, int32, int64, uint8, bool)");
+                     " (supported: float32, float64, float16, bfloat16, int8, int16, int32, int64, uint8, bool, "
+                     "complex64, complex128, complex32)");
   }
+}
+
+DType element_dtype(at::ScalarType st) {
+  return at::isComplexType(st) ? to_tiny_dtype(c10::toRealValueType(st)) : to_tiny_dtype(st);
 }
 
 at::ScalarType to_scalar_type(DType dt) {
@@ -110,6 +121,68 @@ void write(const at::Tensor& dst, const UOpPtr& value) {
               c10::IntArrayRef(value->shape), " into a tensor of dtype ", name(view.dtype), " and shape ", dst.sizes());
   if (dst.numel() == 0) return;
   lazy_buffer(dst).write(view, dst.is_neg() ? alu(Ops::NEG, value) : value);
+}
+
+runtime::StridedView element_view(const at::Tensor& t) {
+  if (!t.is_complex()) return strided_view(t);
+  runtime::StridedView v{to_shape(t.sizes()), to_shape(t.strides()), 2 * t.storage_offset(),
+                         element_dtype(t.scalar_type())};
+  for (int64_t& s : v.strides)
+    s *= 2;
+  v.sizes.push_back(2);
+  v.strides.push_back(1);
+  return v;
+}
+
+UOpPtr join_complex(const UOpPtr& re, const UOpPtr& im) {
+  // A select on the pair's lane, not a sum of padded parts: that would turn a -0.0 part into +0.0.
+  Shape one = re->shape, two = re->shape;
+  one.push_back(1);
+  two.push_back(2);
+  Shape lane_shape(re->shape.size(), 1);
+  lane_shape.push_back(2);
+  UOpPtr lane = expand(reshape(iota(2, DType::Int32), lane_shape), two);
+  UOpPtr is_real = alu(Ops::CMPEQ, lane, expand(reshape(const_int(DType::Int32, 0), Shape(two.size(), 1)), two));
+  return where(is_real, expand(reshape(re, one), two), expand(reshape(im, one), two));
+}
+
+namespace {
+UOpPtr part(const UOpPtr& pairs, int64_t lane) {
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (size_t d = 0; d + 1 < pairs->shape.size(); ++d)
+    ranges.emplace_back(0, pairs->shape[d]);
+  ranges.emplace_back(lane, lane + 1);
+  return reshape(shrink(pairs, ranges), Shape(pairs->shape.begin(), pairs->shape.end() - 1));
+}
+} // namespace
+
+UOpPtr real_part(const UOpPtr& pairs) { return part(pairs, 0); }
+UOpPtr imag_part(const UOpPtr& pairs) { return part(pairs, 1); }
+
+UOpPtr read_complex(const at::Tensor& t) {
+  if (!t.is_complex()) {
+    UOpPtr re = read(t);
+    UOpPtr zero = expand(reshape(const_like(re, 0.0), Shape(re->shape.size(), 1)), re->shape);
+    return join_complex(re, zero);
+  }
+  UOpPtr pairs = lazy_buffer(t).read(element_view(t));
+  if (t.is_neg()) pairs = alu(Ops::NEG, pairs);
+  if (t.is_conj()) pairs = join_complex(real_part(pairs), alu(Ops::NEG, imag_part(pairs)));
+  return pairs;
+}
+
+void write_complex(const at::Tensor& dst, const UOpPtr& pairs) {
+  runtime::StridedView view = element_view(dst);
+  TORCH_CHECK(dst.is_complex() && pairs->shape == view.sizes && pairs->dtype == view.dtype,
+              "tiny internal error: writing complex pairs of dtype ", name(pairs->dtype), " and shape ",
+              c10::IntArrayRef(pairs->shape), " into a tensor of dtype ", dst.scalar_type(), " and shape ",
+              dst.sizes());
+  if (dst.numel() == 0) return;
+  // The storage of a conjugate (negative) view holds the conjugate (negation) of what it shows.
+  UOpPtr stored = pairs;
+  if (dst.is_conj()) stored = join_complex(real_part(stored), alu(Ops::NEG, imag_part(stored)));
+  if (dst.is_neg()) stored = alu(Ops::NEG, stored);
+  lazy_buffer(dst).write(view, stored);
 }
 
 void check_same_device(c10::ArrayRef<at::Tensor> tensors) {
@@ -183,13 +256,13 @@ UOpPtr scalar_constant(const at::Scalar& value, DType dt, const Shape& shape) {
 
 at::Tensor empty_tiny(c10::IntArrayRef sizes, at::ScalarType dtype, c10::Device device,
                       std::optional<c10::MemoryFormat> memory_format) {
-  to_tiny_dtype(dtype);           // refuse what tiny cannot hold, at the call
+  element_dtype(dtype);           // refuse what tiny cannot hold, at the call
   c10::DeviceGuard guard(device); // the allocator allocates on the current device
   return at::detail::empty_generic(sizes, &tiny_allocator(), kTinyKeys, dtype, memory_format);
 }
 
 at::Tensor empty_tiny(c10::IntArrayRef sizes, c10::IntArrayRef strides, at::ScalarType dtype, c10::Device device) {
-  to_tiny_dtype(dtype);
+  element_dtype(dtype);
   c10::DeviceGuard guard(device);
   return at::detail::empty_strided_generic(sizes, strides, &tiny_allocator(), kTinyKeys, dtype);
 }

@@ -8,6 +8,7 @@
 #include <c10/core/Device.h>
 #include <c10/core/MemoryFormat.h>
 #include <c10/core/ScalarType.h>
+#include <c10/util/Exception.h>
 
 #include <optional>
 
@@ -16,9 +17,20 @@
 
 namespace tiny {
 
-// torch dtype <-> tiny dtype. A dtype tiny cannot hold (complex, quantized, float8, uint16...) raises
-// torch's TypeError naming it.
+// A kernel met a dtype it has no native path for (complex): the kernels registered through
+// KernelLibrary (csrc/kernel_library.h) catch it and run the op on the CPU fallback instead; anywhere
+// else it reaches Python as torch's TypeError.
+struct NotNativeDtype : c10::TypeError {
+  using c10::TypeError::TypeError;
+};
+
+// torch dtype <-> tiny dtype, for the values kernels compute with. A complex dtype raises NotNativeDtype
+// (complex values are pairs of real ones: element_dtype, read_complex); a dtype tiny cannot hold
+// (quantized, float8, uint16...) raises torch's TypeError naming it.
 DType to_tiny_dtype(at::ScalarType st);
+// The element a storage of `st` holds: `st` itself, or a complex dtype's real part (complex64: float32),
+// so a complex storage is a buffer of twice as many real elements, real and imaginary parts interleaved.
+DType element_dtype(at::ScalarType st);
 at::ScalarType to_scalar_type(DType dt);
 Shape to_shape(c10::IntArrayRef sizes);
 
@@ -32,6 +44,19 @@ UOpPtr read(const at::Tensor& t);
 // Writes `value` (the tensor's shape and dtype) into the elements of `dst`, visible through every
 // alias of its storage. `dst` must not overlap itself.
 void write(const at::Tensor& dst, const UOpPtr& value);
+
+// A complex tensor's storage as view_as_real sees it: sizes + (2,), strides * 2 + (1,), offset * 2,
+// its element_dtype. For other dtypes, strided_view.
+runtime::StridedView element_view(const at::Tensor& t);
+// A complex tensor's value as (real, imaginary) pairs: a UOp of shape sizes + (2,) and the tensor's
+// element_dtype, its conjugate and negative bits resolved. A real tensor reads as (value, 0).
+UOpPtr read_complex(const at::Tensor& t);
+// Writes pairs (shape dst.sizes() + (2,), dst's element_dtype) into the complex tensor `dst`.
+void write_complex(const at::Tensor& dst, const UOpPtr& pairs);
+// Complex values from their parts (each of the value's shape and one real dtype) and back.
+UOpPtr join_complex(const UOpPtr& re, const UOpPtr& im);
+UOpPtr real_part(const UOpPtr& pairs);
+UOpPtr imag_part(const UOpPtr& pairs);
 
 // torch's error when an op's tiny tensors are on two devices (TensorIterator's message), raised at the call;
 // undefined tensors and tensors of other devices (a CPU scalar) are left to the op's own checks.

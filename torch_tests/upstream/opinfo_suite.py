@@ -25,7 +25,8 @@ e.g. `pytest torch_tests/upstream/opinfo_suite.py -k "forward and _add_"`. Envir
     TINY_FALLBACK=0            native mode: a sample that needs the CPU fallback counts as no_kernel
     TINY_UPSTREAM_OPS          comma-separated OpInfo names (name or name.variant) to instantiate
     TINY_UPSTREAM_KINDS        comma-separated kinds (default: all four)
-    TINY_UPSTREAM_DTYPES       comma-separated dtypes (default: all of FORWARD_DTYPES)
+    TINY_UPSTREAM_DTYPES       comma-separated dtypes (default: all of FORWARD_DTYPES; complex64 and
+                               complex128 only when named)
     TINY_UPSTREAM_RESULTS      a JSON-lines file each test appends its outcome to
     TINY_UPSTREAM_MAX_SAMPLES  check only the first N samples of each test
     TINY_UPSTREAM_RUN_KNOWN_CRASHES=1   run the known failures that crash or hang too
@@ -81,7 +82,12 @@ TOLERANCES = {
     torch.float32: (1e-4, 1e-4),
     torch.float16: (2e-3, 1e-3),
     torch.bfloat16: (1.6e-2, 1e-2),
+    torch.complex64: (1e-4, 1e-4),
+    torch.complex128: (1e-7, 1e-7),
 }
+# Dtypes that run only when TINY_UPSTREAM_DTYPES names them (run.py --dtypes complex64): the default slices
+# keep the dtypes their recorded counts and known failures were measured on.
+OPT_IN_DTYPES = (torch.complex64, torch.complex128)
 SEED = 1234
 # OpInfos whose results are uninitialized memory: dtype and shape are compared, not values (as upstream's
 # test_compare_cpu skips them).
@@ -112,7 +118,9 @@ _op_filter = _env_list("TINY_UPSTREAM_OPS")
 SELECTED_OPS = [op for op in op_db if _op_filter is None or op_id(op) in _op_filter]
 SELECTED_KINDS = _env_list("TINY_UPSTREAM_KINDS") or list(KINDS)
 _dtype_filter = _env_list("TINY_UPSTREAM_DTYPES")
-SELECTED_DTYPES = tuple(d for d in FORWARD_DTYPES if _dtype_filter is None or dtype_name(d) in _dtype_filter)
+SELECTED_DTYPES = tuple(d for d in FORWARD_DTYPES if _dtype_filter is None or dtype_name(d) in _dtype_filter) + tuple(
+    d for d in OPT_IN_DTYPES if _dtype_filter is not None and dtype_name(d) in _dtype_filter
+)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -42,6 +42,8 @@ from opinfo_record import (  # noqa: E402
 
 SUITE = HERE.relative_to(ROOT) / "opinfo_suite.py"
 ALL_DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8", "bool")
+OPT_IN_DTYPES = ("complex64", "complex128")  # run only when --dtypes names them
+REPORT_ORDER = ALL_DTYPES + OPT_IN_DTYPES
 # mode -> (kinds, dtypes), and the samples checked per test (None: all)
 SLICES = {
     "full": {"modes": {"native": (KINDS, ALL_DTYPES), "fallback": (KINDS, ALL_DTYPES)}, "max_samples": None},
@@ -256,7 +258,7 @@ def render(summary: dict) -> str:
             f"{'fail':>6}{'xfail':>6}{'no_kernel':>10}{'skip':>6}{'crash':>6}"
         )
         for kind in KINDS:
-            for dtype, cell in sorted(m["by_dtype"].get(kind, {}).items(), key=lambda x: ALL_DTYPES.index(x[0])):
+            for dtype, cell in sorted(m["by_dtype"].get(kind, {}).items(), key=lambda x: REPORT_ORDER.index(x[0])):
                 t, s = Counter(cell["tests"]), Counter(cell["samples"])
                 tests, ran = sum(t.values()), sum(s.values())
                 lines.append(
@@ -324,7 +326,8 @@ def write_known_failures(records: list[dict], path: Path) -> None:
             if prefix and not reason.startswith(prefix):  # so that later runs do not run it
                 reason = prefix + reason
             listed[(op, kind, dtype)][mode] = " ".join(reason.split())[:240]
-    body = sorted(listed.items(), key=lambda item: (item[0][0], KINDS.index(item[0][1]), ALL_DTYPES.index(item[0][2])))
+    order = REPORT_ORDER
+    body = sorted(listed.items(), key=lambda item: (item[0][0], KINDS.index(item[0][1]), order.index(item[0][2])))
     width = max([len(op) for (op, _, _), _ in body] + [10])
     lines = list(header)
     for (op, kind, dtype), by_mode in body:
@@ -342,7 +345,10 @@ def main() -> int:
     parser.add_argument("--slice", choices=sorted(SLICES), default="full", help="which modes, kinds and dtypes")
     parser.add_argument("--modes", help="comma-separated: native,fallback (default: the slice's)")
     parser.add_argument("--kinds", help="comma-separated, overrides the slice's: " + ",".join(KINDS))
-    parser.add_argument("--dtypes", help="comma-separated, overrides the slice's: " + ",".join(ALL_DTYPES))
+    parser.add_argument(
+        "--dtypes",
+        help="comma-separated, overrides the slice's: " + ",".join(REPORT_ORDER),
+    )
     parser.add_argument("--ops", help="comma-separated OpInfo names (name or name.variant); default: all of op_db")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes at a time")
     parser.add_argument("--chunk", type=int, default=60, help="OpInfos per process")
