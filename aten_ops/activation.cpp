@@ -1,6 +1,6 @@
 // Activation functions and their backward ops: gelu (none, tanh), silu, mish, leaky_relu, elu (and
-// what selu and celu call), hardtanh (and relu6), hardswish, hardsigmoid, softplus, threshold (relu's
-// backward is threshold_backward), log_sigmoid, glu, prelu (_prelu_kernel and its backward), and the backward
+// what selu and celu call), hardtanh (and relu6), hardshrink, softshrink, hardswish, hardsigmoid, softplus, threshold
+// (relu's backward is threshold_backward), log_sigmoid, glu, prelu (_prelu_kernel and its backward), and the backward
 // ops sigmoid_backward and tanh_backward.
 //
 // One boxed kernel serves the functional, in-place and out= forms of every op in the table below, as
@@ -205,6 +205,29 @@ UOpPtr log_sigmoid_backward(const Call& c) {
   return mul(sub(max_deriv, mul(sign, div(z, add(c.constant(1.0), z)))), g);
 }
 
+// hardshrink and softshrink zero |x| <= lambd; their gradients are zero there too.
+UOpPtr within_lambd(const Call& c, const UOpPtr& x) {
+  UOpPtr lambd = c.scalar("lambd");
+  return alu(Ops::AND, le(alu(Ops::NEG, lambd), x), le(x, lambd));
+}
+
+UOpPtr shrink_backward(const Call& c) {
+  const UOpPtr& g = c.in.count("grad_out") ? c["grad_out"] : c["grad_output"];
+  return where(within_lambd(c, c["self"]), c.constant(0.0), g);
+}
+
+// softshrink moves the rest toward zero by lambd; NaN stays NaN.
+UOpPtr softshrink(const Call& c) {
+  const UOpPtr& x = c["self"];
+  UOpPtr lambd = c.scalar("lambd");
+  UOpPtr inner = where(alu(Ops::CMPNE, x, x), x, c.constant(0.0));
+  return where(lt(lambd, x), sub(x, lambd), where(lt(x, alu(Ops::NEG, lambd)), add(x, lambd), inner));
+}
+
+void check_softshrink(const Call& c) {
+  TORCH_CHECK(c.number("lambd") >= 0, "lambda must be greater or equal to 0, but found to be ", c.number("lambd"), ".");
+}
+
 const std::unordered_map<std::string, Activation>& table() {
   using K = Kind;
   static const std::unordered_map<std::string, Activation> t = {
@@ -230,6 +253,12 @@ const std::unordered_map<std::string, Activation>& table() {
       {"elu_backward", {K::Binary, "elu_backward_cpu", false, elu_backward, check_elu_backward}},
       {"hardtanh", {K::Unary, "hardtanh_cpu", true, hardtanh, check_hardtanh}},
       {"hardtanh_backward", {K::Binary, "hardshrink_backward_cpu", false, hardtanh_backward}},
+      {"hardshrink",
+       {K::Unary, "hardshrink_cpu", false,
+        [](const Call& c) { return where(within_lambd(c, c["self"]), c.constant(0.0), c["self"]); }}},
+      {"hardshrink_backward", {K::Binary, "hardshrink_backward_cpu", false, shrink_backward}},
+      {"softshrink", {K::Unary, "softshrink_cpu", false, softshrink, check_softshrink}},
+      {"softshrink_backward", {K::Binary, "softshrink_backward_cpu", false, shrink_backward}},
       {"hardswish",
        {K::Unary, "hardswish_cpu", false,
         [](const Call& c) { return div(mul(c["self"], relu6_of(c, c["self"])), c.constant(6.0)); }}},
@@ -472,6 +501,14 @@ constexpr const char* kOverloads[] = {
     "hardtanh.out",
     "hardtanh_backward",
     "hardtanh_backward.grad_input",
+    "hardshrink",
+    "hardshrink.out",
+    "hardshrink_backward",
+    "hardshrink_backward.grad_input",
+    "softshrink",
+    "softshrink.out",
+    "softshrink_backward",
+    "softshrink_backward.grad_input",
     "hardswish",
     "hardswish_",
     "hardswish.out",

@@ -269,6 +269,23 @@ UOpPtr sign_bit(const UOpPtr& x, const Call& c) {
   return bin(Ops::CMPLT, i, expand(reshape(const_int(bits, 0), Shape(c.shape.size(), 1)), c.shape));
 }
 
+// torch's nextafter: the float of the common dtype next to a in the direction of b, by stepping a's bits (a
+// float's magnitude grows with its bits as an integer); from zero the smallest subnormal of b's sign.
+UOpPtr next_after(const Call& c) {
+  DType dt = c.common, bits = itemsize(dt) == 8 ? DType::Int64 : itemsize(dt) == 4 ? DType::Int32 : DType::Int16;
+  UOpPtr a = cast(c.a(), dt), b = cast(c.b(), dt);
+  auto int_const = [&](int64_t v) { return expand(reshape(const_int(bits, v), Shape(c.shape.size(), 1)), c.shape); };
+  auto float_const = [&](double v) { return expand(reshape(const_float(dt, v), Shape(c.shape.size(), 1)), c.shape); };
+  UOpPtr zero = float_const(0.0), ia = bitcast(a, bits);
+  UOpPtr away_from_zero = bin(Ops::CMPEQ, bin(Ops::CMPLT, a, b), bin(Ops::CMPLT, zero, a));
+  UOpPtr stepped = bitcast(bin(Ops::ADD, ia, where(away_from_zero, int_const(1), int_const(-1))), dt);
+  UOpPtr smallest = bitcast(int_const(1), dt);
+  UOpPtr from_zero = where(bin(Ops::CMPLT, zero, b), smallest, un(Ops::NEG, smallest));
+  UOpPtr v = where(bin(Ops::CMPEQ, a, zero), from_zero, stepped);
+  v = where(bin(Ops::CMPEQ, a, b), b, v);
+  return where(any_of(is_nan(a), is_nan(b)), bin(Ops::ADD, a, b), v);
+}
+
 // torch's logaddexp (base e) and logaddexp2: max + log1p(exp(-|a - b|)), equal infinities as they are.
 Build log_add_exp(bool base2) {
   return [base2](const Call& c) {
@@ -509,6 +526,7 @@ const std::unordered_map<std::string, Op>& table() {
       {"xlogy", {K::BinaryFloat, x_log(Ops::LOG)}},
       {"special_xlog1py", {K::BinaryFloat, x_log(Ops::LOG1P)}},
       {"hypot", {K::Binary, hypot, [](const Call& c) { check_float(c, "hypot"); }}},
+      {"nextafter", {K::Binary, next_after, [](const Call& c) { check_float(c, "nextafter"); }}},
       {"heaviside",
        {K::Binary,
         [](const Call& c) {
@@ -1119,6 +1137,9 @@ constexpr const char* kOverloads[] = {
     "special_xlog1py.out",
     "hypot",
     "hypot.out",
+    "nextafter",
+    "nextafter.out",
+    "nextafter_",
     "hypot_",
     "heaviside",
     "heaviside.out",

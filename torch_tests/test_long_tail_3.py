@@ -1,0 +1,234 @@
+"""The long tail of ATen ops (issue #16), part 3, natively on tiny, against PyTorch CPU with the fallback
+disabled (TINY_FALLBACK=0), so a silent fallback fails the test: histc, histogram (bin count and bin edges),
+histogramdd (_histogramdd_bin_edges, _histogramdd_from_bin_cts, _histogramdd_from_bin_tensors), nextafter,
+hardshrink and softshrink (every form, and their backward ops); values, dtypes, shapes, edge cases and bad
+input raising the CPU's kind of error."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import DEVICE, assert_same, by_dtype, check, rand, tol
+
+NAN, INF = float("nan"), float("inf")
+
+pytestmark = pytest.mark.usefixtures("native")
+
+FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def with_grads(fn, *inputs, grad_seed=5):
+    """fn's result and the gradients of its float inputs for a random upstream gradient, on the CPU and on
+    tiny: ((result, grads) on CPU, (result, grads) on tiny)."""
+    results = []
+    for dev in ("cpu", DEVICE):
+        leaves = [
+            x.detach().to(dev).requires_grad_() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+            for x in inputs
+        ]
+        moved = [x.to(dev) if isinstance(x, torch.Tensor) else x for x in leaves]
+        out = fn(*moved)
+        g = rand(out.numel() + 1, dtype=out.dtype, seed=grad_seed)[: out.numel()].reshape(out.shape).to(dev)
+        wanted = [x for x in leaves if isinstance(x, torch.Tensor) and x.requires_grad]
+        grads = torch.autograd.grad(out, wanted, g, allow_unused=True)
+        results.append((out, grads))
+    return results[0], results[1]
+
+
+# ---- histc ----
+
+
+@by_dtype(FLOATS)
+def test_histc_matches_cpu(dtype):
+    x = rand(7, 9, dtype=dtype)
+    check(torch.histc, x)
+    check(lambda t: torch.histc(t, bins=7, min=-1, max=1), x)
+    check(lambda t: torch.histc(t, bins=3, min=-0.5, max=2.5), x)
+
+
+def test_histc_counts_the_right_edge_in_the_last_bin_and_skips_nan_and_outside_values():
+    x = torch.tensor([0.0, 0.25, 0.5, 1.0, 1.0, -0.1, 1.1, NAN, INF, -INF])
+    check(lambda t: torch.histc(t, bins=4, min=0, max=1), x)
+    check(lambda t: torch.histc(t, bins=3, min=0, max=1), x)  # 1/3 steps: values next to edges
+    check(lambda t: torch.histc(t, bins=10, min=0, max=1), torch.linspace(0, 1, 101))
+
+
+def test_histc_of_constant_empty_and_scalar_inputs_matches_cpu():
+    check(torch.histc, torch.full((5,), 3.0))  # min == max: widened by 1 each way
+    check(torch.histc, torch.tensor([]))
+    check(torch.histc, torch.tensor(2.5))
+    check(lambda t: torch.histc(t, bins=4, min=2, max=2), torch.tensor([1.0, 2.0, 2.5]))
+    check(torch.histc, rand(4, 6).t())  # non-contiguous
+
+
+def test_histc_out_matches_cpu():
+    x = rand(20)
+    check(lambda t, o: torch.histc(t, bins=5, out=o), x, torch.empty(0))
+    check(lambda t, o: torch.histc(t, bins=5, out=o), x, torch.empty(5))
+    check(lambda t, o: torch.histc(t, bins=5, out=o), x, torch.empty(0, dtype=torch.float64))
+
+
+@pytest.mark.parametrize(
+    "x, kw",
+    [
+        (torch.arange(5), {}),  # integers: no kernel, as on the CPU
+        (torch.arange(5.0), {"bins": 0}),
+        (torch.arange(5.0), {"min": 3, "max": 1}),
+        (torch.tensor([1.0, INF]), {}),
+        (torch.arange(5.0), {"min": 1, "max": NAN}),
+    ],
+)
+def test_histc_bad_input_raises_like_cpu(x, kw):
+    check(lambda t: torch.histc(t, **kw), x)
+
+
+# ---- histogram ----
+
+
+@by_dtype((torch.float32, torch.float64))
+def test_histogram_with_a_bin_count_matches_cpu(dtype):
+    x = rand(50, dtype=dtype)
+    check(lambda t: torch.histogram(t, 6), x)
+    check(lambda t: torch.histogram(t, 4, range=(-1.0, 0.5)), x)
+    w = rand(50, dtype=dtype, seed=1).abs()
+    check(lambda t, w: torch.histogram(t, 5, weight=w), x, w)
+    check(lambda t, w: torch.histogram(t, 5, range=(-2.0, 2.0), weight=w, density=True), x, w)
+    check(lambda t: torch.histogram(t, 7, density=True), x)
+
+
+@by_dtype(FLOATS)
+def test_histogram_with_bin_edges_matches_cpu(dtype):
+    x = rand(5, 8, dtype=dtype)
+    edges = torch.tensor([-2.0, -0.5, 0.0, 0.1, 1.0, 3.0], dtype=dtype)
+    check(torch.histogram, x, edges)
+    w = rand(5, 8, dtype=dtype, seed=2).abs()
+    check(lambda t, e, w: torch.histogram(t, e, weight=w, density=True), x, edges, w, **tol(dtype))
+    # values on the edges: the left edge is in, the right one out, except in the last bin
+    on_edges = torch.tensor([-2.0, -0.5, 0.0, 0.1, 1.0, 3.0, 3.5, -2.5, NAN], dtype=dtype)
+    check(torch.histogram, on_edges, edges)
+
+
+def test_histogram_with_a_range_in_half_precision_matches_cpu():
+    x = rand(30, dtype=torch.float16)
+    check(lambda t: torch.histogram(t, 4, range=(-1.0, 1.0)), x)
+
+
+def test_histogram_of_empty_constant_and_edge_valued_inputs_matches_cpu():
+    check(lambda t: torch.histogram(t, 3), torch.tensor([]))  # range [0, 1]
+    check(lambda t: torch.histogram(t, 3), torch.full((4,), 2.0))  # widened by 0.5
+    check(lambda t: torch.histogram(t, 10), torch.linspace(-1, 1, 41))  # values on linspace's edges
+    check(lambda t: torch.histogram(t, 3), rand(3, 4).t())
+
+
+def test_histogram_out_matches_cpu():
+    x = rand(20)
+    check(lambda t, h, e: torch.histogram(t, 4, out=(h, e)), x, torch.empty(0), torch.empty(0))
+    edges = torch.tensor([-1.0, 0.0, 2.0])
+    check(lambda t, b, h, e: torch.histogram(t, b, out=(h, e)), x, edges, torch.empty(0), torch.empty(0))
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda t: torch.histogram(t, 0),
+        lambda t: torch.histogram(t, 3, range=(2.0, 1.0)),
+        lambda t: torch.histogram(t, 3, range=(0.0, INF)),
+        lambda t: torch.histogram(t, 3, weight=torch.ones(4, device=t.device)),
+        lambda t: torch.histogram(t, 3, weight=torch.ones(5, dtype=torch.float64, device=t.device)),
+        lambda t: torch.histogram(t, torch.tensor([[0.0, 1.0]], device=t.device)),
+        lambda t: torch.histogram(t, torch.tensor([2.0], device=t.device)),
+        lambda t: torch.histogram(t, torch.tensor([0, 1], device=t.device)),
+        lambda t: torch.histogram(t.half(), 3),  # no range: the CPU's range kernel has no half
+        lambda t: torch.histogram(t.long(), 3),
+    ],
+)
+def test_histogram_bad_input_raises_like_cpu(fn):
+    check(fn, torch.arange(5.0))
+
+
+# ---- histogramdd ----
+
+
+@by_dtype((torch.float32, torch.float64))
+def test_histogramdd_with_bin_counts_matches_cpu(dtype):
+    x = rand(40, 3, dtype=dtype)
+    check(lambda t: torch.histogramdd(t, [3, 4, 2]), x)
+    check(lambda t: torch.histogramdd(t, 3), x)
+    check(lambda t: torch.histogramdd(t, [2, 3, 2], range=[-1.0, 1.0, 0.0, 2.0, -3.0, 0.0]), x)
+    w = rand(40, dtype=dtype, seed=1).abs()
+    check(lambda t, w: torch.histogramdd(t, [3, 2, 2], weight=w, density=True), x, w)
+
+
+def test_histogramdd_with_bin_edges_and_batched_rows_matches_cpu():
+    x = rand(4, 5, 2)
+    bins = [torch.tensor([-1.0, 0.0, 1.0]), torch.tensor([-2.0, -0.5, 0.5, 3.0])]
+    check(lambda t, a, b: torch.histogramdd(t, [a, b]), x, *bins)
+    w = rand(4, 5, seed=3).abs()
+    check(lambda t, a, b, w: torch.histogramdd(t, [a, b], weight=w, density=True), x, *bins, w)
+
+
+def test_histogramdd_ops_directly_match_cpu():
+    x = rand(10, 2)
+    check(lambda t: torch.ops.aten._histogramdd_bin_edges(t, [3, 2]), x)
+    check(lambda t: torch.ops.aten._histogramdd_from_bin_cts(t, [3, 2], range=[0.0, 1.0, -1.0, 1.0]), x)
+    check(
+        lambda t, a, b: torch.ops.aten._histogramdd_from_bin_tensors(t, [a, b]),
+        x,
+        torch.tensor([0.0, 1.0]),
+        torch.tensor([-1.0, 0.0, 1.0]),
+    )
+    check(lambda t: torch.histogramdd(t, [2]), torch.zeros(0, 1))
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda t: torch.histogramdd(t, [3, 2]),
+        lambda t: torch.histogramdd(t[:, 0], [3]),
+        lambda t: torch.histogramdd(t, [2, 2, 2], range=[0.0, 1.0]),
+        lambda t: torch.histogramdd(t, [2, 2, 2], weight=torch.ones(3, device=t.device)),
+    ],
+)
+def test_histogramdd_bad_input_raises_like_cpu(fn):
+    check(fn, rand(6, 3))
+
+
+# ---- nextafter ----
+
+
+@by_dtype(FLOATS)
+def test_nextafter_matches_cpu(dtype):
+    a = torch.tensor([1.0, 1.0, -1.0, -1.0, 0.0, 0.0, -0.0, 2.0, INF, -INF, NAN, 1.0, 3.0], dtype=dtype)
+    b = torch.tensor([2.0, 0.0, -2.0, 0.0, 1.0, -1.0, 1.0, 2.0, 0.0, 0.0, 1.0, NAN, INF], dtype=dtype)
+    check(torch.nextafter, a, b)
+    check(torch.nextafter, rand(3, 4, dtype=dtype), rand(4, dtype=dtype, seed=1))
+
+
+def test_nextafter_promotes_and_has_its_in_place_and_out_forms():
+    check(torch.nextafter, rand(5), rand(5, dtype=torch.float64, seed=1))
+    check(lambda a, b: a.nextafter_(b), rand(5), rand(5, seed=1))
+    check(lambda a, b, o: torch.nextafter(a, b, out=o), rand(5), rand(5, seed=1), torch.empty(5))
+    check(torch.nextafter, rand(5, dtype=torch.int64), rand(5, dtype=torch.int64, seed=1))
+
+
+# ---- hardshrink, softshrink ----
+
+
+@pytest.mark.parametrize("fn", [F.hardshrink, F.softshrink])
+@by_dtype(FLOATS)
+def test_shrinks_and_their_gradients_match_cpu(fn, dtype):
+    x = torch.tensor([-2.0, -0.5, -0.3, 0.0, 0.3, 0.5, 0.7, 3.0, NAN, INF, -INF], dtype=dtype)
+    expected, actual = with_grads(fn, x)
+    assert_same(actual, expected, **tol(dtype))
+    expected, actual = with_grads(lambda t: fn(t, 1.25), rand(4, 5, dtype=dtype))
+    assert_same(actual, expected, **tol(dtype))
+
+
+def test_shrinks_out_forms_backward_ops_and_bad_input_match_cpu():
+    x = rand(3, 4)
+    check(lambda t, o: torch.ops.aten.hardshrink.out(t, 0.25, out=o), x, torch.empty(0))
+    check(lambda t, o: torch.ops.aten.softshrink.out(t, 0.25, out=o), x, torch.empty(3, 4))
+    check(lambda g, t: torch.ops.aten.hardshrink_backward(g, t, 0.5), rand(3, 4, seed=1), x)
+    check(lambda g, t: torch.ops.aten.softshrink_backward(g, t, 0.5), rand(3, 4, seed=1), x)
+    check(lambda t: F.softshrink(t, -1.0), x)
+    check(F.hardshrink, rand(3, dtype=torch.int64))
+    check(F.softshrink, rand(3, 4).t())
