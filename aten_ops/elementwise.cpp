@@ -1172,11 +1172,59 @@ constexpr const char* kOverloads[] = {
     "lerp.Tensor_out",
 };
 
+// frexp: x = mantissa * 2^exponent with 0.5 <= |mantissa| < 1, from x's bits: the exponent field gives the
+// exponent, and the mantissa is x with its exponent field set to that of 0.5. A subnormal is scaled by 2^64
+// first. Zero, inf and NaN keep x with exponent 0 (glibc's frexp). float16/bfloat16 take float32's bits (the
+// mantissa has no more bits than theirs, so rounding back is exact), as the CPU computes them in float.
+std::tuple<UOpPtr, UOpPtr> float_parts(const UOpPtr& x) {
+  const bool wide = x->dtype == DType::Float64;
+  const DType bits = wide ? DType::Int64 : DType::Int32;
+  const int64_t mantissa_bits = wide ? 52 : 23, field_mask = wide ? 0x7ff : 0xff, half_field = wide ? 1022 : 126;
+  auto int_const = [&](int64_t v) { return expand(reshape(const_int(bits, v), Shape(x->shape.size(), 1)), x->shape); };
+  auto float_const = [&](double v) {
+    return expand(reshape(const_float(x->dtype, v), Shape(x->shape.size(), 1)), x->shape);
+  };
+  auto field_of = [&](const UOpPtr& b) {
+    return bin(Ops::AND, bin(Ops::SHR, b, int_const(mantissa_bits)), int_const(field_mask));
+  };
+  UOpPtr field = field_of(bitcast(x, bits)), zero = float_const(0.0);
+  UOpPtr subnormal = bin(Ops::AND, bin(Ops::CMPEQ, field, int_const(0)), bin(Ops::CMPNE, x, zero));
+  UOpPtr y = where(subnormal, bin(Ops::MUL, x, float_const(0x1p64)), x), ybits = bitcast(y, bits);
+  UOpPtr exponent = bin(Ops::SUB, bin(Ops::SUB, field_of(ybits), int_const(half_field)),
+                        where(subnormal, int_const(64), int_const(0)));
+  UOpPtr cleared = bin(Ops::AND, ybits, un(Ops::BITNOT, int_const(field_mask << mantissa_bits)));
+  UOpPtr mantissa = bitcast(bin(Ops::OR, cleared, int_const(half_field << mantissa_bits)), x->dtype);
+  UOpPtr special = bin(Ops::OR, bin(Ops::CMPEQ, x, zero), bin(Ops::CMPEQ, field, int_const(field_mask)));
+  return {where(special, x, mantissa), cast(where(special, int_const(0), exponent), DType::Int32)};
+}
+
+std::tuple<at::Tensor&, at::Tensor&> frexp_out(const at::Tensor& self, at::Tensor& mantissa, at::Tensor& exponent) {
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()), "torch.frexp() only supports floating-point dtypes");
+  TORCH_CHECK(mantissa.dtype() == self.dtype(), "torch.frexp() expects mantissa to have dtype ", self.dtype(),
+              " but got ", mantissa.dtype());
+  TORCH_CHECK(exponent.dtype() == at::kInt, "torch.frexp() expects exponent to have int dtype but got ",
+              exponent.dtype());
+  at::TensorIterator iter = at::TensorIteratorConfig()
+                                .add_output(mantissa)
+                                .add_output(exponent)
+                                .add_const_input(self)
+                                .check_all_same_dtype(false)
+                                .set_check_mem_overlap(true)
+                                .build();
+  if (self.numel() == 0) return {mantissa, exponent};
+  DType dt = to_tiny_dtype(self.scalar_type());
+  auto [m, e] = float_parts(cast(read(self), opmath(dt)));
+  write(iter.output(0), cast(m, dt));
+  write(iter.output(1), e);
+  return {mantissa, exponent};
+}
+
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const char* name : kOverloads)
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&elementwise_kernel>());
+  m.impl("frexp.Tensor_out", TORCH_FN(frexp_out));
 }
 
 } // namespace tiny

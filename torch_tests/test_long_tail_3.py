@@ -232,3 +232,154 @@ def test_shrinks_out_forms_backward_ops_and_bad_input_match_cpu():
     check(lambda t: F.softshrink(t, -1.0), x)
     check(F.hardshrink, rand(3, dtype=torch.int64))
     check(F.softshrink, rand(3, 4).t())
+
+
+# ---- multi_margin_loss ----
+
+
+@pytest.mark.parametrize("p", [1, 2])
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@by_dtype((torch.float32, torch.float64))
+def test_multi_margin_loss_and_its_gradient_match_cpu(p, reduction, dtype):
+    x, target = rand(5, 4, dtype=dtype), torch.tensor([0, 3, 1, 1, 2])
+    expected, actual = with_grads(lambda t: F.multi_margin_loss(t, target.to(t.device), p=p, reduction=reduction), x)
+    assert_same(actual, expected)
+    w = rand(4, dtype=dtype, seed=1).abs()  # not differentiable: a constant of the loss
+    expected, actual = with_grads(
+        lambda t: F.multi_margin_loss(
+            t, target.to(t.device), p=p, margin=0.7, weight=w.to(t.device), reduction=reduction
+        ),
+        x,
+    )
+    assert_same(actual, expected)
+
+
+def test_multi_margin_loss_of_vectors_scalars_and_empty_batches_matches_cpu():
+    for reduction in ("none", "mean", "sum"):
+        expected, actual = with_grads(
+            lambda t, r=reduction: F.multi_margin_loss(t, torch.tensor(2, device=t.device), reduction=r), rand(4)
+        )
+        assert_same(actual, expected)
+        check(lambda t, y, r=reduction: F.multi_margin_loss(t, y, reduction=r), rand(4), torch.tensor([2]))
+        check(lambda t, y, r=reduction: F.multi_margin_loss(t, y, reduction=r), torch.tensor(1.5), torch.tensor(0))
+    check(lambda t, y: F.multi_margin_loss(t, y), rand(4, 3).t(), torch.tensor([0, 2, 1]))  # non-contiguous
+    # an empty batch (the CPU leaves a reduced loss of no frames uninitialized, so only without reduction)
+    check(lambda t, y: F.multi_margin_loss(t, y, reduction="none"), rand(0, 4), torch.zeros(0).long())
+
+
+@pytest.mark.parametrize(
+    "x, target, kw",
+    [
+        (rand(3, 4), torch.tensor([0, 4, 1]), {}),  # target out of range
+        (rand(3, 4), torch.tensor([0, -1, 1]), {}),
+        (rand(3, 4), torch.tensor([0, 3, 1]), {"p": 3}),
+        (rand(3, 4), torch.tensor([0, 3]), {}),
+        (rand(3, 4), torch.tensor([0, 3, 1]), {"margin": 0.5, "weight_size": 3}),
+        (rand(3, 0), torch.tensor([0, 0, 0]), {}),
+        (rand(3, 4, dtype=torch.int64), torch.tensor([0, 3, 1]), {}),
+        (rand(3, 4), torch.tensor([0, 3, 1], dtype=torch.int32), {}),
+    ],
+)
+def test_multi_margin_loss_bad_input_raises_like_cpu(x, target, kw):
+    def loss(t, y):
+        n = kw.get("weight_size")
+        weight = torch.ones(n, device=t.device) if n else None
+        return F.multi_margin_loss(t, y, p=kw.get("p", 1), margin=kw.get("margin", 1.0), weight=weight)
+
+    check(loss, x, target)
+
+
+# ---- pdist ----
+
+
+@pytest.mark.parametrize("p", [0, 1, 2, 3, 0.5, 1.5, INF])
+@by_dtype((torch.float32, torch.float64))
+def test_pdist_and_its_gradient_match_cpu(p, dtype):
+    x = rand(6, 3, dtype=dtype)
+    expected, actual = with_grads(lambda t: F.pdist(t, p), x)
+    assert_same(actual, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_pdist_of_equal_rows_few_rows_and_no_columns_matches_cpu():
+    x = torch.tensor([[1.0, 2.0], [1.0, 2.0], [0.0, -1.0]])
+    for p in (1, 2, 0.5, 3, INF):
+        expected, actual = with_grads(lambda t, p=p: F.pdist(t, p), x)
+        assert_same(actual, expected)
+    check(F.pdist, rand(1, 3))
+    check(F.pdist, rand(0, 3))
+    check(F.pdist, rand(3, 0))
+    check(lambda t: torch.ops.aten._pdist_forward(t, 2.0), rand(3, 2).t())  # requires contiguous
+    check(lambda t: F.pdist(t, -1.0), rand(3, 2))
+    check(F.pdist, rand(3, 2, dtype=torch.int64))
+
+
+# ---- frexp ----
+
+
+@by_dtype(FLOATS)
+def test_frexp_matches_cpu(dtype):
+    x = torch.tensor([1.0, -3.5, 0.0, -0.0, 0.375, 1e-3, 1000.0, INF, -INF, NAN], dtype=dtype)
+    check(torch.frexp, x)
+    check(torch.frexp, rand(3, 5, dtype=dtype).t())
+
+
+def test_frexp_of_subnormals_extremes_and_its_out_form_matches_cpu():
+    check(torch.frexp, torch.tensor([1e-40, -1e-45, 3.4e38, 1.1754944e-38]))
+    check(torch.frexp, torch.tensor([5e-324, 1e-310, 1.7e308], dtype=torch.float64))
+    x = rand(4)
+    check(lambda t, m, e: torch.frexp(t, out=(m, e)), x, torch.empty(0), torch.empty(0, dtype=torch.int32))
+    check(lambda t, m, e: torch.frexp(t, out=(m, e)), x, torch.empty(0, dtype=torch.float64), torch.empty(0).int())
+    check(lambda t, m, e: torch.frexp(t, out=(m, e)), x, torch.empty(0), torch.empty(0, dtype=torch.int64))
+    check(torch.frexp, rand(4, dtype=torch.int64))
+
+
+def test_frexp_gradient_matches_cpu():
+    expected, actual = with_grads(lambda t: torch.frexp(t).mantissa, rand(6))
+    assert_same(actual, expected)
+
+
+# ---- isin ----
+
+
+@by_dtype((torch.float32, torch.float64, torch.int64, torch.int32, torch.float16))
+def test_isin_matches_cpu(dtype):
+    elements = torch.tensor([[1, 2, 3], [4, 5, 6]], dtype=dtype)
+    tests = torch.tensor([2, 6, 9, 2], dtype=dtype)
+    for invert in (False, True):
+        check(lambda e, t, i=invert: torch.isin(e, t, invert=i), elements, tests)
+        check(lambda e, t, i=invert: torch.isin(e, t, assume_unique=True, invert=i), elements, tests[:3])
+
+
+def test_isin_promotes_skips_nan_and_handles_empty_and_out_like_cpu():
+    check(torch.isin, torch.tensor([1.5, 2.0, NAN, 3.0]), torch.tensor([2, 3]))
+    check(torch.isin, torch.tensor([1, 2, 3]), torch.tensor([2.0, 2.5]))
+    check(torch.isin, torch.tensor([1.0, NAN]), torch.tensor([NAN]))
+    check(torch.isin, torch.tensor([]), torch.tensor([1.0]))
+    check(torch.isin, torch.tensor([1.0, 2.0]), torch.tensor([]))
+    check(lambda e, t: torch.isin(e, t, invert=True), torch.tensor([1.0, 2.0]), torch.tensor([]))
+    check(torch.isin, rand(200), rand(300, seed=1).round())  # the CPU's sorting path
+    check(lambda e, t, o: torch.isin(e, t, out=o), rand(3, 2).round(), rand(5, seed=1).round(), torch.empty(0).bool())
+    check(torch.isin, torch.tensor([True, False]), torch.tensor([True]))
+
+
+# ---- mode ----
+
+
+@by_dtype((torch.float32, torch.float64, torch.int64, torch.float16, torch.bool))
+def test_mode_values_and_indices_match_cpu(dtype):
+    x = torch.tensor([[1, 3, 3, 2, 1, 3], [5, 4, 4, 5, 0, 0], [2, 2, 2, 2, 2, 2]], dtype=dtype)
+    for dim in (0, 1, -1):
+        check(lambda t, d=dim: torch.mode(t, d), x)
+        check(lambda t, d=dim: torch.mode(t, d, keepdim=True), x)
+
+
+def test_mode_of_scalars_empty_and_non_contiguous_inputs_and_its_gradient_matches_cpu():
+    check(torch.mode, torch.tensor(2.5))
+    check(lambda t: torch.mode(t, 0), rand(3, 0))
+    check(lambda t: torch.mode(t, 1), rand(3, 0))
+    check(lambda t: torch.mode(t, 0), rand(4, 5).round().t())
+    check(lambda t: torch.mode(t, 2), rand(2, 3))
+    x = torch.tensor([[1.0, 2.0, 2.0, 0.5], [3.0, 3.0, 1.0, 1.0]])
+    expected, actual = with_grads(lambda t: torch.mode(t, 1).values, x)
+    assert_same(actual, expected)
+    check(lambda t, v, i: torch.mode(t, 1, out=(v, i)), x, torch.empty(0), torch.empty(0, dtype=torch.long))

@@ -1,0 +1,161 @@
+// Multi-class margin loss: multi_margin_loss (F.multi_margin_loss) and its backward, with torch's checks.
+//
+// Each sample (a row of C scores x with target class y) adds, over the other classes d, the hinge
+// max(0, margin - x[y] + x[d]) (squared for p = 2), times weight[y], divided by C. The target's score x[y]
+// and weight are picked with a one-hot compare reduced over the classes, as nll_loss does (no data-dependent
+// load); the whole loss is one row reduction fused with its epilogue. A target outside [0, C) raises torch's
+// "target out of range" at the call: the targets' extremes are read to the host (a small kernel of its own).
+
+#include <ATen/ATen.h>
+#include <ATen/core/Reduction.h>
+#include <ATen/native/Resize.h>
+#include <torch/library.h>
+
+#include <optional>
+#include <vector>
+
+#include "aten_ops/builders.h"
+#include "aten_ops/read_on_host.h"
+#include "csrc/tensor_bridge.h"
+
+namespace tiny::aten_ops {
+
+namespace {
+
+using at::Reduction::Mean;
+using at::Reduction::None;
+
+// The input seen as (frames, classes): a vector is one frame, a scalar one frame of one class.
+struct Frames {
+  int64_t n, c;
+};
+
+// torch's multi_margin_loss_shape_check, and its p and dtype checks.
+Frames check_multi_margin(const at::Tensor& self, const at::Tensor& target, const at::Scalar& p,
+                          const std::optional<at::Tensor>& weight) {
+  TORCH_CHECK(p.toLong() == 1 || p.toLong() == 2, "only p == 1 and p == 2 supported");
+  const int64_t dims = self.dim();
+  TORCH_CHECK((dims == 2 && self.size(1) != 0) || (dims == 1 && self.size(0) != 0) || dims == 0,
+              "Expected non-empty vector or matrix with optional 0-dim batch size, but got: ", self.sizes());
+  Frames f{dims <= 1 ? 1 : self.size(0), dims == 0 ? 1 : self.size(dims - 1)};
+  TORCH_CHECK(target.dim() <= 1 && target.numel() == f.n, "inconsistent target size, expected ", f.n, " but got ",
+              target.sizes());
+  if (weight && weight->defined())
+    TORCH_CHECK(weight->dim() <= 1 && weight->numel() == f.c, "inconsistent weight size, expected ", f.c, " but got ",
+                weight->sizes());
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(self.scalar_type()),
+                              "\"multi_margin_loss_cpu_kernel\" not implemented for '", self.scalar_type(), "'");
+  TORCH_CHECK(target.scalar_type() == at::kLong, "expected scalar type Long but found ", target.scalar_type());
+  std::vector<at::Tensor> all{self, target};
+  if (weight && weight->defined()) all.push_back(*weight);
+  check_same_device(all);
+  return f;
+}
+
+void check_targets_in_range(const at::Tensor& target, int64_t classes) {
+  if (target.numel() == 0) return;
+  UOpPtr t = reshape(read(target), {target.numel()});
+  std::vector<int64_t> r = read_on_host({reduce(t, Ops::MAX, {0}), reduce(t, Ops::MIN, {0})}, target.device());
+  TORCH_CHECK(r[0] < classes && r[1] >= 0, "target out of range");
+}
+
+// What the loss and its gradient share, over (frames, classes) in compute dtype ct.
+struct Hinges {
+  UOpPtr is_target; // bool: class == target
+  UOpPtr z;         // margin - x[y] + x[d]
+  UOpPtr active;    // z > 0 for d != y
+  UOpPtr scale;     // weight[y] per frame, broadcast (1 without weights)
+};
+
+// v's element at each frame's target class, broadcast over the classes.
+UOpPtr at_target(const UOpPtr& is_target, const UOpPtr& v) {
+  const Shape& s = is_target->shape;
+  return expand(reduce(where(is_target, v, fixed(v->dtype, 0, s)), Ops::ADD, {1}), s);
+}
+
+Hinges hinges(const at::Tensor& self, const at::Tensor& target, const at::Scalar& margin,
+              const std::optional<at::Tensor>& weight, Frames f, DType ct) {
+  Shape s{f.n, f.c};
+  UOpPtr x = reshape(cast(read(self), ct), s);
+  UOpPtr t = expand(reshape(read(target), {f.n, 1}), s);
+  Hinges h;
+  h.is_target = alu(Ops::CMPEQ, expand(reshape(iota(f.c, DType::Int64), {1, f.c}), s), t);
+  // the CPU's order: (margin - x[y]) + x[d], margin in the input dtype
+  UOpPtr m = cast(scalar_constant(margin, to_tiny_dtype(self.scalar_type()), s), ct);
+  h.z = add(sub(m, at_target(h.is_target, x)), x);
+  h.active = alu(Ops::AND, lt(fixed(ct, 0, s), h.z), alu(Ops::NOT, h.is_target));
+  h.scale = weight && weight->defined() ? at_target(h.is_target, expand(reshape(cast(read(*weight), ct), {1, f.c}), s))
+                                        : fixed(ct, 1, s);
+  return h;
+}
+
+at::Tensor& multi_margin_loss_out(const at::Tensor& self, const at::Tensor& target, const at::Scalar& p,
+                                  const at::Scalar& margin, const std::optional<at::Tensor>& weight, int64_t reduction,
+                                  at::Tensor& out) {
+  Frames f = check_multi_margin(self, target, p, weight);
+  // a vector input without reduction gives a loss per frame only when its target is a vector too
+  at::native::resize_output(out,
+                            reduction == None && target.dim() > 0 ? std::vector<int64_t>{f.n} : std::vector<int64_t>{});
+  DType dt = to_tiny_dtype(self.scalar_type()), ct = opmath(dt);
+  if (self.numel() == 0) {
+    write(out, fixed(dt, 0, to_shape(out.sizes())));
+    return out;
+  }
+  check_targets_in_range(target, f.c);
+  Hinges h = hinges(self, target, margin, weight, f, ct);
+  UOpPtr hinge = p.toLong() == 1 ? h.z : mul(h.z, h.z);
+  UOpPtr terms = where(h.active, mul(hinge, h.scale), fixed(ct, 0, h.z->shape));
+  UOpPtr per_frame = div(reduce(terms, Ops::ADD, {1}), fixed(ct, static_cast<double>(f.c), {f.n, 1}));
+  UOpPtr loss = reduction == None ? per_frame : reduce(per_frame, Ops::ADD, {0});
+  if (reduction == Mean) loss = div(loss, fixed(ct, static_cast<double>(f.n), loss->shape));
+  write(out, reshape(cast(loss, dt), to_shape(out.sizes())));
+  return out;
+}
+
+at::Tensor multi_margin_loss(const at::Tensor& self, const at::Tensor& target, const at::Scalar& p,
+                             const at::Scalar& margin, const std::optional<at::Tensor>& weight, int64_t reduction) {
+  at::Tensor out = empty_tiny({0}, self.scalar_type(), self.device());
+  return multi_margin_loss_out(self, target, p, margin, weight, reduction, out);
+}
+
+// The CPU's gradient: each active class d gets g (2 g z for p = 2) times weight[y], the target class minus their
+// sum, with g = 1 / C (1 / (N C) for the mean); then times the upstream gradient (per frame without reduction).
+at::Tensor& multi_margin_loss_backward_out(const at::Tensor& grad_output, const at::Tensor& self,
+                                           const at::Tensor& target, const at::Scalar& p, const at::Scalar& margin,
+                                           const std::optional<at::Tensor>& weight, int64_t reduction,
+                                           at::Tensor& grad_input) {
+  Frames f = check_multi_margin(self, target, p, weight);
+  check_same_device({grad_output, self});
+  at::native::resize_output(grad_input, self.sizes());
+  if (self.numel() == 0) return grad_input;
+  DType dt = to_tiny_dtype(self.scalar_type()), ct = opmath(dt);
+  Hinges h = hinges(self, target, margin, weight, f, ct);
+  const Shape& s = h.z->shape;
+  double g = reduction == Mean ? 1.0 / static_cast<double>(f.n * f.c) : 1.0 / static_cast<double>(f.c);
+  UOpPtr step = fixed(ct, g, s);
+  UOpPtr slope = p.toLong() == 1 ? step : mul(mul(fixed(ct, 2, s), step), h.z);
+  UOpPtr others = where(h.active, mul(slope, h.scale), fixed(ct, 0, s));
+  UOpPtr grad = where(h.is_target, alu(Ops::NEG, expand(reduce(others, Ops::ADD, {1}), s)), others);
+  UOpPtr up = cast(read(grad_output), ct);
+  up = reduction == None && grad_output.dim() > 0 ? expand(reshape(up, {f.n, 1}), s) : expand(reshape(up, {1, 1}), s);
+  write(grad_input, reshape(cast(mul(grad, up), dt), to_shape(self.sizes())));
+  return grad_input;
+}
+
+at::Tensor multi_margin_loss_backward(const at::Tensor& grad_output, const at::Tensor& self, const at::Tensor& target,
+                                      const at::Scalar& p, const at::Scalar& margin,
+                                      const std::optional<at::Tensor>& weight, int64_t reduction) {
+  at::Tensor grad_input = empty_tiny({0}, self.scalar_type(), self.device());
+  return multi_margin_loss_backward_out(grad_output, self, target, p, margin, weight, reduction, grad_input);
+}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("multi_margin_loss", TORCH_FN(multi_margin_loss));
+  m.impl("multi_margin_loss.out", TORCH_FN(multi_margin_loss_out));
+  m.impl("multi_margin_loss_backward", TORCH_FN(multi_margin_loss_backward));
+  m.impl("multi_margin_loss_backward.grad_input", TORCH_FN(multi_margin_loss_backward_out));
+}
+
+} // namespace tiny::aten_ops
