@@ -26,8 +26,10 @@ namespace {
 // The largest value of dt: what no candidate exceeds.
 UOpPtr largest(DType dt, const Shape& shape) {
   if (is_float(dt)) return fixed(dt, std::numeric_limits<double>::infinity(), shape);
-  UOpPtr c = const_int(dt, std::numeric_limits<int64_t>::max());
-  if (dt != DType::Int64) c = const_int(dt, (int64_t{1} << (8 * itemsize(dt) - 1)) - 1);
+  const int64_t bits = 8 * static_cast<int64_t>(itemsize(dt));
+  UOpPtr c = dt == DType::Int64   ? const_int(dt, std::numeric_limits<int64_t>::max())
+             : dt == DType::UInt8 ? const_int(dt, 255)
+                                  : const_int(dt, (int64_t{1} << (bits - 1)) - 1);
   return expand(reshape(c, Shape(shape.size(), 1)), shape);
 }
 
