@@ -23,6 +23,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "aten_ops/polynomials.h"
 #include "aten_ops/special_math.h"
 #include "aten_ops/window_read.h"
 #include "csrc/fallback.h"
@@ -378,6 +379,17 @@ Build bessel(UOpPtr (*f)(const UOpPtr&, bool), bool scaled) {
   return [f, scaled](const Call& c) { return f(c.a(), scaled); };
 }
 
+// An orthogonal polynomial of x (first operand) and degree n (second); its recurrence reads n's largest value on
+// the device of the call.
+Build orthogonal(const std::function<UOpPtr(const aten_ops::polynomials::Args&)>& f) {
+  return [f](const Call& c) {
+    c10::Device device = c.tensors.at(0).device();
+    for (const at::Tensor& t : c.tensors)
+      if (t.is_privateuseone()) device = t.device();
+    return f(aten_ops::polynomials::args(c.a(), c.b(), device));
+  };
+}
+
 const std::unordered_map<std::string, Op>& table() {
   using K = Kind;
   static const std::unordered_map<std::string, Op> t = {
@@ -526,6 +538,14 @@ const std::unordered_map<std::string, Op>& table() {
       {"xlogy", {K::BinaryFloat, x_log(Ops::LOG)}},
       {"special_xlog1py", {K::BinaryFloat, x_log(Ops::LOG1P)}},
       {"hypot", {K::Binary, hypot, [](const Call& c) { check_float(c, "hypot"); }}},
+      {"special_chebyshev_polynomial_t", {K::BinaryFloat, orthogonal(aten_ops::polynomials::chebyshev_t)}},
+      {"special_chebyshev_polynomial_u", {K::BinaryFloat, orthogonal(aten_ops::polynomials::chebyshev_u)}},
+      {"special_hermite_polynomial_h",
+       {K::BinaryFloat, orthogonal([](const auto& a) { return aten_ops::polynomials::hermite(a, true); })}},
+      {"special_hermite_polynomial_he",
+       {K::BinaryFloat, orthogonal([](const auto& a) { return aten_ops::polynomials::hermite(a, false); })}},
+      {"special_laguerre_polynomial_l", {K::BinaryFloat, orthogonal(aten_ops::polynomials::laguerre_l)}},
+      {"special_legendre_polynomial_p", {K::BinaryFloat, orthogonal(aten_ops::polynomials::legendre_p)}},
       {"nextafter", {K::Binary, next_after, [](const Call& c) { check_float(c, "nextafter"); }}},
       {"heaviside",
        {K::Binary,
@@ -567,10 +587,12 @@ std::string family(const c10::FunctionSchema& s) {
   return n;
 }
 
-bool is_operand(const std::string& name) {
+// The special polynomials' x and n are operands; polygamma's n (an int) is a parameter.
+bool is_operand(const c10::Argument& arg) {
+  const std::string& name = arg.name();
   return name == "self" || name == "other" || name == "exponent" || name == "min" || name == "max" ||
          name == "condition" || name == "tensor1" || name == "tensor2" || name == "end" || name == "weight" ||
-         name == "values";
+         name == "values" || name == "x" || (name == "n" && arg.type()->kind() == c10::TypeKind::TensorType);
 }
 
 at::Tensor wrap_scalar(const at::Scalar& s) {
@@ -675,7 +697,7 @@ const Overload& overload_of(const c10::FunctionSchema& schema) {
       bool writes = arg.alias_info() && arg.alias_info()->isWrite();
       it->second.roles.push_back(writes && arg.name() != "self" ? Role::Out
                                  : writes                       ? Role::InPlaceSelf
-                                 : is_operand(arg.name())       ? Role::Operand
+                                 : is_operand(arg)              ? Role::Operand
                                                                 : Role::Param);
     }
   }
@@ -1139,6 +1161,18 @@ constexpr const char* kOverloads[] = {
     "hypot.out",
     "nextafter",
     "nextafter.out",
+    "special_chebyshev_polynomial_t",
+    "special_chebyshev_polynomial_t.out",
+    "special_chebyshev_polynomial_u",
+    "special_chebyshev_polynomial_u.out",
+    "special_hermite_polynomial_h",
+    "special_hermite_polynomial_h.out",
+    "special_hermite_polynomial_he",
+    "special_hermite_polynomial_he.out",
+    "special_laguerre_polynomial_l",
+    "special_laguerre_polynomial_l.out",
+    "special_legendre_polynomial_p",
+    "special_legendre_polynomial_p.out",
     "nextafter_",
     "hypot_",
     "heaviside",

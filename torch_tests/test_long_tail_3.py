@@ -365,9 +365,11 @@ def test_isin_promotes_skips_nan_and_handles_empty_and_out_like_cpu():
 # ---- mode ----
 
 
-@by_dtype((torch.float32, torch.float64, torch.int64, torch.float16, torch.bool))
+@by_dtype((torch.float32, torch.float64, torch.int64, torch.float16, torch.bool, torch.uint8, torch.int8))
 def test_mode_values_and_indices_match_cpu(dtype):
     x = torch.tensor([[1, 3, 3, 2, 1, 3], [5, 4, 4, 5, 0, 0], [2, 2, 2, 2, 2, 2]], dtype=dtype)
+    if dtype == torch.uint8:
+        x = x + 200  # above int8's range
     for dim in (0, 1, -1):
         check(lambda t, d=dim: torch.mode(t, d), x)
         check(lambda t, d=dim: torch.mode(t, d, keepdim=True), x)
@@ -383,3 +385,124 @@ def test_mode_of_scalars_empty_and_non_contiguous_inputs_and_its_gradient_matche
     expected, actual = with_grads(lambda t: torch.mode(t, 1).values, x)
     assert_same(actual, expected)
     check(lambda t, v, i: torch.mode(t, 1, out=(v, i)), x, torch.empty(0), torch.empty(0, dtype=torch.long))
+
+
+# ---- multilabel_margin_loss ----
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@by_dtype((torch.float32, torch.float64))
+def test_multilabel_margin_loss_and_its_gradient_match_cpu(reduction, dtype):
+    x = rand(4, 5, dtype=dtype)
+    # targets end at the first negative entry; a repeated class counts once as a target, twice as a slot
+    target = torch.tensor([[3, 0, -1, 1, 2], [1, 2, 4, 0, 3], [-1, 2, 0, 0, 0], [2, 2, -1, -1, -1]])
+    expected, actual = with_grads(lambda t: F.multilabel_margin_loss(t, target.to(t.device), reduction=reduction), x)
+    assert_same(actual, expected)
+    check(lambda t, y: torch.ops.aten.multilabel_margin_loss_forward(t, y, 1), x, target)
+
+
+def test_multilabel_margin_loss_of_vectors_and_scalars_matches_cpu():
+    for reduction in ("none", "mean", "sum"):
+        expected, actual = with_grads(
+            lambda t, r=reduction: F.multilabel_margin_loss(
+                t, torch.tensor([3, 0, -1, 1], device=t.device), reduction=r
+            ),
+            rand(4),
+        )
+        assert_same(actual, expected)
+        check(lambda t, y, r=reduction: F.multilabel_margin_loss(t, y, reduction=r), torch.tensor(1.5), torch.tensor(0))
+    check(F.multilabel_margin_loss, rand(5, 3).t(), torch.tensor([[0, 1, -1, 2, 2]] * 3))  # non-contiguous
+
+
+@pytest.mark.parametrize(
+    "x, target",
+    [
+        (rand(3, 4), torch.tensor([[0, 4, -1, 0]] * 3)),  # out of range
+        (rand(3, 4), torch.tensor([[0, -2, -1, 0]] * 3)),
+        (rand(3, 4), torch.tensor([[0, 1, -1, 0]] * 2)),
+        (rand(3, 0), torch.zeros(3, 0).long()),
+        (rand(3, 4, dtype=torch.int64), torch.tensor([[0, 1, -1, 0]] * 3)),
+        (rand(3, 4), torch.tensor([[0, 1, -1, 0]] * 3).int()),
+    ],
+)
+def test_multilabel_margin_loss_bad_input_raises_like_cpu(x, target):
+    check(F.multilabel_margin_loss, x, target)
+
+
+# ---- rrelu_with_noise ----
+
+
+@by_dtype(FLOATS)
+def test_rrelu_in_evaluation_and_its_gradient_match_cpu(dtype):
+    x = torch.tensor([-2.0, -0.5, 0.0, 0.5, 3.0, -INF, NAN], dtype=dtype)
+    expected, actual = with_grads(lambda t: F.rrelu(t, 0.1, 0.3, training=False), x)
+    assert_same(actual, expected, **tol(dtype))
+    check(lambda t, n: torch.ops.aten.rrelu_with_noise(t, n, 0.1, 0.3, False), x, torch.zeros(7, dtype=dtype))
+
+
+def test_rrelu_in_training_draws_slopes_within_the_bounds_and_keeps_them_as_noise():
+    x = rand(64, 8).to(DEVICE)
+    noise = torch.zeros(64, 8, device=DEVICE)
+    y = torch.ops.aten.rrelu_with_noise(x, noise, 0.1, 0.3, True)
+    x, y, noise = x.cpu(), y.cpu(), noise.cpu()
+    negative = x <= 0
+    assert torch.equal(noise[~negative], torch.ones_like(noise[~negative]))
+    assert ((noise[negative] >= 0.1) & (noise[negative] <= 0.3)).all()
+    assert noise[negative].unique().numel() > 100  # drawn per element
+    torch.testing.assert_close(y, x * noise)
+    # the gradient of training mode is the noise (rrelu_with_noise_backward)
+    t = rand(16, seed=3).to(DEVICE).requires_grad_()
+    out = F.rrelu(t, 0.1, 0.3, training=True)
+    (grad,) = torch.autograd.grad(out.sum(), t)
+    slopes = (out / t).detach()
+    torch.testing.assert_close(grad.cpu(), torch.where(t.cpu() > 0, 1.0, slopes.cpu()))
+
+
+def test_rrelu_in_training_with_a_seed_repeats_and_bad_noise_raises_like_cpu():
+    x = rand(32).to(DEVICE)
+    torch.tiny.manual_seed(7)
+    a = F.rrelu(x, training=True).cpu()
+    torch.tiny.manual_seed(7)
+    b = F.rrelu(x, training=True).cpu()
+    assert torch.equal(a, b)
+    check(lambda t, n: torch.ops.aten.rrelu_with_noise(t, n, 0.1, 0.3, True), rand(4), torch.zeros(5))
+    x = rand(6).to(DEVICE)
+    noise = torch.zeros(6, device=DEVICE)
+    y = torch.ops.aten.rrelu_with_noise_(x, noise, 0.1, 0.3, True)
+    assert y is x
+
+
+# ---- orthogonal polynomials ----
+
+POLYNOMIALS = [
+    torch.special.chebyshev_polynomial_t,
+    torch.special.chebyshev_polynomial_u,
+    torch.special.hermite_polynomial_h,
+    torch.special.hermite_polynomial_he,
+    torch.special.laguerre_polynomial_l,
+    torch.special.legendre_polynomial_p,
+]
+
+
+@pytest.mark.parametrize("fn", POLYNOMIALS, ids=lambda f: f.__name__)
+@by_dtype((torch.float32, torch.float64))
+def test_orthogonal_polynomials_match_cpu(fn, dtype):
+    x = torch.tensor([-2.5, -1.0, -0.7, -0.2, 0.0, 0.3, 0.9, 1.0, 1.7, 3.0, NAN, INF], dtype=dtype)
+    for n in (-2.0, 0.0, 1.0, 2.0, 3.5, 6.0, 7.0, 9.0, 12.0, 40.0):
+        check(fn, x, torch.full_like(x, n), rtol=1e-4, atol=1e-6)
+    # a degree per element, broadcast against x
+    check(fn, x[:10].reshape(10, 1), torch.tensor([0.0, 1.0, 2.0, 5.0, 9.0, 17.0], dtype=dtype), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("fn", POLYNOMIALS, ids=lambda f: f.__name__)
+def test_orthogonal_polynomials_promote_integers_and_take_scalars_like_cpu(fn):
+    check(fn, torch.tensor([-2, 0, 1, 3]), torch.tensor([3, 2, 0, 5]))
+    check(fn, rand(5), 4)
+    check(fn, 0.5, torch.tensor([0.0, 3.0, 8.0, 10.0]))
+    check(lambda x, n, o: fn(x, n, out=o), rand(5), torch.tensor([1.0, 2.0, 3.0, 4.0, 30.0]), torch.empty(5))
+
+
+def test_hermite_polynomials_past_their_degree_limit_are_nan_like_cpu():
+    x = rand(4)
+    check(torch.special.hermite_polynomial_h, x, torch.full((4,), 130.0))
+    check(torch.special.hermite_polynomial_he, x.double(), torch.full((4,), 513.0, dtype=torch.float64))
