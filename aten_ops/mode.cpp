@@ -33,15 +33,11 @@ UOpPtr largest(DType dt, const Shape& shape) {
   return expand(reshape(c, Shape(shape.size(), 1)), shape);
 }
 
-std::tuple<at::Tensor&, at::Tensor&> mode_out(const at::Tensor& self, int64_t dim, bool keepdim, at::Tensor& values,
-                                              at::Tensor& indices) {
-  check_same_device({self, values, indices});
+// Writes each slice's mode into values and indices, resized to the kept shape (mode.values, in sort.cpp,
+// copies the functional form's results into its out= tensors).
+void write_mode(const at::Tensor& self, int64_t dim, bool keepdim, at::Tensor& values, at::Tensor& indices) {
   dim = at::maybe_wrap_dim(dim, self.dim());
   const int64_t length = self.dim() == 0 ? 1 : self.size(dim);
-  TORCH_CHECK(values.scalar_type() == self.scalar_type(), "mode(): expected values of dtype ", self.scalar_type(),
-              " but got ", values.scalar_type());
-  TORCH_CHECK(indices.scalar_type() == at::kLong, "mode(): expected indices of dtype Long but got ",
-              indices.scalar_type());
   std::vector<int64_t> kept = self.sizes().vec();
   if (self.dim() > 0) {
     if (keepdim)
@@ -51,7 +47,7 @@ std::tuple<at::Tensor&, at::Tensor&> mode_out(const at::Tensor& self, int64_t di
   }
   at::native::resize_output(values, kept);
   at::native::resize_output(indices, kept);
-  if (values.numel() == 0) return {values, indices};
+  if (values.numel() == 0) return;
   TORCH_CHECK_INDEX(length > 0, "mode(): Expected reduction dim ", dim, " to have non-zero size.");
 
   // each slice as a row of (rows, length)
@@ -71,21 +67,17 @@ std::tuple<at::Tensor&, at::Tensor&> mode_out(const at::Tensor& self, int64_t di
   Shape out = to_shape(values.sizes());
   write(values, reshape(cast(value, dt), out));
   write(indices, reshape(index, out));
-  return {values, indices};
 }
 
 std::tuple<at::Tensor, at::Tensor> mode(const at::Tensor& self, int64_t dim, bool keepdim) {
   at::Tensor values = empty_tiny({0}, self.scalar_type(), self.device());
   at::Tensor indices = empty_tiny({0}, at::kLong, self.device());
-  mode_out(self, dim, keepdim, values, indices);
+  write_mode(self, dim, keepdim, values, indices);
   return {values, indices};
 }
 
 } // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("mode", TORCH_FN(mode));
-  m.impl("mode.values", TORCH_FN(mode_out));
-}
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { m.impl("mode", TORCH_FN(mode)); }
 
 } // namespace tiny::aten_ops
