@@ -280,7 +280,13 @@ UOpPtr next_after(const Call& c) {
   UOpPtr zero = float_const(0.0), ia = bitcast(a, bits);
   UOpPtr away_from_zero = bin(Ops::CMPEQ, bin(Ops::CMPLT, a, b), bin(Ops::CMPLT, zero, a));
   UOpPtr stepped = bitcast(bin(Ops::ADD, ia, where(away_from_zero, int_const(1), int_const(-1))), dt);
-  UOpPtr smallest = bitcast(int_const(1), dt);
+  // the smallest subnormal of dt (its bits are 1), a literal: a bitcast of a constant renders as an int literal
+  // OpenCL cannot reinterpret as a double
+  const double denorm_min = dt == DType::Float64    ? std::numeric_limits<double>::denorm_min()
+                            : dt == DType::Float16  ? 0x1p-24
+                            : dt == DType::BFloat16 ? 0x1p-133
+                                                    : std::numeric_limits<float>::denorm_min();
+  UOpPtr smallest = float_const(denorm_min);
   UOpPtr from_zero = where(bin(Ops::CMPLT, zero, b), smallest, un(Ops::NEG, smallest));
   UOpPtr v = where(bin(Ops::CMPEQ, a, zero), from_zero, stepped);
   v = where(bin(Ops::CMPEQ, a, b), b, v);
