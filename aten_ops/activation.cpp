@@ -1,7 +1,7 @@
 // Activation functions and their backward ops: gelu (none, tanh), silu, mish, leaky_relu, elu (and
-// what selu and celu call), hardtanh (and relu6), hardswish, hardsigmoid, softplus, threshold (relu's
-// backward is threshold_backward), log_sigmoid, glu, prelu (_prelu_kernel and its backward), and the backward
-// ops sigmoid_backward and tanh_backward.
+// what selu and celu call), hardtanh (and relu6), hardshrink, softshrink, hardswish, hardsigmoid, softplus, threshold
+// (relu's backward is threshold_backward), log_sigmoid, glu, prelu (_prelu_kernel and its backward), rrelu_with_noise,
+// and the backward ops sigmoid_backward and tanh_backward.
 //
 // One boxed kernel serves the functional, in-place and out= forms of every op in the table below, as
 // elementwise.cpp does: torch's TensorIterator checks the call (broadcasting, type promotion, out=
@@ -20,6 +20,7 @@
 
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -206,6 +207,29 @@ UOpPtr log_sigmoid_backward(const Call& c) {
   return mul(sub(max_deriv, mul(sign, div(z, add(c.constant(1.0), z)))), g);
 }
 
+// hardshrink and softshrink zero |x| <= lambd; their gradients are zero there too.
+UOpPtr within_lambd(const Call& c, const UOpPtr& x) {
+  UOpPtr lambd = c.scalar("lambd");
+  return alu(Ops::AND, le(alu(Ops::NEG, lambd), x), le(x, lambd));
+}
+
+UOpPtr shrink_backward(const Call& c) {
+  const UOpPtr& g = c.in.count("grad_out") ? c["grad_out"] : c["grad_output"];
+  return where(within_lambd(c, c["self"]), c.constant(0.0), g);
+}
+
+// softshrink moves the rest toward zero by lambd; NaN stays NaN.
+UOpPtr softshrink(const Call& c) {
+  const UOpPtr& x = c["self"];
+  UOpPtr lambd = c.scalar("lambd");
+  UOpPtr inner = where(alu(Ops::CMPNE, x, x), x, c.constant(0.0));
+  return where(lt(lambd, x), sub(x, lambd), where(lt(x, alu(Ops::NEG, lambd)), add(x, lambd), inner));
+}
+
+void check_softshrink(const Call& c) {
+  TORCH_CHECK(c.number("lambd") >= 0, "lambda must be greater or equal to 0, but found to be ", c.number("lambd"), ".");
+}
+
 const std::unordered_map<std::string, Activation>& table() {
   using K = Kind;
   static const std::unordered_map<std::string, Activation> t = {
@@ -231,6 +255,12 @@ const std::unordered_map<std::string, Activation>& table() {
       {"elu_backward", {K::Binary, "elu_backward_cpu", false, elu_backward, check_elu_backward}},
       {"hardtanh", {K::Unary, "hardtanh_cpu", true, hardtanh, check_hardtanh}},
       {"hardtanh_backward", {K::Binary, "hardshrink_backward_cpu", false, hardtanh_backward}},
+      {"hardshrink",
+       {K::Unary, "hardshrink_cpu", false,
+        [](const Call& c) { return where(within_lambd(c, c["self"]), c.constant(0.0), c["self"]); }}},
+      {"hardshrink_backward", {K::Binary, "hardshrink_backward_cpu", false, shrink_backward}},
+      {"softshrink", {K::Unary, "softshrink_cpu", false, softshrink, check_softshrink}},
+      {"softshrink_backward", {K::Binary, "softshrink_backward_cpu", false, shrink_backward}},
       {"hardswish",
        {K::Unary, "hardswish_cpu", false,
         [](const Call& c) { return div(mul(c["self"], relu6_of(c, c["self"])), c.constant(6.0)); }}},
@@ -445,6 +475,42 @@ std::tuple<at::Tensor, at::Tensor> prelu_kernel_backward(const at::Tensor& grad_
   return {grad_self, grad_weight};
 }
 
+// rrelu_with_noise: in training, each x <= 0 is scaled by a slope drawn uniformly from [lower, upper] on the
+// device (noise keeps the slopes, 1 where x > 0); in evaluation it is leaky_relu with the mean slope, computed
+// in double as the CPU's (lower + upper) / 2 is, and noise is left alone.
+at::Tensor& rrelu_with_noise_out(const at::Tensor& self, at::Tensor& noise, const at::Scalar& lower,
+                                 const at::Scalar& upper, bool training, std::optional<at::Generator> generator,
+                                 at::Tensor& output) {
+  TORCH_CHECK(self.sizes() == noise.sizes(),
+              "noise tensor shape must match self tensor shape. Got self.shape = ", self.sizes(),
+              " noise.shape = ", noise.sizes());
+  if (!training) return at::leaky_relu_out(output, self, (lower.toDouble() + upper.toDouble()) / 2);
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(self.scalar_type()), "\"rrelu_with_noise_out_cpu\" not implemented ",
+                              "for '", self.scalar_type(), "'");
+  check_same_device({self, noise, output});
+  at::native::resize_output(output, self.sizes());
+  if (self.numel() == 0) return output;
+  at::Tensor slopes = at::empty_like(self).uniform_(lower.toDouble(), upper.toDouble(), generator);
+  DType dt = to_tiny_dtype(self.scalar_type()), ct = opmath(dt);
+  UOpPtr x = cast(read(self), ct), s = cast(read(slopes), ct);
+  UOpPtr r = where(le(x, fixed(ct, 0, x->shape)), s, fixed(ct, 1, x->shape));
+  UOpPtr y = mul(x, r); // read before noise is written: noise may be self's storage
+  write(output, cast(y, to_tiny_dtype(output.scalar_type())));
+  write(noise, cast(r, to_tiny_dtype(noise.scalar_type())));
+  return output;
+}
+
+at::Tensor rrelu_with_noise(const at::Tensor& self, at::Tensor& noise, const at::Scalar& lower, const at::Scalar& upper,
+                            bool training, std::optional<at::Generator> generator) {
+  at::Tensor output = at::empty_like(self, at::MemoryFormat::Contiguous);
+  return rrelu_with_noise_out(self, noise, lower, upper, training, generator, output);
+}
+
+at::Tensor& rrelu_with_noise_inplace(at::Tensor& self, at::Tensor& noise, const at::Scalar& lower,
+                                     const at::Scalar& upper, bool training, std::optional<at::Generator> generator) {
+  return rrelu_with_noise_out(self, noise, lower, upper, training, generator, self);
+}
+
 constexpr const char* kOverloads[] = {
     "gelu",
     "gelu_",
@@ -473,6 +539,14 @@ constexpr const char* kOverloads[] = {
     "hardtanh.out",
     "hardtanh_backward",
     "hardtanh_backward.grad_input",
+    "hardshrink",
+    "hardshrink.out",
+    "hardshrink_backward",
+    "hardshrink_backward.grad_input",
+    "softshrink",
+    "softshrink.out",
+    "softshrink_backward",
+    "softshrink_backward.grad_input",
     "hardswish",
     "hardswish_",
     "hardswish.out",
@@ -510,6 +584,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
   m.impl("log_sigmoid_forward", TORCH_FN(log_sigmoid_forward));
   m.impl("log_sigmoid_forward.output", TORCH_FN(log_sigmoid_forward_out));
   m.impl("_prelu_kernel_backward", TORCH_FN(prelu_kernel_backward));
+  m.impl("rrelu_with_noise", TORCH_FN(rrelu_with_noise));
+  m.impl("rrelu_with_noise.out", TORCH_FN(rrelu_with_noise_out));
+  m.impl("rrelu_with_noise_", TORCH_FN(rrelu_with_noise_inplace));
   m.impl("glu", TORCH_FN(glu_of));
   m.impl("glu.out", TORCH_FN(glu_out));
   m.impl("glu_backward", TORCH_FN(glu_backward_of));

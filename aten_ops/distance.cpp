@@ -1,4 +1,5 @@
-// Pairwise distances: _cdist_forward (torch.cdist) and _cdist_backward.
+// Pairwise distances: _cdist_forward (torch.cdist) and _cdist_backward; _pdist_forward (F.pdist) and
+// _pdist_backward, the distances between the rows of one matrix, from the same formulas.
 //
 // x1 (B..., P, M) and x2 (B..., R, M), their batch dims broadcast, give (B..., P, R). The direct form is a
 // reduction over M of |x1[p] - x2[r]| in a (B, P, R, M) space: p = 0 counts the nonzero differences, 1 sums
@@ -64,6 +65,19 @@ std::vector<int64_t> with_rows(const Pairs& s, int64_t a, int64_t b) {
   return r;
 }
 
+// The p-norm distance over the last axis of |a - b| (kept as size 1): p = 0 counts the nonzero differences,
+// inf takes the largest, any other p is the p-th root of the sum of p-th powers (1 and 2 without powers).
+UOpPtr distance(const UOpPtr& absdiff, double p, DType ct) {
+  const Shape& space = absdiff->shape;
+  const int64_t axis = static_cast<int64_t>(space.size()) - 1;
+  if (p == 0) return reduce(cast(alu(Ops::CMPNE, absdiff, fixed(ct, 0, space)), ct), Ops::ADD, {axis});
+  if (p == 1) return reduce(absdiff, Ops::ADD, {axis});
+  if (p == 2) return alu(Ops::SQRT, reduce(mul(absdiff, absdiff), Ops::ADD, {axis}));
+  if (std::isinf(p)) return reduce(absdiff, Ops::MAX, {axis});
+  UOpPtr sum = reduce(alu(Ops::POW, absdiff, scalar_constant(p, ct, space)), Ops::ADD, {axis});
+  return alu(Ops::POW, sum, scalar_constant(1.0 / p, ct, sum->shape));
+}
+
 at::Tensor cdist_forward(const at::Tensor& x1, const at::Tensor& x2, double p, std::optional<int64_t> compute_mode) {
   Pairs s = check_and_shape(x1, x2);
   TORCH_CHECK(p >= 0, "cdist only supports non-negative p values");
@@ -83,20 +97,7 @@ at::Tensor cdist_forward(const at::Tensor& x1, const at::Tensor& x2, double p, s
   Shape space{s.B, s.P, s.R, s.M};
   UOpPtr a = expand(reshape(batched(x1, s, s.P, ct), {s.B, s.P, 1, s.M}), space);
   UOpPtr b = expand(reshape(batched(x2, s, s.R, ct), {s.B, 1, s.R, s.M}), space);
-  UOpPtr diff = alu(Ops::ABS, sub(a, b)), d;
-  if (p == 0) {
-    d = reduce(cast(alu(Ops::CMPNE, diff, fixed(ct, 0, space)), ct), Ops::ADD, {3});
-  } else if (p == 1) {
-    d = reduce(diff, Ops::ADD, {3});
-  } else if (p == 2) {
-    d = alu(Ops::SQRT, reduce(mul(diff, diff), Ops::ADD, {3}));
-  } else if (std::isinf(p)) {
-    d = reduce(diff, Ops::MAX, {3});
-  } else {
-    Shape kept{s.B, s.P, s.R, 1};
-    UOpPtr sum = reduce(alu(Ops::POW, diff, scalar_constant(p, ct, space)), Ops::ADD, {3});
-    d = alu(Ops::POW, sum, scalar_constant(1.0 / p, ct, kept));
-  }
+  UOpPtr d = distance(alu(Ops::ABS, sub(a, b)), p, ct);
   write(out, reshape(cast(d, dt), to_shape(out.sizes())));
   return out;
 }
@@ -104,6 +105,27 @@ at::Tensor cdist_forward(const at::Tensor& x1, const at::Tensor& x2, double p, s
 UOpPtr sign(const UOpPtr& x) {
   UOpPtr zero = like(x, 0);
   return sub(cast(lt(zero, x), x->dtype), cast(lt(x, zero), x->dtype));
+}
+
+// torch's gradient of one pair's distance with respect to the first point, per coordinate: diff = a - b, g the
+// pair's upstream gradient, dist its distance (p = 0 has none).
+UOpPtr gradient_term(const UOpPtr& diff, const UOpPtr& g, const UOpPtr& dist, double p) {
+  const Shape& space = diff->shape;
+  DType ct = diff->dtype;
+  UOpPtr zero = fixed(ct, 0, space), absdiff = alu(Ops::ABS, diff);
+  UOpPtr at_zero = alu(Ops::CMPEQ, dist, zero);
+  if (p == 1) return mul(sign(diff), g);
+  if (p == 2) return where(at_zero, zero, div(mul(diff, g), dist));
+  if (std::isinf(p)) return mul(mul(sign(diff), cast(alu(Ops::CMPEQ, absdiff, dist), ct)), g);
+  if (p < 2) {
+    UOpPtr pm1 = scalar_constant(p - 1, ct, space);
+    UOpPtr v = div(mul(mul(sign(diff), alu(Ops::POW, absdiff, pm1)), g), alu(Ops::POW, dist, pm1));
+    UOpPtr skip = at_zero;
+    if (p < 1) skip = alu(Ops::OR, skip, alu(Ops::CMPEQ, diff, zero));
+    return where(skip, zero, v);
+  }
+  UOpPtr v = mul(mul(diff, alu(Ops::POW, absdiff, scalar_constant(p - 2, ct, space))), g);
+  return where(at_zero, zero, div(v, alu(Ops::POW, dist, scalar_constant(p - 1, ct, space))));
 }
 
 at::Tensor cdist_backward(const at::Tensor& grad, const at::Tensor& x1, const at::Tensor& x2, double p,
@@ -123,26 +145,88 @@ at::Tensor cdist_backward(const at::Tensor& grad, const at::Tensor& x1, const at
     return expand(reshape(cast(read(t.expand(with_rows(s, s.P, s.R))), ct), {s.B, s.P, s.R, 1}), space);
   };
   UOpPtr g = pairwise(grad), dist = pairwise(cdist);
-  UOpPtr diff = sub(a, b), zero = fixed(ct, 0, space), absdiff = alu(Ops::ABS, diff);
-  UOpPtr at_zero = alu(Ops::CMPEQ, dist, zero), term;
-  if (p == 1) {
-    term = mul(sign(diff), g);
-  } else if (p == 2) {
-    term = where(at_zero, zero, div(mul(diff, g), dist));
-  } else if (std::isinf(p)) {
-    term = mul(mul(sign(diff), cast(alu(Ops::CMPEQ, absdiff, dist), ct)), g);
-  } else if (p < 2) {
-    UOpPtr pm1 = scalar_constant(p - 1, ct, space);
-    UOpPtr v = div(mul(mul(sign(diff), alu(Ops::POW, absdiff, pm1)), g), alu(Ops::POW, dist, pm1));
-    UOpPtr skip = at_zero;
-    if (p < 1) skip = alu(Ops::OR, skip, alu(Ops::CMPEQ, diff, zero));
-    term = where(skip, zero, v);
-  } else {
-    UOpPtr v = mul(mul(diff, alu(Ops::POW, absdiff, scalar_constant(p - 2, ct, space))), g);
-    term = where(at_zero, zero, div(v, alu(Ops::POW, dist, scalar_constant(p - 1, ct, space))));
-  }
+  UOpPtr term = gradient_term(sub(a, b), g, dist, p);
   write(grad_x1, reshape(cast(reduce(term, Ops::ADD, {2}), dt), out_shape));
   return grad_x1;
+}
+
+// ---- pdist: the distances between the rows of one (N, M) matrix, pairs i < j in row-major order ----
+
+// pdist's list of pairs as cells of the N x N pair matrix (i * N + j, i < j, in order), and the inverse: each
+// cell's position in the list, either order of the pair, -1 (out of range: a gather reads 0) on the diagonal.
+// Both depend on N only, so they are built on the host.
+at::Tensor pair_cells(int64_t n, c10::Device device) {
+  at::Tensor cells = at::empty({n * (n - 1) / 2}, at::kLong);
+  auto c = cells.accessor<int64_t, 1>();
+  int64_t k = 0;
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = i + 1; j < n; j++)
+      c[k++] = i * n + j;
+  return cells.to(device);
+}
+
+at::Tensor pair_positions(int64_t n, c10::Device device) {
+  at::Tensor pos = at::full({n, n}, -1, at::kLong);
+  auto p = pos.accessor<int64_t, 2>();
+  int64_t k = 0;
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = i + 1; j < n; j++) {
+      p[i][j] = k;
+      p[j][i] = k;
+      k++;
+    }
+  return pos.to(device);
+}
+
+void check_pdist(const at::Tensor& self, const char* what) {
+  TORCH_CHECK(self.is_contiguous(), what);
+  TORCH_CHECK(self.dim() == 2, "pdist only supports 2D tensors, got: ", self.dim(), "D");
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()), "pdist only supports floating-point dtypes");
+}
+
+// Every pair's distance in an (N, N, M) space; the list keeps the cells above the diagonal.
+at::Tensor pdist_forward(const at::Tensor& self, double p) {
+  check_pdist(self, "_pdist_forward requires contiguous input");
+  TORCH_CHECK(p >= 0, "pdist only supports non-negative p values");
+  const int64_t n = self.size(0), m = self.size(1);
+  at::Tensor out = empty_tiny({n > 1 ? n * (n - 1) / 2 : 0}, self.scalar_type(), self.device());
+  if (out.numel() == 0) return out;
+  DType dt = to_tiny_dtype(self.scalar_type()), ct = opmath(dt);
+  if (m == 0) {
+    write(out, fixed(dt, 0, {out.numel()}));
+    return out;
+  }
+  Shape space{n, n, m};
+  UOpPtr x = cast(read(self), ct);
+  UOpPtr a = expand(reshape(x, {n, 1, m}), space), b = expand(reshape(x, {1, n, m}), space);
+  UOpPtr all = reshape(distance(alu(Ops::ABS, sub(a, b)), p, ct), {n * n});
+  write(out, cast(gather(all, read(pair_cells(n, self.device()))), dt));
+  return out;
+}
+
+// The gradient of the first point of each pair, summed over both orders of every pair: pdist's gradient is
+// odd in the difference, so row i gets sum over j != i of the cdist term of (x_i - x_j).
+at::Tensor pdist_backward(const at::Tensor& grad, const at::Tensor& self, double p, const at::Tensor& pdist) {
+  check_pdist(self, "_pdist_backward requires self to be contiguous");
+  TORCH_CHECK(pdist.is_contiguous(), "_pdist_backward requires pdist to be contiguous");
+  check_same_device({grad, self, pdist});
+  at::Tensor result = empty_tiny(self.sizes(), self.scalar_type(), self.device());
+  const int64_t n = self.size(0), m = self.size(1);
+  DType dt = to_tiny_dtype(self.scalar_type()), ct = opmath(dt);
+  if (p == 0 || grad.numel() == 0 || n <= 1 || m == 0) {
+    write(result, fixed(dt, 0, to_shape(self.sizes())));
+    return result;
+  }
+  Shape space{n, n, m};
+  UOpPtr x = cast(read(self), ct);
+  UOpPtr a = expand(reshape(x, {n, 1, m}), space), b = expand(reshape(x, {1, n, m}), space);
+  UOpPtr positions = read(pair_positions(n, self.device()));
+  auto per_pair = [&](const at::Tensor& t) {
+    return expand(reshape(cast(gather(reshape(read(t), {t.numel()}), positions), ct), {n, n, 1}), space);
+  };
+  UOpPtr term = gradient_term(sub(a, b), per_pair(grad), per_pair(pdist), p);
+  write(result, reshape(cast(reduce(term, Ops::ADD, {1}), dt), {n, m}));
+  return result;
 }
 
 } // namespace
@@ -151,6 +235,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
   tiny::KernelLibrary m(library);
   m.impl("_cdist_forward", TORCH_FN(cdist_forward));
   m.impl("_cdist_backward", TORCH_FN(cdist_backward));
+  m.impl("_pdist_forward", TORCH_FN(pdist_forward));
+  m.impl("_pdist_backward", TORCH_FN(pdist_backward));
 }
 
 } // namespace tiny::aten_ops

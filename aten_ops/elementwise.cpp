@@ -24,6 +24,7 @@
 #include <unordered_map>
 
 #include "aten_ops/complex_math.h"
+#include "aten_ops/polynomials.h"
 #include "aten_ops/special_math.h"
 #include "aten_ops/window_read.h"
 #include "csrc/fallback.h"
@@ -270,6 +271,29 @@ UOpPtr sign_bit(const UOpPtr& x, const Call& c) {
   return bin(Ops::CMPLT, i, expand(reshape(const_int(bits, 0), Shape(c.shape.size(), 1)), c.shape));
 }
 
+// torch's nextafter: the float of the common dtype next to a in the direction of b, by stepping a's bits (a
+// float's magnitude grows with its bits as an integer); from zero the smallest subnormal of b's sign.
+UOpPtr next_after(const Call& c) {
+  DType dt = c.common, bits = itemsize(dt) == 8 ? DType::Int64 : itemsize(dt) == 4 ? DType::Int32 : DType::Int16;
+  UOpPtr a = cast(c.a(), dt), b = cast(c.b(), dt);
+  auto int_const = [&](int64_t v) { return expand(reshape(const_int(bits, v), Shape(c.shape.size(), 1)), c.shape); };
+  auto float_const = [&](double v) { return expand(reshape(const_float(dt, v), Shape(c.shape.size(), 1)), c.shape); };
+  UOpPtr zero = float_const(0.0), ia = bitcast(a, bits);
+  UOpPtr away_from_zero = bin(Ops::CMPEQ, bin(Ops::CMPLT, a, b), bin(Ops::CMPLT, zero, a));
+  UOpPtr stepped = bitcast(bin(Ops::ADD, ia, where(away_from_zero, int_const(1), int_const(-1))), dt);
+  // the smallest subnormal of dt (its bits are 1), a literal: a bitcast of a constant renders as an int literal
+  // OpenCL cannot reinterpret as a double
+  const double denorm_min = dt == DType::Float64    ? std::numeric_limits<double>::denorm_min()
+                            : dt == DType::Float16  ? 0x1p-24
+                            : dt == DType::BFloat16 ? 0x1p-133
+                                                    : std::numeric_limits<float>::denorm_min();
+  UOpPtr smallest = float_const(denorm_min);
+  UOpPtr from_zero = where(bin(Ops::CMPLT, zero, b), smallest, un(Ops::NEG, smallest));
+  UOpPtr v = where(bin(Ops::CMPEQ, a, zero), from_zero, stepped);
+  v = where(bin(Ops::CMPEQ, a, b), b, v);
+  return where(any_of(is_nan(a), is_nan(b)), bin(Ops::ADD, a, b), v);
+}
+
 // torch's logaddexp (base e) and logaddexp2: max + log1p(exp(-|a - b|)), equal infinities as they are.
 Build log_add_exp(bool base2) {
   return [base2](const Call& c) {
@@ -351,6 +375,17 @@ Build special_fn(UOpPtr (*f)(const UOpPtr&)) {
 }
 Build bessel(UOpPtr (*f)(const UOpPtr&, bool), bool scaled) {
   return [f, scaled](const Call& c) { return f(c.a(), scaled); };
+}
+
+// An orthogonal polynomial of x (first operand) and degree n (second); its recurrence reads n's largest value on
+// the device of the call.
+Build orthogonal(const std::function<UOpPtr(const aten_ops::polynomials::Args&)>& f) {
+  return [f](const Call& c) {
+    c10::Device device = c.tensors.at(0).device();
+    for (const at::Tensor& t : c.tensors)
+      if (t.is_privateuseone()) device = t.device();
+    return f(aten_ops::polynomials::args(c.a(), c.b(), device));
+  };
 }
 
 const std::unordered_map<std::string, Op>& table() {
@@ -508,6 +543,15 @@ const std::unordered_map<std::string, Op>& table() {
       {"xlogy", {K::BinaryFloat, x_log(Ops::LOG)}},
       {"special_xlog1py", {K::BinaryFloat, x_log(Ops::LOG1P)}},
       {"hypot", {K::Binary, hypot, [](const Call& c) { check_float(c, "hypot"); }}},
+      {"special_chebyshev_polynomial_t", {K::BinaryFloat, orthogonal(aten_ops::polynomials::chebyshev_t)}},
+      {"special_chebyshev_polynomial_u", {K::BinaryFloat, orthogonal(aten_ops::polynomials::chebyshev_u)}},
+      {"special_hermite_polynomial_h",
+       {K::BinaryFloat, orthogonal([](const auto& a) { return aten_ops::polynomials::hermite(a, true); })}},
+      {"special_hermite_polynomial_he",
+       {K::BinaryFloat, orthogonal([](const auto& a) { return aten_ops::polynomials::hermite(a, false); })}},
+      {"special_laguerre_polynomial_l", {K::BinaryFloat, orthogonal(aten_ops::polynomials::laguerre_l)}},
+      {"special_legendre_polynomial_p", {K::BinaryFloat, orthogonal(aten_ops::polynomials::legendre_p)}},
+      {"nextafter", {K::Binary, next_after, [](const Call& c) { check_float(c, "nextafter"); }}},
       {"heaviside",
        {K::Binary,
         [](const Call& c) {
@@ -548,10 +592,12 @@ std::string family(const c10::FunctionSchema& s) {
   return n;
 }
 
-bool is_operand(const std::string& name) {
+// The special polynomials' x and n are operands; polygamma's n (an int) is a parameter.
+bool is_operand(const c10::Argument& arg) {
+  const std::string& name = arg.name();
   return name == "self" || name == "other" || name == "exponent" || name == "min" || name == "max" ||
          name == "condition" || name == "tensor1" || name == "tensor2" || name == "end" || name == "weight" ||
-         name == "values";
+         name == "values" || name == "x" || (name == "n" && arg.type()->kind() == c10::TypeKind::TensorType);
 }
 
 at::Tensor wrap_scalar(const at::Scalar& s) {
@@ -676,7 +722,7 @@ const Overload& overload_of(const c10::FunctionSchema& schema) {
       bool writes = arg.alias_info() && arg.alias_info()->isWrite();
       it->second.roles.push_back(writes && arg.name() != "self" ? Role::Out
                                  : writes                       ? Role::InPlaceSelf
-                                 : is_operand(arg.name())       ? Role::Operand
+                                 : is_operand(arg)              ? Role::Operand
                                                                 : Role::Param);
     }
   }
@@ -1303,6 +1349,21 @@ constexpr const char* kOverloads[] = {
     "special_xlog1py.out",
     "hypot",
     "hypot.out",
+    "nextafter",
+    "nextafter.out",
+    "special_chebyshev_polynomial_t",
+    "special_chebyshev_polynomial_t.out",
+    "special_chebyshev_polynomial_u",
+    "special_chebyshev_polynomial_u.out",
+    "special_hermite_polynomial_h",
+    "special_hermite_polynomial_h.out",
+    "special_hermite_polynomial_he",
+    "special_hermite_polynomial_he.out",
+    "special_laguerre_polynomial_l",
+    "special_laguerre_polynomial_l.out",
+    "special_legendre_polynomial_p",
+    "special_legendre_polynomial_p.out",
+    "nextafter_",
     "hypot_",
     "heaviside",
     "heaviside.out",
@@ -1335,6 +1396,53 @@ constexpr const char* kOverloads[] = {
     "lerp.Tensor_out",
 };
 
+// frexp: x = mantissa * 2^exponent with 0.5 <= |mantissa| < 1, from x's bits: the exponent field gives the
+// exponent, and the mantissa is x with its exponent field set to that of 0.5. A subnormal is scaled by 2^64
+// first. Zero, inf and NaN keep x with exponent 0 (glibc's frexp). float16/bfloat16 take float32's bits (the
+// mantissa has no more bits than theirs, so rounding back is exact), as the CPU computes them in float.
+std::tuple<UOpPtr, UOpPtr> float_parts(const UOpPtr& x) {
+  const bool wide = x->dtype == DType::Float64;
+  const DType bits = wide ? DType::Int64 : DType::Int32;
+  const int64_t mantissa_bits = wide ? 52 : 23, field_mask = wide ? 0x7ff : 0xff, half_field = wide ? 1022 : 126;
+  auto int_const = [&](int64_t v) { return expand(reshape(const_int(bits, v), Shape(x->shape.size(), 1)), x->shape); };
+  auto float_const = [&](double v) {
+    return expand(reshape(const_float(x->dtype, v), Shape(x->shape.size(), 1)), x->shape);
+  };
+  auto field_of = [&](const UOpPtr& b) {
+    return bin(Ops::AND, bin(Ops::SHR, b, int_const(mantissa_bits)), int_const(field_mask));
+  };
+  UOpPtr field = field_of(bitcast(x, bits)), zero = float_const(0.0);
+  UOpPtr subnormal = bin(Ops::AND, bin(Ops::CMPEQ, field, int_const(0)), bin(Ops::CMPNE, x, zero));
+  UOpPtr y = where(subnormal, bin(Ops::MUL, x, float_const(0x1p64)), x), ybits = bitcast(y, bits);
+  UOpPtr exponent = bin(Ops::SUB, bin(Ops::SUB, field_of(ybits), int_const(half_field)),
+                        where(subnormal, int_const(64), int_const(0)));
+  UOpPtr cleared = bin(Ops::AND, ybits, un(Ops::BITNOT, int_const(field_mask << mantissa_bits)));
+  UOpPtr mantissa = bitcast(bin(Ops::OR, cleared, int_const(half_field << mantissa_bits)), x->dtype);
+  UOpPtr special = bin(Ops::OR, bin(Ops::CMPEQ, x, zero), bin(Ops::CMPEQ, field, int_const(field_mask)));
+  return {where(special, x, mantissa), cast(where(special, int_const(0), exponent), DType::Int32)};
+}
+
+std::tuple<at::Tensor&, at::Tensor&> frexp_out(const at::Tensor& self, at::Tensor& mantissa, at::Tensor& exponent) {
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()), "torch.frexp() only supports floating-point dtypes");
+  TORCH_CHECK(mantissa.dtype() == self.dtype(), "torch.frexp() expects mantissa to have dtype ", self.dtype(),
+              " but got ", mantissa.dtype());
+  TORCH_CHECK(exponent.dtype() == at::kInt, "torch.frexp() expects exponent to have int dtype but got ",
+              exponent.dtype());
+  at::TensorIterator iter = at::TensorIteratorConfig()
+                                .add_output(mantissa)
+                                .add_output(exponent)
+                                .add_const_input(self)
+                                .check_all_same_dtype(false)
+                                .set_check_mem_overlap(true)
+                                .build();
+  if (self.numel() == 0) return {mantissa, exponent};
+  DType dt = to_tiny_dtype(self.scalar_type());
+  auto [m, e] = float_parts(cast(read(self), opmath(dt)));
+  write(iter.output(0), cast(m, dt));
+  write(iter.output(1), e);
+  return {mantissa, exponent};
+}
+
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
@@ -1343,6 +1451,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&native_or_cpu<&elementwise_kernel>>());
   m.impl("complex.out", TORCH_FN(complex_from_parts_out<false>));
   m.impl("polar.out", TORCH_FN(complex_from_parts_out<true>));
+  m.impl("frexp.Tensor_out", TORCH_FN(frexp_out));
 }
 
 } // namespace tiny

@@ -327,7 +327,7 @@ at::Tensor bucketize_scalar(const at::Scalar& self, const at::Tensor& boundaries
 }
 
 // torch's mode.values kernel is composite but accepts CPU, CUDA and XPU tensors only: the functional
-// mode (the CPU fallback today), its results written into values and indices.
+// mode (aten_ops/mode.cpp), its results written into values and indices.
 std::tuple<at::Tensor&, at::Tensor&> mode_out(const at::Tensor& self, int64_t dim, bool keepdim, at::Tensor& values,
                                               at::Tensor& indices) {
   TORCH_CHECK(self.device() == values.device() && self.device() == indices.device(),

@@ -1,0 +1,37 @@
+#pragma once
+// Small values an ATen kernel needs on the host at the call (a range to check, torch's data-dependent errors).
+
+#include <ATen/ATen.h>
+
+#include <vector>
+
+#include "aten_ops/builders.h"
+#include "csrc/tensor_bridge.h"
+#include "runtime/device.h"
+#include "runtime/realize.h"
+
+namespace tiny::aten_ops {
+
+// Scalar int64 values computed on the device, read to the host: computed alone (their own small kernels,
+// the work pending around the call stays lazy), or, when their graph writes a storage in place, by a sync.
+inline std::vector<int64_t> read_on_host(const std::vector<UOpPtr>& values, c10::Device device) {
+  int64_t n = static_cast<int64_t>(values.size());
+  std::vector<UOpPtr> parts;
+  for (const UOpPtr& v : values)
+    parts.push_back(reshape(cast(v, DType::Int64), {1}));
+  // concatenate: each value padded to n, summed
+  UOpPtr all = fixed(DType::Int64, 0, {n});
+  for (int64_t i = 0; i < n; i++)
+    all = add(all, pad(parts[i], {{i, n - i - 1}}));
+  if (runtime::evaluable_alone(all)) {
+    std::vector<int64_t> out(static_cast<size_t>(n));
+    runtime::evaluate_to_host(all, out.data(), runtime::device(device.index()));
+    return out;
+  }
+  at::Tensor t = empty_tiny({n}, at::kLong, device);
+  write(t, all);
+  at::Tensor host = t.cpu();
+  return std::vector<int64_t>(host.data_ptr<int64_t>(), host.data_ptr<int64_t>() + n);
+}
+
+} // namespace tiny::aten_ops
