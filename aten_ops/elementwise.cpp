@@ -291,7 +291,7 @@ UOpPtr next_after(const Call& c) {
   UOpPtr from_zero = where(bin(Ops::CMPLT, zero, b), smallest, un(Ops::NEG, smallest));
   UOpPtr v = where(bin(Ops::CMPEQ, a, zero), from_zero, stepped);
   v = where(bin(Ops::CMPEQ, a, b), b, v);
-  return where(any_of(is_nan(a), is_nan(b)), bin(Ops::ADD, a, b), v);
+  return where(bin(Ops::OR, is_nan(a), is_nan(b)), bin(Ops::ADD, a, b), v);
 }
 
 // torch's logaddexp (base e) and logaddexp2: max + log1p(exp(-|a - b|)), equal infinities as they are.
