@@ -12,30 +12,11 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from common import CLOCK, interleaved, report
+from compile import make_step
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from mnist import build_model  # noqa: E402
-
-
-def make_step(device, batch_size, compiled=False):
-    """A closure running one training step on `device` (the model compiled by Inductor when `compiled`)."""
-    torch.manual_seed(0)
-    x, y = torch.randn(batch_size, 1, 28, 28), torch.randint(0, 10, (batch_size,))
-    model = build_model().to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    x, y = x.to(device), y.to(device)
-    forward = torch.compile(model) if compiled else model
-
-    def step():
-        loss = F.cross_entropy(forward(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return loss.item()
-
-    return step
 
 
 def main():
@@ -45,9 +26,13 @@ def main():
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--cpu-time", action="store_true", help="one thread each, its CPU time (bench/common.py)")
     args = parser.parse_args()
-    contenders = {"tiny": make_step("tiny", args.batch_size), "eager": make_step("cpu", args.batch_size)}
+    torch.manual_seed(0)
+    model = build_model()
+    x, y = torch.randn(args.batch_size, 1, 28, 28), torch.randint(0, 10, (args.batch_size,))
+    steps = {"tiny": (make_step(model, "tiny"), x.to("tiny"), y.to("tiny")), "eager": (make_step(model, "cpu"), x, y)}
     if not args.no_compile:
-        contenders["torch.compile"] = make_step("cpu", args.batch_size, compiled=True)
+        steps["torch.compile"] = (make_step(model, "cpu", {}), x, y)
+    contenders = {name: (lambda s=s, a=a, b=b: s(a, b)) for name, (s, a, b) in steps.items()}
     times = interleaved(contenders, args.rounds, clock=CLOCK)
     report(f"training step, demo CNN, batch {args.batch_size}, Adam", times)
 

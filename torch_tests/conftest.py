@@ -267,6 +267,26 @@ def recorded_warnings(fn):
     return result, [str(w.message) for w in caught]
 
 
+def with_grads(fn, *inputs, grad_seed=5, wrt=None):
+    """fn's result and the gradients of its float inputs (the first `wrt` inputs when given) for a random
+    upstream gradient, on the CPU and on tiny: ((result, grads) on CPU, (result, grads) on tiny)."""
+    results = []
+    for dev in ("cpu", DEVICE):
+        leaves = [
+            x.detach().to(dev).requires_grad_()
+            if isinstance(x, torch.Tensor) and x.is_floating_point() and (wrt is None or i < wrt)
+            else x
+            for i, x in enumerate(inputs)
+        ]
+        moved = [x.to(dev) if isinstance(x, torch.Tensor) else x for x in leaves]
+        out = fn(*moved)
+        g = rand(out.numel() + 1, dtype=out.dtype, seed=grad_seed)[: out.numel()].reshape(out.shape).to(dev)
+        wanted = [x for x in leaves if isinstance(x, torch.Tensor) and x.requires_grad]
+        grads = torch.autograd.grad(out, wanted, g, allow_unused=True)
+        results.append((out, grads))
+    return results[0], results[1]
+
+
 def check_half_against_float32(fn, *args, rtol, atol):
     """For float16/bfloat16 kernels whose CPU version rounds intermediates to the half type (which ones
     depends on the CPU's instruction set: conv_transpose differs between AVX2 and AVX-512 machines),

@@ -17,17 +17,6 @@ def crand(*shape, dtype=torch.complex64, seed=0):
     return torch.randn(*shape, dtype=dtype, generator=g)
 
 
-@pytest.fixture
-def native(monkeypatch):
-    """No op may run through the CPU fallback: it raises, and the fallback counter stays put."""
-    monkeypatch.setenv("TINY_FALLBACK", "0")
-    torch.tiny.synchronize()
-    before = torch.tiny.stats()["fallbacks"]
-    yield
-    torch.tiny.synchronize()
-    assert torch.tiny.stats()["fallbacks"] == before
-
-
 # ---- holding complex values ----
 
 

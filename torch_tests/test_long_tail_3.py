@@ -9,31 +9,13 @@ raising the CPU's kind of error."""
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import DEVICE, assert_same, by_dtype, check, rand, tol
+from conftest import DEVICE, assert_same, by_dtype, check, rand, tol, with_grads
 
 NAN, INF = float("nan"), float("inf")
 
 pytestmark = pytest.mark.usefixtures("native")
 
 FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
-
-
-def with_grads(fn, *inputs, grad_seed=5):
-    """fn's result and the gradients of its float inputs for a random upstream gradient, on the CPU and on
-    tiny: ((result, grads) on CPU, (result, grads) on tiny)."""
-    results = []
-    for dev in ("cpu", DEVICE):
-        leaves = [
-            x.detach().to(dev).requires_grad_() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-            for x in inputs
-        ]
-        moved = [x.to(dev) if isinstance(x, torch.Tensor) else x for x in leaves]
-        out = fn(*moved)
-        g = rand(out.numel() + 1, dtype=out.dtype, seed=grad_seed)[: out.numel()].reshape(out.shape).to(dev)
-        wanted = [x for x in leaves if isinstance(x, torch.Tensor) and x.requires_grad]
-        grads = torch.autograd.grad(out, wanted, g, allow_unused=True)
-        results.append((out, grads))
-    return results[0], results[1]
 
 
 # ---- histc ----
