@@ -536,7 +536,9 @@ private:
     if (from == DType::Bool) return "(" + type(to) + ")" + a;
     // half types are bits in memory (an unsigned short), float in registers
     std::string bits_type = is_half(to) ? (d_.as_type ? "ushort" : "unsigned short") : storage(to);
-    std::string x = to_bits(from, a);
+    // an int64 constant that fits an int renders as a bare int (index math stays 32-bit): reinterpreting
+    // it needs its own width (OpenCL's as_double(1) does not compile)
+    std::string x = to_bits(from, is_float(from) ? a : "((" + storage(from) + ")" + a + ")");
     std::string b = d_.as_type ? "as_" + bits_type + "(" + x + ")" : "tiny_bitcast<" + bits_type + ">(" + x + ")";
     return from_bits(to, b);
   }

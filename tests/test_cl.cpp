@@ -376,7 +376,10 @@ TEST_F(ClDevice, BitcastsReinterpretBitsLikeTheCpu) {
     auto back =
         bitcast(alu(Ops::ADD, bitcast(alu(Ops::ADD, h, bf), DType::Float16), cast(b, DType::Float16)), DType::Int16);
     auto flag = cast(bitcast(b, DType::Bool), DType::Int32);
-    return alu(Ops::ADD, alu(Ops::XOR, i32, cast(back, DType::Int32)), flag);
+    // an int64 constant reinterpreted as a double: the smallest subnormal, above 0
+    auto tiny_double = bitcast(scalar(DType::Int64, 1, {300}), DType::Float64);
+    auto positive = cast(alu(Ops::CMPLT, scalar(DType::Float64, 0, {300}), tiny_double), DType::Int32);
+    return alu(Ops::ADD, alu(Ops::ADD, alu(Ops::XOR, i32, cast(back, DType::Int32)), flag), positive);
   });
   EXPECT_EQ(got, want);
 }
