@@ -159,6 +159,11 @@ UOpPtr part(const UOpPtr& pairs, int64_t lane) {
 UOpPtr real_part(const UOpPtr& pairs) { return part(pairs, 0); }
 UOpPtr imag_part(const UOpPtr& pairs) { return part(pairs, 1); }
 
+namespace {
+// The conjugate of complex pairs: what a conjugate view shows of its storage, and what it stores.
+UOpPtr conjugated(const UOpPtr& pairs) { return join_complex(real_part(pairs), alu(Ops::NEG, imag_part(pairs))); }
+} // namespace
+
 UOpPtr read_complex(const at::Tensor& t) {
   if (!t.is_complex()) {
     UOpPtr re = read(t);
@@ -167,7 +172,7 @@ UOpPtr read_complex(const at::Tensor& t) {
   }
   UOpPtr pairs = lazy_buffer(t).read(element_view(t));
   if (t.is_neg()) pairs = alu(Ops::NEG, pairs);
-  if (t.is_conj()) pairs = join_complex(real_part(pairs), alu(Ops::NEG, imag_part(pairs)));
+  if (t.is_conj()) pairs = conjugated(pairs);
   return pairs;
 }
 
@@ -180,7 +185,7 @@ void write_complex(const at::Tensor& dst, const UOpPtr& pairs) {
   if (dst.numel() == 0) return;
   // The storage of a conjugate (negative) view holds the conjugate (negation) of what it shows.
   UOpPtr stored = pairs;
-  if (dst.is_conj()) stored = join_complex(real_part(stored), alu(Ops::NEG, imag_part(stored)));
+  if (dst.is_conj()) stored = conjugated(stored);
   if (dst.is_neg()) stored = alu(Ops::NEG, stored);
   lazy_buffer(dst).write(view, stored);
 }
