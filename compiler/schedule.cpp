@@ -132,14 +132,21 @@ private:
         return;
       }
     }
-    UOpPtr b;
+    UOpPtr b, v;
     if (n->op == Ops::ASSIGN || n->op == Ops::SCATTER)
       b = materialize_write(n);
     else {
-      UOpPtr v = resolve(n->op == Ops::CONTIGUOUS ? n->src[0] : n);
+      v = resolve(n->op == Ops::CONTIGUOUS ? n->src[0] : n);
       b = v->op == Ops::BUFFER ? v : into_new_buffer(v);
     }
     realized_[n.get()] = b->shape == n->shape ? b : reshape(b, n->shape);
+    // n's form over the buffers realized before it is the same value: a graph that reads n, resolved
+    // again after those buffers (a kernel's next try), holds that form instead of n (a layer norm's
+    // variance over its realized mean was computed twice on a GPU).
+    if (v && v != n && v->op != Ops::BUFFER && v->shape == n->shape) {
+      keep_.push_back(v);
+      realized_[v.get()] = realized_.at(n.get());
+    }
   }
 
   UOpPtr into_new_buffer(const UOpPtr& value) {

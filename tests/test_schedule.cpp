@@ -140,3 +140,19 @@ TEST(Schedule, AConvolutionsPaddedInputIsCopiedWithTheInnermostReducedAxisInnerm
   EXPECT_EQ(copy->loops.back(), C);
   EXPECT_EQ(prod(copy->loops), N * C * 16 * 16);
 }
+
+// A GPU kernel cannot compute a row's statistics as it writes the row: they are realized first, the
+// variance over the realized mean; the kernel's next try reads both and computes neither again.
+TEST(Schedule, ALayerNormsStatisticsOnAGpuAreEachOneKernel) {
+  Target gpu;
+  gpu.dialect = Dialect::OpenCL;
+  Shape full{16, 64}, row{16, 1};
+  auto c = [&](double v) { return expand(reshape(const_float(DType::Float32, v), {1, 1}), row); };
+  auto mean_of = [&](const UOpPtr& v) { return alu(Ops::MUL, reshape(reduce(v, Ops::ADD, {1}), row), c(1.0 / 64)); };
+  UOpPtr x = input(full);
+  UOpPtr dev = alu(Ops::SUB, x, expand(mean_of(x), full));
+  UOpPtr rstd = alu(Ops::RECIP, alu(Ops::SQRT, alu(Ops::ADD, mean_of(alu(Ops::MUL, dev, dev)), c(1e-5))));
+  UOpPtr y = alu(Ops::MUL, dev, expand(rstd, full));
+  EXPECT_EQ(schedule_of(y, gpu).kernels.size(), 3u); // the mean, the variance, the output
+  EXPECT_EQ(schedule_of(y).kernels.size(), 1u);      // the CPU's row kernel computes them per row
+}
