@@ -100,7 +100,7 @@ Cx four_step(const Cx& x, int64_t n1, bool forward, bool real_only) {
   Cx w{of_table(t.re), alu(Ops::NEG, of_table(t.im))};
   Cx twiddled = complex_math::mul(y, w);
   twiddled = {contiguous(transpose_last(twiddled.re)), contiguous(transpose_last(twiddled.im))}; // (batch, k1, b)
-  Cx z = dft(twiddled, n2, forward, real_only); // (batch, k1, k2)
+  Cx z = dft(twiddled, n2, forward, real_only);                                                  // (batch, k1, k2)
   auto in_order = [&](const UOpPtr& v) { return v ? reshape(transpose_last(v), with(batch, {n})) : nullptr; };
   return {in_order(z.re), in_order(z.im)};
 }
@@ -124,20 +124,21 @@ Cx dft(const Cx& x, int64_t count, bool forward, bool real_only) {
   Cx full = four_step(x, factor, forward, real_only);
   if (count == n) return full;
   std::vector<std::pair<int64_t, int64_t>> keep;
-  for (int64_t size : full.re->shape) keep.emplace_back(0, size);
+  for (int64_t size : full.re->shape)
+    keep.emplace_back(0, size);
   keep.back() = {0, count};
   return {shrink(full.re, keep), full.im ? shrink(full.im, keep) : nullptr};
 }
 
 // f applied along `axis` of x: the axis moved last, transformed, moved back.
-template <class F>
-Cx along(const Cx& x, int64_t axis, F f) {
+template <class F> Cx along(const Cx& x, int64_t axis, F f) {
   int64_t rank = static_cast<int64_t>(x.re->shape.size());
   std::vector<int64_t> order, back(rank);
   for (int64_t d = 0; d < rank; ++d)
     if (d != axis) order.push_back(d);
   order.push_back(axis);
-  for (int64_t d = 0; d < rank; ++d) back[order[d]] = d;
+  for (int64_t d = 0; d < rank; ++d)
+    back[order[d]] = d;
   auto moved = [&](const UOpPtr& v) { return v ? permute(v, order) : nullptr; };
   Cx r = f(Cx{moved(x.re), moved(x.im)});
   auto restored = [&](const UOpPtr& v) { return v ? permute(v, back) : nullptr; };
@@ -160,7 +161,8 @@ UOpPtr normalized(const UOpPtr& v, int64_t mode, int64_t signal_numel) {
 
 std::vector<int64_t> wrapped(c10::IntArrayRef dims, int64_t rank) {
   std::vector<int64_t> r;
-  for (int64_t d : dims) r.push_back(at::maybe_wrap_dim(d, rank));
+  for (int64_t d : dims)
+    r.push_back(at::maybe_wrap_dim(d, rank));
   return r;
 }
 
@@ -170,7 +172,8 @@ std::vector<int64_t> mkl_layout(c10::IntArrayRef in_strides, c10::IntArrayRef ou
                                 const std::vector<int64_t>& dims) {
   int64_t rank = static_cast<int64_t>(out_sizes.size());
   std::vector<bool> transformed(rank, false);
-  for (int64_t d : dims) transformed[d] = true;
+  for (int64_t d : dims)
+    transformed[d] = true;
   std::vector<int64_t> order;
   for (int64_t d = 0; d < rank; ++d)
     if (!transformed[d]) order.push_back(d);
@@ -213,18 +216,25 @@ Cx read_parts(const at::Tensor& self) {
 at::Tensor complex_result(const at::Tensor& self, c10::IntArrayRef sizes, c10::IntArrayRef strides, const Cx& v,
                           at::ScalarType dtype) {
   at::Tensor out = empty_tiny(sizes, strides, dtype, self.device());
-  if (out.numel() > 0) write_complex(out, join_complex(v.re, v.im));
+  write_complex(out, join_complex(v.re, v.im));
   return out;
 }
 
 int64_t signal_numel(c10::IntArrayRef sizes, const std::vector<int64_t>& dims) {
   int64_t n = 1;
-  for (int64_t d : dims) n *= sizes[d];
+  for (int64_t d : dims)
+    n *= sizes[d];
   return n;
 }
 
 void check_dims(c10::IntArrayRef dims, const char* op) {
   TORCH_CHECK(!dims.empty(), op, ": expected at least one dim to transform");
+}
+
+// The CPU's MKL kernel refuses a transform with no elements (an empty batch), so tiny does too.
+void check_not_empty(const at::Tensor& self) {
+  TORCH_CHECK(self.numel() > 0, "MKL FFT error: Intel oneMKL DFTI ERROR: Inconsistent configuration parameters ",
+              "(the CPU's FFT refuses a tensor with no elements)");
 }
 
 // ---- kernels ----
@@ -234,8 +244,8 @@ at::Tensor fft_c2c(const at::Tensor& self, c10::SymIntArrayRef dim_in, int64_t n
   DType dt = part_dtype(self);
   std::vector<int64_t> dims = wrapped(C10_AS_INTARRAYREF_SLOW(dim_in), self.dim());
   if (dims.empty()) return self.clone();
+  check_not_empty(self);
   std::vector<int64_t> strides = mkl_layout(self.strides(), self.sizes(), sorted_dims(self, dims, false));
-  if (self.numel() == 0) return empty_tiny(self.sizes(), strides, self.scalar_type(), self.device());
   Cx v = c2c_along(read_parts(self), dims, forward);
   int64_t n = signal_numel(self.sizes(), dims);
   v = {cast(normalized(v.re, normalization, n), dt), cast(normalized(v.im, normalization, n), dt)};
@@ -253,13 +263,13 @@ at::Tensor fft_r2c(const at::Tensor& self, c10::IntArrayRef dim_in, int64_t norm
   if (onesided) sizes[last] = sizes[last] / 2 + 1;
   std::vector<int64_t> strides = mkl_layout(self.strides(), sizes, sorted_dims(self, dims, true));
   at::ScalarType dtype = c10::toComplexType(self.scalar_type());
-  if (self.numel() == 0) return empty_tiny(sizes, strides, dtype, self.device());
+  check_not_empty(self);
   // the real transform along the last dim first (one-sided: only the outputs kept), then the others
   Cx v = along({read(self), nullptr}, last, [&](const Cx& x) { return dft(x, sizes[last], true, false); });
   v = c2c_along(v, c10::IntArrayRef(dims).slice(0, dims.size() - 1), true);
   int64_t n = signal_numel(self.sizes(), dims);
-  return complex_result(self, sizes, strides,
-                        {normalized(v.re, normalization, n), normalized(v.im, normalization, n)}, dtype);
+  return complex_result(self, sizes, strides, {normalized(v.re, normalization, n), normalized(v.im, normalization, n)},
+                        dtype);
 }
 
 // The last dim's inverse transform to `size` real outputs, from the first size / 2 + 1 of its complex inputs
@@ -269,7 +279,8 @@ Cx hermitian_inverse(const Cx& x, int64_t size) {
   Shape batch = without_last(x.re->shape);
   int64_t half = size / 2 + 1, mirrored = size - half;
   std::vector<std::pair<int64_t, int64_t>> range;
-  for (int64_t s : batch) range.emplace_back(0, s);
+  for (int64_t s : batch)
+    range.emplace_back(0, s);
   auto part = [&](const UOpPtr& v, int64_t from, int64_t to) {
     auto r = range;
     r.emplace_back(from, to);
@@ -311,8 +322,8 @@ at::Tensor fft_c2r(const at::Tensor& self, c10::IntArrayRef dim_in, int64_t norm
   std::vector<int64_t> sizes(self.sizes().begin(), self.sizes().end());
   sizes[last] = size;
   std::vector<int64_t> strides = mkl_layout(mid_strides, sizes, {last});
+  check_not_empty(self);
   at::Tensor out = empty_tiny(sizes, strides, c10::toRealValueType(self.scalar_type()), self.device());
-  if (out.numel() == 0) return out;
   Cx v = c2c_along(read_parts(self), c2c_dims, false);
   v = along(v, last, [&](const Cx& x) { return hermitian_inverse(x, size); });
   write(out, cast(normalized(v.re, normalization, signal_numel(sizes, dims)), dt));
