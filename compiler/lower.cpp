@@ -198,7 +198,8 @@ private:
   static bool walk_as_one(const UOpPtr& x, int64_t a) {
     size_t b = static_cast<size_t>(a) + 1;
     for (const UOpPtr& m : toposort(x)) {
-      if (m->op == Ops::REDUCE || m->op == Ops::GATHER || m->op == Ops::BUFFER || m->op == Ops::IOTA) return false;
+      // (a buffer or iota is read through a view of x's rank, checked here)
+      if (m->op == Ops::REDUCE || m->op == Ops::GATHER) return false;
       if (m->op != Ops::VIEW) continue;
       if (m->shape.size() != x->shape.size()) return false;
       const View& v = m->st().views.back();
@@ -471,19 +472,28 @@ std::vector<UOpPtr> own_buffer_reads(const UOpPtr& r) {
   return reads;
 }
 
-// Whether every buffer a reduction reads walks each reduced axis contiguously (or not at all).
-bool reads_reduced_contiguously(const UOpPtr& r) {
+// Whether every buffer a reduction reads walks each of the reduced axes `axes` contiguously (or not at
+// all).
+bool reads_contiguously_along(const UOpPtr& r, const std::vector<int64_t>& axes) {
   size_t rank = r->src[0]->shape.size();
   for (const UOpPtr& m : own_buffer_reads(r)) {
     // A read of another rank (behind a gather's computed index, say) has no reduced axes to walk, and
     // indexing its strides by the reduction's axes would read past them.
     if (m->st().views.size() != 1 || m->shape.size() != rank) return false;
-    for (int64_t a : r->reduce_arg().axes) {
+    for (int64_t a : axes) {
       int64_t st = m->st().views.back().strides[a];
       if (st != 0 && st != 1) return false;
     }
   }
   return true;
+}
+
+bool reads_reduced_contiguously(const UOpPtr& r) { return reads_contiguously_along(r, r->reduce_arg().axes); }
+
+// Whether the reduction's innermost loop, over its last reduced axis, reads every buffer contiguously:
+// its reduce loop steps by vector lanes (a per-channel sum of an (N, C, H*W) tensor walks H*W).
+bool reads_innermost_reduced_contiguously(const UOpPtr& r) {
+  return reads_contiguously_along(r, {r->reduce_arg().axes.back()});
 }
 
 // Whether the value reads reductions, each only through views that broadcast it along the dims `dims`
@@ -785,7 +795,7 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
     bitcast = bitcast || n->op == Ops::BITCAST;
     if (n->op != Ops::REDUCE) continue;
     has_reduce = true;
-    contiguous_reduce = contiguous_reduce && reads_reduced_contiguously(n);
+    contiguous_reduce = contiguous_reduce && reads_innermost_reduced_contiguously(n);
   }
   // A row kernel: every reduction is read broadcast along the innermost loop (softmax's max and sum,
   // layer norm's statistics, each read by every element of its row). One iteration of the outer loops

@@ -382,3 +382,25 @@ TEST(Kernel, KernelsCompiledAsOneLibraryRunTheirOwnCode) {
   EXPECT_EQ(static_cast<int32_t*>(quot->ptr())[1], 7 + static_cast<int32_t>(salt)); // 7 / 1 + salt
   EXPECT_EQ(stats().compiles - before, 6);
 }
+
+// A per-channel sum of an (N, C, H, W) tensor walks H and W as one contiguous loop whose steps are
+// vector lanes, though the batch axis it also reduces strides by C * H * W (it ran one float at a time,
+// 2.3x slower, in batch norm's statistics and gradients).
+TEST(Kernel, APerChannelSumStepsItsContiguousInnerLoopByVectorLanes) {
+  const int64_t N = 4, C = 3, H = 8, W = 12;
+  auto xv = random_vec(N * C * H * W, 21);
+  auto x = reshape(buffer(filled(xv)), {N, C, H, W});
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, C);
+  UOpPtr sum = reshape(reduce(x, Ops::ADD, {0, 2, 3}), {C});
+  Kernel k = lower_kernel(out, View::contiguous({C}), sum);
+  EXPECT_EQ(k.lanes, 16);
+  EXPECT_NE(render_c(k, k.name).find("tv_float acc"), std::string::npos);
+  auto got = values(realize_value(sum));
+  for (int64_t c = 0; c < C; c++) {
+    double want = 0;
+    for (int64_t n = 0; n < N; n++)
+      for (int64_t i = 0; i < H * W; i++)
+        want += xv[(n * C + c) * H * W + i];
+    EXPECT_NEAR(got[c], want, 1e-4) << c;
+  }
+}
