@@ -352,15 +352,19 @@ UOpPtr mode_pad_backward(const UOpPtr& grad, const Shape& in_shape, const Ranges
 
 void write_mode_pad(const at::Tensor& out, const at::Tensor& self, c10::IntArrayRef padding, PadMode mode) {
   if (out.numel() == 0) return;
-  write(out, mode_pad(read(self), dim_pads(self.dim(), padding), mode));
+  Ranges pads = dim_pads(self.dim(), padding);
+  if (has_pairs(self)) pads.emplace_back(0, 0); // the pair's axis
+  store_values(out, mode_pad(read_values(self), pads, mode));
 }
 
 void write_mode_pad_backward(const at::Tensor& grad_input, const at::Tensor& grad_output, const at::Tensor& self,
                              c10::IntArrayRef padding, PadMode mode) {
   if (grad_input.numel() == 0) return;
-  DType dt = to_tiny_dtype(grad_input.scalar_type());
-  UOpPtr g = cast(read(grad_output), opmath(dt));
-  write(grad_input, cast(mode_pad_backward(g, to_shape(self.sizes()), dim_pads(self.dim(), padding), mode), dt));
+  DType dt = value_dtype(grad_input.scalar_type());
+  UOpPtr g = cast(read_values(grad_output), opmath(dt));
+  Ranges pads = dim_pads(self.dim(), padding);
+  if (has_pairs(grad_input)) pads.emplace_back(0, 0); // the pair's axis
+  store_values(grad_input, cast(mode_pad_backward(g, value_shape(grad_input, to_shape(self.sizes())), pads, mode), dt));
 }
 
 // The structured pads: torch's meta function checks and shapes. The CPU kernels then give the

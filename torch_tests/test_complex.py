@@ -350,6 +350,9 @@ def test_movement_ops_move_pairs(dtype, native):
     check(lambda x: torch.constant_pad_nd(x, (1, 2, 0, 1), 1 - 2j), x)
     check(lambda x: torch.nn.functional.pad(x, (1, 0, -1, 2)), x)
     check(lambda x: x.repeat(2, 1), x)
+    for mode in ("reflect", "replicate", "circular"):
+        check(lambda x, mode=mode: torch.nn.functional.pad(x[None], (2, 1), mode=mode), x)
+        check(lambda x, mode=mode: torch.nn.functional.pad(x[None, None], (1, 1, 2, 0), mode=mode), x)
 
 
 @by_dtype(COMPLEX)
@@ -418,8 +421,20 @@ def grads(fn, *inputs):
         lambda x, y: torch.cat([x, y]).flip(0)[torch.tensor([0, 4, 5])].prod(0),
         lambda x, y: torch.linalg.vector_norm(x.tanh() * y.sigmoid(), dim=1),
         lambda x, y: torch.where(x.real > 0, x.asinh(), y).cumsum(1),
+        lambda x, y: torch.nn.functional.pad(x[None], (2, 1), mode="reflect") * y.sum(),
     ],
-    ids=["mul", "div", "exp_conj", "matmul_sum", "view_as_real", "sqrt_reciprocal", "index_prod", "norm", "where"],
+    ids=[
+        "mul",
+        "div",
+        "exp_conj",
+        "matmul_sum",
+        "view_as_real",
+        "sqrt_reciprocal",
+        "index_prod",
+        "norm",
+        "where",
+        "pad",
+    ],
 )
 def test_gradients_match_cpu(fn, dtype, native):
     x, y = crand(3, 4, dtype=dtype), crand(3, 4, dtype=dtype, seed=1)
