@@ -129,4 +129,99 @@ inline Cx cos(const Cx& z) {
           alu(Ops::NEG, alu(Ops::MUL, alu(Ops::SIN, z.re), alu(Ops::SINH, z.im)))};
 }
 
+// Multiplication by i and by -i: the identities that give tan, atan, asinh from tanh, atanh, asin.
+inline Cx times_i(const Cx& z) { return {alu(Ops::NEG, z.im), z.re}; }
+inline Cx times_minus_i(const Cx& z) { return {z.im, alu(Ops::NEG, z.re)}; }
+
+// sinh(a + bi) = sinh a cos b + i cosh a sin b; cosh(a + bi) = cosh a cos b + i sinh a sin b. A real
+// argument keeps its zero imaginary part even where the other factor is infinite (C's csinh, ccosh).
+inline Cx sinh(const Cx& z) {
+  UOpPtr real_only = alu(Ops::CMPEQ, z.im, like(z.im, 0.0));
+  return {where(real_only, alu(Ops::SINH, z.re), alu(Ops::MUL, alu(Ops::SINH, z.re), alu(Ops::COS, z.im))),
+          where(real_only, z.im, alu(Ops::MUL, alu(Ops::COSH, z.re), alu(Ops::SIN, z.im)))};
+}
+inline Cx cosh(const Cx& z) {
+  UOpPtr real_only = alu(Ops::CMPEQ, z.im, like(z.im, 0.0));
+  UOpPtr signed_zero = where(alu(Ops::CMPLT, z.re, like(z.re, 0.0)), alu(Ops::NEG, z.im), z.im);
+  return {where(real_only, alu(Ops::COSH, z.re), alu(Ops::MUL, alu(Ops::COSH, z.re), alu(Ops::COS, z.im))),
+          where(real_only, signed_zero, alu(Ops::MUL, alu(Ops::SINH, z.re), alu(Ops::SIN, z.im)))};
+}
+
+// tanh(a + bi) = (sinh a cosh a + i sin b cos b) / (sinh^2 a + cos^2 b), as glibc's ctanh; past |a| = 20
+// tanh a rounds to +-1 in float64 and the squares would overflow, so the imaginary part is
+// 4 sin b cos b exp(-2|a|).
+inline Cx tanh(const Cx& z) {
+  UOpPtr sa = alu(Ops::SINH, z.re), ca = alu(Ops::COSH, z.re), sb = alu(Ops::SIN, z.im), cb = alu(Ops::COS, z.im);
+  UOpPtr den = alu(Ops::ADD, alu(Ops::MUL, sa, sa), alu(Ops::MUL, cb, cb));
+  UOpPtr big = alu(Ops::CMPLT, like(z.re, 20.0), alu(Ops::ABS, z.re));
+  UOpPtr one = where(alu(Ops::CMPLT, z.re, like(z.re, 0.0)), like(z.re, -1.0), like(z.re, 1.0));
+  UOpPtr tail = alu(Ops::MUL, alu(Ops::MUL, like(z.re, 4.0), alu(Ops::MUL, sb, cb)),
+                    alu(Ops::EXP, alu(Ops::MUL, like(z.re, -2.0), alu(Ops::ABS, z.re))));
+  return {where(big, one, alu(Ops::FDIV, alu(Ops::MUL, sa, ca), den)),
+          where(big, tail, alu(Ops::FDIV, alu(Ops::MUL, sb, cb), den))};
+}
+// tan z = -i tanh(iz)
+inline Cx tan(const Cx& z) { return times_minus_i(tanh(times_i(z))); }
+
+// atanh(a + bi) = log1p(4a / ((1 - a)^2 + b^2)) / 4 + i atan2(2b, (1 - a)(1 + a) - b^2) / 2: accurate near
+// 0, and the signed zero of b picks the side of the cuts (-inf, -1] and [1, inf) as C's catanh does.
+inline Cx atanh(const Cx& z) {
+  UOpPtr one = like(z.re, 1.0), om = alu(Ops::SUB, one, z.re), op = alu(Ops::ADD, one, z.re);
+  UOpPtr b2 = alu(Ops::MUL, z.im, z.im);
+  UOpPtr r = alu(Ops::FDIV, alu(Ops::MUL, like(z.re, 4.0), z.re), alu(Ops::ADD, alu(Ops::MUL, om, om), b2));
+  return {alu(Ops::MUL, like(z.re, 0.25), alu(Ops::LOG1P, r)),
+          alu(Ops::MUL, like(z.re, 0.5),
+              alu(Ops::ATAN2, alu(Ops::ADD, z.im, z.im), alu(Ops::SUB, alu(Ops::MUL, om, op), b2)))};
+}
+// atan z = -i atanh(iz)
+inline Cx atan(const Cx& z) { return times_minus_i(atanh(times_i(z))); }
+
+// Kahan's formulas ("Branch cuts for complex elementary functions"), from the principal square roots of
+// 1 -+ z and z -+ 1: exact on the cuts' sides that the signed zero of the imaginary part names.
+inline Cx asin(const Cx& z) {
+  UOpPtr one = like(z.re, 1.0);
+  Cx s1 = sqrt({alu(Ops::SUB, one, z.re), alu(Ops::NEG, z.im)}), s2 = sqrt({alu(Ops::ADD, one, z.re), z.im});
+  return {alu(Ops::ATAN2, z.re, mul(s1, s2).re), alu(Ops::ASINH, mul(conj(s1), s2).im)};
+}
+inline Cx acos(const Cx& z) {
+  UOpPtr one = like(z.re, 1.0);
+  Cx s1 = sqrt({alu(Ops::SUB, one, z.re), alu(Ops::NEG, z.im)}), s2 = sqrt({alu(Ops::ADD, one, z.re), z.im});
+  UOpPtr re = alu(Ops::ATAN2, s1.re, s2.re);
+  return {alu(Ops::ADD, re, re), alu(Ops::ASINH, mul(conj(s2), s1).im)};
+}
+// asinh z = -i asin(iz)
+inline Cx asinh(const Cx& z) { return times_minus_i(asin(times_i(z))); }
+inline Cx acosh(const Cx& z) {
+  UOpPtr one = like(z.re, 1.0);
+  Cx s1 = sqrt({alu(Ops::SUB, z.re, one), z.im}), s2 = sqrt({alu(Ops::ADD, z.re, one), z.im});
+  UOpPtr im = alu(Ops::ATAN2, s1.im, s2.re);
+  return {alu(Ops::ASINH, mul(conj(s1), s2).re), alu(Ops::ADD, im, im)};
+}
+
+// c10::complex's log1p: for |z| < 0.5, log1p of x (2 + x) + y^2 keeps the digits log(1 + z) would lose.
+inline Cx log1p(const Cx& z) {
+  UOpPtr one = like(z.re, 1.0), xp1 = alu(Ops::ADD, z.re, one);
+  UOpPtr theta = alu(Ops::ATAN2, z.im, xp1);
+  UOpPtr r = alu(Ops::ADD, alu(Ops::MUL, z.re, alu(Ops::ADD, like(z.re, 2.0), z.re)), alu(Ops::MUL, z.im, z.im));
+  UOpPtr near = alu(Ops::MUL, like(z.re, 0.5), alu(Ops::LOG1P, r));
+  near = where(alu(Ops::CMPEQ, r, like(r, 0.0)), z.re, near);
+  UOpPtr small = alu(Ops::CMPLT, abs(z), like(z.re, 0.5));
+  return {where(small, near, alu(Ops::LOG, hypot(xp1, z.im))), theta};
+}
+// c10::complex's expm1: expm1(x) cos y - 2 sin^2(y / 2) + i exp(x) sin y.
+inline Cx expm1(const Cx& z) {
+  UOpPtr h = alu(Ops::SIN, alu(Ops::MUL, z.im, like(z.im, 0.5)));
+  return {alu(Ops::SUB, alu(Ops::MUL, alu(Ops::EXPM1, z.re), alu(Ops::COS, z.im)),
+              alu(Ops::MUL, like(h, 2.0), alu(Ops::MUL, h, h))),
+          alu(Ops::MUL, alu(Ops::EXP, z.re), alu(Ops::SIN, z.im))};
+}
+// log(z) / log(base), part by part (c10::complex's log2 and log10).
+inline Cx log_base(const Cx& z, double base) {
+  Cx l = log(z);
+  UOpPtr d = like(z.re, std::log(base));
+  return {alu(Ops::FDIV, l.re, d), alu(Ops::FDIV, l.im, d)};
+}
+// torch's sigmoid of a complex value: 1 / (1 + exp(-z)).
+inline Cx sigmoid(const Cx& z) { return reciprocal(add({like(z.re, 1.0), like(z.re, 0.0)}, exp(neg(z)))); }
+
 } // namespace tiny::complex_math

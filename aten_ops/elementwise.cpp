@@ -854,6 +854,29 @@ const std::unordered_map<std::string, ComplexOp>& complex_table() {
       {"reciprocal", {K::UnaryFloat, [](In in, const Call&) { return cm::reciprocal(in.at(0)); }}},
       {"sin", {K::UnaryFloat, [](In in, const Call&) { return cm::sin(in.at(0)); }}},
       {"cos", {K::UnaryFloat, [](In in, const Call&) { return cm::cos(in.at(0)); }}},
+      {"tan", {K::UnaryFloat, [](In in, const Call&) { return cm::tan(in.at(0)); }}},
+      {"sinh", {K::UnaryFloat, [](In in, const Call&) { return cm::sinh(in.at(0)); }}},
+      {"cosh", {K::UnaryFloat, [](In in, const Call&) { return cm::cosh(in.at(0)); }}},
+      {"tanh", {K::UnaryFloat, [](In in, const Call&) { return cm::tanh(in.at(0)); }}},
+      {"asin", {K::UnaryFloat, [](In in, const Call&) { return cm::asin(in.at(0)); }}},
+      {"acos", {K::UnaryFloat, [](In in, const Call&) { return cm::acos(in.at(0)); }}},
+      {"atan", {K::UnaryFloat, [](In in, const Call&) { return cm::atan(in.at(0)); }}},
+      {"asinh", {K::UnaryFloat, [](In in, const Call&) { return cm::asinh(in.at(0)); }}},
+      {"acosh", {K::UnaryFloat, [](In in, const Call&) { return cm::acosh(in.at(0)); }}},
+      {"atanh", {K::UnaryFloat, [](In in, const Call&) { return cm::atanh(in.at(0)); }}},
+      {"log2", {K::UnaryFloat, [](In in, const Call&) { return cm::log_base(in.at(0), 2.0); }}},
+      {"log10", {K::UnaryFloat, [](In in, const Call&) { return cm::log_base(in.at(0), 10.0); }}},
+      {"log1p", {K::UnaryFloat, [](In in, const Call&) { return cm::log1p(in.at(0)); }}},
+      {"expm1", {K::UnaryFloat, [](In in, const Call&) { return cm::expm1(in.at(0)); }}},
+      {"rsqrt", {K::UnaryFloat, [](In in, const Call&) { return cm::reciprocal(cm::sqrt(in.at(0))); }}},
+      {"sigmoid", {K::UnaryFloat, [](In in, const Call&) { return cm::sigmoid(in.at(0)); }}},
+      // the condition reads as (0 or 1, 0) pairs
+      {"where",
+       {K::Where,
+        [](In in, const Call&) {
+          UOpPtr c = alu(Ops::CMPNE, in.at(0).re, cm::like(in.at(0).re, 0.0));
+          return cm::Cx{where(c, in.at(1).re, in.at(2).re), where(c, in.at(1).im, in.at(2).im)};
+        }}},
       {"abs",
        {K::Unary,
         [](In in, const Call&) {
@@ -924,9 +947,25 @@ void complex_elementwise(const c10::OperatorHandle& handle, torch::jit::Stack* s
     kind = Kind::UnaryBool; // the iterator may not insist on one dtype
   }
   if (kind == Kind::UnaryBool && !out.defined()) out = empty_tiny({0}, at::kBool, device);
+  std::optional<at::ScalarType> where_type;
+  if (kind == Kind::Where) {
+    // as the real path: where's result type is that of its two values, the condition bool
+    const at::Tensor &cond = call.tensors.at(0), &a = call.tensors.at(1), &b = call.tensors.at(2);
+    TORCH_CHECK(cond.scalar_type() == at::kBool,
+                "where expected condition to be a boolean tensor, but got a tensor with dtype ", cond.scalar_type());
+    where_type = at::result_type(a, b);
+    if (out.defined()) {
+      TORCH_CHECK(out.scalar_type() == *where_type, "Expected out type to be ", *where_type, " but got ",
+                  out.scalar_type());
+    } else {
+      out = empty_tiny({0}, *where_type, device);
+    }
+  }
   auto iter = make_iterator(kind, out, call.tensors);
   at::Tensor result = iter.output();
-  at::ScalarType common = kind == Kind::Unary || kind == Kind::UnaryBool ? self.scalar_type() : iter.common_dtype();
+  at::ScalarType common = where_type                                       ? *where_type
+                          : kind == Kind::Unary || kind == Kind::UnaryBool ? self.scalar_type()
+                                                                           : iter.common_dtype();
   call.common = element_dtype(common);
   call.compute = opmath(call.common);
   call.shape = to_shape(result.sizes());

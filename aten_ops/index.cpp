@@ -89,10 +89,30 @@ UOpPtr read_index(const at::Tensor& index) { return cast(read(index), kIndex); }
 
 DType dtype_of(const at::Tensor& t) { return to_tiny_dtype(t.scalar_type()); }
 
-// The whole storage of `t` as a flat array of t's dtype: what GATHER reads from.
+// ---- complex tensors ----
+// A complex element is two storage slots, real then imaginary part (csrc/tensor_bridge.h): a complex
+// tensor's values are (real, imaginary) pairs with one more axis, of 2, last, and an element's storage
+// position p becomes the positions 2p and 2p + 1 of its parts. Gathers and scatters then move parts.
+
+bool has_pairs(const at::Tensor& t) { return t.is_complex(); }
+UOpPtr read_values(const at::Tensor& t) { return has_pairs(t) ? read_complex(t) : read(t); }
+void store_values(const at::Tensor& t, const UOpPtr& v) { has_pairs(t) ? write_complex(t, v) : write(t, v); }
+// The dtype of t's values (a complex tensor's: its parts').
+DType value_dtype(const at::Tensor& t) {
+  return has_pairs(t) ? element_dtype(t.scalar_type()) : to_tiny_dtype(t.scalar_type());
+}
+// The shape of the values of a tensor like t of `shape`.
+Shape value_shape(const at::Tensor& t, Shape shape) {
+  if (has_pairs(t)) shape.push_back(2);
+  return shape;
+}
+UOpPtr conjugate_pairs(const UOpPtr& pairs) { return join_complex(real_part(pairs), alu(Ops::NEG, imag_part(pairs))); }
+
+// The whole storage of `t` as a flat array of the dtype of its values: what GATHER reads from.
 UOpPtr storage_of(const at::Tensor& t) {
-  int64_t n = static_cast<int64_t>(t.storage().nbytes()) / static_cast<int64_t>(t.itemsize());
-  UOpPtr s = lazy_buffer(t).read(runtime::StridedView{{n}, {1}, 0, to_tiny_dtype(t.scalar_type())});
+  DType dt = value_dtype(t);
+  int64_t n = static_cast<int64_t>(t.storage().nbytes()) / static_cast<int64_t>(itemsize(dt));
+  UOpPtr s = lazy_buffer(t).read(runtime::StridedView{{n}, {1}, 0, dt});
   return t.is_neg() ? alu(Ops::NEG, s) : s;
 }
 
@@ -112,6 +132,26 @@ UOpPtr positions_along(const at::Tensor& t, const Shape& shape, int64_t dim, con
   return pos;
 }
 
+// The positions of the parts of the complex elements at `positions`: 2p and 2p + 1, along a new last axis.
+UOpPtr pair_positions(const UOpPtr& positions) {
+  Shape one = positions->shape, pairs = positions->shape;
+  one.push_back(1);
+  pairs.push_back(2);
+  UOpPtr first = mul(expand(reshape(positions, one), pairs), full(2, pairs));
+  return add(first, coordinate(pairs, pairs.size() - 1));
+}
+
+// Storage positions of t's elements (an int64 UOp) as positions in storage_of(t) of its values.
+UOpPtr value_positions(const at::Tensor& t, const UOpPtr& positions) {
+  return has_pairs(t) ? pair_positions(positions) : positions;
+}
+
+// t's values at storage positions `positions` (pairs for a complex t, conjugate bit resolved).
+UOpPtr gather_values(const at::Tensor& t, const UOpPtr& positions) {
+  UOpPtr v = gather(storage_of(t), value_positions(t, positions));
+  return has_pairs(t) && t.is_conj() ? conjugate_pairs(v) : v;
+}
+
 // A SCATTER runs as one ordered pass on one thread and computes its index and value inline: a value
 // with a reduction in it is computed first, in parallel.
 UOpPtr computed_first_if_heavy(const UOpPtr& v) {
@@ -121,9 +161,15 @@ UOpPtr computed_first_if_heavy(const UOpPtr& v) {
 }
 
 // Writes value[i] into t's storage at positions[i], in order, replacing or combining.
-void scatter_into(const at::Tensor& t, const UOpPtr& positions, UOpPtr value, std::optional<Ops> combine) {
+// `value` holds t's values (pairs for a complex t, which combine only by adding).
+void scatter_into(const at::Tensor& t, UOpPtr positions, UOpPtr value, std::optional<Ops> combine) {
   if (prod(positions->shape) == 0) return;
-  DType dt = to_tiny_dtype(t.scalar_type());
+  if (has_pairs(t)) {
+    if (combine && *combine != Ops::ADD) to_tiny_dtype(t.scalar_type()); // NotNativeDtype: the CPU multiplies
+    positions = value_positions(t, positions);
+    if (t.is_conj()) value = conjugate_pairs(value);
+  }
+  DType dt = value_dtype(t);
   // bool has no sum: torch's bool accumulation is a logical or
   if (dt == DType::Bool && combine == Ops::ADD) combine = Ops::MAX;
   if (t.is_neg()) {
@@ -355,7 +401,7 @@ void write_advanced_index(const at::Tensor& self, const AdvancedIndex& ai, const
   TORCH_CHECK(out.sizes().equals(c10::IntArrayRef(ai.result)), "tiny internal error: index result shape");
   check_advanced_index_range(self, ai);
   if (out.numel() == 0) return;
-  write(out, gather(storage_of(self), advanced_positions(self, ai)));
+  store_values(out, gather_values(self, advanced_positions(self, ai)));
 }
 
 at::Tensor index(const at::Tensor& self, const IndexList& indices) {
@@ -417,16 +463,17 @@ bool put_through_mask(at::Tensor& self, const IndexList& indices, const at::Tens
     for (int64_t d = 0; d < self.dim(); d++)
       if (spread[d] != 1 && spread[d] != self.size(d)) return false;
   }
-  Shape shape = to_shape(self.sizes());
-  DType dt = to_tiny_dtype(self.scalar_type());
+  Shape shape = to_shape(self.sizes()), full_shape = value_shape(self, shape);
+  DType dt = value_dtype(self);
   at::Tensor m = mask.device() == self.device() ? mask : mask.to(self.device());
   UOpPtr mv = read(m);
   if (mv->dtype != DType::Bool) mv = alu(Ops::CMPNE, mv, broadcast_to(const_like(mv, 0), mv->shape));
-  UOpPtr val = cast(read(value.device() == self.device() ? value : value.to(self.device())), dt);
-  val = expand(reshape(val, spread), shape);
-  UOpPtr old = read(self);
+  const at::Tensor& v = value.device() == self.device() ? value : value.to(self.device());
+  UOpPtr val = cast(has_pairs(self) ? read_complex(v) : read(v), dt); // a real value fills complex pairs (v, 0)
+  val = expand(reshape(val, value_shape(self, spread)), full_shape);
+  UOpPtr old = read_values(self);
   if (accumulate) val = dt == DType::Bool ? alu(Ops::OR, old, val) : alu(Ops::ADD, old, val);
-  write(self, where(place(mv, shape, first), val, old));
+  store_values(self, where(place(mv, full_shape, first), val, old));
   return true;
 }
 
@@ -461,7 +508,7 @@ at::Tensor& index_put_impl(at::Tensor& self, const IndexList& indices, const at:
               " cannot be broadcast to indexing result of shape ", c10::IntArrayRef(ai.result));
   if (!unsafe) check_advanced_index_range(self, ai);
   if (prod(ai.result) == 0) return self;
-  scatter_into(self, advanced_positions(self, ai), broadcast_to(read(value), ai.result),
+  scatter_into(self, advanced_positions(self, ai), broadcast_to(read_values(value), value_shape(self, ai.result)),
                accumulate ? std::optional<Ops>(Ops::ADD) : std::nullopt);
   return self;
 }
@@ -501,8 +548,8 @@ at::Tensor& index_select_out(const at::Tensor& self, int64_t dim, const at::Tens
   if (out.numel() == 0) return out;
   Shape shape = nonempty_sizes(out);
   UOpPtr along = place(reshape(read_index(idx), {n}), shape, dim);
-  UOpPtr value = gather(storage_of(self), positions_along(self, shape, dim, along));
-  write(out, reshape(value, to_shape(out.sizes())));
+  UOpPtr value = gather_values(self, positions_along(self, shape, dim, along));
+  store_values(out, reshape(value, value_shape(out, to_shape(out.sizes()))));
   return out;
 }
 
@@ -662,8 +709,8 @@ at::Tensor& gather_out(const at::Tensor& self, int64_t dim, const at::Tensor& in
   check_scatter_gather_range(index, dim, self.dim() == 0 ? 1 : self.size(dim));
   if (index.numel() == 0) return out;
   Shape shape = nonempty_sizes(index);
-  UOpPtr value = gather(storage_of(self), positions_along(self, shape, dim, reshape(read_index(index), shape)));
-  write(out, reshape(value, to_shape(out.sizes())));
+  UOpPtr value = gather_values(self, positions_along(self, shape, dim, reshape(read_index(index), shape)));
+  store_values(out, reshape(value, value_shape(out, to_shape(out.sizes()))));
   return out;
 }
 
@@ -671,28 +718,36 @@ at::Tensor& gather_out(const at::Tensor& self, int64_t dim, const at::Tensor& in
 void scatter_along(const at::Tensor& self, int64_t dim, const at::Tensor& index, const UOpPtr& value,
                    std::optional<Ops> combine, const at::Tensor& out, bool check = true) {
   dim = at::maybe_wrap_dim(dim, self.dim());
-  if (!out.is_same(self)) write(out, read(self));
+  if (has_pairs(out) && combine && *combine != Ops::ADD) to_tiny_dtype(out.scalar_type()); // before any write
+  if (!out.is_same(self)) store_values(out, read_values(self));
   if (check) check_scatter_gather_range(index, dim, self.dim() == 0 ? 1 : self.size(dim));
   if (index.numel() == 0) return;
   Shape shape = nonempty_sizes(index);
-  scatter_into(out, positions_along(out, shape, dim, reshape(read_index(index), shape)), reshape(value, shape),
-               combine);
+  scatter_into(out, positions_along(out, shape, dim, reshape(read_index(index), shape)),
+               reshape(value, value_shape(out, shape)), combine);
 }
 
 // src's elements at index's coordinates (src may be larger than index).
+// (pairs for a complex src, whose dtype is the result's)
 UOpPtr source_of(const at::Tensor& src, const at::Tensor& index, DType dt) {
-  UOpPtr s = cast(read(src), dt);
+  UOpPtr s = cast(read_values(src), dt);
   if (index.numel() == 0) return s;
   std::vector<std::pair<int64_t, int64_t>> box;
   for (int64_t d = 0; d < index.dim(); d++)
     box.emplace_back(0, index.size(d));
-  return index.dim() == 0 ? reshape(s, {}) : shrink(s, box);
+  if (has_pairs(src)) box.emplace_back(0, 2);
+  return index.dim() == 0 ? reshape(s, value_shape(src, {})) : shrink(s, box);
 }
 
 // scatter's value= at index's shape; the CPU converts it (and raises on overflow) only when there is
 // something to scatter.
-UOpPtr scatter_scalar(const at::Scalar& value, DType dt, const at::Tensor& index) {
-  return scalar_constant(index.numel() == 0 ? at::Scalar(0) : value, dt, to_shape(index.sizes()));
+UOpPtr scatter_scalar(const at::Scalar& value, const at::Tensor& out, const at::Tensor& index) {
+  at::Scalar v = index.numel() == 0 ? at::Scalar(0) : value;
+  Shape shape = to_shape(index.sizes());
+  DType dt = value_dtype(out);
+  if (!has_pairs(out)) return scalar_constant(v, dt, shape);
+  c10::complex<double> z = v.toComplexDouble();
+  return join_complex(scalar_constant(z.real(), dt, shape), scalar_constant(z.imag(), dt, shape));
 }
 
 std::optional<Ops> legacy_reduce(std::string_view reduce) {
@@ -704,35 +759,35 @@ std::optional<Ops> legacy_reduce(std::string_view reduce) {
 at::Tensor& scatter_src_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
                             at::Tensor& out) {
   at::meta::scatter_outf(self, dim, index, src, out);
-  scatter_along(self, dim, index, source_of(src, index, dtype_of(out)), std::nullopt, out);
+  scatter_along(self, dim, index, source_of(src, index, value_dtype(out)), std::nullopt, out);
   return out;
 }
 
 at::Tensor& scatter_value_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Scalar& value,
                               at::Tensor& out) {
   at::meta::scatter_outf(self, dim, index, value, out);
-  scatter_along(self, dim, index, scatter_scalar(value, dtype_of(out), index), std::nullopt, out);
+  scatter_along(self, dim, index, scatter_scalar(value, out, index), std::nullopt, out);
   return out;
 }
 
 at::Tensor& scatter_reduce_src_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
                                    c10::string_view reduce, at::Tensor& out) {
   at::meta::scatter_outf(self, dim, index, src, reduce, out);
-  scatter_along(self, dim, index, source_of(src, index, dtype_of(out)), legacy_reduce(reduce), out);
+  scatter_along(self, dim, index, source_of(src, index, value_dtype(out)), legacy_reduce(reduce), out);
   return out;
 }
 
 at::Tensor& scatter_reduce_value_out(const at::Tensor& self, int64_t dim, const at::Tensor& index,
                                      const at::Scalar& value, c10::string_view reduce, at::Tensor& out) {
   at::meta::scatter_outf(self, dim, index, value, reduce, out);
-  scatter_along(self, dim, index, scatter_scalar(value, dtype_of(out), index), legacy_reduce(reduce), out);
+  scatter_along(self, dim, index, scatter_scalar(value, out, index), legacy_reduce(reduce), out);
   return out;
 }
 
 at::Tensor& scatter_add_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
                             at::Tensor& out) {
   at::meta::scatter_add_outf(self, dim, index, src, out);
-  scatter_along(self, dim, index, source_of(src, index, dtype_of(out)), Ops::ADD, out);
+  scatter_along(self, dim, index, source_of(src, index, value_dtype(out)), Ops::ADD, out);
   return out;
 }
 
@@ -944,8 +999,16 @@ at::Tensor& masked_scatter_(at::Tensor& self, const at::Tensor& mask, const at::
   TORCH_CHECK(source.numel() >= ones, "Number of elements of source < number of ones in mask");
   if (ones == 0) return self;
   at::Tensor index = ranks.sub_(1).clamp_min_(0).reshape(self.sizes()).to(self.device());
-  UOpPtr taken = gather(reshape(read(source), {source.numel()}), read_index(index));
-  write(self, where(read(*bm), taken, read(self)));
+  // source's values as a flat array, read at the value positions of the ranks
+  int64_t slots = static_cast<int64_t>(prod(value_shape(source, {source.numel()})));
+  UOpPtr rank = read_index(index), selected = read(*bm);
+  UOpPtr taken = gather(reshape(read_values(source), {slots}), has_pairs(self) ? pair_positions(rank) : rank);
+  if (has_pairs(self)) {
+    Shape one = selected->shape;
+    one.push_back(1);
+    selected = expand(reshape(selected, one), taken->shape);
+  }
+  store_values(self, where(selected, taken, read_values(self)));
   return self;
 }
 

@@ -606,6 +606,8 @@ std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> linalg_svd_out(const at::Tenso
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> linalg_svd(const at::Tensor& A, bool full_matrices, bool compute_uv,
                                                           std::optional<c10::string_view> driver) {
+  // the Jacobi SVD is real; a complex one runs on the CPU (its S is real: the outputs here would not be)
+  if (A.is_complex()) to_tiny_dtype(A.scalar_type()); // NotNativeDtype
   auto empty = [&] { return empty_tiny({0}, A.scalar_type(), A.device()); };
   at::Tensor U = empty(), S = empty(), Vh = empty();
   linalg_svd_out(A, full_matrices, compute_uv, driver, U, S, Vh);

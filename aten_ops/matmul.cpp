@@ -141,6 +141,20 @@ at::Tensor complex_product(const at::Tensor& a, const at::Tensor& b, const char*
   return at::complex(product(ar, br).sub_(product(ai, bi)), product(ar, bi).add_(product(ai, br)));
 }
 
+// beta * self + alpha * product for complex values, as torch: beta == 0 ignores self (its NaNs too).
+at::Tensor complex_epilogue(const at::Tensor& self, at::Tensor product, const at::Scalar& beta,
+                            const at::Scalar& alpha) {
+  if (alpha.toComplexDouble() != c10::complex<double>(1.0)) product = product.mul(alpha);
+  if (beta.toComplexDouble() == c10::complex<double>(0.0)) return product;
+  TORCH_CHECK(at::is_expandable_to(self.sizes(), product.sizes()), "The expanded size of the tensor (",
+              product.sizes().back(), ") must match the existing size (", self.sizes().back(), ")");
+  return product.add(self, beta);
+}
+
+bool any_complex(std::initializer_list<at::Tensor> tensors) {
+  return std::any_of(tensors.begin(), tensors.end(), [](const at::Tensor& t) { return t.is_complex(); });
+}
+
 at::Tensor mm(const at::Tensor& a, const at::Tensor& b) {
   if (a.is_complex() || b.is_complex()) return complex_product(a, b, "mat1 and mat2", mm_of);
   UOpPtr v = mm_value(a, b, compute_of(a));
@@ -190,8 +204,16 @@ UOpPtr addmm_value(const at::Tensor& self, const at::Tensor& m1, const at::Tenso
   return with_epilogue(p, self, beta, alpha, dt);
 }
 
+at::Tensor complex_addmm(const at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2, const at::Scalar& beta,
+                         const at::Scalar& alpha) {
+  check_same_device({self, m1, m2});
+  check_same_dtype(self, m1, "self and mat1");
+  return complex_epilogue(self, complex_product(m1, m2, "mat1 and mat2", mm_of), beta, alpha);
+}
+
 at::Tensor addmm(const at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2, const at::Scalar& beta,
                  const at::Scalar& alpha) {
+  if (any_complex({self, m1, m2})) return complex_addmm(self, m1, m2, beta, alpha);
   UOpPtr v = addmm_value(self, m1, m2, beta, alpha);
   check_mm_dispatch(m1, v->shape, beta);
   at::Tensor out = fresh(m1, v->shape);
@@ -200,6 +222,12 @@ at::Tensor addmm(const at::Tensor& self, const at::Tensor& m1, const at::Tensor&
 
 at::Tensor& addmm_out(const at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2, const at::Scalar& beta,
                       const at::Scalar& alpha, at::Tensor& out) {
+  if (any_complex({self, m1, m2, out})) {
+    at::Tensor r = complex_addmm(self, m1, m2, beta, alpha);
+    check_out_dtype(out, m1.scalar_type());
+    at::native::resize_output(out, r.sizes());
+    return out.copy_(r);
+  }
   UOpPtr v = addmm_value(self, m1, m2, beta, alpha);
   check_out_dtype(out, m1.scalar_type());
   check_mm_dispatch(m1, v->shape, beta);
@@ -208,20 +236,36 @@ at::Tensor& addmm_out(const at::Tensor& self, const at::Tensor& m1, const at::Te
 
 at::Tensor& addmm_(at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2, const at::Scalar& beta,
                    const at::Scalar& alpha) {
+  if (any_complex({self, m1, m2})) {
+    at::Tensor r = complex_addmm(self, m1, m2, beta, alpha);
+    TORCH_CHECK(self.sizes() == r.sizes(), "The input tensor must be a matrix of the result's size");
+    return self.copy_(r);
+  }
   UOpPtr v = addmm_value(self, m1, m2, beta, alpha);
   TORCH_CHECK(self.sizes() == c10::IntArrayRef(v->shape), "The input tensor must be a matrix of the result's size");
   check_mm_dispatch(m1, v->shape, beta);
   return store(self, v, self.scalar_type());
 }
 
-UOpPtr addmv_value(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec, const at::Scalar& beta,
-                   const at::Scalar& alpha) {
+void check_addmv(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec) {
   check_same_device({self, mat, vec});
   TORCH_CHECK(mat.dim() == 2 && vec.dim() == 1, "vector + matrix @ vector expected, got ", self.dim(), ", ", mat.dim(),
               ", ", vec.dim());
   TORCH_CHECK(mat.size(1) == vec.size(0), "size mismatch, got input (", self.size(0), "), mat (", mat.size(0), "x",
               mat.size(1), "), vec (", vec.size(0), ")");
   check_same_dtype(mat, vec, "mat and vec");
+}
+
+// A complex addmv: the product a complex mm of the matrix and the vector as a column.
+at::Tensor complex_addmv(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec, const at::Scalar& beta,
+                         const at::Scalar& alpha) {
+  check_addmv(self, mat, vec);
+  return complex_epilogue(self, complex_product(mat, vec.unsqueeze(1), "mat and vec", mm_of).squeeze(1), beta, alpha);
+}
+
+UOpPtr addmv_value(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec, const at::Scalar& beta,
+                   const at::Scalar& alpha) {
+  check_addmv(self, mat, vec);
   // torch's CPU kernel returns an empty result, and a contraction over no elements, before its dispatch
   if (mat.numel() > 0) check_not_bool(mat, "addmv_impl_cpu");
   DType dt = compute_of(mat);
@@ -232,6 +276,7 @@ UOpPtr addmv_value(const at::Tensor& self, const at::Tensor& mat, const at::Tens
 
 at::Tensor addmv(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec, const at::Scalar& beta,
                  const at::Scalar& alpha) {
+  if (any_complex({self, mat, vec})) return complex_addmv(self, mat, vec, beta, alpha);
   UOpPtr v = addmv_value(self, mat, vec, beta, alpha);
   at::Tensor out = fresh(mat, v->shape);
   return store(out, v, mat.scalar_type());
@@ -239,15 +284,23 @@ at::Tensor addmv(const at::Tensor& self, const at::Tensor& mat, const at::Tensor
 
 at::Tensor& addmv_out(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec, const at::Scalar& beta,
                       const at::Scalar& alpha, at::Tensor& out) {
+  if (any_complex({self, mat, vec, out})) {
+    at::Tensor r = complex_addmv(self, mat, vec, beta, alpha);
+    check_out_dtype(out, mat.scalar_type());
+    at::native::resize_output(out, r.sizes());
+    return out.copy_(r);
+  }
   return store(out, addmv_value(self, mat, vec, beta, alpha), mat.scalar_type());
 }
 
 at::Tensor& addmv_(at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec, const at::Scalar& beta,
                    const at::Scalar& alpha) {
+  if (any_complex({self, mat, vec})) return self.copy_(complex_addmv(self, mat, vec, beta, alpha));
   return store(self, addmv_value(self, mat, vec, beta, alpha), self.scalar_type());
 }
 
-at::Tensor dot(const at::Tensor& a, const at::Tensor& b) {
+// dot, and vdot, which conjugates its first operand (the same for real values).
+template <bool Conjugate> at::Tensor dot(const at::Tensor& a, const at::Tensor& b) {
   check_same_device({a, b});
   TORCH_CHECK(a.dim() == 1 && b.dim() == 1, "1D tensors expected, but got ", a.dim(), "D and ", b.dim(), "D tensors");
   TORCH_CHECK(a.scalar_type() == b.scalar_type(), "dot : expected both vectors to have same dtype, but found ",
@@ -256,6 +309,11 @@ at::Tensor dot(const at::Tensor& a, const at::Tensor& b) {
               b.numel(), "] to have the same number of elements, but got ", a.numel(), " and ", b.numel(),
               " elements respectively");
   check_not_bool(a, "dot");
+  if (a.is_complex()) {
+    // complex32 has no CPU kernel: the fallback gives its error
+    if (a.scalar_type() == at::kComplexHalf) to_tiny_dtype(a.scalar_type());
+    return (Conjugate ? a.conj() : a).mul(b).sum();
+  }
   DType dt = compute_of(a);
   UOpPtr v = reshape(reduce(alu(Ops::MUL, read_as(a, dt), read_as(b, dt)), Ops::ADD, {0}), {});
   at::Tensor out = fresh(a, {});
@@ -375,8 +433,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
   m.impl("addmv", TORCH_FN(addmv));
   m.impl("addmv.out", TORCH_FN(addmv_out));
   m.impl("addmv_", TORCH_FN(addmv_));
-  m.impl("dot", TORCH_FN(dot));
-  m.impl("vdot", TORCH_FN(dot));
+  m.impl("dot", TORCH_FN(dot<false>));
+  m.impl("vdot", TORCH_FN(dot<true>));
   m.impl("baddbmm", TORCH_FN(baddbmm<false>));
   m.impl("baddbmm.out", TORCH_FN(baddbmm_out<false>));
   m.impl("baddbmm_", TORCH_FN(baddbmm_<false>));

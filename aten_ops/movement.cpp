@@ -96,6 +96,28 @@ UOpPtr fixed(DType dt, int64_t v, const Shape& shape) {
 
 UOpPtr full_bool(bool v, const Shape& shape) { return fixed(DType::Bool, v, shape); }
 
+// ---- complex tensors ----
+// A complex tensor moves as its (real, imaginary) pairs (csrc/tensor_bridge.h: read_complex): a UOp with
+// one more axis, of 2, last, which every op here leaves whole.
+
+bool has_pairs(const at::Tensor& t) { return t.is_complex(); }
+UOpPtr read_values(const at::Tensor& t) { return has_pairs(t) ? read_complex(t) : read(t); }
+void store_values(const at::Tensor& t, const UOpPtr& v) { has_pairs(t) ? write_complex(t, v) : write(t, v); }
+// The dtype of what values() reads for a tensor of `st`.
+DType value_dtype(at::ScalarType st) { return at::isComplexType(st) ? element_dtype(st) : to_tiny_dtype(st); }
+// The shape of what values() reads for t, or for a tensor like t of `shape`.
+Shape value_shape(const at::Tensor& t, Shape shape) {
+  if (has_pairs(t)) shape.push_back(2);
+  return shape;
+}
+// A Scalar as the value of one element of a tensor of `st`, broadcast to `shape` (pairs: shape + (2,)).
+UOpPtr scalar_value(const at::Scalar& value, at::ScalarType st, const Shape& shape) {
+  if (!at::isComplexType(st)) return scalar_constant(value, to_tiny_dtype(st), shape);
+  c10::complex<double> z = value.toComplexDouble();
+  DType dt = element_dtype(st);
+  return join_complex(scalar_constant(z.real(), dt, shape), scalar_constant(z.imag(), dt, shape));
+}
+
 // A part of a result: `value` placed at `at` (an offset per dim).
 struct Part {
   UOpPtr value;
@@ -138,8 +160,8 @@ template <typename T> std::vector<std::vector<T>> combinations(const std::vector
 void write_cat(const at::ITensorListRef& tensors, int64_t dim, const at::Tensor& out) {
   auto inputs = tensors.materialize();
   dim = at::legacy_cat_wrap_dim(dim, inputs);
-  Shape shape = to_shape(out.sizes());
-  DType dt = to_tiny_dtype(out.scalar_type());
+  Shape shape = value_shape(out, to_shape(out.sizes()));
+  DType dt = value_dtype(out.scalar_type());
   std::vector<Part> parts;
   int64_t offset = 0;
   for (const at::Tensor& t : inputs) {
@@ -147,10 +169,11 @@ void write_cat(const at::ITensorListRef& tensors, int64_t dim, const at::Tensor&
     at::assert_no_overlap(out, t);
     Shape at(shape.size(), 0);
     at[dim] = offset;
-    parts.push_back({cast(read(t), dt), at});
+    // a real input of a complex result reads as (value, 0) pairs
+    parts.push_back({cast(has_pairs(out) ? read_complex(t) : read(t), dt), at});
     offset += t.size(dim);
   }
-  if (out.numel() > 0) write(out, assemble(shape, parts));
+  if (out.numel() > 0) store_values(out, assemble(shape, parts));
 }
 
 at::Tensor& cat_out(const at::ITensorListRef& tensors, int64_t dim, at::Tensor& out) {
@@ -231,15 +254,20 @@ at::Tensor constant_pad_nd(const at::Tensor& self, c10::IntArrayRef pad, const a
       narrowed = narrowed.narrow(d, -pads[d].first, shape[d]);
     out = at::empty_like(narrowed, at::MemoryFormat::Preserve);
   }
-  DType dt = to_tiny_dtype(self.scalar_type());
-  scalar_constant(value, dt); // converts (and checks) the value even when nothing is filled
+  if (has_pairs(self)) pads.emplace_back(0, 0); // the pair's axis
+  scalar_value(value, self.scalar_type(), {});  // converts (and checks) the value even when nothing is filled
   if (out.numel() == 0) return out;
-  UOpPtr v = pad_and_crop(read(self), pads, [&](const UOpPtr& x, const Ranges& positive) {
+  bool plain_zero = value.isComplex() ? value.toComplexDouble() == c10::complex<double>(0.0)
+                                      : value.equal(0) && !(value.isFloatingPoint() && std::signbit(value.toDouble()));
+  UOpPtr v = pad_and_crop(read_values(self), pads, [&](const UOpPtr& x, const Ranges& positive) {
     UOpPtr padded = tiny::pad(x, positive);
-    if (value.equal(0) && !(value.isFloatingPoint() && std::signbit(value.toDouble()))) return padded;
-    return where(tiny::pad(full_bool(true, x->shape), positive), padded, scalar_constant(value, dt, padded->shape));
+    if (plain_zero) return padded;
+    Shape elements = padded->shape;
+    if (has_pairs(self)) elements.pop_back();
+    return where(tiny::pad(full_bool(true, x->shape), positive), padded,
+                 scalar_value(value, self.scalar_type(), elements));
   });
-  write(out, v);
+  store_values(out, v);
   return out;
 }
 
@@ -324,15 +352,19 @@ UOpPtr mode_pad_backward(const UOpPtr& grad, const Shape& in_shape, const Ranges
 
 void write_mode_pad(const at::Tensor& out, const at::Tensor& self, c10::IntArrayRef padding, PadMode mode) {
   if (out.numel() == 0) return;
-  write(out, mode_pad(read(self), dim_pads(self.dim(), padding), mode));
+  Ranges pads = dim_pads(self.dim(), padding);
+  if (has_pairs(self)) pads.emplace_back(0, 0); // the pair's axis
+  store_values(out, mode_pad(read_values(self), pads, mode));
 }
 
 void write_mode_pad_backward(const at::Tensor& grad_input, const at::Tensor& grad_output, const at::Tensor& self,
                              c10::IntArrayRef padding, PadMode mode) {
   if (grad_input.numel() == 0) return;
-  DType dt = to_tiny_dtype(grad_input.scalar_type());
-  UOpPtr g = cast(read(grad_output), opmath(dt));
-  write(grad_input, cast(mode_pad_backward(g, to_shape(self.sizes()), dim_pads(self.dim(), padding), mode), dt));
+  DType dt = value_dtype(grad_input.scalar_type());
+  UOpPtr g = cast(read_values(grad_output), opmath(dt));
+  Ranges pads = dim_pads(self.dim(), padding);
+  if (has_pairs(grad_input)) pads.emplace_back(0, 0); // the pair's axis
+  store_values(grad_input, cast(mode_pad_backward(g, value_shape(grad_input, to_shape(self.sizes())), pads, mode), dt));
 }
 
 // The structured pads: torch's meta function checks and shapes. The CPU kernels then give the
@@ -493,10 +525,10 @@ at::Tensor unfold_backward(const at::Tensor& grad, c10::SymIntArrayRef input_siz
 at::Tensor flip(const at::Tensor& self, c10::IntArrayRef dims) {
   auto bits = at::dim_list_to_bitset(dims, self.dim()); // wraps, and rejects repeated dims
   at::Tensor out = at::empty_like(self, at::MemoryFormat::Preserve);
-  std::vector<bool> axes(self.dim());
+  std::vector<bool> axes(self.dim() + (has_pairs(self) ? 1 : 0));
   for (int64_t d = 0; d < self.dim(); d++)
     axes[d] = bits[d];
-  if (out.numel() > 0) write(out, tiny::flip(read(self), axes));
+  if (out.numel() > 0) store_values(out, tiny::flip(read_values(self), axes));
   return out;
 }
 
@@ -506,10 +538,13 @@ at::Tensor roll(const at::Tensor& self, c10::IntArrayRef shifts, c10::IntArrayRe
     // torch rolls the flattened tensor
     at::Tensor out = at::empty_like(self, at::MemoryFormat::Contiguous);
     if (self.numel() > 0) {
-      UOpPtr flat = reshape(read(self), {self.numel()});
       int64_t n = self.numel(), s = ((shifts[0] % n) + n) % n;
-      UOpPtr rolled = assemble({n}, {{shrink_dim(flat, 0, n - s, n), {0}}, {shrink_dim(flat, 0, 0, n - s), {s}}});
-      write(out, reshape(rolled, to_shape(self.sizes())));
+      Shape flat_shape = value_shape(self, {n}), at_end(flat_shape.size(), 0), at_s = at_end;
+      at_s[0] = s;
+      UOpPtr flat = reshape(read_values(self), flat_shape);
+      UOpPtr rolled =
+          assemble(flat_shape, {{shrink_dim(flat, 0, n - s, n), at_end}, {shrink_dim(flat, 0, 0, n - s), at_s}});
+      store_values(out, reshape(rolled, value_shape(self, to_shape(self.sizes()))));
     }
     return out;
   }
@@ -532,7 +567,8 @@ at::Tensor roll(const at::Tensor& self, c10::IntArrayRef shifts, c10::IntArrayRe
     else
       splits.push_back({{n - s, s, 0}, {0, n - s, s}});
   }
-  UOpPtr x = read(self);
+  if (has_pairs(self)) splits.push_back({{0, 2, 0}});
+  UOpPtr x = read_values(self);
   std::vector<Part> parts;
   for (const auto& combo : combinations(splits)) {
     UOpPtr v = x;
@@ -545,7 +581,7 @@ at::Tensor roll(const at::Tensor& self, c10::IntArrayRef shifts, c10::IntArrayRe
     parts.push_back({v, at});
   }
   at::Tensor out = at::empty_like(self, self.suggest_memory_format());
-  write(out, assemble(shape, parts));
+  store_values(out, assemble(value_shape(self, shape), parts));
   return out;
 }
 
@@ -562,7 +598,9 @@ at::Tensor repeat(const at::Tensor& self, c10::IntArrayRef repeats) {
   }
   at::Tensor out = at::empty(target, self.options()); // rejects negative repeats as torch does
   if (out.numel() == 0) return out;
-  write(out, reshape(expand(reshape(read(self), interleaved), expanded), target));
+  store_values(out,
+               reshape(expand(reshape(read_values(self), value_shape(self, interleaved)), value_shape(self, expanded)),
+                       value_shape(self, target)));
   return out;
 }
 
@@ -604,8 +642,7 @@ template <bool Lower> at::Tensor& triangle_out(const at::Tensor& self, int64_t k
 
 // ---- masked_fill_ ----
 
-void masked_fill_with(at::Tensor& self, const at::Tensor& mask,
-                      const std::function<UOpPtr(DType, const Shape&)>& value) {
+void masked_fill_with(at::Tensor& self, const at::Tensor& mask, const std::function<UOpPtr(const Shape&)>& value) {
   check_same_device({self, mask});
   TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_fill_ only supports boolean masks, but got mask with dtype ",
               mask.scalar_type());
@@ -621,18 +658,18 @@ void masked_fill_with(at::Tensor& self, const at::Tensor& mask,
       .add_output(self)
       .add_const_input(mask)
       .build();
-  DType dt = to_tiny_dtype(self.scalar_type());
   Shape shape = to_shape(self.sizes());
-  UOpPtr v = value(dt, shape);
+  UOpPtr v = value(shape);
   if (self.numel() == 0) return;
   UOpPtr m = read(mask);
-  Shape padded(shape.size() - m->shape.size(), 1);
+  Shape padded(shape.size() - m->shape.size(), 1), full = value_shape(self, shape);
   padded.insert(padded.end(), m->shape.begin(), m->shape.end());
-  write(self, where(expand(reshape(m, padded), shape), v, read(self)));
+  if (has_pairs(self)) padded.push_back(1);
+  store_values(self, where(expand(reshape(m, padded), full), v, read_values(self)));
 }
 
 at::Tensor& masked_fill_scalar(at::Tensor& self, const at::Tensor& mask, const at::Scalar& value) {
-  masked_fill_with(self, mask, [&](DType dt, const Shape& shape) { return scalar_constant(value, dt, shape); });
+  masked_fill_with(self, mask, [&](const Shape& shape) { return scalar_value(value, self.scalar_type(), shape); });
   return self;
 }
 
@@ -642,8 +679,10 @@ at::Tensor& masked_fill_tensor(at::Tensor& self, const at::Tensor& mask, const a
   if (!value.is_privateuseone()) return masked_fill_scalar(self, mask, value.item());
   check_same_device({self, value});
   // a tiny value stays lazy: no sync
-  masked_fill_with(self, mask, [&](DType dt, const Shape& shape) {
-    return expand(reshape(cast(read(value), dt), Shape(shape.size(), 1)), shape);
+  masked_fill_with(self, mask, [&](const Shape& shape) {
+    UOpPtr v = cast(has_pairs(self) ? read_complex(value) : read(value), value_dtype(self.scalar_type()));
+    Shape full = value_shape(self, shape), ones(shape.size(), 1);
+    return expand(reshape(v, value_shape(self, ones)), full);
   });
   return self;
 }

@@ -49,6 +49,7 @@
 #include <tuple>
 #include <vector>
 
+#include "aten_ops/complex_math.h"
 #include "csrc/fallback.h"
 #include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
@@ -151,6 +152,68 @@ void finish(const at::Tensor& out, const UOpPtr& value) {
 
 UOpPtr truth(const UOpPtr& x) { return x->dtype == DType::Bool ? x : alu(Ops::CMPNE, x, like(x, 0)); }
 
+// ---- complex values: (real, imaginary) pairs, the pair's axis last (csrc/tensor_bridge.h) ----
+
+namespace cm = complex_math;
+
+cm::Cx parts_of(const UOpPtr& pairs) { return {real_part(pairs), imag_part(pairs)}; }
+UOpPtr pairs_of(const cm::Cx& z) { return join_complex(z.re, z.im); }
+
+// Pairs of shape `shape` (the pair's axis last) all 1 + 0i.
+UOpPtr complex_ones(DType dt, Shape shape) {
+  shape.pop_back();
+  return join_complex(fixed(dt, 1, shape), fixed(dt, 0, shape));
+}
+
+UOpPtr shrink_axis(const UOpPtr& x, int64_t axis, int64_t begin, int64_t end) {
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (int64_t s : x->shape)
+    ranges.emplace_back(0, s);
+  ranges[axis] = {begin, end};
+  return shrink(x, ranges);
+}
+
+// Pairs x extended along `axis` by `before` and `after` elements of 1 + 0i.
+UOpPtr pad_with_ones(const UOpPtr& x, int64_t axis, int64_t before, int64_t after) {
+  std::vector<std::pair<int64_t, int64_t>> pads(x->shape.size(), {0, 0});
+  pads[axis] = {before, after};
+  UOpPtr padded = pad(x, pads);
+  return where(pad(fixed(DType::Bool, 1, x->shape), pads), padded, complex_ones(x->dtype, padded->shape));
+}
+
+// The complex product of pairs x along `axis`, kept as a dim of 1: the two halves multiplied until one
+// element is left (log2 n steps of elementwise products, which fuse into one kernel).
+UOpPtr complex_product_along(UOpPtr x, int64_t axis) {
+  int64_t n = x->shape[axis];
+  if (n == 0) {
+    Shape kept = x->shape;
+    kept[axis] = 1;
+    return complex_ones(x->dtype, kept);
+  }
+  while (n > 1) {
+    if (n % 2) x = pad_with_ones(x, axis, 0, 1), n++;
+    x = pairs_of(cm::mul(parts_of(shrink_axis(x, axis, 0, n / 2)), parts_of(shrink_axis(x, axis, n / 2, n))));
+    n /= 2;
+  }
+  return x;
+}
+
+// The running complex product of pairs x along `axis` (Hillis and Steele's scan: after the step of
+// shift s each element holds the product of the 2s elements that end at it).
+UOpPtr complex_cumprod(UOpPtr x, int64_t axis) {
+  int64_t n = x->shape[axis];
+  for (int64_t s = 1; s < n; s *= 2)
+    x = pairs_of(cm::mul(parts_of(pad_with_ones(shrink_axis(x, axis, 0, n - s), axis, s, 0)), parts_of(x)));
+  return x;
+}
+
+// A complex tensor's pairs with at least one dim besides the pair's, in dtype dt's opmath.
+UOpPtr complex_input(const at::Tensor& self, DType dt) {
+  UOpPtr x = read_complex(self);
+  if (self.dim() == 0) x = reshape(x, {1, 2});
+  return cast(cast(x, dt), opmath(dt));
+}
+
 // ---- sum, mean, prod, amax, amin, all, any, nansum: one table ----
 
 struct Fold {
@@ -177,17 +240,24 @@ constexpr Fold kFolds[] = {
 void write_fold(Kind kind, const at::Tensor& self, const DimMask& mask, const at::Tensor& out) {
   const Fold& f = kFolds[kind];
   if (out.is_complex() || self.is_complex()) {
-    // sum and mean of complex values fold each part alone; other folds of complex values run on the CPU
-    if (kind != Sum && kind != Mean) to_tiny_dtype(self.scalar_type());
+    // sum and mean of complex values fold each part alone, prod multiplies pairs; other folds of complex
+    // values run on the CPU
+    if (kind != Sum && kind != Mean && kind != Prod) to_tiny_dtype(self.scalar_type());
     DType dt = element_dtype(out.scalar_type());
-    UOpPtr x = read_complex(self);
-    if (self.dim() == 0) x = reshape(x, {1, 2});
-    x = cast(cast(x, dt), opmath(dt));
+    UOpPtr x = complex_input(self, dt);
     Axes axes = axes_of(mask, x);
     if (!axes.empty() && axes.back() == static_cast<int64_t>(x->shape.size()) - 1) axes.pop_back(); // not the pairs
     Shape shape = to_shape(out.sizes());
     shape.push_back(2);
-    UOpPtr r = fold(x, Ops::ADD, axes, shape);
+    UOpPtr r;
+    if (kind == Prod) {
+      r = x;
+      for (int64_t a : axes)
+        r = complex_product_along(r, a);
+      r = reshape(r, shape);
+    } else {
+      r = fold(x, Ops::ADD, axes, shape);
+    }
     if (f.mean) r = alu(Ops::FDIV, r, like(r, static_cast<double>(extent(x, axes))));
     if (out.numel() > 0) write_complex(out, cast(r, dt));
     return;
@@ -575,8 +645,16 @@ UOpPtr vector_norm(const UOpPtr& x, double ord, const Axes& axes, const Shape& s
 void write_norm(const at::Tensor& self, double ord, const DimMask& mask, std::optional<at::ScalarType> dtype,
                 const at::Tensor& out) {
   if (out.numel() == 0) return;
-  DType dt = dtype ? to_tiny_dtype(*dtype) : to_tiny_dtype(out.scalar_type());
-  UOpPtr x = cast(cast(input(self), dt), opmath(dt));
+  UOpPtr x;
+  if (self.is_complex()) {
+    // the norm of the absolute values, real (dtype= names a complex dtype then)
+    DType dt = element_dtype(dtype ? *dtype : self.scalar_type());
+    UOpPtr pairs = complex_input(self, dt);
+    x = cm::abs(parts_of(pairs));
+  } else {
+    DType dt = dtype ? to_tiny_dtype(*dtype) : to_tiny_dtype(out.scalar_type());
+    x = cast(cast(input(self), dt), opmath(dt));
+  }
   finish(out, vector_norm(x, ord, axes_of(mask, x), to_shape(out.sizes())));
 }
 
@@ -640,6 +718,16 @@ UOpPtr cumulative(const UOpPtr& x, Ops op, int64_t axis) {
 
 template <Ops Op> void write_cumulative(const at::Tensor& self, int64_t dim, const at::Tensor& out) {
   if (out.numel() == 0) return;
+  if (out.is_complex()) {
+    DType dt = element_dtype(out.scalar_type());
+    UOpPtr x = complex_input(self, dt);
+    int64_t axis = one_axis(self, dim)[0];
+    UOpPtr r = Op == Ops::ADD ? cumulative(x, Ops::ADD, axis) : complex_cumprod(x, axis);
+    Shape shape = to_shape(out.sizes());
+    shape.push_back(2);
+    write_complex(out, reshape(cast(r, dt), shape));
+    return;
+  }
   DType dt = to_tiny_dtype(out.scalar_type());
   UOpPtr x = cast(cast(input(self), dt), opmath(dt));
   finish(out, cumulative(x, Op, one_axis(self, dim)[0]));

@@ -146,28 +146,22 @@ def test_printing_shows_the_cpu_values(native):
 def test_ops_without_a_native_complex_kernel_run_on_the_cpu():
     x, y = crand(4, 3), crand(4, 3, seed=1)
     for fn in (
-        lambda x, y: torch.cat([x, y]),
-        lambda x, y: torch.stack([x, y], dim=1),
-        lambda x, y: x.sum(dim=0),
-        lambda x, y: torch.where(x.real > 0, x, y),
-        lambda x, y: x[torch.tensor([2, 0])],
-        lambda x, y: x.flip(0),
-        lambda x, y: torch.linalg.vector_norm(x, dim=1),
-        lambda x, y: x.cumsum(0),
-        lambda x, y: torch.sigmoid(x),
+        lambda x, y: x.index_add(0, torch.tensor([1, 0, 3, 2], device=x.device), y),
+        lambda x, y: x.take(torch.tensor([5, 0], device=x.device)),
+        lambda x, y: x.scatter(0, torch.tensor([[1, 0, 2]], device=x.device), y, reduce="multiply"),
     ):
         check(fn, x, y, allow_fallback=True, rtol=1e-5, atol=1e-5)
 
 
 def test_a_native_kernel_hands_complex_tensors_to_the_fallback_and_refuses_under_tiny_fallback_0(monkeypatch):
-    x = crand(4).to(DEVICE)
+    x, i = crand(4).to(DEVICE), torch.tensor([2, 0, 1, 2], device=DEVICE)
     with counting() as c:
-        s = x.cumsum(0).cpu()
+        s = x.index_add(0, i, x).cpu()
     assert c["fallbacks"] >= 1
-    assert torch.allclose(s, crand(4).cumsum(0))
+    assert torch.allclose(s, crand(4).index_add(0, i.cpu(), crand(4)))
     monkeypatch.setenv("TINY_FALLBACK", "0")
-    with pytest.raises(RuntimeError, match="cumsum"):
-        x.cumsum(0)
+    with pytest.raises(RuntimeError, match="index_add"):
+        x.index_add(0, i, x)
 
 
 # ---- native complex arithmetic ----
@@ -222,7 +216,10 @@ def test_add_and_sub_with_alpha_and_in_place_and_out(dtype, native):
 
 @by_dtype(COMPLEX)
 @pytest.mark.parametrize(
-    "name", ["neg", "conj_physical", "sgn", "exp", "log", "sqrt", "reciprocal", "sin", "cos", "abs", "angle", "isnan"]
+    "name",
+    ["neg", "conj_physical", "sgn", "exp", "log", "sqrt", "reciprocal", "sin", "cos", "abs", "angle", "isnan"]
+    + ["tan", "sinh", "cosh", "tanh", "asin", "acos", "atan", "asinh", "acosh", "atanh", "sigmoid"]
+    + ["log2", "log10", "log1p", "expm1", "rsqrt", "square", "isinf", "isfinite", "isreal"],
 )
 def test_unary_ops_match_cpu(name, dtype, native):
     fn = getattr(torch, name)
@@ -235,6 +232,22 @@ def test_unary_ops_match_cpu(name, dtype, native):
 @pytest.mark.parametrize("name", ["neg", "conj_physical", "sgn", "abs", "angle", "isnan", "sqrt", "reciprocal"])
 def test_unary_ops_at_zeros_infinities_and_nan_match_cpu(name, dtype, native):
     check(getattr(torch, name), special_values(dtype), rtol=1e-5, atol=1e-6)
+
+
+def branch_cut_values(dtype):
+    """Values on the cuts of the inverse functions (the real axis past +-1, the imaginary axis past +-i) with
+    both signs of zero, values near 0 and large ones."""
+    re = [2.0, 2.0, -2.0, -2.0, 0.0, -0.0, 0.0, -0.0, 1e-4, 0.5, -0.3, 30.0, -25.0, 0.0, 1.0]
+    im = [0.0, -0.0, 0.0, -0.0, 2.0, 2.0, -2.0, -2.0, -1e-4, 0.25, 1e-6, 1.0, -3.0, 0.0, 0.0]
+    return torch.complex(torch.tensor(re), torch.tensor(im)).to(dtype)
+
+
+@by_dtype(COMPLEX)
+@pytest.mark.parametrize(
+    "name", ["asin", "acos", "atan", "asinh", "acosh", "atanh", "tanh", "tan", "log1p", "expm1", "log2", "sigmoid"]
+)
+def test_inverse_and_hyperbolic_functions_on_their_branch_cuts_match_cpu(name, dtype, native):
+    check(getattr(torch, name), branch_cut_values(dtype), rtol=1e-5, atol=1e-6)
 
 
 @by_dtype(COMPLEX)
@@ -292,6 +305,97 @@ def test_matrix_products_match_cpu(dtype, native):
     check(torch.mm, a, torch.randn(5, 3, dtype=c10_real(dtype)))  # the CPU's dtype error
 
 
+@by_dtype(COMPLEX)
+def test_matrix_vector_products_conjugate_as_torch_does(dtype, native):
+    a, v, w = crand(4, 5, dtype=dtype), crand(5, dtype=dtype, seed=1), crand(4, dtype=dtype, seed=2)
+    tol = dict(rtol=1e-4, atol=1e-5)
+    check(torch.mv, a, v, **tol)
+    check(lambda a, v: a @ v, a, v, **tol)
+    check(lambda w, a, v: torch.addmv(w, a, v, beta=2 - 1j, alpha=0.5j), w, a, v, **tol)
+    check(lambda w, a, v: w.addmv_(a.conj(), v), w, a, v, **tol)
+    check(lambda a, v: torch.addmm(a[:, :3], a, a.mT[:, :3], beta=0), a, v, **tol)
+    check(lambda a, v: torch.addmm(a[:1, :4], a, a.mT.conj(), alpha=2j), a, v, **tol)
+    check(lambda v: torch.dot(v, v.flip(0)), v, **tol)
+    check(lambda v: torch.vdot(v, v.flip(0)), v, **tol)
+    check(lambda v: torch.vdot(v.conj(), v), v, **tol)
+    check(lambda w, v: torch.dot(w, v), w, v)  # the CPU's size error
+    check(lambda v: torch.dot(v, v.real), v)  # the CPU's dtype error
+
+
+@by_dtype(COMPLEX)
+def test_where_and_masked_fill_select_pairs(dtype, native):
+    x, y = crand(4, 3, dtype=dtype), crand(4, 3, dtype=dtype, seed=1)
+    check(lambda x, y: torch.where(x.real > 0, x, y), x, y)
+    check(lambda x, y: torch.where(x.real > 0, x.conj(), 2j), x, y)
+    check(lambda x, y: torch.where(x.real > 0, x, y.real), x, y)  # a real value promotes
+    check(lambda x, y: torch.where(x.real > 0, x.real, 1 + 1j), x, y)
+    check(lambda x, y: torch.where(x.real > 0, x, y, out=torch.empty(0, dtype=torch.float32)), x, y)  # out dtype
+    check(lambda x: x.masked_fill(x.imag > 0, 3 - 1j), x)
+    check(lambda x: x.masked_fill(x.imag[0] > 0, 2.5), x)
+    check(lambda x, y: x.masked_fill(x.imag > 0, y[0, 0]), x, y)
+    check(lambda x, y: x.t().masked_fill_(x.t().imag > 0, -0.0 - 0.0j), x, y)
+    check(lambda x, y: x.masked_scatter(x.real > 0, y), x, y)
+
+
+@by_dtype(COMPLEX)
+def test_movement_ops_move_pairs(dtype, native):
+    x, y = crand(4, 3, dtype=dtype), crand(2, 3, dtype=dtype, seed=1)
+    check(lambda x, y: torch.cat([x, y]), x, y)
+    check(lambda x, y: torch.cat([x.conj(), y.real]), x, y)  # a real part promotes
+    check(lambda x, y: torch.stack([x[:2], y], dim=1), x, y)
+    check(lambda x: x.flip(0, 1), x)
+    check(lambda x: x.conj().flip(1), x)
+    check(lambda x: x.roll(2), x)
+    check(lambda x: x.roll((1, -1), (0, 1)), x)
+    check(lambda x: torch.constant_pad_nd(x, (1, 2, 0, 1), 1 - 2j), x)
+    check(lambda x: torch.nn.functional.pad(x, (1, 0, -1, 2)), x)
+    check(lambda x: x.repeat(2, 1), x)
+    for mode in ("reflect", "replicate", "circular"):
+        check(lambda x, mode=mode: torch.nn.functional.pad(x[None], (2, 1), mode=mode), x)
+        check(lambda x, mode=mode: torch.nn.functional.pad(x[None, None], (1, 1, 2, 0), mode=mode), x)
+
+
+@by_dtype(COMPLEX)
+def test_indexing_gathers_and_scatters_pairs(dtype, native):
+    x, y = crand(5, 4, dtype=dtype), crand(5, 4, dtype=dtype, seed=1)
+    i = torch.tensor([3, 0, 3, -1])
+    check(lambda x, i: x[i], x, i)
+    check(lambda x, i: x.conj()[:, i.abs()], x, i)
+    check(lambda x, i: x.t()[i.abs(), 1:], x, i)
+    check(lambda x: x[x.real > 0], x)
+    check(lambda x, i: x.index_select(1, i.abs()), x, i)
+    check(lambda x, i: torch.gather(x, 0, i.abs().expand(2, 4)), x, i)
+    check(lambda x, y: x.index_put_((torch.tensor([0, 2]),), y[:2]), x, y)
+    check(lambda x, y: x.index_put_((torch.tensor([1, 1]),), y[:2], accumulate=True), x, y, rtol=1e-5, atol=1e-6)
+    check(lambda x, y: x.conj().index_put_((torch.tensor([4]),), y[:1]), x, y)
+    check(lambda x: x.__setitem__(x.real > 0, 2j) or x, x)
+    check(lambda x, y: x.__setitem__(x.real > 0, y[x.real > 0]) or x, x, y)
+    idx = torch.tensor([[1, 0, 4, 2], [3, 3, 0, 1]])
+    check(lambda x, y, idx: x.scatter(0, idx, y), x, y, idx)
+    check(lambda x, idx: x.scatter(0, idx, 1.5 - 1j), x, idx)
+    check(lambda x, y, idx: x.scatter_add(0, idx, y), x, y, idx, rtol=1e-5, atol=1e-6)
+    check(lambda x, y, idx: x.scatter(0, idx, y, reduce="add"), x, y, idx, rtol=1e-5, atol=1e-6)
+
+
+@by_dtype(COMPLEX)
+def test_products_running_sums_and_norms_match_cpu(dtype, native):
+    x = crand(3, 7, 2, dtype=dtype) * 0.8
+    tol = dict(rtol=1e-4, atol=1e-5)
+    check(lambda x: x.prod(), x, **tol)
+    check(lambda x: x.prod(1), x, **tol)
+    check(lambda x: x.conj().prod(0, keepdim=True), x, **tol)
+    check(lambda x: x[:, :0].prod(1), x)
+    check(lambda x: x.cumsum(1), x, **tol)
+    check(lambda x: x.cumprod(1), x, **tol)
+    check(lambda x: x.conj().cumprod(0), x, **tol)
+    check(lambda x: torch.cumsum(x.real, 0, dtype=dtype), x, **tol)
+    for ord in (2, 1, 3, 0, float("inf"), -float("inf")):
+        check(lambda x, ord=ord: torch.linalg.vector_norm(x, ord, dim=(0, 2)), x, **tol)
+    check(lambda x: torch.linalg.vector_norm(x), x, **tol)
+    check(lambda x: torch.norm(x, dim=1), x, **tol)
+    check(lambda x: x.mean(dim=(0, 1)), x, **tol)
+
+
 def grads(fn, *inputs):
     """fn's result and the gradients of its inputs for a seeded complex upstream gradient, CPU then tiny."""
     results = []
@@ -314,8 +418,23 @@ def grads(fn, *inputs):
         lambda x, y: (x @ y.mT).sum(dim=0),
         lambda x, y: torch.view_as_real(x * y),
         lambda x, y: x.sqrt() + y.reciprocal(),
+        lambda x, y: torch.cat([x, y]).flip(0)[torch.tensor([0, 4, 5])].prod(0),
+        lambda x, y: torch.linalg.vector_norm(x.tanh() * y.sigmoid(), dim=1),
+        lambda x, y: torch.where(x.real > 0, x.asinh(), y).cumsum(1),
+        lambda x, y: torch.nn.functional.pad(x[None], (2, 1), mode="reflect") * y.sum(),
     ],
-    ids=["mul", "div", "exp_conj", "matmul_sum", "view_as_real", "sqrt_reciprocal"],
+    ids=[
+        "mul",
+        "div",
+        "exp_conj",
+        "matmul_sum",
+        "view_as_real",
+        "sqrt_reciprocal",
+        "index_prod",
+        "norm",
+        "where",
+        "pad",
+    ],
 )
 def test_gradients_match_cpu(fn, dtype, native):
     x, y = crand(3, 4, dtype=dtype), crand(3, 4, dtype=dtype, seed=1)
@@ -325,8 +444,8 @@ def test_gradients_match_cpu(fn, dtype, native):
 
 
 @by_dtype(COMPLEX)
-def test_gradients_of_abs_and_angle_match_cpu_through_the_fallback(dtype):
-    # their formulas select with where, which has no native complex kernel yet
+def test_gradients_of_abs_and_angle_match_cpu(dtype, native):
+    # their formulas select with where
     x, y = crand(3, 4, dtype=dtype), crand(3, 4, dtype=dtype, seed=1)
     (expected, expected_grads), (actual, actual_grads) = grads(lambda x, y: x.abs() * y.angle(), x, y)
     assert_same(actual, expected, rtol=1e-4, atol=1e-5)

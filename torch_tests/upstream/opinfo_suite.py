@@ -139,6 +139,11 @@ def _copy_tensor(t: torch.Tensor, device: str) -> torch.Tensor:
         else:
             flat = torch.empty(0, dtype=t.dtype).set_(t.untyped_storage(), 0, (storage_elems,), (1,))
             copy = flat.to(device, copy=True).as_strided(t.shape, t.stride(), t.storage_offset())
+            # the storage holds what a conjugate (negative) view shows conjugated (negated): keep the bits
+            if t.is_conj():
+                copy = copy.conj()
+            if t.is_neg():
+                copy = copy._neg_view()
     return copy.detach().requires_grad_(t.requires_grad)
 
 
