@@ -132,6 +132,7 @@ public:
   std::unordered_map<const BufferBase*, UOpPtr> params;
   int64_t next_range = 0; // loop ids: the kernel's own loops first, then one per reduced axis
   Shape kernel_loops;     // the kernel's own loop sizes (outermost first)
+  int64_t outputs = 0;    // the outputs the kernel computes (its loops times their blocks and lanes)
   std::vector<UOpPtr> must_realize;
   std::vector<int64_t> ivars;
   std::vector<double> fvars;
@@ -271,20 +272,28 @@ private:
 
   // Whether a value indexed by idx would be computed again by a kernel loop it does not depend on
   // that encloses one it does.
-  bool recomputed(const std::vector<UOpPtr>& idx) const {
+  // A value with fewer elements than the kernel has outputs, read where every kernel loop moves its
+  // index (so no loop can hoist it) but through a division (several outputs read one element), is
+  // computed again for each of them: a window's maximum position read by each element of the window in
+  // a max pool's gradient.
+  bool recomputed(const std::vector<UOpPtr>& idx, int64_t elements) const {
     if (gpu) return recomputed_by_threads(idx);
     std::vector<bool> dep(kernel_loops.size(), false);
+    bool divided = false;
     for (const UOpPtr& i : idx)
-      for (const UOpPtr& n : toposort(graph_rewrite(i, symbolic)))
+      for (const UOpPtr& n : toposort(graph_rewrite(i, symbolic))) {
         if (n->op == Ops::RANGE && std::get<int64_t>(n->arg) < static_cast<int64_t>(dep.size()))
           dep[std::get<int64_t>(n->arg)] = true;
+        divided = divided || n->op == Ops::IDIV;
+      }
     int64_t repeats = 1;
-    bool inner_dep = false;
+    bool inner_dep = false, every = true;
     for (size_t g = dep.size(); g-- > 0;) {
       inner_dep = inner_dep || dep[g];
       if (inner_dep && !dep[g]) repeats *= kernel_loops[g];
+      every = every && (dep[g] || kernel_loops[g] == 1);
     }
-    return repeats > 1;
+    return repeats > 1 || (every && divided && elements < outputs);
   }
 
   // GPU: whether threads that differ only in an id the index does not depend on would each compute
@@ -377,7 +386,7 @@ private:
       // Read through a broadcast whose loop runs outside the loops it depends on (a per-channel
       // batch-norm statistic in an (N, C, H, W) kernel), it would be recomputed for each of those
       // iterations: realized on its own instead.
-      else if (active_.empty() && recomputed(idx))
+      else if (active_.empty() && recomputed(idx, prod(n->shape)))
         must_realize.push_back(n);
       size_t mark = active_.size();
       // Every evaluation of one reduction shares its loop variables: evaluations at other output
@@ -606,6 +615,7 @@ Kernel lower_blocked(const BufferRef& out, const View& out_region, const UOpPtr&
   if (lane_group == kReduceLanes) lw.reduce_lane = lane;
   lw.next_range = lane_id + 1;
   lw.kernel_loops = kloops;
+  lw.outputs = prod(loops);
   std::vector<UOpPtr> ranges;
   for (size_t g = 0; g < groups.size(); g++)
     ranges.push_back(UOp::make(Ops::RANGE, kIndex, {idx_const(kloops[g])}, static_cast<int64_t>(g)));

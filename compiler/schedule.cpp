@@ -14,6 +14,10 @@ bool is_reshape(const UOpPtr& n) {
 
 // A value read by several nodes is computed once into a buffer when inlining it would cost more ops.
 constexpr int64_t kMaxInlineOps = 128;
+// The ops a read through a view of several views costs on top: its index is recomputed from the
+// output's with a division and a modulo per dim of each inner view (a max pool's gradient spreads
+// each pooled value over its window through a reshape of an expand).
+constexpr int64_t kReindexOps = 16;
 
 class Scheduler {
 public:
@@ -29,7 +33,9 @@ public:
     // first (Kernel::must_realize).
     std::unordered_map<const UOp*, int64_t> inline_ops, broadcast_ops;
     for (const UOpPtr& n : order_) {
-      int64_t ops = n->src.empty() ? 0 : 1, once = ops;
+      int64_t ops = n->src.empty() ? 0 : 1;
+      if (n->op == Ops::VIEW) ops += kReindexOps * static_cast<int64_t>(n->st().views.size() - 1);
+      int64_t once = ops;
       bool broadcast = n->op == Ops::VIEW && prod(n->shape) > prod(n->src[0]->shape);
       for (const UOpPtr& s : n->src) {
         ops = std::min(ops + (broadcast ? broadcast_ops[s.get()] : inline_ops[s.get()]), kMaxInlineOps + 1);
@@ -39,11 +45,15 @@ public:
         ops = std::min(ops * (prod(n->src[0]->shape) / prod(n->shape)), kMaxInlineOps + 1);
       bool computed = is_alu(n->op) || n->op == Ops::CAST || n->op == Ops::REDUCE;
       // A reduction several nodes read (a gradient the optimizer's updates all use) is computed once,
-      // and so is a long computation several nodes read: a parameter updated step after step without a
-      // sync is a chain every later step would recompute (scheduling and running it grow with the square
-      // of the steps).
+      // and so is a computation whose recomputation by its other readers would cost more than
+      // kMaxInlineOps: a parameter updated step after step without a sync is a chain every later step
+      // would recompute (scheduling and running it grow with the square of the steps); a max pool's
+      // gradient that batch norm's backward reads three times (two sums and its input gradient) indexes
+      // with divisions that keep those sums from vector lanes.
+      int64_t reads = uses_[n.get()] + view_reads_[n.get()];
       if (n->op == Ops::ASSIGN || n->op == Ops::SCATTER || n->op == Ops::CONTIGUOUS || is_root_.count(n.get()) ||
-          (n->op == Ops::REDUCE && uses_[n.get()] > 1) || (computed && uses_[n.get()] > 1 && ops > kMaxInlineOps)) {
+          (n->op == Ops::REDUCE && uses_[n.get()] > 1) ||
+          (computed && reads > 1 && ops * (reads - 1) > kMaxInlineOps)) {
         realize(n);
         ops = once = 0;
       }
@@ -66,6 +76,8 @@ private:
   const NewBuffer& new_buffer_;
   Schedule out_;
   std::unordered_map<const UOp*, int> uses_;
+  // the reads of a value through a view (not a broadcast) that several nodes read, past the first
+  std::unordered_map<const UOp*, int> view_reads_;
   std::unordered_map<const UOp*, bool> is_root_;
   std::unordered_map<const UOp*, UOpPtr> realized_;  // realize point -> its value read from a buffer
   std::unordered_map<const BufferBase*, bool> made_; // buffers made here
@@ -88,6 +100,9 @@ private:
           uses_[s.get()]++;
       }
     }
+    for (const UOpPtr& n : order_)
+      if (n->op == Ops::VIEW && prod(n->shape) <= prod(n->src[0]->shape) && uses_[n.get()] > 1)
+        view_reads_[n->src[0].get()] += uses_[n.get()] - 1;
   }
 
   // The graph with every realized point replaced by its buffer.

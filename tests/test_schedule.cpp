@@ -156,3 +156,45 @@ TEST(Schedule, ALayerNormsStatisticsOnAGpuAreEachOneKernel) {
   EXPECT_EQ(schedule_of(y, gpu).kernels.size(), 3u); // the mean, the variance, the output
   EXPECT_EQ(schedule_of(y).kernels.size(), 1u);      // the CPU's row kernel computes them per row
 }
+
+namespace {
+
+// Each element of x (n, c, h, w) spread over the 2x2 window it pools, as a max pool's gradient reads it:
+// a reshape of an expand, whose index takes divisions.
+UOpPtr spread2x2(const UOpPtr& x) {
+  const Shape& s = x->shape;
+  UOpPtr split = reshape(x, {s[0], s[1], s[2], 1, s[3], 1});
+  return reshape(expand(split, {s[0], s[1], s[2], 2, s[3], 2}), {s[0], s[1], 2 * s[2], 2 * s[3]});
+}
+
+size_t kernels_of(const std::vector<UOpPtr>& roots) {
+  return schedule(roots, Target{}, [](DType dt, int64_t n) { return std::make_shared<Placeholder>(dt, n); })
+      .kernels.size();
+}
+
+} // namespace
+
+// A gradient read through one reshape by batch norm's backward (two sums and the input gradient) is
+// computed once: its three readers would each recompute it, divisions and all.
+TEST(Schedule, AValueReadThroughOneViewBySeveralNodesCountsEachRead) {
+  const int64_t N = 2, C = 4, H = 7;
+  UOpPtr g = alu(Ops::MUL, spread2x2(input({N, C, H, H})), spread2x2(input({N, C, H, H})));
+  g = alu(Ops::ADD, alu(Ops::MUL, g, spread2x2(input({N, C, H, H}))), spread2x2(input({N, C, H, H})));
+  UOpPtr flat = reshape(g, {N, C, 4 * H * H});
+  UOpPtr sum = reduce(flat, Ops::ADD, {0, 2});
+  UOpPtr sum_sq = reduce(alu(Ops::MUL, flat, input({N, C, 4 * H * H})), Ops::ADD, {0, 2});
+  UOpPtr dx = alu(Ops::EXP, flat);
+  EXPECT_EQ(kernels_of({sum, sum_sq, dx}), 4u); // g, then its three readers
+  EXPECT_EQ(kernels_of({sum, dx}), 2u);         // read twice it costs less than a buffer: inlined
+}
+
+// A window's reduction read by every element of the window (a max pool's index in its gradient), where
+// the kernel's blocks do not hold whole windows (14 outputs: no block of 4, 8 or 16), is computed once
+// per window in a kernel of its own, not once per element.
+TEST(Schedule, AReductionReadByEveryElementOfItsWindowIsRealizedFirst) {
+  UOpPtr x = input({14});
+  UOpPtr max = reduce(reshape(x, {7, 2}), Ops::MAX, {1});
+  UOpPtr spread = reshape(expand(max, {7, 2}), {14});
+  UOpPtr grad = where(alu(Ops::CMPEQ, x, spread), x, alu(Ops::MUL, x, x));
+  EXPECT_EQ(schedule_of(grad).kernels.size(), 2u);
+}
