@@ -208,6 +208,24 @@ private:
                      (*v.mask)[b] != std::pair<int64_t, int64_t>{0, v.shape[b]}))
         return false;
       if (v.strides[a] != v.strides[b] * v.shape[b]) return false;
+      if (m->st().views.size() > 1 && !inner_views_walk_as_one(m->st(), a)) return false;
+    }
+    return true;
+  }
+
+  // Whether the views under the last of st walk its axes a and a + 1 as one too: the flat index of a
+  // loop over both has no division left (a panel interleaved by pairs, see pair_dot, does not).
+  static bool inner_views_walk_as_one(const ShapeTracker& st, int64_t a) {
+    const Shape shape = st.shape();
+    size_t b = static_cast<size_t>(a) + 1;
+    UOpPtr r = UOp::make(Ops::RANGE, kIndex, {idx_const(shape[a] * shape[b])}, int64_t{1} << 30);
+    std::vector<UOpPtr> idx(shape.size(), idx_const(0));
+    idx[a] = UOp::make(Ops::IDIV, kIndex, {r, idx_const(shape[b])});
+    idx[b] = UOp::make(Ops::MOD, kIndex, {r, idx_const(shape[b])});
+    for (const UOpPtr& n : toposort(graph_rewrite(view_index(st, idx).first, symbolic))) {
+      if (n->op != Ops::IDIV && n->op != Ops::MOD) continue;
+      std::vector<UOpPtr> under = toposort(n);
+      if (std::ranges::find(under, r) != under.end()) return false;
     }
     return true;
   }
@@ -673,7 +691,7 @@ bool lanes_pay(const Kernel& k) {
     if (n->op == Ops::RANGE && std::get<int64_t>(n->arg) == k.lane_range) lane = n.get();
   if (!lane) return false;
   for (const UOpPtr& r : toposort(k.ast)) {
-    if (r->op != Ops::REDUCE) continue;
+    if (r->op != Ops::REDUCE || pair_dot(r, lane)) continue;
     for (const UOpPtr& n : toposort(r->src[0])) {
       if (n->op != Ops::LOAD) continue;
       auto split = lane_split(n->src[1], lane);
@@ -724,6 +742,40 @@ std::optional<std::pair<UOpPtr, int64_t>> lane_split(const UOpPtr& idx, const UO
       base = base ? base + t : t;
   }
   return std::pair{base ? base : idx_const(0), stride};
+}
+
+std::optional<PairDot> pair_dot(const UOpPtr& r, const UOp* lane) {
+  if (!lane || r->op != Ops::REDUCE || r->reduce_arg().op != Ops::ADD || r->dtype != DType::Float32 ||
+      r->src.size() < 2 || r->src[0]->op != Ops::MUL)
+    return std::nullopt;
+  const UOpPtr& pair = r->src.back();
+  if (pair.get() == lane || !pair->src[0]->is_const() || pair->src[0]->const_i() != 2) return std::nullopt;
+  auto load_of = [](const UOpPtr& c) -> UOpPtr {
+    if (c->op != Ops::CAST || c->dtype != DType::Float32) return nullptr;
+    const UOpPtr& l = c->src[0];
+    return l->op == Ops::LOAD && l->dtype == DType::BFloat16 && l->src.size() == 2 ? l : nullptr;
+  };
+  UOpPtr x = load_of(r->src[0]->src[0]), y = load_of(r->src[0]->src[1]);
+  if (!x || !y) return std::nullopt;
+  // (stride along the lanes, stride along the pair)
+  auto strides = [&](const UOpPtr& l) -> std::pair<int64_t, int64_t> {
+    auto by_lane = lane_split(l->src[1], lane);
+    auto by_pair = by_lane ? lane_split(by_lane->first, pair.get()) : std::nullopt;
+    return by_pair ? std::pair{by_lane->second, by_pair->second} : std::pair{int64_t{-1}, int64_t{-1}};
+  };
+  if (strides(x) == std::pair<int64_t, int64_t>{2, 1}) std::swap(x, y);
+  if (strides(x) != std::pair<int64_t, int64_t>{0, 1} || strides(y) != std::pair<int64_t, int64_t>{2, 1})
+    return std::nullopt;
+  return PairDot{pair, x, y};
+}
+
+bool bf16_pair_dots() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool avx512bf16 = __builtin_cpu_supports("avx512bf16");
+  return avx512bf16;
+#else
+  return false;
+#endif
 }
 
 namespace {
@@ -951,16 +1003,71 @@ bool wants_panels(const UOpPtr& m, size_t d, const std::vector<int64_t>& axes, i
 }
 
 // x laid out in panels: dim d split into blocks of `panel`, each block's elements for every other
-// index stored together, (d / panel, other dims..., panel), read back as x's shape.
-UOpPtr panel_copy(const UOpPtr& x, size_t d, int64_t panel) {
-  Shape split = x->shape;
-  split[d] = x->shape[d] / panel;
-  split.insert(split.begin() + static_cast<std::ptrdiff_t>(d) + 1, panel);
-  std::vector<int64_t> order{static_cast<int64_t>(d)};
-  for (size_t e = 0; e < split.size(); e++)
-    if (e != d && e != d + 1) order.push_back(static_cast<int64_t>(e));
-  order.push_back(static_cast<int64_t>(d) + 1);
+// index stored together, (d / panel, other dims..., panel), read back as x's shape. With a pair axis
+// (see pair_dot), that dim's adjacent pairs are innermost: (d / panel, other dims..., pair / 2, panel, 2).
+UOpPtr panel_copy(const UOpPtr& x, size_t d, int64_t panel, int64_t pair = -1) {
+  Shape split;
+  std::vector<int64_t> at(x->shape.size()); // where each dim (its outer part) is in split
+  for (size_t e = 0; e < x->shape.size(); e++) {
+    at[e] = static_cast<int64_t>(split.size());
+    int64_t inner = e == d ? panel : static_cast<int64_t>(e) == pair ? 2 : 1;
+    split.push_back(x->shape[e] / inner);
+    if (inner > 1) split.push_back(inner);
+  }
+  auto inner_of = [&](int64_t e) { return e == static_cast<int64_t>(d) || e == pair ? at[e] + 1 : -1; };
+  std::vector<int64_t> order{at[d]};
+  for (int64_t e = 0; e < static_cast<int64_t>(split.size()); e++)
+    if (e != at[d] && e != inner_of(static_cast<int64_t>(d)) && (pair < 0 || e != inner_of(pair))) order.push_back(e);
+  order.push_back(inner_of(static_cast<int64_t>(d)));
+  if (pair >= 0) order.push_back(inner_of(pair));
   return reshape(copied_in_order(reshape(x, split), order), x->shape);
+}
+
+// A float32 sum of bfloat16 products x * y whose lanes (dim d) read y from a panel copy and x broadcast,
+// over a reduced axis of even length (32 or more: a weight gradient's short window axis split in pairs made
+// its unrolled index math blow up in the symbolic pass) that x walks with stride 1, reduces over that axis's pairs (the
+// pair innermost, a loop of its own) and reads y from a panel interleaved by them, so each step is one
+// pair dot product per lane (see pair_dot). Records the reduction's replacement in `replace`.
+void pair_reduced_axis(const UOpPtr& n, size_t d, int64_t panel, std::unordered_map<const UOp*, UOpPtr>& replace) {
+  const UOpPtr& src = n->src[0];
+  if (n->dtype != DType::Float32 || src->op != Ops::MUL) return;
+  auto read_of = [](const UOpPtr& c) -> UOpPtr {
+    bool ok = c->op == Ops::CAST && c->dtype == DType::Float32 && c->src[0]->op == Ops::VIEW &&
+              c->src[0]->dtype == DType::BFloat16 && c->src[0]->src[0]->op == Ops::BUFFER;
+    return ok ? c->src[0] : nullptr;
+  };
+  UOpPtr x = read_of(src->src[0]), y = read_of(src->src[1]);
+  if (!x || !y) return;
+  auto replaced = [&](const UOpPtr& m) { return replace.count(m.get()) ? replace.at(m.get()) : m; };
+  // y's lanes come from a panel copy; x is broadcast along them
+  auto panelled = [&](const UOpPtr& m) { return replace.count(m.get()) && m->st().views.size() == 1; };
+  if (!panelled(y)) std::swap(x, y);
+  UOpPtr xr = replaced(x);
+  if (!panelled(y) || xr->op != Ops::VIEW || xr->st().views.size() != 1 || x->shape != src->shape ||
+      y->shape != src->shape || y->shape[d] % panel != 0)
+    return;
+  const View& xv = xr->st().views.back();
+  const View& yv = y->st().views.back();
+  if (xv.mask || xv.strides[d] != 0) return;
+  int64_t a = -1;
+  for (int64_t e : n->reduce_arg().axes)
+    if (xv.strides[e] == 1 && yv.strides[e] != 0 && src->shape[e] % 2 == 0 && src->shape[e] >= 32) a = e;
+  if (a < 0) return;
+  UOpPtr yr = expand(panel_copy(unbroadcast(y), d, panel, a), y->shape);
+  bool x_first = read_of(src->src[0]) == x;
+  UOpPtr product = x_first ? alu(Ops::MUL, cast(xr, DType::Float32), cast(yr, DType::Float32))
+                           : alu(Ops::MUL, cast(yr, DType::Float32), cast(xr, DType::Float32));
+  // axis a becomes (a / 2, 2), the 2 moved last: the other axes keep their positions
+  Shape split = src->shape;
+  split[a] /= 2;
+  split.insert(split.begin() + a + 1, 2);
+  std::vector<int64_t> order;
+  for (int64_t e = 0; e < static_cast<int64_t>(split.size()); e++)
+    if (e != a + 1) order.push_back(e);
+  order.push_back(a + 1);
+  std::vector<int64_t> axes = n->reduce_arg().axes;
+  axes.push_back(static_cast<int64_t>(src->shape.size()));
+  replace[n.get()] = reshape(reduce(permute(reshape(product, split), order), Ops::ADD, axes), n->shape);
 }
 
 // A copy of x, read through `window` (a view over x's contiguous layout), laid out so that the innermost
@@ -1051,6 +1158,7 @@ bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replac
       order.push_back(static_cast<int64_t>(d));
       replace[m.get()] = expand(copied_in_order(unbroadcast(m), order), m->shape);
     }
+    if (!target.gpu() && bf16_pair_dots()) pair_reduced_axis(n, d, panel, replace);
     return true;
   }
   return false;

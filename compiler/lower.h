@@ -55,6 +55,19 @@ constexpr int64_t kGroupRange = 0, kLocalRange = 3, kGpuRanges = 6;
 // form. An idx free of lane is {idx, 0}.
 std::optional<std::pair<UOpPtr, int64_t>> lane_split(const UOpPtr& idx, const UOp* lane);
 
+// A step of a float32 sum of products of two bfloat16 loads over pairs of adjacent elements: the
+// reduction's innermost loop `pair` (a RANGE of 2) indexes both loads with stride 1, `x` is the same for
+// every lane, `y` is a panel interleaved by pairs (lane l's pair at base + 2 l). The C renderer computes
+// a step as one pair dot product per lane (AVX512_BF16's vdpbf16ps, or two widened multiply-adds).
+struct PairDot {
+  UOpPtr pair, x, y; // the loop, the loads
+};
+std::optional<PairDot> pair_dot(const UOpPtr& reduce, const UOp* lane);
+
+// Whether the CPU the C kernels are compiled for (-march=native: this one) has AVX512_BF16: the CPU
+// lowering then lays the lane panels of bfloat16 products out by pairs (see pair_dot).
+bool bf16_pair_dots();
+
 // The largest power of two (up to 2^30) that divides every value the index expression idx takes, as
 // its form shows (a sum of multiples of constants): whether a vector access at idx is aligned.
 int64_t index_alignment(const UOpPtr& idx);

@@ -183,6 +183,17 @@ constexpr std::pair<const char*, const char*> kVectorTypes[] = {
     {"float", "tv_float"},     {"double", "tv_double"},   {"int8_t", "tv_int8_t"},   {"int16_t", "tv_int16_t"},
     {"int32_t", "tv_int32_t"}, {"int64_t", "tv_int64_t"}, {"uint8_t", "tv_uint8_t"}, {"__fp16", "tv_half"}};
 
+// Vector helpers of kernels with lanes (after their vector types): tiny_f2bf and tiny_rbf on every lane
+// at once (bfloat16's bits in the low half of each int32).
+constexpr const char* kVectorPrelude = R"C(static inline tv_int32_t tiny_f2bf_v(tv_float f) {
+  tv_int32_t u = (tv_int32_t)f, hi = (u >> 16) & 0xffff;
+  tv_int32_t nan = (hi & 0x7f) != 0 ? hi : hi | 0x40;
+  return (u & 0x7fffffff) > 0x7f800000 ? nan : ((u + 0x7fff + (hi & 1)) >> 16) & 0xffff;
+}
+static inline tv_float tiny_rbf_v(tv_float f) { return (tv_float)(tiny_f2bf_v(f) * 65536); }
+)C";
+constexpr const char* kVectorHelpers[] = {"tiny_f2bf_v", "tiny_rbf_v"};
+
 std::string lane_elem(DType dt) { return dt == DType::Bool ? "uint8_t" : reg_type(dt); }
 std::string vec_type(DType dt) { return "tv_" + lane_elem(dt); }
 
@@ -400,6 +411,8 @@ public:
     if (k_.lane_range >= 0)
       for (auto [t, name] : kVectorTypes)
         os << "typedef " << t << " " << name << " __attribute__((ext_vector_type(" << k_.lanes << ")));\n";
+    if (k_.lane_range >= 0) os << kVectorPrelude;
+    if (pair_dots_) os << "#if defined(__AVX512BF16__)\n#include <immintrin.h>\n#endif\n";
     os << "\nvoid " << fn
        << "(void* const* bufs, const int64_t* ivars, const double* fvars, int64_t begin, int64_t end) {\n"
        << "  (void)ivars; (void)fvars;\n";
@@ -446,6 +459,7 @@ private:
   std::unordered_set<const UOp*> stored_in_reduce_loops_; // those emitted
   std::vector<size_t> open_;                              // scopes enclosing the code being emitted, outermost first
   int next_ = 0;
+  bool pair_dots_ = false; // some reduction steps by bfloat16 pair dot products (see pair_dot)
   const UOp* lane_node_ = nullptr;
   std::vector<UOpPtr> keep_;
 
@@ -650,6 +664,8 @@ private:
       e = "__builtin_convertvector(" + ref(n->src[0]) + ", " + vec_type(dt) + ")";
     else if (n->op == Ops::CAST && dt == DType::Float32 && is_half(n->src[0]->dtype))
       e = splat(n->src[0]); // a half's register is float already
+    else if (n->op == Ops::CAST && dt == DType::BFloat16 && n->src[0]->dtype == DType::Float32)
+      e = "tiny_rbf_v(" + splat(n->src[0]) + ")";
     else if (n->op == Ops::CAST && dt == DType::Float64 && is_half(n->src[0]->dtype))
       e = "__builtin_convertvector(" + splat(n->src[0]) + ", tv_double)";
     else if (n->op == Ops::BITCAST)
@@ -725,6 +741,11 @@ private:
               << ");\n";
       return;
     }
+    if (stride == 1 && dt == DType::BFloat16 && !valid && vec(value)) {
+      sc.code << ind << "{ tv_int16_t t_ = __builtin_convertvector(tiny_f2bf_v(" << ref(value)
+              << "), tv_int16_t); memcpy(" << ref(buf) << " + " << at(0) << ", &t_, sizeof t_); }\n";
+      return;
+    }
     for (int64_t l = 0; l < k_.lanes; l++) {
       sc.code << ind;
       if (valid) sc.code << "if (" << lane(*valid, l) << ") ";
@@ -750,12 +771,21 @@ private:
       if (!names_.count(m.get()) && std::equal(m->src.begin() + 1, m->src.end(), n->src.begin() + 1, n->src.end()) &&
           home(m) == at && vec(m->src[0]) == lanes_in_value)
         group.push_back(m);
+    // A group of bfloat16 products over pairs steps by pairs: no loop over the pair (see pair_dot).
+    std::vector<PairDot> pairs;
+    if (k_.lanes == 16 && lanes_in_value)
+      for (const UOpPtr& m : group)
+        if (auto p = pair_dot(m, lane_node())) pairs.push_back(*p);
+    if (pairs.size() != group.size()) pairs.clear();
+    pair_dots_ = pair_dots_ || !pairs.empty();
     // The loops: every range but the lanes (a reduction over lanes steps its innermost loop by them),
     // unless the value is the same in every lane (a sum of a broadcast value): then the lanes are a loop
     // like the others, or the sum would count one lane.
     std::vector<UOpPtr> loops;
     for (size_t i = 1; i < n->src.size(); i++)
-      if (std::get<int64_t>(n->src[i]->arg) != k_.lane_range || !lanes_in_value) loops.push_back(n->src[i]);
+      if ((std::get<int64_t>(n->src[i]->arg) != k_.lane_range || !lanes_in_value) &&
+          (pairs.empty() || i + 1 < n->src.size()))
+        loops.push_back(n->src[i]);
     // The loop body: a scope nested in `target`; what it reads that does not vary in it goes outside.
     Scope& body = scopes_.emplace_back();
     body.depth = target.depth + static_cast<int>(loops.size());
@@ -764,8 +794,29 @@ private:
     std::vector<size_t> saved = open_;
     open_.resize(at + 1);
     open_.push_back(scopes_.size() - 1);
-    for (const UOpPtr& m : group)
-      emit(m->src[0]);
+    // pair dots: each load's pair (at the pair loop's 0) as 32-bit words, x's one, y's one per lane
+    std::vector<std::pair<std::string, std::string>> pair_words;
+    std::unordered_map<const UOp*, std::string> words;
+    auto word = [&](const UOpPtr& load, const PairDot& p, bool lanes) {
+      UOpPtr idx = load->src[1];
+      if (lanes) idx = lane_split(idx, lane_node())->first;
+      idx = graph_rewrite(substitute(idx, [&](const UOpPtr& r) { return r == p.pair ? idx_const(0) : nullptr; }),
+                          symbolic);
+      keep_.push_back(idx);
+      if (auto it = words.find(idx.get()); it != words.end()) return it->second;
+      emit(load->src[0]);
+      emit(idx);
+      std::string v = "v" + std::to_string(next_++), t = lanes ? "tv_int32_t" : "int32_t";
+      Scope& sc = scopes_[open_[home(idx)]];
+      sc.code << indent(sc.depth) << "const " << t << " " << v << " = ({ " << t << " t_; memcpy(&t_, "
+              << ref(load->src[0]) << " + " << ref(idx) << ", sizeof t_); t_; });\n";
+      return words[idx.get()] = v;
+    };
+    for (const PairDot& p : pairs)
+      pair_words.emplace_back(word(p.x, p, false), word(p.y, p, true));
+    if (pairs.empty())
+      for (const UOpPtr& m : group)
+        emit(m->src[0]);
     for (const UOpPtr& st : reduce_stores_)
       if (!stored_in_reduce_loops_.count(st.get()) && loops_open(st)) {
         emit(st);
@@ -794,7 +845,26 @@ private:
     }
     target.code << body.code.str();
     std::string bind = indent(body.depth);
-    for (size_t g = 0; g < group.size(); g++) {
+    if (!pairs.empty()) {
+      // x's pair in every lane; lane l's pair of y. AVX512_BF16: one vdpbf16ps (bfloat16 denormals read
+      // as zero, a denormal result flushes); else each bfloat16 widened (its bits are float32's upper
+      // half) and multiply-added in the plain loop's order.
+      target.code << "#if defined(__AVX512BF16__)\n";
+      for (size_t g = 0; g < group.size(); g++)
+        target.code << bind << accs[g] << " = (tv_float)_mm512_dpbf16_ps((__m512)" << accs[g]
+                    << ", (__m512bh)(tv_int32_t)" << pair_words[g].first << ", (__m512bh)" << pair_words[g].second
+                    << ");\n";
+      target.code << "#else\n";
+      for (size_t g = 0; g < group.size(); g++) {
+        const auto& [x, y] = pair_words[g];
+        target.code << bind << accs[g] << " = " << accs[g] << " + (tv_float)((tv_int32_t)" << x
+                    << " * 65536) * (tv_float)(" << y << " * 65536);\n"
+                    << bind << accs[g] << " = " << accs[g] << " + (tv_float)((tv_int32_t)" << x
+                    << " & -65536) * (tv_float)(" << y << " & -65536);\n";
+      }
+      target.code << "#endif\n";
+    }
+    for (size_t g = 0; g < group.size() && pairs.empty(); g++) {
       const UOpPtr& m = group[g];
       DType dt = m->dtype;
       Ops op = m->reduce_arg().op;
@@ -886,6 +956,8 @@ std::string render_c_bundle(const std::vector<std::string>& sources, const std::
     std::string suffix = bundle_suffix(i);
     std::vector<std::string> names{fn_names.at(i), "tiny_errors"};
     for (auto [t, name] : kVectorTypes)
+      names.emplace_back(name);
+    for (const char* name : kVectorHelpers)
       names.emplace_back(name);
     os << "\n";
     for (const std::string& name : names)

@@ -7,6 +7,7 @@
 
 #include "compiler/lower.h"
 #include "compiler/render_c.h"
+#include "compiler/schedule.h"
 #include "runtime/device.h"
 #include "runtime/lazy_buffer.h"
 #include "runtime/realize.h"
@@ -254,6 +255,40 @@ TEST(Kernel, AHalfMatmulReadsItsOperandsAsVectors) {
     expect_matmul_in_lanes(reshape(cast(buffer(ah), DType::Float32), {M, K}),
                            reshape(cast(buffer(bh), DType::Float32), {K, N}), av, bv, std::string(name(dt)));
   }
+}
+
+// bfloat16 x @ w (w row-major, read in panels) on a CPU with AVX512_BF16: the panel is interleaved by
+// pairs of the reduced axis, and each step of the inner loop is one pair dot product per lane
+// (vdpbf16ps) with the left operand's pair one 32-bit word, the plain path (two widened multiply-adds)
+// where the C compiler does not target AVX512_BF16. The sums match plain loops over the operands'
+// values at float32 accumulation's tolerance (the products of bfloat16 values are exact).
+TEST(Kernel, ABFloat16MatmulStepsByPairDotProducts) {
+  if (!bf16_pair_dots()) GTEST_SKIP() << "this CPU has no AVX512_BF16: bfloat16 matmuls take the plain path";
+  const int64_t M = 64, K = 96, N = 512;
+  auto ah = realize_value(cast(buffer(filled(random_vec(M * K, 19))), DType::BFloat16));
+  auto bh = realize_value(cast(buffer(filled(random_vec(K * N, 20))), DType::BFloat16));
+  auto av = values(realize_value(cast(buffer(ah), DType::Float32)));
+  auto bv = values(realize_value(cast(buffer(bh), DType::Float32)));
+  auto a = expand(reshape(cast(buffer(ah), DType::Float32), {M, 1, K}), {M, N, K});
+  auto b = expand(reshape(permute(reshape(cast(buffer(bh), DType::Float32), {K, N}), {1, 0}), {1, N, K}), {M, N, K});
+  auto value = reshape(reduce(alu(Ops::MUL, a, b), Ops::ADD, {2}), {M, N});
+  Schedule s = schedule_value(value, Target{},
+                              [](DType dt, int64_t n) { return std::make_shared<Buffer>(cpu_device(), dt, n); });
+  std::string src;
+  for (const Kernel& k : s.kernels)
+    if (k.lanes == 16) src = render_c(k, k.name);
+  EXPECT_NE(src.find("_mm512_dpbf16_ps("), std::string::npos) << src;
+  EXPECT_NE(src.find("#else"), std::string::npos) << src;
+  auto got = values(realize_value(value));
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++) {
+      double s = 0, mag = 0;
+      for (int64_t q = 0; q < K; q++) {
+        s += static_cast<double>(av[i * K + q]) * bv[q * N + j];
+        mag += std::abs(static_cast<double>(av[i * K + q]) * bv[q * N + j]);
+      }
+      EXPECT_NEAR(got[i * N + j], s, 1e-5 * mag + 1e-6) << i << " " << j;
+    }
 }
 
 // A register block of x @ w keeps its accumulators in vector registers with room for the operands: on

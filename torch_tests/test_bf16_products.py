@@ -1,0 +1,85 @@
+"""bfloat16 matmuls and convolutions against the CPU, at shapes where tiny's CPU kernels read the right
+operand from a lane panel: on a CPU with AVX512_BF16 that panel is interleaved by pairs of the reduced
+axis and each step is a pair dot product (vdpbf16ps, which reads bfloat16 denormals as zero); elsewhere,
+or where the C compiler does not target AVX512_BF16, the same loop widens each pair and multiply-adds.
+Either way the sums accumulate in float32 and round to bfloat16 once, as torch's do."""
+
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import check, rand, tol
+
+BF16 = tol(torch.bfloat16)
+
+
+def conv_backward(x, w, gy):
+    """The input and weight gradients of conv2d(x, w, padding=1) for the output gradient gy."""
+    return torch.ops.aten.convolution_backward(
+        gy, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, True, False]
+    )[:2]
+
+
+def bf16(*shape, seed=0):
+    return rand(*shape, dtype=torch.bfloat16, seed=seed)
+
+
+@pytest.mark.parametrize("k", [96, 97], ids=["even_k", "odd_k"])
+def test_mm_and_bmm_match_cpu(k):
+    check(torch.mm, bf16(64, k), bf16(k, 512, seed=1), **BF16)
+    check(torch.bmm, bf16(2, 64, k, seed=2), bf16(2, k, 512, seed=3), **BF16)
+
+
+def test_linear_matches_cpu():
+    check(F.linear, bf16(256, 64), bf16(32, 64, seed=1), **BF16)
+    check(F.linear, bf16(256, 64, seed=2), bf16(64, 64, seed=3), bf16(64, seed=4), **BF16)
+
+
+def test_matmul_of_a_transposed_and_an_offset_operand_matches_cpu():
+    a = bf16(96, 64)
+    b = bf16(600, 96, seed=1)[40:, :].t()
+    check(lambda a, b: a.t() @ b, a, b, **BF16)
+
+
+def test_conv2d_forward_and_backward_match_cpu():
+    x, w = bf16(16, 32, 14, 14), bf16(64, 32, 3, 3, seed=1)
+    check(lambda x, w: F.conv2d(x, w, padding=1), x, w, **BF16)
+    check(conv_backward, x, w, bf16(16, 64, 14, 14, seed=2), **BF16)
+
+
+def test_autograd_through_linear_and_conv_matches_cpu():
+    def step(x, w1, w2):
+        x, w1, w2 = (t.detach().requires_grad_() for t in (x, w1, w2))
+        h = F.conv2d(x, w1, padding=1).relu()
+        out = F.linear(h.flatten(1), w2)
+        out.float().square().sum().backward()
+        return out, x.grad, w1.grad, w2.grad
+
+    check(step, bf16(4, 32, 8, 8), bf16(32, 32, 3, 3, seed=1), bf16(32, 32 * 8 * 8, seed=2), rtol=3e-2, atol=3e-2)
+
+
+PLAIN_PATH = """
+import torch, torch_tiny
+import torch.nn.functional as F
+g = torch.Generator().manual_seed(0)
+a, b = torch.randn(64, 96, generator=g).bfloat16(), torch.randn(96, 512, generator=g).bfloat16()
+x, w = torch.randn(8, 32, 14, 14, generator=g).bfloat16(), torch.randn(64, 32, 3, 3, generator=g).bfloat16()
+for got, want in ((a.to("tiny") @ b.to("tiny"), a @ b),
+                  (F.conv2d(x.to("tiny"), w.to("tiny"), padding=1), F.conv2d(x, w, padding=1))):
+    torch.testing.assert_close(got.cpu(), want, rtol=2e-2, atol=2e-2)
+print("ok")
+"""
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="-mno-avx512bf16 is an x86 flag")
+def test_plain_path_without_avx512_bf16_matches_cpu(tmp_path):
+    """The kernels compiled for a CPU without AVX512_BF16 (-mno-avx512bf16) take the loop's plain path."""
+    env = dict(os.environ, TINY_CFLAGS="-mno-avx512bf16", TINY_CACHE_DIR=str(tmp_path))
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-c", PLAIN_PATH], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
