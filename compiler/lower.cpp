@@ -469,19 +469,25 @@ namespace {
 constexpr int64_t kLanes = 16;
 constexpr int64_t kReduceLanes = -2; // lower_blocked's lane group: lanes along the reduced axes
 
-// Whether the CPU the C kernels are compiled for (-march=native: this one) has 32 vector registers of
-// 16 floats (AVX-512) rather than 16 of 8 (AVX2), where a 16-lane vector takes two registers and a
-// register block must be a quarter the size. 1024^3 x @ w on one AVX2 thread (a 16-core EPYC): 8 x 2
-// vector accumulators 90-139 ms, 4 x 2 68-71 ms (both spill: 16 registers of accumulators), 4 x 1 30 ms
-// (8 registers of accumulators, 2 of the panel's row, 1 broadcast).
-bool wide_vector_registers() {
+// What the CPU the C kernels are compiled for (-march=native: this one) has, asked once.
+struct HostCpu {
+  bool avx512 = true, avx512bf16 = false;
+};
+
+const HostCpu& host_cpu() {
 #if defined(__x86_64__) || defined(__i386__)
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  return avx512;
+  static const HostCpu cpu{__builtin_cpu_supports("avx512f") != 0, __builtin_cpu_supports("avx512bf16") != 0};
 #else
-  return true;
+  static const HostCpu cpu;
 #endif
+  return cpu;
 }
+
+// Whether the host has 32 vector registers of 16 floats (AVX-512) rather than 16 of 8 (AVX2), where a
+// 16-lane vector takes two registers and a register block must be a quarter the size. 1024^3 x @ w on
+// one AVX2 thread (a 16-core EPYC): 8 x 2 vector accumulators 90-139 ms, 4 x 2 68-71 ms (both spill: 16
+// registers of accumulators), 4 x 1 30 ms (8 registers of accumulators, 2 of the panel's row, 1 broadcast).
+bool wide_vector_registers() { return host_cpu().avx512; }
 
 // The views of buffers a reduction reads in its own loop: not those of reductions nested in it (a
 // softmax's max and sum under log_softmax + nll's sum), which are computed in loops of their own.
@@ -769,14 +775,7 @@ std::optional<PairDot> pair_dot(const UOpPtr& r, const UOp* lane) {
   return PairDot{pair, x, y};
 }
 
-bool bf16_pair_dots() {
-#if defined(__x86_64__) || defined(__i386__)
-  static const bool avx512bf16 = __builtin_cpu_supports("avx512bf16");
-  return avx512bf16;
-#else
-  return false;
-#endif
-}
+bool bf16_pair_dots() { return host_cpu().avx512bf16; }
 
 namespace {
 
