@@ -8,12 +8,17 @@
 #include <cmath>
 
 #include "compiler/uop.h"
+#include "csrc/tensor_bridge.h"
 
 namespace tiny::complex_math {
 
 struct Cx {
   UOpPtr re, im;
 };
+
+// The parts of pairs (the pair's axis last: csrc/tensor_bridge.h), and the pairs of parts.
+inline Cx parts_of(const UOpPtr& pairs) { return {real_part(pairs), imag_part(pairs)}; }
+inline UOpPtr pairs_of(const Cx& z) { return join_complex(z.re, z.im); }
 
 // A constant of x's dtype and shape.
 inline UOpPtr like(const UOpPtr& x, double v) {

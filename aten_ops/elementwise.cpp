@@ -924,8 +924,7 @@ cm::Cx complex_operand(const at::Tensor& t, at::ScalarType common, DType compute
   Shape padded(shape.size() - t.dim(), 1), full = shape;
   padded.insert(padded.end(), pairs->shape.begin(), pairs->shape.end());
   full.push_back(2);
-  pairs = expand(reshape(pairs, padded), full);
-  return {real_part(pairs), imag_part(pairs)};
+  return cm::parts_of(expand(reshape(pairs, padded), full));
 }
 
 // The complex path of elementwise_kernel: ops of complex_table natively, every other op on the CPU.

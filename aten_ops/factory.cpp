@@ -49,7 +49,7 @@ runtime::StridedView fill_target(const at::Tensor& self) {
 
 void fill_with(const at::Tensor& self, UOpPtr value) {
   if (self.numel() == 0) return;
-  if (self.is_conj()) value = join_complex(real_part(value), alu(Ops::NEG, imag_part(value)));
+  if (self.is_conj()) value = conjugated(value);
   if (self.is_neg()) value = alu(Ops::NEG, value); // the storage of a negative view holds -value
   runtime::StridedView target = fill_target(self);
   lazy_buffer(self).write(target, value);
@@ -59,9 +59,7 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
   runtime::StridedView target = fill_target(self);
   if (self.is_complex()) {
     Shape parts(target.sizes.begin(), target.sizes.end() - 1);
-    c10::complex<double> z = value.toComplexDouble();
-    fill_with(self, join_complex(scalar_constant(z.real(), target.dtype, parts),
-                                 scalar_constant(z.imag(), target.dtype, parts)));
+    fill_with(self, scalar_value(value, self.scalar_type(), parts));
     return self;
   }
   UOpPtr c = scalar_constant(value, target.dtype, target.sizes); // converts (and checks) even when empty

@@ -208,15 +208,12 @@ DType part_dtype(const at::Tensor& self) {
   return element_dtype(self.scalar_type());
 }
 
-Cx read_parts(const at::Tensor& self) {
-  UOpPtr pairs = read_complex(self);
-  return {real_part(pairs), imag_part(pairs)};
-}
+Cx read_parts(const at::Tensor& self) { return complex_math::parts_of(read_complex(self)); }
 
 at::Tensor complex_result(const at::Tensor& self, c10::IntArrayRef sizes, c10::IntArrayRef strides, const Cx& v,
                           at::ScalarType dtype) {
   at::Tensor out = empty_tiny(sizes, strides, dtype, self.device());
-  write_complex(out, join_complex(v.re, v.im));
+  write_complex(out, complex_math::pairs_of(v));
   return out;
 }
 

@@ -94,23 +94,11 @@ DType dtype_of(const at::Tensor& t) { return to_tiny_dtype(t.scalar_type()); }
 // tensor's values are (real, imaginary) pairs with one more axis, of 2, last, and an element's storage
 // position p becomes the positions 2p and 2p + 1 of its parts. Gathers and scatters then move parts.
 
-bool has_pairs(const at::Tensor& t) { return t.is_complex(); }
-UOpPtr read_values(const at::Tensor& t) { return has_pairs(t) ? read_complex(t) : read(t); }
-void store_values(const at::Tensor& t, const UOpPtr& v) { has_pairs(t) ? write_complex(t, v) : write(t, v); }
-// The dtype of t's values (a complex tensor's: its parts').
-DType value_dtype(const at::Tensor& t) {
-  return has_pairs(t) ? element_dtype(t.scalar_type()) : to_tiny_dtype(t.scalar_type());
-}
-// The shape of the values of a tensor like t of `shape`.
-Shape value_shape(const at::Tensor& t, Shape shape) {
-  if (has_pairs(t)) shape.push_back(2);
-  return shape;
-}
-UOpPtr conjugate_pairs(const UOpPtr& pairs) { return join_complex(real_part(pairs), alu(Ops::NEG, imag_part(pairs))); }
+// (read_values, write_values, value_dtype, value_shape, conjugated: csrc/tensor_bridge.h)
 
 // The whole storage of `t` as a flat array of the dtype of its values: what GATHER reads from.
 UOpPtr storage_of(const at::Tensor& t) {
-  DType dt = value_dtype(t);
+  DType dt = value_dtype(t.scalar_type());
   int64_t n = static_cast<int64_t>(t.storage().nbytes()) / static_cast<int64_t>(itemsize(dt));
   UOpPtr s = lazy_buffer(t).read(runtime::StridedView{{n}, {1}, 0, dt});
   return t.is_neg() ? alu(Ops::NEG, s) : s;
@@ -143,13 +131,13 @@ UOpPtr pair_positions(const UOpPtr& positions) {
 
 // Storage positions of t's elements (an int64 UOp) as positions in storage_of(t) of its values.
 UOpPtr value_positions(const at::Tensor& t, const UOpPtr& positions) {
-  return has_pairs(t) ? pair_positions(positions) : positions;
+  return t.is_complex() ? pair_positions(positions) : positions;
 }
 
 // t's values at storage positions `positions` (pairs for a complex t, conjugate bit resolved).
 UOpPtr gather_values(const at::Tensor& t, const UOpPtr& positions) {
   UOpPtr v = gather(storage_of(t), value_positions(t, positions));
-  return has_pairs(t) && t.is_conj() ? conjugate_pairs(v) : v;
+  return t.is_complex() && t.is_conj() ? conjugated(v) : v;
 }
 
 // A SCATTER runs as one ordered pass on one thread and computes its index and value inline: a value
@@ -164,12 +152,12 @@ UOpPtr computed_first_if_heavy(const UOpPtr& v) {
 // `value` holds t's values (pairs for a complex t, which combine only by adding).
 void scatter_into(const at::Tensor& t, UOpPtr positions, UOpPtr value, std::optional<Ops> combine) {
   if (prod(positions->shape) == 0) return;
-  if (has_pairs(t)) {
+  if (t.is_complex()) {
     if (combine && *combine != Ops::ADD) to_tiny_dtype(t.scalar_type()); // NotNativeDtype: the CPU multiplies
     positions = value_positions(t, positions);
-    if (t.is_conj()) value = conjugate_pairs(value);
+    if (t.is_conj()) value = conjugated(value);
   }
-  DType dt = value_dtype(t);
+  DType dt = value_dtype(t.scalar_type());
   // bool has no sum: torch's bool accumulation is a logical or
   if (dt == DType::Bool && combine == Ops::ADD) combine = Ops::MAX;
   if (t.is_neg()) {
@@ -401,7 +389,7 @@ void write_advanced_index(const at::Tensor& self, const AdvancedIndex& ai, const
   TORCH_CHECK(out.sizes().equals(c10::IntArrayRef(ai.result)), "tiny internal error: index result shape");
   check_advanced_index_range(self, ai);
   if (out.numel() == 0) return;
-  store_values(out, gather_values(self, advanced_positions(self, ai)));
+  write_values(out, gather_values(self, advanced_positions(self, ai)));
 }
 
 at::Tensor index(const at::Tensor& self, const IndexList& indices) {
@@ -464,16 +452,16 @@ bool put_through_mask(at::Tensor& self, const IndexList& indices, const at::Tens
       if (spread[d] != 1 && spread[d] != self.size(d)) return false;
   }
   Shape shape = to_shape(self.sizes()), full_shape = value_shape(self, shape);
-  DType dt = value_dtype(self);
+  DType dt = value_dtype(self.scalar_type());
   at::Tensor m = mask.device() == self.device() ? mask : mask.to(self.device());
   UOpPtr mv = read(m);
   if (mv->dtype != DType::Bool) mv = alu(Ops::CMPNE, mv, broadcast_to(const_like(mv, 0), mv->shape));
   const at::Tensor& v = value.device() == self.device() ? value : value.to(self.device());
-  UOpPtr val = cast(has_pairs(self) ? read_complex(v) : read(v), dt); // a real value fills complex pairs (v, 0)
+  UOpPtr val = cast(self.is_complex() ? read_complex(v) : read(v), dt); // a real value fills complex pairs (v, 0)
   val = expand(reshape(val, value_shape(self, spread)), full_shape);
   UOpPtr old = read_values(self);
   if (accumulate) val = dt == DType::Bool ? alu(Ops::OR, old, val) : alu(Ops::ADD, old, val);
-  store_values(self, where(place(mv, full_shape, first), val, old));
+  write_values(self, where(place(mv, full_shape, first), val, old));
   return true;
 }
 
@@ -549,7 +537,7 @@ at::Tensor& index_select_out(const at::Tensor& self, int64_t dim, const at::Tens
   Shape shape = nonempty_sizes(out);
   UOpPtr along = place(reshape(read_index(idx), {n}), shape, dim);
   UOpPtr value = gather_values(self, positions_along(self, shape, dim, along));
-  store_values(out, reshape(value, value_shape(out, to_shape(out.sizes()))));
+  write_values(out, reshape(value, value_shape(out, to_shape(out.sizes()))));
   return out;
 }
 
@@ -710,7 +698,7 @@ at::Tensor& gather_out(const at::Tensor& self, int64_t dim, const at::Tensor& in
   if (index.numel() == 0) return out;
   Shape shape = nonempty_sizes(index);
   UOpPtr value = gather_values(self, positions_along(self, shape, dim, reshape(read_index(index), shape)));
-  store_values(out, reshape(value, value_shape(out, to_shape(out.sizes()))));
+  write_values(out, reshape(value, value_shape(out, to_shape(out.sizes()))));
   return out;
 }
 
@@ -718,8 +706,8 @@ at::Tensor& gather_out(const at::Tensor& self, int64_t dim, const at::Tensor& in
 void scatter_along(const at::Tensor& self, int64_t dim, const at::Tensor& index, const UOpPtr& value,
                    std::optional<Ops> combine, const at::Tensor& out, bool check = true) {
   dim = at::maybe_wrap_dim(dim, self.dim());
-  if (has_pairs(out) && combine && *combine != Ops::ADD) to_tiny_dtype(out.scalar_type()); // before any write
-  if (!out.is_same(self)) store_values(out, read_values(self));
+  if (out.is_complex() && combine && *combine != Ops::ADD) to_tiny_dtype(out.scalar_type()); // before any write
+  if (!out.is_same(self)) write_values(out, read_values(self));
   if (check) check_scatter_gather_range(index, dim, self.dim() == 0 ? 1 : self.size(dim));
   if (index.numel() == 0) return;
   Shape shape = nonempty_sizes(index);
@@ -735,7 +723,7 @@ UOpPtr source_of(const at::Tensor& src, const at::Tensor& index, DType dt) {
   std::vector<std::pair<int64_t, int64_t>> box;
   for (int64_t d = 0; d < index.dim(); d++)
     box.emplace_back(0, index.size(d));
-  if (has_pairs(src)) box.emplace_back(0, 2);
+  if (src.is_complex()) box.emplace_back(0, 2);
   return index.dim() == 0 ? reshape(s, value_shape(src, {})) : shrink(s, box);
 }
 
@@ -744,10 +732,7 @@ UOpPtr source_of(const at::Tensor& src, const at::Tensor& index, DType dt) {
 UOpPtr scatter_scalar(const at::Scalar& value, const at::Tensor& out, const at::Tensor& index) {
   at::Scalar v = index.numel() == 0 ? at::Scalar(0) : value;
   Shape shape = to_shape(index.sizes());
-  DType dt = value_dtype(out);
-  if (!has_pairs(out)) return scalar_constant(v, dt, shape);
-  c10::complex<double> z = v.toComplexDouble();
-  return join_complex(scalar_constant(z.real(), dt, shape), scalar_constant(z.imag(), dt, shape));
+  return scalar_value(v, out.scalar_type(), shape);
 }
 
 std::optional<Ops> legacy_reduce(std::string_view reduce) {
@@ -759,7 +744,7 @@ std::optional<Ops> legacy_reduce(std::string_view reduce) {
 at::Tensor& scatter_src_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
                             at::Tensor& out) {
   at::meta::scatter_outf(self, dim, index, src, out);
-  scatter_along(self, dim, index, source_of(src, index, value_dtype(out)), std::nullopt, out);
+  scatter_along(self, dim, index, source_of(src, index, value_dtype(out.scalar_type())), std::nullopt, out);
   return out;
 }
 
@@ -773,7 +758,7 @@ at::Tensor& scatter_value_out(const at::Tensor& self, int64_t dim, const at::Ten
 at::Tensor& scatter_reduce_src_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
                                    c10::string_view reduce, at::Tensor& out) {
   at::meta::scatter_outf(self, dim, index, src, reduce, out);
-  scatter_along(self, dim, index, source_of(src, index, value_dtype(out)), legacy_reduce(reduce), out);
+  scatter_along(self, dim, index, source_of(src, index, value_dtype(out.scalar_type())), legacy_reduce(reduce), out);
   return out;
 }
 
@@ -787,7 +772,7 @@ at::Tensor& scatter_reduce_value_out(const at::Tensor& self, int64_t dim, const 
 at::Tensor& scatter_add_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src,
                             at::Tensor& out) {
   at::meta::scatter_add_outf(self, dim, index, src, out);
-  scatter_along(self, dim, index, source_of(src, index, value_dtype(out)), Ops::ADD, out);
+  scatter_along(self, dim, index, source_of(src, index, value_dtype(out.scalar_type())), Ops::ADD, out);
   return out;
 }
 
@@ -1002,13 +987,13 @@ at::Tensor& masked_scatter_(at::Tensor& self, const at::Tensor& mask, const at::
   // source's values as a flat array, read at the value positions of the ranks
   int64_t slots = static_cast<int64_t>(prod(value_shape(source, {source.numel()})));
   UOpPtr rank = read_index(index), selected = read(*bm);
-  UOpPtr taken = gather(reshape(read_values(source), {slots}), has_pairs(self) ? pair_positions(rank) : rank);
-  if (has_pairs(self)) {
+  UOpPtr taken = gather(reshape(read_values(source), {slots}), self.is_complex() ? pair_positions(rank) : rank);
+  if (self.is_complex()) {
     Shape one = selected->shape;
     one.push_back(1);
     selected = expand(reshape(selected, one), taken->shape);
   }
-  store_values(self, where(selected, taken, read_values(self)));
+  write_values(self, where(selected, taken, read_values(self)));
   return self;
 }
 

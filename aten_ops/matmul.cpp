@@ -151,6 +151,13 @@ at::Tensor complex_epilogue(const at::Tensor& self, at::Tensor product, const at
   return product.add(self, beta);
 }
 
+// A complex result r written to out=, whose dtype must be `dtype` (resized as torch's out= ops do).
+at::Tensor& complex_out(at::Tensor& out, const at::Tensor& r, at::ScalarType dtype) {
+  check_out_dtype(out, dtype);
+  at::native::resize_output(out, r.sizes());
+  return out.copy_(r);
+}
+
 bool any_complex(std::initializer_list<at::Tensor> tensors) {
   return std::any_of(tensors.begin(), tensors.end(), [](const at::Tensor& t) { return t.is_complex(); });
 }
@@ -222,12 +229,8 @@ at::Tensor addmm(const at::Tensor& self, const at::Tensor& m1, const at::Tensor&
 
 at::Tensor& addmm_out(const at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2, const at::Scalar& beta,
                       const at::Scalar& alpha, at::Tensor& out) {
-  if (any_complex({self, m1, m2, out})) {
-    at::Tensor r = complex_addmm(self, m1, m2, beta, alpha);
-    check_out_dtype(out, m1.scalar_type());
-    at::native::resize_output(out, r.sizes());
-    return out.copy_(r);
-  }
+  if (any_complex({self, m1, m2, out}))
+    return complex_out(out, complex_addmm(self, m1, m2, beta, alpha), m1.scalar_type());
   UOpPtr v = addmm_value(self, m1, m2, beta, alpha);
   check_out_dtype(out, m1.scalar_type());
   check_mm_dispatch(m1, v->shape, beta);
@@ -284,12 +287,8 @@ at::Tensor addmv(const at::Tensor& self, const at::Tensor& mat, const at::Tensor
 
 at::Tensor& addmv_out(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec, const at::Scalar& beta,
                       const at::Scalar& alpha, at::Tensor& out) {
-  if (any_complex({self, mat, vec, out})) {
-    at::Tensor r = complex_addmv(self, mat, vec, beta, alpha);
-    check_out_dtype(out, mat.scalar_type());
-    at::native::resize_output(out, r.sizes());
-    return out.copy_(r);
-  }
+  if (any_complex({self, mat, vec, out}))
+    return complex_out(out, complex_addmv(self, mat, vec, beta, alpha), mat.scalar_type());
   return store(out, addmv_value(self, mat, vec, beta, alpha), mat.scalar_type());
 }
 

@@ -100,23 +100,7 @@ UOpPtr full_bool(bool v, const Shape& shape) { return fixed(DType::Bool, v, shap
 // A complex tensor moves as its (real, imaginary) pairs (csrc/tensor_bridge.h: read_complex): a UOp with
 // one more axis, of 2, last, which every op here leaves whole.
 
-bool has_pairs(const at::Tensor& t) { return t.is_complex(); }
-UOpPtr read_values(const at::Tensor& t) { return has_pairs(t) ? read_complex(t) : read(t); }
-void store_values(const at::Tensor& t, const UOpPtr& v) { has_pairs(t) ? write_complex(t, v) : write(t, v); }
-// The dtype of what values() reads for a tensor of `st`.
-DType value_dtype(at::ScalarType st) { return at::isComplexType(st) ? element_dtype(st) : to_tiny_dtype(st); }
-// The shape of what values() reads for t, or for a tensor like t of `shape`.
-Shape value_shape(const at::Tensor& t, Shape shape) {
-  if (has_pairs(t)) shape.push_back(2);
-  return shape;
-}
-// A Scalar as the value of one element of a tensor of `st`, broadcast to `shape` (pairs: shape + (2,)).
-UOpPtr scalar_value(const at::Scalar& value, at::ScalarType st, const Shape& shape) {
-  if (!at::isComplexType(st)) return scalar_constant(value, to_tiny_dtype(st), shape);
-  c10::complex<double> z = value.toComplexDouble();
-  DType dt = element_dtype(st);
-  return join_complex(scalar_constant(z.real(), dt, shape), scalar_constant(z.imag(), dt, shape));
-}
+// (read_values, write_values, value_dtype, value_shape, scalar_value: csrc/tensor_bridge.h)
 
 // A part of a result: `value` placed at `at` (an offset per dim).
 struct Part {
@@ -170,10 +154,10 @@ void write_cat(const at::ITensorListRef& tensors, int64_t dim, const at::Tensor&
     Shape at(shape.size(), 0);
     at[dim] = offset;
     // a real input of a complex result reads as (value, 0) pairs
-    parts.push_back({cast(has_pairs(out) ? read_complex(t) : read(t), dt), at});
+    parts.push_back({cast(out.is_complex() ? read_complex(t) : read(t), dt), at});
     offset += t.size(dim);
   }
-  if (out.numel() > 0) store_values(out, assemble(shape, parts));
+  if (out.numel() > 0) write_values(out, assemble(shape, parts));
 }
 
 at::Tensor& cat_out(const at::ITensorListRef& tensors, int64_t dim, at::Tensor& out) {
@@ -254,8 +238,8 @@ at::Tensor constant_pad_nd(const at::Tensor& self, c10::IntArrayRef pad, const a
       narrowed = narrowed.narrow(d, -pads[d].first, shape[d]);
     out = at::empty_like(narrowed, at::MemoryFormat::Preserve);
   }
-  if (has_pairs(self)) pads.emplace_back(0, 0); // the pair's axis
-  scalar_value(value, self.scalar_type(), {});  // converts (and checks) the value even when nothing is filled
+  if (self.is_complex()) pads.emplace_back(0, 0); // the pair's axis
+  scalar_value(value, self.scalar_type(), {});    // converts (and checks) the value even when nothing is filled
   if (out.numel() == 0) return out;
   bool plain_zero = value.isComplex() ? value.toComplexDouble() == c10::complex<double>(0.0)
                                       : value.equal(0) && !(value.isFloatingPoint() && std::signbit(value.toDouble()));
@@ -263,11 +247,11 @@ at::Tensor constant_pad_nd(const at::Tensor& self, c10::IntArrayRef pad, const a
     UOpPtr padded = tiny::pad(x, positive);
     if (plain_zero) return padded;
     Shape elements = padded->shape;
-    if (has_pairs(self)) elements.pop_back();
+    if (self.is_complex()) elements.pop_back();
     return where(tiny::pad(full_bool(true, x->shape), positive), padded,
                  scalar_value(value, self.scalar_type(), elements));
   });
-  store_values(out, v);
+  write_values(out, v);
   return out;
 }
 
@@ -353,8 +337,8 @@ UOpPtr mode_pad_backward(const UOpPtr& grad, const Shape& in_shape, const Ranges
 void write_mode_pad(const at::Tensor& out, const at::Tensor& self, c10::IntArrayRef padding, PadMode mode) {
   if (out.numel() == 0) return;
   Ranges pads = dim_pads(self.dim(), padding);
-  if (has_pairs(self)) pads.emplace_back(0, 0); // the pair's axis
-  store_values(out, mode_pad(read_values(self), pads, mode));
+  if (self.is_complex()) pads.emplace_back(0, 0); // the pair's axis
+  write_values(out, mode_pad(read_values(self), pads, mode));
 }
 
 void write_mode_pad_backward(const at::Tensor& grad_input, const at::Tensor& grad_output, const at::Tensor& self,
@@ -363,8 +347,8 @@ void write_mode_pad_backward(const at::Tensor& grad_input, const at::Tensor& gra
   DType dt = value_dtype(grad_input.scalar_type());
   UOpPtr g = cast(read_values(grad_output), opmath(dt));
   Ranges pads = dim_pads(self.dim(), padding);
-  if (has_pairs(grad_input)) pads.emplace_back(0, 0); // the pair's axis
-  store_values(grad_input, cast(mode_pad_backward(g, value_shape(grad_input, to_shape(self.sizes())), pads, mode), dt));
+  if (grad_input.is_complex()) pads.emplace_back(0, 0); // the pair's axis
+  write_values(grad_input, cast(mode_pad_backward(g, value_shape(grad_input, to_shape(self.sizes())), pads, mode), dt));
 }
 
 // The structured pads: torch's meta function checks and shapes. The CPU kernels then give the
@@ -525,10 +509,10 @@ at::Tensor unfold_backward(const at::Tensor& grad, c10::SymIntArrayRef input_siz
 at::Tensor flip(const at::Tensor& self, c10::IntArrayRef dims) {
   auto bits = at::dim_list_to_bitset(dims, self.dim()); // wraps, and rejects repeated dims
   at::Tensor out = at::empty_like(self, at::MemoryFormat::Preserve);
-  std::vector<bool> axes(self.dim() + (has_pairs(self) ? 1 : 0));
+  std::vector<bool> axes(self.dim() + (self.is_complex() ? 1 : 0));
   for (int64_t d = 0; d < self.dim(); d++)
     axes[d] = bits[d];
-  if (out.numel() > 0) store_values(out, tiny::flip(read_values(self), axes));
+  if (out.numel() > 0) write_values(out, tiny::flip(read_values(self), axes));
   return out;
 }
 
@@ -544,7 +528,7 @@ at::Tensor roll(const at::Tensor& self, c10::IntArrayRef shifts, c10::IntArrayRe
       UOpPtr flat = reshape(read_values(self), flat_shape);
       UOpPtr rolled =
           assemble(flat_shape, {{shrink_dim(flat, 0, n - s, n), at_end}, {shrink_dim(flat, 0, 0, n - s), at_s}});
-      store_values(out, reshape(rolled, value_shape(self, to_shape(self.sizes()))));
+      write_values(out, reshape(rolled, value_shape(self, to_shape(self.sizes()))));
     }
     return out;
   }
@@ -567,7 +551,7 @@ at::Tensor roll(const at::Tensor& self, c10::IntArrayRef shifts, c10::IntArrayRe
     else
       splits.push_back({{n - s, s, 0}, {0, n - s, s}});
   }
-  if (has_pairs(self)) splits.push_back({{0, 2, 0}});
+  if (self.is_complex()) splits.push_back({{0, 2, 0}});
   UOpPtr x = read_values(self);
   std::vector<Part> parts;
   for (const auto& combo : combinations(splits)) {
@@ -581,7 +565,7 @@ at::Tensor roll(const at::Tensor& self, c10::IntArrayRef shifts, c10::IntArrayRe
     parts.push_back({v, at});
   }
   at::Tensor out = at::empty_like(self, self.suggest_memory_format());
-  store_values(out, assemble(value_shape(self, shape), parts));
+  write_values(out, assemble(value_shape(self, shape), parts));
   return out;
 }
 
@@ -598,7 +582,7 @@ at::Tensor repeat(const at::Tensor& self, c10::IntArrayRef repeats) {
   }
   at::Tensor out = at::empty(target, self.options()); // rejects negative repeats as torch does
   if (out.numel() == 0) return out;
-  store_values(out,
+  write_values(out,
                reshape(expand(reshape(read_values(self), value_shape(self, interleaved)), value_shape(self, expanded)),
                        value_shape(self, target)));
   return out;
@@ -664,8 +648,8 @@ void masked_fill_with(at::Tensor& self, const at::Tensor& mask, const std::funct
   UOpPtr m = read(mask);
   Shape padded(shape.size() - m->shape.size(), 1), full = value_shape(self, shape);
   padded.insert(padded.end(), m->shape.begin(), m->shape.end());
-  if (has_pairs(self)) padded.push_back(1);
-  store_values(self, where(expand(reshape(m, padded), full), v, read_values(self)));
+  if (self.is_complex()) padded.push_back(1);
+  write_values(self, where(expand(reshape(m, padded), full), v, read_values(self)));
 }
 
 at::Tensor& masked_fill_scalar(at::Tensor& self, const at::Tensor& mask, const at::Scalar& value) {
@@ -680,7 +664,7 @@ at::Tensor& masked_fill_tensor(at::Tensor& self, const at::Tensor& mask, const a
   check_same_device({self, value});
   // a tiny value stays lazy: no sync
   masked_fill_with(self, mask, [&](const Shape& shape) {
-    UOpPtr v = cast(has_pairs(self) ? read_complex(value) : read(value), value_dtype(self.scalar_type()));
+    UOpPtr v = cast(self.is_complex() ? read_complex(value) : read(value), value_dtype(self.scalar_type()));
     Shape full = value_shape(self, shape), ones(shape.size(), 1);
     return expand(reshape(v, value_shape(self, ones)), full);
   });

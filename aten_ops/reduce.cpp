@@ -156,8 +156,8 @@ UOpPtr truth(const UOpPtr& x) { return x->dtype == DType::Bool ? x : alu(Ops::CM
 
 namespace cm = complex_math;
 
-cm::Cx parts_of(const UOpPtr& pairs) { return {real_part(pairs), imag_part(pairs)}; }
-UOpPtr pairs_of(const cm::Cx& z) { return join_complex(z.re, z.im); }
+using cm::pairs_of;
+using cm::parts_of;
 
 // Pairs of shape `shape` (the pair's axis last) all 1 + 0i.
 UOpPtr complex_ones(DType dt, Shape shape) {

@@ -159,10 +159,7 @@ UOpPtr part(const UOpPtr& pairs, int64_t lane) {
 UOpPtr real_part(const UOpPtr& pairs) { return part(pairs, 0); }
 UOpPtr imag_part(const UOpPtr& pairs) { return part(pairs, 1); }
 
-namespace {
-// The conjugate of complex pairs: what a conjugate view shows of its storage, and what it stores.
 UOpPtr conjugated(const UOpPtr& pairs) { return join_complex(real_part(pairs), alu(Ops::NEG, imag_part(pairs))); }
-} // namespace
 
 UOpPtr read_complex(const at::Tensor& t) {
   if (!t.is_complex()) {
@@ -188,6 +185,14 @@ void write_complex(const at::Tensor& dst, const UOpPtr& pairs) {
   if (dst.is_conj()) stored = conjugated(stored);
   if (dst.is_neg()) stored = alu(Ops::NEG, stored);
   lazy_buffer(dst).write(view, stored);
+}
+
+UOpPtr read_values(const at::Tensor& t) { return t.is_complex() ? read_complex(t) : read(t); }
+void write_values(const at::Tensor& t, const UOpPtr& v) { t.is_complex() ? write_complex(t, v) : write(t, v); }
+DType value_dtype(at::ScalarType st) { return at::isComplexType(st) ? element_dtype(st) : to_tiny_dtype(st); }
+Shape value_shape(const at::Tensor& t, Shape shape) {
+  if (t.is_complex()) shape.push_back(2);
+  return shape;
 }
 
 void check_same_device(c10::ArrayRef<at::Tensor> tensors) {
@@ -257,6 +262,13 @@ UOpPtr scalar_constant(const at::Scalar& value, DType dt, const Shape& shape) {
   recent[next] = {c.get(), shape, v};
   next = (next + 1) % recent.size();
   return v;
+}
+
+UOpPtr scalar_value(const at::Scalar& value, at::ScalarType st, const Shape& shape) {
+  if (!at::isComplexType(st)) return scalar_constant(value, to_tiny_dtype(st), shape);
+  c10::complex<double> z = value.toComplexDouble();
+  DType dt = element_dtype(st);
+  return join_complex(scalar_constant(z.real(), dt, shape), scalar_constant(z.imag(), dt, shape));
 }
 
 at::Tensor empty_tiny(c10::IntArrayRef sizes, at::ScalarType dtype, c10::Device device,

@@ -57,6 +57,16 @@ void write_complex(const at::Tensor& dst, const UOpPtr& pairs);
 UOpPtr join_complex(const UOpPtr& re, const UOpPtr& im);
 UOpPtr real_part(const UOpPtr& pairs);
 UOpPtr imag_part(const UOpPtr& pairs);
+// The conjugate of pairs: what a conjugate view shows of its storage, and what it stores.
+UOpPtr conjugated(const UOpPtr& pairs);
+
+// A tensor's values whatever its dtype: a complex tensor's pairs (read_complex, write_complex), else its
+// elements (read, write). Their dtype for a tensor of `st` (a complex dtype's element_dtype), and their
+// shape for a tensor like t of `shape` (pairs: shape + (2,)).
+UOpPtr read_values(const at::Tensor& t);
+void write_values(const at::Tensor& t, const UOpPtr& v);
+DType value_dtype(at::ScalarType st);
+Shape value_shape(const at::Tensor& t, Shape shape);
 
 // torch's error when an op's tiny tensors are on two devices (TensorIterator's message), raised at the call;
 // undefined tensors and tensors of other devices (a CPU scalar) are left to the op's own checks.
@@ -66,6 +76,9 @@ void check_same_device(c10::ArrayRef<at::Tensor> tensors);
 // converted to `dt` the way torch converts a Scalar for a tensor of that dtype (including torch's
 // overflow error), broadcast to `shape`.
 UOpPtr scalar_constant(const at::Scalar& value, DType dt, const Shape& shape = {});
+// A Scalar as the value of one element of a tensor of `st` (scalar_constant; a complex dtype's pairs of
+// its parts), broadcast to `shape` (pairs: shape + (2,)).
+UOpPtr scalar_value(const at::Scalar& value, at::ScalarType st, const Shape& shape);
 
 // A new tiny tensor; its storage is a fresh lazy buffer.
 at::Tensor empty_tiny(c10::IntArrayRef sizes, at::ScalarType dtype, c10::Device device,
