@@ -138,14 +138,14 @@ def test_c2r_ignores_the_imaginary_parts_of_the_zero_and_nyquist_bins_as_the_cpu
     check(lambda x: torch.fft.irfft2(x, s=(3, 8)), crand(3, 5), **F32)
 
 
-def test_n_pads_or_trims_the_signal_as_on_cpu():
-    # the padding and trimming are torch's own ops before the transform (constant_pad_nd of a complex tensor
-    # may run on the CPU); the transform is native
+def test_n_pads_or_trims_the_signal_as_on_cpu(native):
+    # the padding and trimming are torch's own ops before the transform (constant_pad_nd, native for
+    # complex tensors too)
     x = crand(3, 10)
     for n in (4, 10, 16):
-        check(lambda x, n=n: torch.fft.fft(x, n=n), x, allow_fallback=True, **F32)
-        check(lambda r, n=n: torch.fft.rfft(r, n=n), rrand(3, 10), allow_fallback=True, **F32)
-        check(lambda x, n=n: torch.fft.irfft(x, n=n), x, allow_fallback=True, **F32)
+        check(lambda x, n=n: torch.fft.fft(x, n=n), x, **F32)
+        check(lambda r, n=n: torch.fft.rfft(r, n=n), rrand(3, 10), **F32)
+        check(lambda x, n=n: torch.fft.irfft(x, n=n), x, **F32)
 
 
 def test_empty_batches_raise_as_the_cpus_mkl_kernel_does(native):
@@ -172,11 +172,11 @@ def test_out_matches_cpu_including_resizing_and_its_strides(native):
 # ---- what builds on them ----
 
 
-def test_fftshift_and_ifftshift_of_a_spectrum_match_cpu():
-    # roll of a complex tensor may run on the CPU; the transforms are native
+def test_fftshift_and_ifftshift_of_a_spectrum_match_cpu(native):
+    # fftshift is a roll of the complex spectrum
     x = crand(6, 7)
-    check(lambda x: torch.fft.fftshift(torch.fft.fft2(x)), x, allow_fallback=True, **F32)
-    check(lambda x: torch.fft.ifftshift(torch.fft.fft(x), dim=0), x, allow_fallback=True, **F32)
+    check(lambda x: torch.fft.fftshift(torch.fft.fft2(x)), x, **F32)
+    check(lambda x: torch.fft.ifftshift(torch.fft.fft(x), dim=0), x, **F32)
     check(lambda x: torch.fft.fftshift(torch.fft.rfftfreq(x.shape[-1], device=x.device)), x)
 
 
