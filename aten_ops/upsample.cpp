@@ -1,6 +1,6 @@
 // Interpolation: upsample_nearest{1,2,3}d, _upsample_nearest_exact{1,2,3}d, upsample_linear1d,
-// upsample_bilinear2d, upsample_trilinear3d, upsample_bicubic2d, and their backward ops (what
-// F.interpolate's .vec overloads decompose into).
+// upsample_bilinear2d, upsample_trilinear3d, upsample_bicubic2d, the antialiased _upsample_bilinear2d_aa and
+// _upsample_bicubic2d_aa, and their backward ops (what F.interpolate's .vec overloads decompose into).
 //
 // Interpolation is separable: each spatial dim maps `in` input positions to `out` output positions
 // through a few taps, each an input index and a weight that depend on the output position only. The
@@ -13,10 +13,22 @@
 // positions of where(index == position, weight * grad, 0) (the where keeps inf/NaN out), or for
 // integer-factor nearest a plain sum over the repeated positions.
 //
+// Antialiased resampling (torch's separable_upsample_generic_Nd_kernel_impl) is separable too, but its
+// window widens with the downscale factor (up to torch's max_interp_size taps, of which each output uses
+// its own first `xsize`): one dim at a time, the last first, each pass into a buffer of its own as torch's
+// temporary; unused taps are left out (where), not weighted by 0, so that an inf or NaN outside the window
+// stays out. Its backward scatter-adds weight * grad into each output's window, dim by dim.
+//
 // torch's checks, result sizes and memory formats come from the structured ops' meta functions.
 
 #include <ATen/core/Tensor.h>
 #include <ATen/native/UpSample.h>
+#include <ATen/ops/_upsample_bicubic2d_aa.h>
+#include <ATen/ops/_upsample_bicubic2d_aa_backward_meta_dispatch.h>
+#include <ATen/ops/_upsample_bicubic2d_aa_meta_dispatch.h>
+#include <ATen/ops/_upsample_bilinear2d_aa.h>
+#include <ATen/ops/_upsample_bilinear2d_aa_backward_meta_dispatch.h>
+#include <ATen/ops/_upsample_bilinear2d_aa_meta_dispatch.h>
 #include <ATen/ops/_upsample_nearest_exact1d_backward_meta_dispatch.h>
 #include <ATen/ops/_upsample_nearest_exact1d_meta_dispatch.h>
 #include <ATen/ops/_upsample_nearest_exact2d_backward_meta_dispatch.h>
@@ -42,6 +54,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <vector>
 
@@ -55,16 +68,20 @@ namespace {
 
 using Scale = std::optional<double>;
 
-enum class Mode { Nearest, NearestExact, Linear, Cubic };
+enum class Mode { Nearest, NearestExact, Linear, Cubic, LinearAA, CubicAA };
 
 const char* mode_name(Mode m, size_t nd) {
-  static const char* names[4][3] = {
+  static const char* names[6][3] = {
       {"upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d"},
       {"_upsample_nearest_exact1d", "_upsample_nearest_exact2d", "_upsample_nearest_exact3d"},
       {"upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d"},
-      {"", "upsample_bicubic2d", ""}};
+      {"", "upsample_bicubic2d", ""},
+      {"", "_upsample_bilinear2d_aa", ""},
+      {"", "_upsample_bicubic2d_aa", ""}};
   return names[static_cast<int>(m)][nd - 1];
 }
+
+bool antialiased(Mode m) { return m == Mode::LinearAA || m == Mode::CubicAA; }
 
 at::Tensor like_meta(const at::Tensor& meta, const at::Tensor& self) {
   return empty_tiny(meta.sizes(), meta.strides(), meta.scalar_type(), self.device());
@@ -83,6 +100,7 @@ UOpPtr floor_index(const UOpPtr& v) { return cast(alu(Ops::FLOOR, cast(v, DType:
 struct Tap {
   UOpPtr index;  // (out,) int64
   UOpPtr weight; // (out,) in the compute dtype, or null for 1
+  UOpPtr valid;  // (out,) bool: whether the output uses this tap at all, or null for all of them
 };
 
 // How one dim maps: unchanged, a whole-factor repeat (a view), or taps (a reduce).
@@ -114,7 +132,7 @@ DimMap nearest_map(Mode m, int64_t in, int64_t out, Scale scale) {
   else if (repeat)
     d.repeat = out / in;
   if (d.identity || d.repeat) {
-    d.taps.push_back({d.identity ? o : bin(Ops::IDIV, o, iconst(d.repeat, out)), nullptr});
+    d.taps.push_back({d.identity ? o : bin(Ops::IDIV, o, iconst(d.repeat, out)), nullptr, nullptr});
     return d;
   }
   float s = at::native::compute_scales_value<float>(scale, in, out);
@@ -126,7 +144,7 @@ DimMap nearest_map(Mode m, int64_t in, int64_t out, Scale scale) {
     UOpPtr c = bin(Ops::ADD, cast(o, DType::Float64), fconst(DType::Float64, 0.5, out));
     pos = bin(Ops::MUL, c, fconst(DType::Float64, static_cast<double>(s), out));
   }
-  d.taps.push_back({bin(Ops::MIN, floor_index(pos), iconst(in - 1, out)), nullptr});
+  d.taps.push_back({bin(Ops::MIN, floor_index(pos), iconst(in - 1, out)), nullptr, nullptr});
   return d;
 }
 
@@ -148,14 +166,14 @@ DimMap linear_map(int64_t in, int64_t out, bool align_corners, Scale scale, DTyp
   DimMap d{in, out, 0, false, {}};
   if (in == out) { // torch copies
     d.identity = true;
-    d.taps.push_back({iota(out, DType::Int64), nullptr});
+    d.taps.push_back({iota(out, DType::Int64), nullptr, nullptr});
     return d;
   }
   UOpPtr real = source_index(out, ratio(in, out, align_corners, scale, dt), align_corners, false, dt);
   UOpPtr i0 = bin(Ops::MIN, floor_index(real), iconst(in - 1, out));
   UOpPtr l1 = bin(Ops::MIN, bin(Ops::MAX, bin(Ops::SUB, real, cast(i0, dt)), fconst(dt, 0, out)), fconst(dt, 1, out));
   UOpPtr i1 = bin(Ops::ADD, i0, cast(bin(Ops::CMPLT, i0, iconst(in - 1, out)), DType::Int64));
-  d.taps = {{i0, bin(Ops::SUB, fconst(dt, 1, out), l1)}, {i1, l1}};
+  d.taps = {{i0, bin(Ops::SUB, fconst(dt, 1, out), l1), nullptr}, {i1, l1, nullptr}};
   return d;
 }
 
@@ -180,13 +198,72 @@ DimMap cubic_map(int64_t in, int64_t out, bool align_corners, Scale scale, DType
   for (int64_t j = 0; j < 4; j++) {
     UOpPtr at = bin(Ops::ADD, i, iconst(j - 1, out));
     at = bin(Ops::MAX, bin(Ops::MIN, at, iconst(in - 1, out)), iconst(0, out));
-    d.taps.push_back({at, w[static_cast<size_t>(j)]});
+    d.taps.push_back({at, w[static_cast<size_t>(j)], nullptr});
   }
+  return d;
+}
+
+// torch's _compute_indices_min_size_weights_aa in dt (its scalar_t), with the same float and double steps:
+// output o reads inputs xmin .. xmin + xsize - 1 around its center scale * (o + 0.5), weighted by the filter
+// (a triangle, or Keys' cubic with a = -0.5) of their distance, normalized to sum 1.
+DimMap aa_map(Mode m, int64_t in, int64_t out, bool align_corners, Scale scale, DType dt) {
+  DimMap d{in, out, 0, false, {}};
+  if (in == out) { // torch leaves the dim as it is
+    d.identity = true;
+    d.taps.push_back({iota(out, DType::Int64), nullptr, nullptr});
+    return d;
+  }
+  auto as_dt = [dt](double v) { return dt == DType::Float32 ? static_cast<double>(static_cast<float>(v)) : v; };
+  double s = ratio(in, out, align_corners, scale, dt), half_width = m == Mode::LinearAA ? 1.0 : 2.0;
+  double support = as_dt(s >= 1.0 ? half_width * s : half_width), invscale = as_dt(s >= 1.0 ? 1.0 / s : 1.0);
+  int64_t taps = static_cast<int64_t>(std::ceil(support)) * 2 + 1;
+  auto f64 = [&](double v) { return fconst(DType::Float64, v, out); };
+  auto k = [&](double v) { return fconst(dt, v, out); };
+  auto to_index = [&](const UOpPtr& v) { return cast(bin(Ops::ADD, cast(v, DType::Float64), f64(0.5)), DType::Int64); };
+  UOpPtr o = cast(iota(out, DType::Int64), DType::Float64);
+  UOpPtr center = cast(bin(Ops::MUL, f64(s), bin(Ops::ADD, o, f64(0.5))), dt);
+  UOpPtr xmin = bin(Ops::MAX, to_index(bin(Ops::SUB, center, k(support))), iconst(0, out));
+  UOpPtr xsize = bin(Ops::SUB, bin(Ops::MIN, to_index(bin(Ops::ADD, center, k(support))), iconst(in, out)), xmin);
+  xsize = bin(Ops::MIN, bin(Ops::MAX, xsize, iconst(0, out)), iconst(taps, out));
+  // the window of each output and its weights are computed once, into (out,) buffers: every element of the
+  // result's rows reads them, and a weight's total sums all the taps' filters
+  xmin = contiguous(xmin);
+  xsize = contiguous(xsize);
+  auto filter = [&](const UOpPtr& x0) {
+    UOpPtr x = alu(Ops::ABS, x0);
+    if (m == Mode::LinearAA) return where(bin(Ops::CMPLT, x, k(1)), bin(Ops::SUB, k(1), x), k(0));
+    double a = -0.5; // cubic_convolution1 below 1, cubic_convolution2 below 2
+    UOpPtr near =
+        bin(Ops::ADD, bin(Ops::MUL, bin(Ops::MUL, bin(Ops::SUB, bin(Ops::MUL, k(a + 2), x), k(a + 3)), x), x), k(1));
+    UOpPtr far = bin(
+        Ops::SUB,
+        bin(Ops::MUL, bin(Ops::ADD, bin(Ops::MUL, bin(Ops::SUB, bin(Ops::MUL, k(a), x), k(5 * a)), x), k(8 * a)), x),
+        k(4 * a));
+    return where(bin(Ops::CMPLT, x, k(1)), near, where(bin(Ops::CMPLT, x, k(2)), far, k(0)));
+  };
+  std::vector<UOpPtr> weights, used;
+  UOpPtr total;
+  for (int64_t j = 0; j < taps; j++) {
+    UOpPtr at = bin(Ops::ADD, xmin, iconst(j, out));
+    // (j + xmin - center + 0.5) * invscale: the difference in dt, the rest in double, the filter in dt
+    UOpPtr x = bin(Ops::ADD, cast(bin(Ops::SUB, cast(at, dt), center), DType::Float64), f64(0.5));
+    weights.push_back(filter(cast(bin(Ops::MUL, x, f64(invscale)), dt)));
+    used.push_back(bin(Ops::CMPLT, iconst(j, out), xsize));
+    total = total ? where(used.back(), bin(Ops::ADD, total, weights.back()), total)
+                  : where(used.back(), weights.back(), k(0));
+    d.taps.push_back({bin(Ops::MIN, at, iconst(in - 1, out)), nullptr, j == 0 ? nullptr : used.back()});
+  }
+  UOpPtr divide = bin(Ops::CMPNE, total, k(0));
+  for (size_t j = 0; j < d.taps.size(); j++)
+    d.taps[j].weight = contiguous(where(divide, bin(Ops::FDIV, weights[j], total), weights[j]));
   return d;
 }
 
 DimMap dim_map(Mode m, int64_t in, int64_t out, bool align_corners, Scale scale, DType dt) {
   switch (m) {
+  case Mode::LinearAA:
+  case Mode::CubicAA:
+    return aa_map(m, in, out, align_corners, scale, dt);
   case Mode::Nearest:
   case Mode::NearestExact:
     return nearest_map(m, in, out, scale);
@@ -242,6 +319,9 @@ UOpPtr gather_taps(const UOpPtr& flat, const std::vector<DimMap>& maps, size_t d
     UOpPtr offset = along(bin(Ops::MUL, t.index, iconst(stride, t.index->shape[0])), shape, lead + d);
     UOpPtr v = gather_taps(flat, maps, d + 1, bin(Ops::ADD, at, offset), lead, in);
     if (t.weight) v = bin(Ops::MUL, v, along(t.weight, shape, lead + d));
+    if (sum && t.valid) // an unused tap adds 0 (not its weight 0 times a value that may be inf)
+      v = where(along(t.valid, shape, lead + d), v,
+                window::expanded(window::reshaped(const_like(v, 0), Shape(shape.size(), 1)), shape));
     sum = sum ? bin(Ops::ADD, sum, v) : v;
   }
   return sum;
@@ -280,6 +360,48 @@ UOpPtr interpolate(const UOpPtr& x, const std::vector<DimMap>& maps) {
   return gather_taps(window::reshaped(x, {prod(x->shape)}), maps, 0, base, lead, in);
 }
 
+// Antialiased: one dim at a time, the last first, each pass computed into a buffer of its own (torch's
+// temporary; and a window of the previous pass's results is read by many outputs).
+UOpPtr interpolate_separably(const UOpPtr& x, const std::vector<DimMap>& maps) {
+  size_t lead = x->shape.size() - maps.size();
+  UOpPtr v = x;
+  for (size_t d = maps.size(); d-- > 0;) {
+    if (maps[d].identity) continue;
+    std::vector<DimMap> one;
+    for (size_t i = 0; i < maps.size(); i++) {
+      int64_t n = v->shape[lead + i];
+      one.push_back(i == d ? maps[i] : DimMap{n, n, 0, true, {{iota(n, DType::Int64), nullptr, nullptr}}});
+    }
+    v = contiguous(interpolate(v, one));
+  }
+  return v;
+}
+
+// The antialiased transpose along `axis`: each output's used taps add weight * g at their input positions.
+UOpPtr scatter_backward(const UOpPtr& g, const DimMap& d, size_t axis) {
+  if (d.identity) return g;
+  const Shape& s = g->shape;
+  int64_t outer = 1, inner = 1;
+  for (size_t i = 0; i < s.size(); i++)
+    (i < axis ? outer : inner) *= i == axis ? 1 : s[i];
+  Shape three{outer, d.out, inner};
+  UOpPtr g3 = window::reshaped(g, three);
+  UOpPtr rows = along(bin(Ops::MUL, iota(outer, DType::Int64), iconst(d.in * inner, outer)), three, 0);
+  UOpPtr columns = along(iota(inner, DType::Int64), three, 2);
+  UOpPtr acc = window::expanded(window::reshaped(const_like(g, 0), {1}), {outer * d.in * inner});
+  int64_t n = prod(three);
+  for (const Tap& t : d.taps) {
+    UOpPtr at =
+        bin(Ops::ADD, bin(Ops::ADD, rows, along(bin(Ops::MUL, t.index, iconst(inner, d.out)), three, 1)), columns);
+    if (t.valid)
+      at = where(along(t.valid, three, 1), at,
+                 window::expanded(window::reshaped(const_int(DType::Int64, -1), {1, 1, 1}), three));
+    UOpPtr v = bin(Ops::MUL, along(t.weight, three, 1), g3);
+    acc = scatter(acc, window::reshaped(at, {n}), window::reshaped(v, {n}), Ops::ADD);
+  }
+  return window::reshaped(acc, with_dims(s, axis, {d.in}));
+}
+
 // The transpose: g with axis `axis` (of size d.out) sent back to the d.in input positions.
 UOpPtr interpolate_backward(const UOpPtr& g, const DimMap& d, size_t axis) {
   const Shape& s = g->shape;
@@ -303,6 +425,9 @@ void check_dtype(const at::Tensor& t, Mode m, size_t nd, bool backward) {
   bool nearest = m == Mode::Nearest || m == Mode::NearestExact;
   // torch's CPU kernels also take uint8: nearest (an exact gather) here, bilinear and bicubic through the
   // CPU (upsample_aligned_or_uint8_on_cpu).
+  // antialiased: float and double (torch computes the weights in the input's dtype); uint8 on the CPU
+  TORCH_CHECK_NOT_IMPLEMENTED(!antialiased(m) || st == at::kFloat || st == at::kDouble,
+                              "\"compute_index_ranges_weights\" not implemented for '", st, "'");
   TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(st) || (!backward && nearest && st == at::kByte), "\"",
                               mode_name(m, nd), backward ? "_backward" : "", "\" not implemented for '", st,
                               "' on tiny");
@@ -329,7 +454,8 @@ void write_upsample(const at::Tensor& self, const at::Tensor& out, const Request
   size_t lead = s.size() - nd;
   std::vector<DimMap> m = maps(r, Shape(s.begin() + static_cast<std::ptrdiff_t>(lead), s.end()),
                                Shape(o.begin() + static_cast<std::ptrdiff_t>(lead), o.end()), opmath(dt));
-  write(out, cast(interpolate(cast(read(self), ct), m), dt));
+  UOpPtr x = cast(read(self), ct);
+  write(out, cast(antialiased(r.mode) ? interpolate_separably(x, m) : interpolate(x, m), dt));
 }
 
 void write_upsample_backward(const at::Tensor& grad_output, c10::IntArrayRef input_size, const at::Tensor& grad_input,
@@ -344,7 +470,7 @@ void write_upsample_backward(const at::Tensor& grad_output, c10::IntArrayRef inp
                                Shape(o.begin() + static_cast<std::ptrdiff_t>(lead), o.end()), ct);
   UOpPtr g = cast(read(grad_output), ct);
   for (size_t i = 0; i < nd; i++)
-    g = interpolate_backward(g, m[i], lead + i);
+    g = antialiased(r.mode) ? scatter_backward(g, m[i], lead + i) : interpolate_backward(g, m[i], lead + i);
   write(grad_input, cast(g, dt));
 }
 
@@ -410,6 +536,13 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
   m.impl("upsample_bicubic2d", TORCH_FN((upsample_aligned_or_uint8_on_cpu<Mode::Cubic, &at::meta::upsample_bicubic2d,
                                                                           at::_ops::upsample_bicubic2d, N, N>)));
 
+  m.impl("_upsample_bilinear2d_aa",
+         TORCH_FN((upsample_aligned_or_uint8_on_cpu<Mode::LinearAA, &at::meta::_upsample_bilinear2d_aa,
+                                                    at::_ops::_upsample_bilinear2d_aa, N, N>)));
+  m.impl("_upsample_bicubic2d_aa",
+         TORCH_FN((upsample_aligned_or_uint8_on_cpu<Mode::CubicAA, &at::meta::_upsample_bicubic2d_aa,
+                                                    at::_ops::_upsample_bicubic2d_aa, N, N>)));
+
   m.impl("upsample_nearest1d_backward",
          TORCH_FN((upsample_backward<Mode::Nearest, &at::meta::upsample_nearest1d_backward, N>)));
   m.impl("upsample_nearest2d_backward",
@@ -430,6 +563,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
          TORCH_FN((upsample_aligned_backward<Mode::Linear, &at::meta::upsample_trilinear3d_backward, N, N, N>)));
   m.impl("upsample_bicubic2d_backward",
          TORCH_FN((upsample_aligned_backward<Mode::Cubic, &at::meta::upsample_bicubic2d_backward, N, N>)));
+  m.impl("_upsample_bilinear2d_aa_backward",
+         TORCH_FN((upsample_aligned_backward<Mode::LinearAA, &at::meta::_upsample_bilinear2d_aa_backward, N, N>)));
+  m.impl("_upsample_bicubic2d_aa_backward",
+         TORCH_FN((upsample_aligned_backward<Mode::CubicAA, &at::meta::_upsample_bicubic2d_aa_backward, N, N>)));
 }
 
 } // namespace tiny

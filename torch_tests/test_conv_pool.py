@@ -314,6 +314,34 @@ def test_interpolate_float64_and_half_precision(dtype):
         check_grads(lambda x, m=mode: F.interpolate(x, size=(8, 9), mode=m), x, **tol(dtype))
 
 
+AA_SIZES = [{"size": (4, 5)}, {"size": (3, 11)}, {"scale_factor": 0.3}, {"size": (13, 9)}, {"size": (5, 7)}]
+
+
+@pytest.mark.parametrize("size", AA_SIZES, ids=str)
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+def test_antialiased_interpolation_values_and_gradients_match_cpu(mode, size):
+    """antialias=True: each output's window widens with the downscale factor (torch's separable passes)."""
+    for align in (False, True):
+        check_grads(
+            lambda x, a=align: F.interpolate(x, mode=mode, align_corners=a, antialias=True, **size), rand(2, 3, 17, 23)
+        )
+    check_grads(
+        lambda x: F.interpolate(x, size=(4, 6), mode=mode, antialias=True), rand(1, 2, 40, 9, dtype=torch.float64)
+    )
+
+
+def test_antialiased_interpolation_keeps_an_inf_outside_a_window_out_and_refuses_half():
+    x = rand(1, 1, 12, 12)
+    x[0, 0, 0, 11] = float("inf")
+    x[0, 0, 11, 0] = float("nan")
+    check(lambda x: F.interpolate(x, size=(5, 5), mode="bicubic", antialias=True), x)
+    g = rand(1, 1, 5, 5)
+    g[0, 0, 0, 4] = float("inf")
+    check(lambda g: torch.ops.aten._upsample_bilinear2d_aa_backward(g, [5, 5], [1, 1, 12, 12], False), g)
+    for dtype in HALF:  # torch computes the weights in the input's dtype: float and double only
+        check(lambda x: F.interpolate(x, size=(2, 2), mode="bilinear", antialias=True), rand(1, 1, 4, 4, dtype=dtype))
+
+
 def test_integer_factor_nearest_upsampling_fuses_into_its_consumer():
     x = rand(2, 3, 4, 4).to("tiny")
     with counting() as c:
