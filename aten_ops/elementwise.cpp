@@ -388,6 +388,11 @@ Build orthogonal(const std::function<UOpPtr(const aten_ops::polynomials::Args&)>
   };
 }
 
+Build shifted_chebyshev(char kind) {
+  return orthogonal(
+      [kind](const aten_ops::polynomials::Args& a) { return aten_ops::polynomials::shifted_chebyshev(a, kind); });
+}
+
 const std::unordered_map<std::string, Op>& table() {
   using K = Kind;
   static const std::unordered_map<std::string, Op> t = {
@@ -545,6 +550,12 @@ const std::unordered_map<std::string, Op>& table() {
       {"hypot", {K::Binary, hypot, [](const Call& c) { check_float(c, "hypot"); }}},
       {"special_chebyshev_polynomial_t", {K::BinaryFloat, orthogonal(aten_ops::polynomials::chebyshev_t)}},
       {"special_chebyshev_polynomial_u", {K::BinaryFloat, orthogonal(aten_ops::polynomials::chebyshev_u)}},
+      {"special_chebyshev_polynomial_v", {K::BinaryFloat, orthogonal(aten_ops::polynomials::chebyshev_v)}},
+      {"special_chebyshev_polynomial_w", {K::BinaryFloat, orthogonal(aten_ops::polynomials::chebyshev_w)}},
+      {"special_shifted_chebyshev_polynomial_t", {K::BinaryFloat, shifted_chebyshev('t')}},
+      {"special_shifted_chebyshev_polynomial_u", {K::BinaryFloat, shifted_chebyshev('u')}},
+      {"special_shifted_chebyshev_polynomial_v", {K::BinaryFloat, shifted_chebyshev('v')}},
+      {"special_shifted_chebyshev_polynomial_w", {K::BinaryFloat, shifted_chebyshev('w')}},
       {"special_hermite_polynomial_h",
        {K::BinaryFloat, orthogonal([](const auto& a) { return aten_ops::polynomials::hermite(a, true); })}},
       {"special_hermite_polynomial_he",
@@ -1393,6 +1404,18 @@ constexpr const char* kOverloads[] = {
     "special_chebyshev_polynomial_t.out",
     "special_chebyshev_polynomial_u",
     "special_chebyshev_polynomial_u.out",
+    "special_chebyshev_polynomial_v",
+    "special_chebyshev_polynomial_v.out",
+    "special_chebyshev_polynomial_w",
+    "special_chebyshev_polynomial_w.out",
+    "special_shifted_chebyshev_polynomial_t",
+    "special_shifted_chebyshev_polynomial_t.out",
+    "special_shifted_chebyshev_polynomial_u",
+    "special_shifted_chebyshev_polynomial_u.out",
+    "special_shifted_chebyshev_polynomial_v",
+    "special_shifted_chebyshev_polynomial_v.out",
+    "special_shifted_chebyshev_polynomial_w",
+    "special_shifted_chebyshev_polynomial_w.out",
     "special_hermite_polynomial_h",
     "special_hermite_polynomial_h.out",
     "special_hermite_polynomial_he",

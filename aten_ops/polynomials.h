@@ -1,6 +1,7 @@
 #pragma once
 // torch.special's orthogonal polynomials of degree n (a tensor, truncated to an integer as the CPU does):
-// chebyshev_polynomial_t and _u, hermite_polynomial_h and _he, laguerre_polynomial_l, legendre_polynomial_p.
+// chebyshev_polynomial_t, _u, _v and _w, their shifted forms (of 2x - 1), hermite_polynomial_h and _he,
+// laguerre_polynomial_l, legendre_polynomial_p.
 // Each follows torch's CPU kernel: its special cases (negative n, |x| == 1, the trigonometric form of the
 // Chebyshev polynomials for |x| < 1 and large n, hermite's NaN past a degree limit) as selects, and otherwise
 // its three-term recurrence, run n - 1 times from (1, P_1(x)).
@@ -122,6 +123,106 @@ inline UOpPtr chebyshev_u(const Args& a) {
                 {trig, trig_value},
                 {a.n_is(0), a.c(1)},
                 {a.n_is(1), add(x, x)}},
+               r);
+}
+
+// The Chebyshev polynomials of the third and fourth kind and the shifted ones share T and U's recurrence
+// r = 2y q - p from (1, q1), with y = x or 2x - 1; their special cases differ in small ways (torch's Math.h).
+struct Chebyshev {
+  const Args& a;
+  UOpPtr y;                            // x, or x + x - 1 for the shifted ones
+  UOpPtr sign(const UOpPtr& v) const { // v for even n, -v for odd
+    UOpPtr even = alu(Ops::CMPEQ, alu(Ops::AND, a.n, a.i(1)), a.i(0));
+    return where(even, v, alu(Ops::NEG, v));
+  }
+  UOpPtr odd_count() const { return cast(add(add(a.n, a.n), a.i(1)), a.x->dtype); } // n + n + 1
+  UOpPtr half_angle() const { return div(alu(Ops::ACOS, y), a.c(2)); }
+  UOpPtr half_step() const { return mul(add(a.nf(), a.c(0.5)), alu(Ops::ACOS, y)); } // (n + 0.5) acos(y)
+  UOpPtr run(const char* op, const UOpPtr& special, const UOpPtr& q1) const {
+    UOpPtr recurs = both(no(special), no(a.n_below(2)));
+    return recurrence(
+        op, a.n, recurs, q1, 2, 1,
+        [&](const UOpPtr&, const UOpPtr& p, const UOpPtr& q) { return sub(mul(add(y, y), q), p); }, a.device);
+  }
+};
+
+inline UOpPtr chebyshev_v(const Args& a) {
+  Chebyshev ch{a, a.x};
+  UOpPtr unit = alu(Ops::CMPEQ, a.abs_x(), a.c(1)), trig = both(lt(a.i(8), a.n), lt(a.abs_x(), a.c(1)));
+  UOpPtr q1 = sub(add(a.x, a.x), a.c(1));
+  UOpPtr r = ch.run("special_chebyshev_polynomial_v", alu(Ops::OR, unit, trig), q1);
+  UOpPtr trig_value =
+      where(alu(Ops::CMPNE, alu(Ops::SIN, ch.half_angle()), a.c(1)),
+            div(alu(Ops::COS, ch.half_step()), alu(Ops::COS, ch.half_angle())), ch.sign(ch.odd_count()));
+  return cases({{a.n_below(0), a.c(0)},
+                {unit, where(lt(a.c(0), a.x), a.c(1), ch.sign(ch.odd_count()))},
+                {trig, trig_value},
+                {a.n_is(0), a.c(1)},
+                {a.n_is(1), q1}},
+               r);
+}
+
+inline UOpPtr chebyshev_w(const Args& a) {
+  Chebyshev ch{a, a.x};
+  UOpPtr unit = alu(Ops::CMPEQ, a.abs_x(), a.c(1)), trig = both(lt(a.i(8), a.n), lt(a.abs_x(), a.c(1)));
+  UOpPtr q1 = add(add(a.x, a.x), a.c(1));
+  UOpPtr r = ch.run("special_chebyshev_polynomial_w", alu(Ops::OR, unit, trig), q1);
+  UOpPtr edge = where(lt(a.c(0), a.x), ch.odd_count(), ch.sign(a.c(1)));
+  UOpPtr trig_value = where(alu(Ops::CMPNE, alu(Ops::COS, ch.half_angle()), a.c(1)),
+                            div(alu(Ops::SIN, ch.half_step()), alu(Ops::SIN, ch.half_angle())), edge);
+  return cases({{a.n_below(0), a.c(0)}, {unit, edge}, {trig, trig_value}, {a.n_is(0), a.c(1)}, {a.n_is(1), q1}}, r);
+}
+
+// The shifted polynomials of kind 't', 'u', 'v' or 'w': P*(x) = P(2x - 1), with torch's cases at x = 1 and x = 0.
+inline UOpPtr shifted_chebyshev(const Args& a, char kind) {
+  UOpPtr y = sub(add(a.x, a.x), a.c(1));
+  Chebyshev ch{a, y};
+  UOpPtr at_one = alu(Ops::CMPEQ, a.x, a.c(1)), at_zero = alu(Ops::CMPEQ, a.x, a.c(0));
+  UOpPtr inside = lt(alu(Ops::ABS, y), a.c(1)), angle = alu(Ops::ACOS, y);
+  UOpPtr n1 = a.nf(1);
+  UOpPtr one_value, zero_value, trig_value, q1;
+  int64_t trig_from = 6;
+  switch (kind) {
+  case 't':
+    one_value = a.c(1);
+    zero_value = ch.sign(a.c(1));
+    trig_value = alu(Ops::COS, mul(a.nf(), angle));
+    q1 = y;
+    break;
+  case 'u': {
+    one_value = n1;
+    zero_value = ch.sign(n1);
+    UOpPtr s = alu(Ops::SIN, angle), m = mul(n1, angle);
+    trig_value = where(alu(Ops::CMPNE, s, a.c(0)), div(alu(Ops::SIN, m), s), div(mul(n1, alu(Ops::COS, m)), y));
+    q1 = add(y, y);
+    break;
+  }
+  case 'v':
+    one_value = a.c(1);
+    zero_value = ch.sign(ch.odd_count());
+    trig_value = where(alu(Ops::CMPNE, alu(Ops::SIN, ch.half_angle()), a.c(1)),
+                       div(alu(Ops::COS, ch.half_step()), alu(Ops::COS, ch.half_angle())), zero_value);
+    q1 = sub(add(y, y), a.c(1));
+    break;
+  default: // 'w'
+    one_value = ch.odd_count();
+    zero_value = ch.sign(a.c(1));
+    trig_value = where(alu(Ops::CMPNE, alu(Ops::COS, ch.half_angle()), a.c(1)),
+                       div(alu(Ops::SIN, ch.half_step()), alu(Ops::SIN, ch.half_angle())), zero_value);
+    q1 = add(add(y, y), a.c(1));
+    trig_from = 4;
+    break;
+  }
+  UOpPtr trig = both(lt(a.i(trig_from), a.n), inside);
+  const char* names[] = {"special_shifted_chebyshev_polynomial_t", "special_shifted_chebyshev_polynomial_u",
+                         "special_shifted_chebyshev_polynomial_v", "special_shifted_chebyshev_polynomial_w"};
+  UOpPtr r = ch.run(names[kind - 't'], alu(Ops::OR, alu(Ops::OR, at_one, at_zero), trig), q1);
+  return cases({{a.n_below(0), a.c(0)},
+                {at_one, one_value},
+                {at_zero, zero_value},
+                {trig, trig_value},
+                {a.n_is(0), a.c(1)},
+                {a.n_is(1), q1}},
                r);
 }
 

@@ -2,8 +2,8 @@
 disabled (TINY_FALLBACK=0), so a silent fallback fails the test: histc, histogram (bin count and bin edges),
 histogramdd (_histogramdd_bin_edges, _histogramdd_from_bin_cts, _histogramdd_from_bin_tensors), nextafter,
 hardshrink and softshrink (every form, and their backward ops), multi_margin_loss and multilabel_margin_loss
-(and their backward ops), pdist, frexp, isin, mode, rrelu_with_noise, and torch.special's chebyshev T/U,
-hermite H/He, laguerre and legendre polynomials; values, gradients, dtypes, shapes, edge cases and bad input
+(and their backward ops), pdist, frexp, isin, mode, rrelu_with_noise, and torch.special's chebyshev T/U/V/W
+(and shifted), hermite H/He, laguerre and legendre polynomials; values, gradients, dtypes, shapes, edge cases and bad input
 raising the CPU's kind of error."""
 
 import pytest
@@ -461,6 +461,12 @@ def test_rrelu_in_training_with_a_seed_repeats_and_bad_noise_raises_like_cpu():
 POLYNOMIALS = [
     torch.special.chebyshev_polynomial_t,
     torch.special.chebyshev_polynomial_u,
+    torch.special.chebyshev_polynomial_v,
+    torch.special.chebyshev_polynomial_w,
+    torch.special.shifted_chebyshev_polynomial_t,
+    torch.special.shifted_chebyshev_polynomial_u,
+    torch.special.shifted_chebyshev_polynomial_v,
+    torch.special.shifted_chebyshev_polynomial_w,
     torch.special.hermite_polynomial_h,
     torch.special.hermite_polynomial_he,
     torch.special.laguerre_polynomial_l,
@@ -471,8 +477,8 @@ POLYNOMIALS = [
 @pytest.mark.parametrize("fn", POLYNOMIALS, ids=lambda f: f.__name__)
 @by_dtype((torch.float32, torch.float64))
 def test_orthogonal_polynomials_match_cpu(fn, dtype):
-    x = torch.tensor([-2.5, -1.0, -0.7, -0.2, 0.0, 0.3, 0.9, 1.0, 1.7, 3.0, NAN, INF], dtype=dtype)
-    for n in (-2.0, 0.0, 1.0, 2.0, 3.5, 6.0, 7.0, 9.0, 12.0, 40.0):
+    x = torch.tensor([-2.5, -1.0, -0.7, -0.2, 0.0, 0.25, 0.3, 0.5, 0.9, 1.0, 1.7, 3.0, NAN, INF], dtype=dtype)
+    for n in (-2.0, 0.0, 1.0, 2.0, 3.5, 5.0, 6.0, 7.0, 9.0, 12.0, 40.0):
         check(fn, x, torch.full_like(x, n), rtol=1e-4, atol=1e-6)
     # a degree per element, broadcast against x
     check(fn, x[:10].reshape(10, 1), torch.tensor([0.0, 1.0, 2.0, 5.0, 9.0, 17.0], dtype=dtype), rtol=1e-4, atol=1e-6)
