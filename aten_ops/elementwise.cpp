@@ -388,6 +388,22 @@ Build orthogonal(const std::function<UOpPtr(const aten_ops::polynomials::Args&)>
   };
 }
 
+// zeta(x, q): its direct sum's length depends on q (longer for q <= 0): the longest is read to the host.
+UOpPtr zeta(const Call& c) {
+  c10::Device device = c.tensors.at(0).device();
+  for (const at::Tensor& t : c.tensors)
+    if (t.is_privateuseone()) device = t.device();
+  UOpPtr terms = aten_ops::special::zeta_terms(cast(c.a(), DType::Float64), cast(c.b(), DType::Float64));
+  std::vector<int64_t> all(terms->shape.size());
+  for (size_t d = 0; d < all.size(); d++)
+    all[d] = static_cast<int64_t>(d);
+  int64_t steps = aten_ops::read_on_host({all.empty() ? terms : reduce(terms, Ops::MAX, all)}, device)[0];
+  TORCH_CHECK(steps <= aten_ops::polynomials::kMaxRecurrenceSteps, "special_zeta on tiny: a q of ", 9 - steps + 1,
+              " or less needs ", steps, " terms of the direct sum; tiny builds at most ",
+              aten_ops::polynomials::kMaxRecurrenceSteps);
+  return aten_ops::special::zeta(c.a(), c.b(), steps);
+}
+
 Build shifted_chebyshev(char kind) {
   return orthogonal(
       [kind](const aten_ops::polynomials::Args& a) { return aten_ops::polynomials::shifted_chebyshev(a, kind); });
@@ -550,6 +566,7 @@ const std::unordered_map<std::string, Op>& table() {
       {"hypot", {K::Binary, hypot, [](const Call& c) { check_float(c, "hypot"); }}},
       {"special_chebyshev_polynomial_t", {K::BinaryFloat, orthogonal(aten_ops::polynomials::chebyshev_t)}},
       {"special_chebyshev_polynomial_u", {K::BinaryFloat, orthogonal(aten_ops::polynomials::chebyshev_u)}},
+      {"special_zeta", {K::BinaryFloat, zeta}},
       {"special_chebyshev_polynomial_v", {K::BinaryFloat, orthogonal(aten_ops::polynomials::chebyshev_v)}},
       {"special_chebyshev_polynomial_w", {K::BinaryFloat, orthogonal(aten_ops::polynomials::chebyshev_w)}},
       {"special_shifted_chebyshev_polynomial_t", {K::BinaryFloat, shifted_chebyshev('t')}},
@@ -1404,6 +1421,8 @@ constexpr const char* kOverloads[] = {
     "special_chebyshev_polynomial_t.out",
     "special_chebyshev_polynomial_u",
     "special_chebyshev_polynomial_u.out",
+    "special_zeta",
+    "special_zeta.out",
     "special_chebyshev_polynomial_v",
     "special_chebyshev_polynomial_v.out",
     "special_chebyshev_polynomial_w",

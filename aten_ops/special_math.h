@@ -1,5 +1,5 @@
 #pragma once
-// torch.special's functions as UOp expressions: digamma, trigamma and polygamma, erfinv, and the
+// torch.special's functions as UOp expressions: digamma, trigamma and polygamma, zeta, erfinv, and the
 // modified Bessel functions i0, i0e, i1, i1e. They are built from the ALU ops every renderer already
 // has (exp, log, sin, tan, pow, erf), so no renderer prelude changes and every device computes them.
 // Each follows the algorithm of torch's CPU kernel (the Cephes series and expansions; erfinv's rational
@@ -90,10 +90,11 @@ inline UOpPtr trigamma(const UOpPtr& x0) {
   return where(reflect, neg(acc), acc);
 }
 
-// The Hurwitz zeta function zeta(s, q) = sum over k >= 0 of (q + k)^-s for q > 0 and an integer s >= 2:
-// Cephes' direct sum of at least 9 terms up to q + k > 9, then the Euler-Maclaurin tail, each stopping
-// once a term no longer changes the sum (here: a mask that freezes the sum).
-inline UOpPtr hurwitz_zeta_positive(double s, const UOpPtr& q) {
+// The Hurwitz zeta function zeta(x, q) = sum over k >= 0 of (q + k)^-x, by Cephes' algorithm as torch's CPU
+// runs it: a direct sum of at least 9 terms and on until q + k > 9 (`steps` terms at most: 9 for q > 0), then the
+// Euler-Maclaurin tail, each stopping once a term no longer changes the sum (here: a mask that freezes the sum).
+// Long direct sums (a very negative q) realize their state every 16 terms.
+inline UOpPtr hurwitz_zeta_sum(const UOpPtr& x, const UOpPtr& q, int64_t steps) {
   static constexpr double kEulerMaclaurin[] = {12.0,
                                                -720.0,
                                                30240.0,
@@ -107,36 +108,71 @@ inline UOpPtr hurwitz_zeta_positive(double s, const UOpPtr& q) {
                                                1.8152105401943546773e17,
                                                -7.1661652561756670113e18};
   constexpr double kEpsilon = 1.11022302462515654042E-16;
-  UOpPtr ms = k(q, -s);
+  UOpPtr ms = neg(x);
   UOpPtr sum = alu(Ops::POW, q, ms), a = q, b = k(q, 0);
   UOpPtr done = lt(k(q, 1), k(q, 0)); // false
-  // q > 0: the loop's condition (fewer than 9 terms, or a <= 9) holds for exactly 9 steps
-  for (int i = 0; i < 9; i++) {
+  for (int64_t i = 0; i < steps; i++) {
     UOpPtr live = un(Ops::NOT, done);
+    if (i >= 9) live = both(live, alu(Ops::CMPLE, a, k(q, 9))); // the loop goes on while i < 9 or a <= 9
     a = where(live, add(a, k(q, 1)), a);
     b = where(live, alu(Ops::POW, a, ms), b);
     sum = where(live, add(sum, b), sum);
     UOpPtr eps = mul(k(q, kEpsilon), sum);
     done = either(done, both(live, both(lt(neg(eps), b), lt(b, eps))));
+    if (i % 16 == 15 && i + 1 < steps) {
+      a = contiguous(a);
+      b = contiguous(b);
+      sum = contiguous(sum);
+      done = contiguous(done);
+    }
   }
   UOpPtr w = a;
-  UOpPtr tail = sub(add(sum, div(mul(b, w), k(q, s - 1))), mul(k(q, 0.5), b));
+  UOpPtr tail = sub(add(sum, div(mul(b, w), sub(x, k(q, 1)))), mul(k(q, 0.5), b));
   sum = where(done, sum, tail);
   UOpPtr fa = k(q, 1);
   double kk = 0;
   for (double coefficient : kEulerMaclaurin) {
     UOpPtr live = un(Ops::NOT, done);
-    fa = mul(fa, k(q, s + kk));
+    fa = mul(fa, add(x, k(q, kk)));
     b = div(b, w);
     UOpPtr t = div(mul(fa, b), k(q, coefficient));
     sum = where(live, add(sum, t), sum);
     done = either(done, both(live, lt(un(Ops::ABS, div(t, sum)), k(q, kEpsilon))));
     kk += 1;
-    fa = mul(fa, k(q, s + kk));
+    fa = mul(fa, add(x, k(q, kk)));
     b = div(b, w);
     kk += 1;
   }
   return sum;
+}
+
+// zeta(s, q) for q > 0 and an integer s >= 2 (polygamma's).
+inline UOpPtr hurwitz_zeta_positive(double s, const UOpPtr& q) { return hurwitz_zeta_sum(k(q, s), q, 9); }
+
+// How many direct terms zeta(x, q) sums at most for each element (0 where a special case answers): 9, or up to
+// q + k > 9 for a q <= 0 (torch's loop bound).
+inline UOpPtr zeta_terms(const UOpPtr& x, const UOpPtr& q) {
+  UOpPtr floor_q = un(Ops::FLOOR, q);
+  UOpPtr special =
+      either(either(eq(x, k(x, 1)), lt(x, k(x, 1))),
+             both(alu(Ops::CMPLE, q, k(q, 0)), either(eq(q, floor_q), alu(Ops::CMPNE, x, un(Ops::FLOOR, x)))));
+  UOpPtr nine = fixed(DType::Int64, 9, q->shape);
+  UOpPtr past = add(cast(where(alu(Ops::CMPLE, q, k(q, 0)), un(Ops::FLOOR, sub(k(q, 9), q)), k(q, 0)), DType::Int64),
+                    fixed(DType::Int64, 1, q->shape));
+  UOpPtr terms = where(lt(nine, past), past, nine);
+  return where(special, fixed(DType::Int64, 0, q->shape), terms);
+}
+
+// torch.special.zeta(x, q) in double (torch's accumulation type), with Cephes' special cases: inf at x = 1 and at
+// the poles q = 0, -1, ...; NaN for x < 1, and for a non-integer x at q <= 0.
+inline UOpPtr zeta(const UOpPtr& x0, const UOpPtr& q0, int64_t steps) {
+  UOpPtr x = cast(x0, DType::Float64), q = cast(q0, DType::Float64);
+  UOpPtr value = hurwitz_zeta_sum(x, q, steps), inf = k(x, INFINITY), nan = k(x, NAN);
+  UOpPtr q_low = alu(Ops::CMPLE, q, k(q, 0));
+  value = where(both(q_low, alu(Ops::CMPNE, x, un(Ops::FLOOR, x))), nan, value);
+  value = where(both(q_low, eq(q, un(Ops::FLOOR, q))), inf, value);
+  value = where(lt(x, k(x, 1)), nan, value);
+  return cast(where(eq(x, k(x, 1)), inf, value), x0->dtype);
 }
 
 // The coefficients (lowest power first) of P_n with d^n/dx^n cot(pi x) = pi^n P_n(cot(pi x)):

@@ -1,6 +1,6 @@
 """The long tail of ATen ops (issue #16) natively on tiny, against PyTorch CPU with the fallback disabled
 (TINY_FALLBACK=0), so a silent fallback fails the test: log10 and nan_to_num in every form, the special
-functions (digamma, polygamma, erfinv, i0, i0e, i1, i1e) over wide ranges with poles, huge values and
+functions (digamma, polygamma, zeta, erfinv, i0, i0e, i1, i1e) over wide ranges with poles, huge values and
 nan/inf, count_nonzero, cummax/cummin, logcumsumexp, median/nanmedian, index_reduce, max_unpool2d/3d,
 adaptive_max_pool2d/3d, im2col/col2im (F.unfold/F.fold), and the fused Adam/AdamW steps; with
 gradients where autograd reaches these ops."""
@@ -11,7 +11,7 @@ import functools
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import DEVICE, FLOAT_DTYPES, assert_same, by_dtype, rand, tol
+from conftest import DEVICE, FLOAT_DTYPES, assert_same, by_dtype, check, rand, tol
 
 NAN, INF = float("nan"), float("inf")
 
@@ -429,3 +429,15 @@ def test_unique_consecutive_matches_cpu():
     for kwargs in ({}, {"return_inverse": True, "return_counts": True}, {"dim": 0}):
         expected, actual = both(functools.partial(torch.unique_consecutive, **kwargs), x)
         assert_same(actual, expected)
+
+
+@by_dtype((torch.float32, torch.float64))
+def test_hurwitz_zeta_matches_cpu_over_its_special_cases(dtype):
+    """torch.special.zeta(x, q): poles at x = 1 and at q = 0, -1, ...; NaN for x < 1 and for a non-integer x at
+    q <= 0; a long direct sum for a very negative q."""
+    xs = torch.tensor([0.5, 1.0, 1.5, 2.0, 3.0, 4.5, 10.0, 30.0, NAN, INF, -2.0], dtype=dtype)
+    qs = torch.tensor([-20.5, -3.0, -2.5, -0.5, 0.0, 0.01, 0.5, 1.0, 2.5, 9.5, 100.0, 1e6, NAN, INF, -INF], dtype=dtype)
+    x, q = torch.meshgrid(xs, qs, indexing="ij")
+    check(torch.special.zeta, x, q, rtol=1e-6 if dtype == torch.float32 else 1e-12, atol=0)
+    check(torch.special.zeta, torch.tensor([2, 3, 4]), torch.tensor([1, 2, 3]))  # integers promote to float
+    check(lambda x: torch.special.zeta(x, 1.0), rand(5) + 2)
