@@ -3,8 +3,8 @@ disabled (TINY_FALLBACK=0), so a silent fallback fails the test: histc, histogra
 histogramdd (_histogramdd_bin_edges, _histogramdd_from_bin_cts, _histogramdd_from_bin_tensors), nextafter,
 hardshrink and softshrink (every form, and their backward ops), multi_margin_loss and multilabel_margin_loss
 (and their backward ops), pdist, frexp, isin, mode, rrelu_with_noise, and torch.special's chebyshev T/U/V/W
-(and shifted), hermite H/He, laguerre and legendre polynomials; values, gradients, dtypes, shapes, edge cases and bad input
-raising the CPU's kind of error."""
+(and shifted), hermite H/He, laguerre and legendre polynomials; values, gradients, dtypes, shapes, edge cases
+and bad input raising the CPU's kind of error."""
 
 import pytest
 import torch
