@@ -51,6 +51,7 @@ constexpr cl_int CL_DEVICE_NOT_FOUND = -1;
 constexpr cl_int CL_MEM_OBJECT_ALLOCATION_FAILURE = -4;
 constexpr cl_int CL_OUT_OF_RESOURCES = -5;
 constexpr cl_int CL_OUT_OF_HOST_MEMORY = -6;
+constexpr cl_int CL_INVALID_BUFFER_SIZE = -61;
 constexpr cl_int CL_PLATFORM_NOT_FOUND_KHR = -1001;
 constexpr cl_bitfield CL_DEVICE_TYPE_ALL = 0xFFFFFFFF;
 constexpr cl_uint CL_PLATFORM_NAME = 0x0902;
@@ -224,7 +225,10 @@ protected:
   void* system_alloc(size_t nbytes) override {
     cl_int err = CL_SUCCESS;
     cl_mem m = cl_api().CreateBuffer(ctx_, CL_MEM_READ_WRITE, nbytes, nullptr, &err);
-    if (err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES || err == CL_OUT_OF_HOST_MEMORY)
+    // out of memory, or more than the device's largest allocation (CL_DEVICE_MAX_MEM_ALLOC_SIZE): torch's
+    // OutOfMemoryError either way, as CUDA's allocator raises for a request it cannot place
+    if (err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES || err == CL_OUT_OF_HOST_MEMORY ||
+        err == CL_INVALID_BUFFER_SIZE)
       return nullptr;
     check(err, "clCreateBuffer of " + std::to_string(nbytes) + " bytes");
     return m;
