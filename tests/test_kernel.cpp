@@ -509,3 +509,40 @@ TEST(Kernel, FloatsConvertToUint32AndUint64AsTorchsCpuDoes) {
             std::vector<uint64_t>({UINT64_MAX, 3, 3000000000u, 5000000000u, 9999999980506447872u, 0, uint64_t{1} << 63,
                                    0, uint64_t{1} << 63, UINT64_MAX - 2999999999u}));
 }
+
+// Kernels whose lanes are uint64 declare their vector type in a library with a kernel that does not (the C
+// renderer declares the unsigned vector types only where they are used; the library renames each kernel's).
+TEST(Kernel, KernelsWithUint64LanesRunInALibraryWithOtherKernels) {
+  const int64_t n = 320;
+  std::vector<uint64_t> xv(n);
+  for (int64_t i = 0; i < n; i++)
+    xv[i] = (uint64_t{1} << 63) + static_cast<uint64_t>((i * 7919) % 1000) + 3;
+  int64_t salt = static_cast<int64_t>(std::random_device{}() % 1000000); // sources new to the cache
+  auto x = alu(Ops::ADD, buffer(filled_with(DType::UInt64, xv)), full_like_shape(const_int(DType::UInt64, salt), n));
+  auto smallest = std::make_shared<Buffer>(cpu_device(), DType::UInt64, 1);
+  auto largest = std::make_shared<Buffer>(cpu_device(), DType::UInt64, 1);
+  auto shifted = std::make_shared<Buffer>(cpu_device(), DType::Float32, 64);
+  auto floats = alu(Ops::ADD, buffer(filled(random_vec(64, 12))),
+                    full_like_shape(const_float(DType::Float32, static_cast<double>(salt) + 0.5), 64));
+  std::vector<Kernel> kernels{lower_kernel(smallest, View::contiguous({1}), reduce(x, Ops::MIN, {0})),
+                              lower_kernel(largest, View::contiguous({1}), reduce(x, Ops::MAX, {0})),
+                              lower_kernel(shifted, View::contiguous({64}), floats)};
+  std::vector<std::pair<std::string, std::string>> sources;
+  for (const Kernel& k : kernels)
+    sources.emplace_back(render_c(k, "k"), "k");
+  ASSERT_NE(sources[0].first.find("tv_uint64_t"), std::string::npos) << sources[0].first;
+  ASSERT_EQ(sources[2].first.find("tv_uint64_t"), std::string::npos) << sources[2].first;
+  int64_t before = stats().compiles;
+  cpu_device().precompile(sources);
+  EXPECT_EQ(stats().compiles - before, 3);
+  for (size_t i = 0; i < 2; i++) {
+    std::vector<void*> ptrs;
+    for (const BufferRef& b : kernels[i].buffers)
+      ptrs.push_back(std::static_pointer_cast<Buffer>(b)->ptr());
+    cpu_device().program(sources[i].first, "k")->launch(ptrs, {}, {}, kernels[i].launch);
+  }
+  uint64_t offset = static_cast<uint64_t>(salt);
+  EXPECT_EQ(*static_cast<uint64_t*>(smallest->ptr()), *std::min_element(xv.begin(), xv.end()) + offset);
+  EXPECT_EQ(*static_cast<uint64_t*>(largest->ptr()), *std::max_element(xv.begin(), xv.end()) + offset);
+  EXPECT_EQ(stats().compiles - before, 3);
+}
