@@ -46,7 +46,13 @@ CL_TESTS := torch_tests/test_reduce.py torch_tests/test_matmul.py torch_tests/te
             torch_tests/test_silent_errors.py::test_bool_view_of_bytes_other_than_0_and_1_reads_them_as_true \
             torch_tests/test_silent_errors.py::test_a_float_cast_out_of_the_int_range_gives_the_cpus_value \
             torch_tests/test_profiler.py::test_fused_chain_is_one_kernel_event_inside_the_sync_that_ran_it \
-            torch_tests/test_profiler.py::test_training_step_shows_every_kernel_it_runs
+            torch_tests/test_profiler.py::test_training_step_shows_every_kernel_it_runs \
+            torch_tests/test_unsigned.py::test_values_above_the_signed_range_survive_the_round_trip_to_the_cpu \
+            torch_tests/test_unsigned.py::test_a_float_cast_out_of_range_gives_the_cpus_value \
+            torch_tests/test_unsigned.py::test_mul_wraps_in_the_dtype_as_on_the_cpu \
+            torch_tests/test_unsigned.py::test_eq_and_ne_compare_the_whole_unsigned_value \
+            torch_tests/test_unsigned.py::test_sums_and_products_accumulate_in_int64_as_on_the_cpu \
+            torch_tests/test_unsigned.py::test_sort_orders_values_above_the_signed_range_last
 .PHONY: test-cl
 test-cl: build
 	TINY_DEVICE=CL $(PY) -m pytest -q torch_tests --ignore=torch_tests/upstream

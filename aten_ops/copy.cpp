@@ -137,9 +137,9 @@ at::Scalar local_scalar_dense(const at::Tensor& self) {
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
   tiny::KernelLibrary m(library);
-  m.impl("_copy_from", copy_from);
-  m.impl("_copy_from_and_resize", copy_from_and_resize);
-  m.impl("_local_scalar_dense", local_scalar_dense);
+  m.impl("_copy_from", copy_from, UnsignedPolicy::Native);
+  m.impl("_copy_from_and_resize", copy_from_and_resize, UnsignedPolicy::Native);
+  m.impl("_local_scalar_dense", local_scalar_dense, UnsignedPolicy::Native);
 }
 
 // A negative view (Tensor._neg_view) and a conjugate view (Tensor.conj) reach _copy_from as they are:

@@ -686,12 +686,39 @@ at::Scalar host_scalar(const at::Tensor& t) {
   }
 }
 
+// An integer or bool Scalar in the integer dtype dt as TensorIterator converts a CPU scalar operand to the
+// common dtype: a static_cast, so that int8 == 300 compares with 44 and uint16 & -1 is 65535 (a fill checks
+// for overflow instead).
+at::Scalar wrapped_integer(const at::Scalar& s, DType dt) {
+  uint64_t bits = s.isUnsigned() ? s.toUInt64() : static_cast<uint64_t>(s.toLong());
+  switch (dt) {
+  case DType::Int8:
+    return static_cast<int8_t>(bits);
+  case DType::Int16:
+    return static_cast<int16_t>(bits);
+  case DType::Int32:
+    return static_cast<int32_t>(bits);
+  case DType::UInt8:
+    return static_cast<uint8_t>(bits);
+  case DType::UInt16:
+    return static_cast<uint16_t>(bits);
+  case DType::UInt32:
+    return static_cast<uint32_t>(bits);
+  case DType::UInt64:
+    return bits;
+  default:
+    return static_cast<int64_t>(bits);
+  }
+}
+
 // A tensor operand as a UOp of the result shape in the compute dtype.
 UOpPtr operand(const at::Tensor& t, DType common, DType compute, const Shape& shape) {
   if (!t.is_privateuseone()) {
     TORCH_CHECK(t.dim() == 0, "Expected all tensors to be on the same device, but found at least two devices, ",
                 t.device(), " and tiny:0!");
-    return scalar_constant(host_scalar(t), compute, shape);
+    at::Scalar s = host_scalar(t);
+    if (is_int(common) && s.isIntegral(/*includeBool=*/true)) s = wrapped_integer(s, common);
+    return scalar_constant(s, compute, shape);
   }
   // A broadcast operand is read as the one view of its storage it is (aten_ops/window_read.h).
   bool same_shape = c10::IntArrayRef(shape) == t.sizes();
@@ -1043,7 +1070,7 @@ void elementwise_kernel(const c10::OperatorHandle& handle, torch::jit::Stack* st
       call.params.emplace_back(name, v);
       if (v.isTensor())
         call.tensors.push_back(v.toTensor());
-      else if (v.isScalar())
+      else if (v.isScalar() || v.isUnsigned()) // a Python int above INT64_MAX is no isScalar()
         call.tensors.push_back(wrap_scalar(v.toScalar()));
       break;
     case Role::Param:
@@ -1528,7 +1555,8 @@ std::tuple<at::Tensor&, at::Tensor&> frexp_out(const at::Tensor& self, at::Tenso
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
   tiny::KernelLibrary m(library);
   for (const char* name : kOverloads)
-    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&native_or_cpu<&elementwise_kernel>>());
+    m.impl(name,
+           torch::CppFunction::makeFromBoxedFunction<&native_or_cpu<&elementwise_kernel, UnsignedPolicy::Native>>());
   m.impl("complex.out", TORCH_FN(complex_from_parts_out<false>));
   m.impl("polar.out", TORCH_FN(complex_from_parts_out<true>));
   m.impl("frexp.Tensor_out", TORCH_FN(frexp_out));

@@ -186,11 +186,11 @@ at::Tensor& eye_out(int64_t n, at::Tensor& out) { return eye_m_out(n, n, out); }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
   tiny::KernelLibrary m(library);
-  m.impl("empty.memory_format", empty_memory_format);
-  m.impl("empty_strided", empty_strided);
-  m.impl("fill_.Scalar", fill_scalar);
-  m.impl("fill_.Tensor", fill_tensor);
-  m.impl("zero_", zero_);
+  m.impl("empty.memory_format", empty_memory_format, UnsignedPolicy::Native);
+  m.impl("empty_strided", empty_strided, UnsignedPolicy::Native);
+  m.impl("fill_.Scalar", fill_scalar, UnsignedPolicy::Native);
+  m.impl("fill_.Tensor", fill_tensor, UnsignedPolicy::Native);
+  m.impl("zero_", zero_, UnsignedPolicy::Native);
   m.impl("arange.start_out", arange_out);
   m.impl("linspace.out", linspace_out);
   m.impl("logspace.out", logspace_out);

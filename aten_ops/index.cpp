@@ -793,7 +793,7 @@ UOpPtr identity(Ops op, DType dt, const Shape& shape) {
   bool is_signed = info(dt).is_signed;
   int64_t lo = is_signed ? (bits == 64 ? std::numeric_limits<int64_t>::min() : -(int64_t{1} << (bits - 1))) : 0;
   int64_t hi = is_signed ? (bits == 64 ? std::numeric_limits<int64_t>::max() : (int64_t{1} << (bits - 1)) - 1)
-                         : (int64_t{1} << bits) - 1;
+                         : static_cast<int64_t>(UINT64_MAX >> (64 - bits)); // uint64's bit pattern: -1
   UOpPtr c = const_int(dt, op == Ops::MAX ? lo : hi);
   return shape.empty() ? c : expand(reshape(c, Shape(shape.size(), 1)), shape);
 }
@@ -1069,24 +1069,24 @@ at::Tensor& embedding_renorm_(at::Tensor& self, const at::Tensor& indices, doubl
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
   tiny::KernelLibrary m(library);
   m.impl("embedding_renorm_", TORCH_FN(embedding_renorm_));
-  m.impl("index.Tensor", TORCH_FN(index));
-  m.impl("index.Tensor_out", TORCH_FN(index_out));
+  m.impl("index.Tensor", TORCH_FN(index), UnsignedPolicy::Native);
+  m.impl("index.Tensor_out", TORCH_FN(index_out), UnsignedPolicy::Native);
   m.impl("_index_put_impl_", TORCH_FN(index_put_impl));
-  m.impl("index_select", TORCH_FN(index_select));
-  m.impl("index_select.out", TORCH_FN(index_select_out));
-  m.impl("index_add.out", TORCH_FN(index_add_out));
+  m.impl("index_select", TORCH_FN(index_select), UnsignedPolicy::Native);
+  m.impl("index_select.out", TORCH_FN(index_select_out), UnsignedPolicy::Native);
+  m.impl("index_add.out", TORCH_FN(index_add_out)); // the CPU computes uint16/32/64 on some paths only
   m.impl("index_fill_.int_Scalar", TORCH_FN(index_fill_scalar));
   m.impl("index_fill_.int_Tensor", TORCH_FN(index_fill_tensor));
   m.impl("index_copy.out", TORCH_FN(index_copy_out));
   m.impl("take", TORCH_FN(take));
   m.impl("take.out", TORCH_FN(take_out));
   m.impl("put_", TORCH_FN(put_));
-  m.impl("gather.out", TORCH_FN(gather_out));
-  m.impl("scatter.src_out", TORCH_FN(scatter_src_out));
-  m.impl("scatter.value_out", TORCH_FN(scatter_value_out));
-  m.impl("scatter.reduce_out", TORCH_FN(scatter_reduce_src_out));
-  m.impl("scatter.value_reduce_out", TORCH_FN(scatter_reduce_value_out));
-  m.impl("scatter_add.out", TORCH_FN(scatter_add_out));
+  m.impl("gather.out", TORCH_FN(gather_out), UnsignedPolicy::Native);
+  m.impl("scatter.src_out", TORCH_FN(scatter_src_out), UnsignedPolicy::Native);
+  m.impl("scatter.value_out", TORCH_FN(scatter_value_out), UnsignedPolicy::Native);
+  m.impl("scatter.reduce_out", TORCH_FN(scatter_reduce_src_out), UnsignedPolicy::Native);
+  m.impl("scatter.value_reduce_out", TORCH_FN(scatter_reduce_value_out), UnsignedPolicy::Native);
+  m.impl("scatter_add.out", TORCH_FN(scatter_add_out), UnsignedPolicy::Native);
   m.impl("scatter_reduce.two_out", TORCH_FN(scatter_reduce_two_out));
   m.impl("index_reduce.out", TORCH_FN(index_reduce_out));
   m.impl("max_unpool2d", TORCH_FN(max_unpool2d));

@@ -675,9 +675,9 @@ at::Tensor& masked_fill_tensor(at::Tensor& self, const at::Tensor& mask, const a
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
   tiny::KernelLibrary m(library);
-  m.impl("cat", cat);
-  m.impl("cat.out", cat_out);
-  m.impl("constant_pad_nd", constant_pad_nd);
+  m.impl("cat", cat, UnsignedPolicy::CpuChecked);
+  m.impl("cat.out", cat_out, UnsignedPolicy::CpuChecked);
+  m.impl("constant_pad_nd", constant_pad_nd, UnsignedPolicy::Native);
   m.impl("reflection_pad1d", structured_pad<&at::meta::reflection_pad1d, PadMode::Reflect, Restride::Never>);
   m.impl("reflection_pad1d.out",
          structured_pad_out<&at::meta::reflection_pad1d_outf, PadMode::Reflect, Restride::Never>);
@@ -714,9 +714,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
   m.impl("replication_pad3d_backward", pad_backward<3, PadMode::Replicate>);
   m.impl("replication_pad3d_backward.grad_input", pad_backward_out<3, PadMode::Replicate>);
   m.impl("unfold_backward", unfold_backward);
-  m.impl("flip", flip);
-  m.impl("roll", roll);
-  m.impl("repeat", repeat);
+  m.impl("flip", flip, UnsignedPolicy::Native);
+  m.impl("roll", roll, UnsignedPolicy::Native);
+  m.impl("repeat", repeat, UnsignedPolicy::Native);
   m.impl("tril", triangle<true>);
   m.impl("tril.out", triangle_out<true>);
   m.impl("triu", triangle<false>);

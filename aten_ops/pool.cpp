@@ -123,6 +123,9 @@ UOpPtr lowest(DType dt) {
   case DType::Int64:
     return const_int(dt, std::numeric_limits<int64_t>::lowest());
   case DType::UInt8:
+  case DType::UInt16:
+  case DType::UInt32:
+  case DType::UInt64:
     return const_int(dt, 0);
   default:
     return const_float(dt, -INFINITY);

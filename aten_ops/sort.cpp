@@ -414,7 +414,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> runs_of(const at::Tensor& values,
   if (n == 0) return {values.clone(), inverse, counts};
   at::Tensor starts = at::cat(
       {at::ones({1}, values.options().dtype(at::kBool)), at::ne(values.slice(0, 1), values.slice(0, 0, n - 1))});
-  at::Tensor first = at::masked_select(values, starts);
+  // uint16/32/64 select through a signed view of their bits: the CPU has no masked_select for them, and
+  // tiny's refuses them as the CPU does
+  at::ScalarType st = values.scalar_type();
+  at::ScalarType bits = st == at::kUInt16   ? at::kShort
+                        : st == at::kUInt32 ? at::kInt
+                        : st == at::kUInt64 ? at::kLong
+                                            : st;
+  at::Tensor first = at::masked_select(values.view(bits), starts).view(st);
   // scatters straight into the buffers: the positions are valid by construction, so no range check (a sync)
   UOpPtr run = reshape(read(at::cumsum(starts, 0).sub_(1)), {n});
   UOpPtr zeros = expand(reshape(const_int(DType::Int64, 0), {1}), {n});
@@ -518,9 +525,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_consecutive(const at::Tens
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
   tiny::KernelLibrary m(library);
   m.impl("mode.values", TORCH_FN(mode_out));
-  m.impl("_unique2", TORCH_FN(unique2));
-  m.impl("unique_consecutive", TORCH_FN(unique_consecutive));
-  m.impl("unique_dim", TORCH_FN(unique_dim));
+  m.impl("_unique2", TORCH_FN(unique2), UnsignedPolicy::Native);
+  m.impl("unique_consecutive", TORCH_FN(unique_consecutive), UnsignedPolicy::Native);
+  m.impl("unique_dim", TORCH_FN(unique_dim), UnsignedPolicy::Native);
   m.impl("median", TORCH_FN(median_all<false>));
   m.impl("median.out", TORCH_FN(median_all_out<false>));
   m.impl("median.dim", TORCH_FN(median_dim<false>));
@@ -536,7 +543,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
   m.impl("bucketize.Tensor", TORCH_FN(bucketize_tensor));
   m.impl("bucketize.Tensor_out", TORCH_FN(bucketize_out));
   m.impl("bucketize.Scalar", TORCH_FN(bucketize_scalar));
-  m.impl("sort.values_stable", TORCH_FN(sort_out));
+  m.impl("sort.values_stable", TORCH_FN(sort_out), UnsignedPolicy::Native);
   m.impl("topk.values", TORCH_FN(topk_out));
   m.impl("kthvalue.values", TORCH_FN(kthvalue_out));
 }

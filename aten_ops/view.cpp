@@ -118,7 +118,7 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
   tiny::KernelLibrary m(library);
-  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
+  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type, UnsignedPolicy::Native);
   m.impl("as_strided", as_strided);
   m.impl("view", view);
   // torch's own metadata kernels: a complex storage is read as (real, imaginary) pairs anyway
@@ -126,12 +126,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
   m.impl("view_as_complex", at::native::view_as_complex);
   m.impl("_reshape_alias", reshape_alias);
   m.impl("unfold", unfold);
-  m.impl("resize_", resize_);
-  m.impl("set_.source_Storage_storage_offset", set_storage_offset);
-  m.impl("set_.source_Storage", set_storage);
-  m.impl("set_.source_Tensor", set_tensor);
-  m.impl("set_", set_empty);
-  m.impl("is_set_to", is_set_to);
+  m.impl("resize_", resize_, UnsignedPolicy::Native);
+  m.impl("set_.source_Storage_storage_offset", set_storage_offset, UnsignedPolicy::Native);
+  m.impl("set_.source_Storage", set_storage, UnsignedPolicy::Native);
+  m.impl("set_.source_Tensor", set_tensor, UnsignedPolicy::Native);
+  m.impl("set_", set_empty, UnsignedPolicy::Native);
+  m.impl("is_set_to", is_set_to, UnsignedPolicy::Native);
 }
 
 } // namespace tiny::aten_ops

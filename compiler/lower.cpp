@@ -48,7 +48,8 @@ UOpPtr reduce_identity(Ops op, DType dt) {
     if (is_float(dt)) return const_float(dt, max ? -INFINITY : INFINITY);
     if (dt == DType::Bool) return const_int(dt, max ? 0 : 1);
     int bits = static_cast<int>(itemsize(dt) * 8);
-    if (!info(dt).is_signed) return const_int(dt, max ? 0 : (int64_t{1} << bits) - 1);
+    // unsigned: the largest is all ones (uint64's bit pattern is -1)
+    if (!info(dt).is_signed) return const_int(dt, max ? 0 : static_cast<int64_t>(UINT64_MAX >> (64 - bits)));
     int64_t top = bits == 64 ? INT64_MAX : (int64_t{1} << (bits - 1)) - 1;
     return const_int(dt, max ? -top - 1 : top);
   }

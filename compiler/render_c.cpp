@@ -169,6 +169,10 @@ std::string literal(const UOpPtr& c) {
   }
   int64_t v = c->const_i();
   if (dt == DType::Bool) return v ? "1" : "0";
+  if (dt == DType::UInt64) { // its bit pattern: above INT64_MAX the int64_t is negative
+    std::snprintf(buf, sizeof buf, "((uint64_t)%lluULL)", static_cast<unsigned long long>(v));
+    return buf;
+  }
   if (v == INT64_MIN) return "INT64_MIN";
   std::snprintf(buf, sizeof buf, "((%s)%lldLL)", reg_type(dt), static_cast<long long>(v));
   return buf;
@@ -182,6 +186,11 @@ const char* fsuffix(DType dt) { return is_f64(dt) ? "" : "f"; }
 constexpr std::pair<const char*, const char*> kVectorTypes[] = {
     {"float", "tv_float"},     {"double", "tv_double"},   {"int8_t", "tv_int8_t"},   {"int16_t", "tv_int16_t"},
     {"int32_t", "tv_int32_t"}, {"int64_t", "tv_int64_t"}, {"uint8_t", "tv_uint8_t"}, {"__fp16", "tv_half"}};
+
+// The vector types of the unsigned dtypes torch supports for few ops: declared only by a kernel that uses them,
+// so that every other kernel's source (and its compiled program in the disk cache) stays as it was.
+constexpr std::pair<const char*, const char*> kUnsignedVectorTypes[] = {
+    {"uint16_t", "tv_uint16_t"}, {"uint32_t", "tv_uint32_t"}, {"uint64_t", "tv_uint64_t"}};
 
 // Vector helpers of kernels with lanes (after their vector types): tiny_f2bf and tiny_rbf on every lane
 // at once (bfloat16's bits in the low half of each int32).
@@ -242,7 +251,7 @@ std::string reduce_identity(Ops op, DType dt) {
     if (dt == DType::Bool) return "1";
     if (fl) return t + "INFINITY";
     return info(dt).is_signed ? t + std::to_string((uint64_t{1} << (bits(dt) - 1)) - 1) + "LL"
-                              : t + std::to_string((uint64_t{1} << bits(dt)) - 1) + "ULL";
+                              : t + std::to_string(UINT64_MAX >> (64 - bits(dt))) + "ULL";
   default:
     throw std::logic_error("render_c: bad reduce op");
   }
@@ -254,6 +263,8 @@ std::string render_cast(DType from, DType to, const std::string& a) {
     if (is_half(to)) return round_to(to, "(float)" + a);
     return std::string("(") + reg_type(to) + ")" + a;
   }
+  if (is_float(from) && (to == DType::UInt32 || to == DType::UInt64))
+    return float_to_unsigned(a, from, to, reg_type(to), "int32_t", "int64_t");
   if (is_float(from)) return float_to_int(a, is_f64(from), itemsize(to) == 8, reg_type(to), "int32_t", "int64_t");
   return std::string("(") + reg_type(to) + ")" + a;
 }
@@ -269,6 +280,7 @@ std::string render_unary(Ops op, DType dt, const std::string& a) {
   case Ops::BITNOT:
     return dt == DType::Bool ? "!" + a : "~" + a;
   case Ops::ABS:
+    if (is_unsigned(dt)) return a;
     return is_float(dt) ? math("fabs") : "(" + a + " < 0 ? -" + a + " : " + a + ")";
   case Ops::SQRT:
     return math("sqrt");
@@ -337,12 +349,14 @@ std::string render_binary(Ops op, DType dt, DType in, const std::string& a, cons
   case Ops::SUB:
     return a + " - " + b;
   case Ops::MUL:
-    return a + " * " + b;
+    // uint16 operands promote to int, whose product can pass INT_MAX: multiply as unsigned
+    return in == DType::UInt16 ? "(uint32_t)" + a + " * " + b : a + " * " + b;
   case Ops::FDIV:
     return a + " / " + b;
   case Ops::IDIV:
-    return "TINY_IDIV(" + a + ", " + b + ")";
+    return is_unsigned(in) ? unsigned_division(Ops::IDIV, a, b, "0") : "TINY_IDIV(" + a + ", " + b + ")";
   case Ops::MOD:
+    if (is_unsigned(in)) return unsigned_division(Ops::MOD, a, b, "0");
     return fl ? std::string("fmod") + fsuffix(in) + "(" + a + ", " + b + ")" : "TINY_IMOD(" + a + ", " + b + ")";
   case Ops::POW:
     return fl ? std::string("pow") + fsuffix(in) + "(" + a + ", " + b + ")" : "tiny_ipow(" + a + ", " + b + ")";
@@ -411,6 +425,9 @@ public:
     if (k_.lane_range >= 0)
       for (auto [t, name] : kVectorTypes)
         os << "typedef " << t << " " << name << " __attribute__((ext_vector_type(" << k_.lanes << ")));\n";
+    if (k_.lane_range >= 0 && uses_unsigned_vectors())
+      for (auto [t, name] : kUnsignedVectorTypes)
+        os << "typedef " << t << " " << name << " __attribute__((ext_vector_type(" << k_.lanes << ")));\n";
     if (k_.lane_range >= 0) os << kVectorPrelude;
     if (pair_dots_) os << "#if defined(__AVX512BF16__)\n#include <immintrin.h>\n#endif\n";
     os << "\nvoid " << fn
@@ -465,6 +482,12 @@ private:
 
   static std::string indent(int depth) { return std::string(2 * depth, ' '); }
   const std::string& ref(const UOpPtr& n) { return names_.at(n.get()); }
+
+  bool uses_unsigned_vectors() const {
+    for (const UOpPtr& n : toposort(k_.ast))
+      if (n->dtype == DType::UInt16 || n->dtype == DType::UInt32 || n->dtype == DType::UInt64) return true;
+    return false;
+  }
 
   const std::vector<int64_t>& deps(const UOpPtr& n) {
     if (!deps_.count(n.get())) {
@@ -637,6 +660,8 @@ private:
     if (n->op == Ops::CAST) return render_cast(n->src[0]->dtype, n->dtype, a[0]);
     if (is_unary(n->op))
       e = render_unary(n->op, n->src[0]->dtype, a[0]);
+    else if (is_checked_division(n) && is_unsigned(n->dtype))
+      e = unsigned_division(n->op, a[0], a[1], "TINY_ZERO_DIVISION");
     else if (is_checked_division(n))
       e = std::string(n->op == Ops::IDIV ? "TINY_IDIV_CHECKED(" : "TINY_IMOD_CHECKED(") + a[0] + ", " + a[1] + ")";
     else if (is_binary(n->op))
@@ -957,6 +982,8 @@ std::string render_c_bundle(const std::vector<std::string>& sources, const std::
     std::vector<std::string> names{fn_names.at(i), "tiny_errors"};
     for (auto [t, name] : kVectorTypes)
       names.emplace_back(name);
+    for (auto [t, name] : kUnsignedVectorTypes)
+      if (sources[i].find(std::string(" ") + name + " __attribute__") != std::string::npos) names.emplace_back(name);
     for (const char* name : kVectorHelpers)
       names.emplace_back(name);
     os << "\n";
@@ -968,6 +995,22 @@ std::string render_c_bundle(const std::vector<std::string>& sources, const std::
       os << "#undef " << name << "\n";
   }
   return os.str();
+}
+
+std::string unsigned_division(Ops op, const std::string& a, const std::string& b, const std::string& zero) {
+  return "(" + b + " == 0 ? " + zero + " : " + a + (op == Ops::IDIV ? " / " : " % ") + b + ")";
+}
+
+std::string float_to_unsigned(const std::string& a, DType from, DType to, const std::string& to_type,
+                              const std::string& i32, const std::string& i64) {
+  bool f64 = from == DType::Float64, to_64 = to == DType::UInt64;
+  // float16 has no vectorized conversion to uint32 there: the 64-bit one, truncated
+  if (!to_64 && from == DType::Float16) return float_to_int(a, false, true, to_type, i32, i64);
+  std::string top = std::string(to_64 ? "9223372036854775808.0" : "2147483648.0") + (f64 ? "" : "f");
+  std::string low = float_to_int(a, f64, to_64, to_type, i32, i64);
+  std::string high = float_to_int("(" + a + " - " + top + ")", f64, to_64, to_type, i32, i64);
+  std::string top_bit = "((" + to_type + ")1 << " + (to_64 ? "63" : "31") + ")";
+  return "(" + a + " >= " + top + " ? (" + to_type + ")(" + high + " ^ " + top_bit + ") : " + low + ")";
 }
 
 std::string float_to_int(const std::string& a, bool from_f64, bool to_64, const std::string& to_type,

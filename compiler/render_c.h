@@ -28,5 +28,15 @@ inline std::string bundle_suffix(size_t i) { return "_k" + std::to_string(i); }
 // `from_f64` says whether `a` is a double; i32/i64 name the 32- and 64-bit integer types.
 std::string float_to_int(const std::string& a, bool from_f64, bool to_64, const std::string& to_type,
                          const std::string& i32, const std::string& i64);
+// a / b (op IDIV) or a % b (MOD) of unsigned operands, `zero` for a zero divisor: the signed helpers'
+// `b == -1` test would match the largest unsigned value.
+std::string unsigned_division(Ops op, const std::string& a, const std::string& b, const std::string& zero);
+// float_to_int for uint32 and uint64 (`to`; uint8 and uint16 are float_to_int's), as torch's CPU converts them in
+// its vectorized loops on x86: below 2**31 (2**63) the signed conversion above, from there that of a - 2**31
+// (2**63) with the top bit set again, so that NaN and -inf give 2**31 (2**63) and +inf 0; float16 to uint32
+// through the 64-bit conversion. (Its scalar loops, for a tensor's last few elements, convert values out of
+// the range otherwise: C++ leaves them undefined.) `from` is the float dtype of `a`.
+std::string float_to_unsigned(const std::string& a, DType from, DType to, const std::string& to_type,
+                              const std::string& i32, const std::string& i64);
 
 } // namespace tiny

@@ -52,7 +52,7 @@ struct DialectSpec {
   std::array<const char*, 3> group_id, local_id;
   const char* barrier;
   const char* long_suffix;             // of 64-bit integer literals
-  std::array<const char*, 10> storage; // per DType, Bool .. Float64: the element type in memory
+  std::array<const char*, 13> storage; // per DType, Bool .. UInt64: the element type in memory
   const char* u64;
   const char* math_prefix;  // before a libm name
   const char* float_suffix; // after a libm name, for float (OpenCL's are overloaded)
@@ -81,7 +81,7 @@ constexpr DialectSpec kOpenCL{
     {"get_local_id(0)", "get_local_id(1)", "get_local_id(2)"},
     "barrier(CLK_LOCAL_MEM_FENCE);",
     "L",
-    {"uchar", "char", "short", "int", "long", "uchar", "half", "ushort", "float", "double"},
+    {"uchar", "char", "short", "int", "long", "uchar", "half", "ushort", "float", "double", "ushort", "uint", "ulong"},
     "ulong",
     "",
     "",
@@ -114,7 +114,7 @@ template <class T, class F> __device__ inline T tiny_bitcast(F f) { T t; memcpy(
     "__syncthreads();",
     "LL",
     {"unsigned char", "signed char", "short", "int", "long long", "unsigned char", "unsigned short", "unsigned short",
-     "float", "double"},
+     "float", "double", "unsigned short", "unsigned int", "unsigned long long"},
     "unsigned long long",
     "",
     "f",
@@ -147,7 +147,7 @@ template <class T, class F> TINY_FN T tiny_bitcast(F f) { return __builtin_bit_c
     "__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, \"workgroup\");",
     "LL",
     {"unsigned char", "signed char", "short", "int", "long long", "unsigned char", "unsigned short", "unsigned short",
-     "float", "double"},
+     "float", "double", "unsigned short", "unsigned int", "unsigned long long"},
     "unsigned long long",
     "__builtin_",
     "f",
@@ -435,6 +435,11 @@ private:
     int64_t v = c->const_i();
     if (dt == DType::Bool) return v ? "true" : "false";
     if (dt == kIndex && fits_int(*c)) return std::to_string(v); // an int: index math stays 32-bit
+    if (dt == DType::UInt64) { // its bit pattern: above INT64_MAX the int64_t is negative
+      std::snprintf(buf, sizeof buf, "((%s)%lluU%s)", type(dt).c_str(), static_cast<unsigned long long>(v),
+                    d_.long_suffix);
+      return buf;
+    }
     if (v == INT64_MIN) return std::string("(-9223372036854775807") + d_.long_suffix + " - 1)";
     std::snprintf(buf, sizeof buf, "((%s)%lld%s)", type(dt).c_str(), static_cast<long long>(v), d_.long_suffix);
     return buf;
@@ -462,6 +467,7 @@ private:
     case Ops::BITNOT:
       return dt == DType::Bool ? "!" + a : "~" + a;
     case Ops::ABS:
+      if (is_unsigned(dt)) return a;
       return is_float(dt)
                  ? std::string(d_.math_prefix) + "fabs" + (dt == DType::Float64 ? "" : d_.float_suffix) + "(" + a + ")"
                  : "(" + a + " < 0 ? -" + a + " : " + a + ")";
@@ -474,11 +480,14 @@ private:
 
   std::string binary(Ops op, DType dt, DType in, const std::string& a, const std::string& b) const {
     bool fl = is_float(in);
+    // uint16 operands promote to int, whose product can pass INT_MAX: multiply as unsigned
+    if (op == Ops::MUL && in == DType::UInt16) return "(" + type(DType::UInt32) + ")" + a + " * " + b;
     if (auto it = kOperators.find(op); it != kOperators.end()) return a + it->second + b;
     switch (op) {
     case Ops::IDIV:
-      return "TINY_IDIV(" + a + ", " + b + ")";
+      return is_unsigned(in) ? unsigned_division(op, a, b, "0") : "TINY_IDIV(" + a + ", " + b + ")";
     case Ops::MOD:
+      if (is_unsigned(in)) return unsigned_division(op, a, b, "0");
       return fl ? libm2("fmod", in, a, b) : "TINY_IMOD(" + a + ", " + b + ")";
     case Ops::POW:
       return fl ? libm2("pow", in, a, b) : "tiny_ipow(" + a + ", " + b + ")";
@@ -522,6 +531,8 @@ private:
   std::string cast(DType from, DType to, const std::string& a) const {
     if (to == DType::Bool) return "(" + a + " != 0)";
     if (is_float(to)) return is_half(to) ? round_to(to, "(float)" + a) : "(" + type(to) + ")" + a;
+    if (is_float(from) && (to == DType::UInt32 || to == DType::UInt64))
+      return float_to_unsigned(a, from, to, type(to), type(DType::Int32), type(DType::Int64));
     if (is_float(from))
       return float_to_int(a, from == DType::Float64, itemsize(to) == 8, type(to), type(DType::Int32),
                           type(DType::Int64));
@@ -560,8 +571,8 @@ private:
         c = const_float(dt, max ? -INFINITY : INFINITY);
       else if (dt == DType::Bool)
         c = const_int(dt, max ? 0 : 1);
-      else if (!info(dt).is_signed)
-        c = const_int(dt, max ? 0 : (int64_t{1} << bits(dt)) - 1);
+      else if (!info(dt).is_signed) // the largest: all ones (uint64's bit pattern is -1)
+        c = const_int(dt, max ? 0 : static_cast<int64_t>(UINT64_MAX >> (64 - bits(dt))));
       else {
         int64_t top = bits(dt) == 64 ? INT64_MAX : (int64_t{1} << (bits(dt) - 1)) - 1;
         c = const_int(dt, max ? -top - 1 : top);
@@ -739,8 +750,9 @@ private:
       e = round_to(n->dtype, unary(n->op, n->src[0]->dtype, operand(n, 0)));
     } else if (is_checked_division(n)) {
       checked_ = true;
-      e = std::string(n->op == Ops::IDIV ? "TINY_IDIV_CHECKED(" : "TINY_IMOD_CHECKED(") + operand(n, 0) + ", " +
-          operand(n, 1) + ")";
+      e = is_unsigned(n->dtype) ? unsigned_division(n->op, operand(n, 0), operand(n, 1), "(*tiny_errors = 1, 0)")
+                                : std::string(n->op == Ops::IDIV ? "TINY_IDIV_CHECKED(" : "TINY_IMOD_CHECKED(") +
+                                      operand(n, 0) + ", " + operand(n, 1) + ")";
     } else if (is_binary(n->op)) {
       e = round_to(n->dtype, binary(n->op, n->dtype, n->src[0]->dtype, operand(n, 0), operand(n, 1)));
     } else {

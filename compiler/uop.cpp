@@ -100,7 +100,8 @@ bool mul_fits(int64_t a, int64_t b, int64_t& out) { return !__builtin_mul_overfl
 // Interval arithmetic over the integer nodes that index math is made of.
 std::pair<int64_t, int64_t> infer_bounds(Ops op, DType dtype, const std::vector<UOpPtr>& src, const Arg& arg) {
   if (dtype == DType::Bool) return {0, 1};
-  if (!is_int(dtype)) return {kMin, kMax};
+  // int64 bounds cannot say what a uint64 holds (its values above INT64_MAX are negative int64_ts)
+  if (!is_int(dtype) || dtype == DType::UInt64) return {kMin, kMax};
   auto full = std::pair<int64_t, int64_t>{kMin, kMax};
   switch (op) {
   case Ops::CONST: {

@@ -24,6 +24,7 @@
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <optional>
@@ -62,15 +63,6 @@ bool record_call(const std::string& name) {
   std::lock_guard lock(l.mu);
   l.calls[name]++;
   return l.warned.insert(name).second;
-}
-
-// A return that aliases an argument without writing it (Tensor(a)) marks a view op.
-bool returns_a_view(const c10::FunctionSchema& schema) {
-  for (const c10::Argument& ret : schema.returns()) {
-    const c10::AliasInfo* alias = ret.alias_info();
-    if (alias != nullptr && !alias->isWrite()) return true;
-  }
-  return false;
 }
 
 bool is_generator_argument(const c10::Argument& arg) {
@@ -229,6 +221,20 @@ private:
 
 } // namespace
 
+bool names_a_dtype(const c10::Argument& arg) {
+  c10::TypePtr type = arg.real_type();
+  if (auto optional = type->cast<c10::OptionalType>()) type = optional->getElementType();
+  return type->kind() == c10::TypeKind::ScalarTypeType;
+}
+
+bool returns_a_view(const c10::FunctionSchema& schema) {
+  for (const c10::Argument& ret : schema.returns()) {
+    const c10::AliasInfo* alias = ret.alias_info();
+    if (alias != nullptr && !alias->isWrite()) return true;
+  }
+  return false;
+}
+
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   const std::string name = c10::toString(schema.operator_name());
@@ -277,8 +283,9 @@ at::Tensor probe_tensor(const at::Tensor& t) {
 }
 
 // What the CPU's answer depends on: the op, and each argument's dtype and whether it is empty or 0-d
-// (tensors; the CPU returns early on an empty tensor, before it checks dtypes) or kind (scalars).
-// Built into `key` (cleared first), whose storage a caller keeps from call to call.
+// (tensors; the CPU returns early on an empty tensor, before it checks dtypes) or kind (scalars), the
+// dtype a dtype argument names (sum's), and how many ints a list holds (count_nonzero of no dims is a
+// kernel of its own). Built into `key` (cleared first), whose storage a caller keeps from call to call.
 void probe_key(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args, std::string& key) {
   const c10::FunctionSchema* schema = &op.schema();
   key.assign(reinterpret_cast<const char*>(&schema), sizeof(schema));
@@ -290,16 +297,22 @@ void probe_key(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args, s
     key += static_cast<char>(t.scalar_type());
     key += t.numel() == 0 ? 'e' : t.dim() == 0 ? 'z' : 'n';
   };
-  for (const c10::IValue& v : args) {
-    if (v.isTensor())
+  for (size_t i = 0; i < args.size(); i++) {
+    const c10::IValue& v = args[i];
+    if (v.isTensor()) {
       add_tensor(v.toTensor());
-    else if (v.isTensorList())
+    } else if (v.isTensorList()) {
       for (const at::Tensor& t : v.toTensorList().vec())
         add_tensor(t);
-    else if (v.isScalar())
-      key += v.isDouble() ? 'd' : v.isInt() ? 'i' : v.isBool() ? 'b' : 'c';
-    else if (v.isString())
+    } else if (v.isScalar() || v.isUnsigned()) { // a Python int above INT64_MAX is no isScalar()
+      key += v.isDouble() ? 'd' : v.isInt() ? 'i' : v.isBool() ? 'b' : v.isUnsigned() ? 'u' : 'c';
+      if (v.isInt() && i < schema->arguments().size() && names_a_dtype(schema->arguments()[i]))
+        key += static_cast<char>(v.toInt());
+    } else if (v.isIntList()) {
+      key += static_cast<char>('0' + std::min<size_t>(v.toIntList().size(), 64));
+    } else if (v.isString()) {
       key += v.toStringRef(); // div's rounding_mode
+    }
     key += ',';
   }
 }

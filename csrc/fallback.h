@@ -10,6 +10,12 @@
 
 namespace tiny {
 
+// Whether an op is a view op: a return aliases an argument without writing it (Tensor(a)). The fallback
+// refuses them: a CPU copy would not share the tiny tensor's storage.
+bool returns_a_view(const c10::FunctionSchema& schema);
+// Whether an argument is a dtype (ScalarType or an optional one): an int in a boxed call.
+bool names_a_dtype(const c10::Argument& arg);
+
 // The boxed fallback itself, registered for every op without a tiny kernel.
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 

@@ -40,6 +40,12 @@ DType to_tiny_dtype(at::ScalarType st) {
     return DType::Int64;
   case at::kByte:
     return DType::UInt8;
+  case at::kUInt16:
+    return DType::UInt16;
+  case at::kUInt32:
+    return DType::UInt32;
+  case at::kUInt64:
+    return DType::UInt64;
   case at::kHalf:
     return DType::Float16;
   case at::kBFloat16:
@@ -56,8 +62,8 @@ DType to_tiny_dtype(at::ScalarType st) {
                              std::string(c10::getDtypeNames(st).first));
   default:
     TORCH_CHECK_TYPE(false, "tiny does not support dtype torch.", c10::getDtypeNames(st).first,
-                     " (supported: float32, float64, float16, bfloat16, int8, int16, int32, int64, uint8, bool, "
-                     "complex64, complex128, complex32)");
+                     " (supported: float32, float64, float16, bfloat16, int8, int16, int32, int64, uint8, uint16, "
+                     "uint32, uint64, bool, complex64, complex128, complex32)");
   }
 }
 
@@ -79,6 +85,12 @@ at::ScalarType to_scalar_type(DType dt) {
     return at::kLong;
   case DType::UInt8:
     return at::kByte;
+  case DType::UInt16:
+    return at::kUInt16;
+  case DType::UInt32:
+    return at::kUInt32;
+  case DType::UInt64:
+    return at::kUInt64;
   case DType::Float16:
     return at::kHalf;
   case DType::BFloat16:
@@ -226,6 +238,15 @@ UOpPtr scalar_constant(const at::Scalar& value, DType dt, const Shape& shape) {
     break;
   case DType::UInt8:
     c = make_constant<uint8_t>(value, dt);
+    break;
+  case DType::UInt16:
+    c = make_constant<uint16_t>(value, dt);
+    break;
+  case DType::UInt32:
+    c = make_constant<uint32_t>(value, dt);
+    break;
+  case DType::UInt64: // the bit pattern: 2**64 - 1 is held as -1 (compiler/dtype.h)
+    c = make_constant<uint64_t>(value, dt);
     break;
   case DType::Float16:
     c = make_constant<at::Half>(value, dt);

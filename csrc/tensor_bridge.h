@@ -26,7 +26,7 @@ struct NotNativeDtype : c10::TypeError {
 
 // torch dtype <-> tiny dtype, for the values kernels compute with. A complex dtype raises NotNativeDtype
 // (complex values are pairs of real ones: element_dtype, read_complex); a dtype tiny cannot hold
-// (quantized, float8, uint16...) raises torch's TypeError naming it.
+// (quantized, float8, uint1..uint7) raises torch's TypeError naming it.
 DType to_tiny_dtype(at::ScalarType st);
 // The element a storage of `st` holds: `st` itself, or a complex dtype's real part (complex64: float32),
 // so a complex storage is a buffer of twice as many real elements, real and imaginary parts interleaved.

@@ -26,7 +26,7 @@ std::vector<SampleKernel> sample_gpu_kernels(const Target& t) {
     add("every math function, " + std::string(name(dt)), sum);
   }
   for (DType dt : {DType::Bool, DType::Int8, DType::Int16, DType::Int32, DType::Int64, DType::UInt8, DType::Float16,
-                   DType::BFloat16, DType::Float32, DType::Float64}) {
+                   DType::BFloat16, DType::Float32, DType::Float64, DType::UInt16, DType::UInt32, DType::UInt64}) {
     UOpPtr a = cast(x, dt), b = cast(alu(Ops::NEG, x), dt);
     if (dt == DType::Bool) {
       add("elementwise bool", alu(Ops::XOR, alu(Ops::OR, a, b), alu(Ops::CMPLT, x, alu(Ops::NEG, x))));

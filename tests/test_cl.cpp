@@ -179,7 +179,7 @@ TEST_F(ClDevice, EveryDtypeComputesAndRoundsAsOnTheCpu) {
   const int64_t n = 777;
   auto x = random_floats(n, 3, -40, 40), y = random_floats(n, 4, -40, 40);
   for (DType dt : {DType::Bool, DType::Int8, DType::Int16, DType::Int32, DType::Int64, DType::UInt8, DType::Float16,
-                   DType::BFloat16, DType::Float32, DType::Float64}) {
+                   DType::BFloat16, DType::Float32, DType::Float64, DType::UInt16, DType::UInt32, DType::UInt64}) {
     auto [got, want] =
         run_both({input(DType::Float32, x), input(DType::Float32, y)}, [&](const std::vector<UOpPtr>& in) {
           UOpPtr a = cast(in[0], dt), b = cast(in[1], dt);
@@ -225,7 +225,7 @@ TEST_F(ClDevice, ElementwiseLanesOfEveryDtypeComputeAsOnTheCpu) {
   const int64_t n = 1040; // a multiple of 16: every dtype takes its full vector
   auto x = random_floats(n, 5, -40, 40), y = random_floats(n, 6, -40, 40);
   for (DType dt : {DType::Bool, DType::Int8, DType::Int16, DType::Int32, DType::Int64, DType::UInt8, DType::Float16,
-                   DType::BFloat16, DType::Float32, DType::Float64}) {
+                   DType::BFloat16, DType::Float32, DType::Float64, DType::UInt16, DType::UInt32, DType::UInt64}) {
     // the inputs stored in dt: the kernel's vector loads read dt
     auto xs = run_on(cpu_device(), {input(DType::Float32, x)}, [&](const auto& in) { return cast(in[0], dt); });
     auto ys = run_on(cpu_device(), {input(DType::Float32, y)}, [&](const auto& in) { return cast(in[0], dt); });

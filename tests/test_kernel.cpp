@@ -439,3 +439,110 @@ TEST(Kernel, APerChannelSumStepsItsContiguousInnerLoopByVectorLanes) {
     EXPECT_NEAR(got[c], want, 1e-4) << c;
   }
 }
+
+namespace {
+template <class T> std::shared_ptr<Buffer> filled_with(DType dt, const std::vector<T>& v) {
+  auto b = std::make_shared<Buffer>(cpu_device(), dt, static_cast<int64_t>(v.size()));
+  std::copy(v.begin(), v.end(), static_cast<T*>(b->ptr()));
+  return b;
+}
+template <class T> std::vector<T> values_of(const BufferRef& b) {
+  auto* p = static_cast<T*>(std::static_pointer_cast<Buffer>(b)->ptr());
+  return std::vector<T>(p, p + b->numel);
+}
+UOpPtr full_like_shape(const UOpPtr& c, int64_t n) { return expand(reshape(c, {1}), {n}); }
+} // namespace
+
+// uint64 values above INT64_MAX (held as negative int64_t constants) compare, divide, shift, take their
+// minimum and convert to double as unsigned values, in kernels with lanes and without.
+TEST(Kernel, Uint64ValuesAboveTheSignedRangeComputeAsUnsigned) {
+  for (int64_t n : {int64_t{5}, int64_t{64 * 5}}) {
+    std::vector<uint64_t> xv;
+    for (int64_t i = 0; i < n / 5; i++)
+      for (uint64_t v : {uint64_t{0}, uint64_t{7}, (uint64_t{1} << 63) + 5, UINT64_MAX, uint64_t{1} << 62})
+        xv.push_back(v + static_cast<uint64_t>(i));
+    auto x = buffer(filled_with(DType::UInt64, xv));
+    auto big = full_like_shape(const_int(DType::UInt64, static_cast<int64_t>((uint64_t{1} << 63) + 1)), n);
+    auto three = full_like_shape(const_int(DType::UInt64, 3), n);
+    auto one = full_like_shape(const_int(DType::UInt64, 1), n);
+    auto below = values_of<uint8_t>(realize_value(alu(Ops::CMPLT, x, big)));
+    auto quotient = values_of<uint64_t>(realize_value(checked_division(Ops::IDIV, x, three)));
+    auto remainder = values_of<uint64_t>(realize_value(checked_division(Ops::MOD, x, three)));
+    auto shifted = values_of<uint64_t>(realize_value(alu(Ops::SHR, x, one)));
+    auto larger = values_of<uint64_t>(realize_value(alu(Ops::MAX, x, big)));
+    auto as_double = values_of<double>(realize_value(cast(x, DType::Float64)));
+    for (int64_t i = 0; i < n; i++) {
+      uint64_t v = xv[i];
+      EXPECT_EQ(below[i], v < (uint64_t{1} << 63) + 1) << v;
+      EXPECT_EQ(quotient[i], v / 3) << v;
+      EXPECT_EQ(remainder[i], v % 3) << v;
+      EXPECT_EQ(shifted[i], v >> 1) << v;
+      EXPECT_EQ(larger[i], std::max(v, (uint64_t{1} << 63) + 1)) << v;
+      EXPECT_EQ(as_double[i], static_cast<double>(v)) << v;
+    }
+    // the smallest of values that are all above INT64_MAX: the reduction starts from the largest uint64
+    auto top = values_of<uint64_t>(realize_value(reduce(alu(Ops::OR, x, big), Ops::MIN, {0})));
+    EXPECT_EQ(top[0], (uint64_t{1} << 63) + 1);
+  }
+}
+
+TEST(Kernel, Uint32DivisionByTheLargestValueIsNotANegation) {
+  auto x = buffer(filled_with<uint32_t>(DType::UInt32, {5, UINT32_MAX, 0, UINT32_MAX - 1}));
+  auto d = full_like_shape(const_int(DType::UInt32, UINT32_MAX), 4);
+  EXPECT_EQ(values_of<uint32_t>(realize_value(checked_division(Ops::IDIV, x, d))), std::vector<uint32_t>({0, 1, 0, 0}));
+  EXPECT_EQ(values_of<uint32_t>(realize_value(alu(Ops::MOD, x, d))), std::vector<uint32_t>({5, 0, 0, UINT32_MAX - 1}));
+}
+
+TEST(Kernel, AUint16ProductWrapsInItsOwnWidth) {
+  auto x = buffer(filled_with<uint16_t>(DType::UInt16, {65535, 300, 2}));
+  EXPECT_EQ(values_of<uint16_t>(realize_value(alu(Ops::MUL, x, x))),
+            std::vector<uint16_t>({1, static_cast<uint16_t>(90000 % 65536), 4}));
+}
+
+// torch's CPU (x86, its vectorized loops) converts these as below: out of range, C++ leaves the value undefined.
+TEST(Kernel, FloatsConvertToUint32AndUint64AsTorchsCpuDoes) {
+  std::vector<float> in = {-1.0f, 3.7f, 3e9f, 5e9f, 1e19f, 2e19f, NAN, INFINITY, -INFINITY, -3e9f};
+  auto x = buffer(filled(in));
+  EXPECT_EQ(values_of<uint32_t>(realize_value(cast(x, DType::UInt32))),
+            std::vector<uint32_t>({4294967295u, 3, 3000000000u, 0, 0, 0, 2147483648u, 0, 2147483648u, 2147483648u}));
+  EXPECT_EQ(values_of<uint64_t>(realize_value(cast(x, DType::UInt64))),
+            std::vector<uint64_t>({UINT64_MAX, 3, 3000000000u, 5000000000u, 9999999980506447872u, 0, uint64_t{1} << 63,
+                                   0, uint64_t{1} << 63, UINT64_MAX - 2999999999u}));
+}
+
+// Kernels whose lanes are uint64 declare their vector type in a library with a kernel that does not (the C
+// renderer declares the unsigned vector types only where they are used; the library renames each kernel's).
+TEST(Kernel, KernelsWithUint64LanesRunInALibraryWithOtherKernels) {
+  const int64_t n = 320;
+  std::vector<uint64_t> xv(n);
+  for (int64_t i = 0; i < n; i++)
+    xv[i] = (uint64_t{1} << 63) + static_cast<uint64_t>((i * 7919) % 1000) + 3;
+  int64_t salt = static_cast<int64_t>(std::random_device{}() % 1000000); // sources new to the cache
+  auto x = alu(Ops::ADD, buffer(filled_with(DType::UInt64, xv)), full_like_shape(const_int(DType::UInt64, salt), n));
+  auto smallest = std::make_shared<Buffer>(cpu_device(), DType::UInt64, 1);
+  auto largest = std::make_shared<Buffer>(cpu_device(), DType::UInt64, 1);
+  auto shifted = std::make_shared<Buffer>(cpu_device(), DType::Float32, 64);
+  auto floats = alu(Ops::ADD, buffer(filled(random_vec(64, 12))),
+                    full_like_shape(const_float(DType::Float32, static_cast<double>(salt) + 0.5), 64));
+  std::vector<Kernel> kernels{lower_kernel(smallest, View::contiguous({1}), reduce(x, Ops::MIN, {0})),
+                              lower_kernel(largest, View::contiguous({1}), reduce(x, Ops::MAX, {0})),
+                              lower_kernel(shifted, View::contiguous({64}), floats)};
+  std::vector<std::pair<std::string, std::string>> sources;
+  for (const Kernel& k : kernels)
+    sources.emplace_back(render_c(k, "k"), "k");
+  ASSERT_NE(sources[0].first.find("tv_uint64_t"), std::string::npos) << sources[0].first;
+  ASSERT_EQ(sources[2].first.find("tv_uint64_t"), std::string::npos) << sources[2].first;
+  int64_t before = stats().compiles;
+  cpu_device().precompile(sources);
+  EXPECT_EQ(stats().compiles - before, 3);
+  for (size_t i = 0; i < 2; i++) {
+    std::vector<void*> ptrs;
+    for (const BufferRef& b : kernels[i].buffers)
+      ptrs.push_back(std::static_pointer_cast<Buffer>(b)->ptr());
+    cpu_device().program(sources[i].first, "k")->launch(ptrs, {}, {}, kernels[i].launch);
+  }
+  uint64_t offset = static_cast<uint64_t>(salt);
+  EXPECT_EQ(*static_cast<uint64_t*>(smallest->ptr()), *std::min_element(xv.begin(), xv.end()) + offset);
+  EXPECT_EQ(*static_cast<uint64_t*>(largest->ptr()), *std::max_element(xv.begin(), xv.end()) + offset);
+  EXPECT_EQ(stats().compiles - before, 3);
+}

@@ -117,3 +117,10 @@ TEST(Symbolic, DigitsOfAPossiblyNegativeIndexRecombine) {
   auto digits = add(add(mul(idiv(x, 12), 12), mul(imod(idiv(x, 4), 3), 4)), imod(idiv(x, 1), 4));
   EXPECT_EQ(graph_rewrite(digits, symbolic), graph_rewrite(x, symbolic));
 }
+
+TEST(UOp, AUint64ConstantAboveInt64MaxHasNoSignedBounds) {
+  auto c = const_int(DType::UInt64, -1); // 2**64 - 1
+  EXPECT_EQ(c->vmin, INT64_MIN);
+  EXPECT_EQ(c->vmax, INT64_MAX);
+  EXPECT_EQ(const_int(DType::UInt32, 4294967295)->vmin, 4294967295);
+}

@@ -236,9 +236,9 @@ def assert_device_still_works():
 def test_a_dtype_tiny_cannot_hold_is_refused_at_the_call():
     keep = torch.arange(4.0, device=DEVICE) * 3
     for make in (
-        lambda: torch.zeros(2, dtype=torch.uint16, device=DEVICE),
+        lambda: torch.zeros(2, dtype=torch.float8_e5m2, device=DEVICE),
         lambda: torch.ones(2).to(torch.float8_e4m3fn).to(DEVICE),
-        lambda: torch.arange(3.0, device=DEVICE).to(torch.uint16),
+        lambda: torch.arange(3.0, device=DEVICE).to(torch.float8_e5m2),
     ):
         with pytest.raises(TypeError) as info:
             make()

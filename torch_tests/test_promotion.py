@@ -113,3 +113,10 @@ def test_int_true_division_follows_the_default_dtype():
         check(torch.sigmoid, I64)
     finally:
         torch.set_default_dtype(old)
+
+
+@pytest.mark.parametrize("x", [I8, U8, I16, I32], ids=["int8", "uint8", "int16", "int32"])
+def test_a_python_int_out_of_the_dtypes_range_wraps_into_it_as_on_the_cpu(x):
+    # TensorIterator converts the wrapped number to the tensor's dtype by a static_cast: int8 == 300 compares
+    # with 44 (a fill would raise an overflow error instead)
+    check(lambda a: (a == 300, a * 70000, a & (2**63 + 5), a | -(2**40), a != 2**64 - 1), x)
