@@ -11,6 +11,7 @@
 #include <ATen/TensorIterator.h>
 #include <ATen/native/BinaryOps.h>
 #include <ATen/native/TypeProperties.h>
+#include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
 #include <cmath>
@@ -45,11 +46,13 @@ enum class Kind {
   Where,       // where(cond, a, b)
 };
 
+// Its lists hold up to 4 entries inline (an op has at most 4 operands and parameters but for a few): a call
+// allocates none of them (recording cost).
 struct Call {
   const c10::FunctionSchema& schema;
-  std::vector<at::Tensor> tensors;                              // operands, scalars wrapped as 0-dim CPU tensors
-  std::vector<std::pair<std::string_view, c10::IValue>> params; // by argument name (the schema's strings)
-  std::vector<UOpPtr> in;         // operands read, cast to the compute dtype, broadcast to the result shape
+  c10::SmallVector<at::Tensor, 4> tensors; // operands, scalars wrapped as 0-dim CPU tensors
+  c10::SmallVector<std::pair<std::string_view, c10::IValue>, 4> params; // by argument name (the schema's strings)
+  c10::SmallVector<UOpPtr, 4> in; // operands read, cast to the compute dtype, broadcast to the result shape
   DType common = DType::Float32;  // torch's common dtype: tensor operands are rounded to it first
   DType compute = DType::Float32; // opmath(common): what the formula computes in
   Shape shape;
@@ -636,7 +639,7 @@ at::Tensor wrap_scalar(const at::Scalar& s) {
 
 // TensorIterator with torch's configuration for the kind; it allocates the result when `out` is
 // undefined and resizes (with torch's warning) a given out=.
-at::TensorIterator make_iterator(Kind kind, const at::Tensor& out, const std::vector<at::Tensor>& ins) {
+at::TensorIterator make_iterator(Kind kind, const at::Tensor& out, c10::ArrayRef<at::Tensor> ins) {
   at::TensorIteratorConfig cfg;
   cfg.set_check_mem_overlap(true).allow_cpu_scalars(true);
   cfg.add_output(out);
@@ -791,7 +794,7 @@ const Overload& overload_of(const c10::FunctionSchema& schema) {
 // `self` (defined for an in-place call: ins[0]) is the result instead when the iterator would accept it
 // as it is: the operands broadcast to its shape, the common dtype casts safely to its dtype, and no other
 // operand shares its storage (the iterator's overlap checks); otherwise the iterator raises its error.
-std::optional<std::pair<at::Tensor, at::ScalarType>> plain_result(Kind kind, const std::vector<at::Tensor>& ins,
+std::optional<std::pair<at::Tensor, at::ScalarType>> plain_result(Kind kind, c10::ArrayRef<at::Tensor> ins,
                                                                   const at::Tensor& self = {}) {
   if (kind == Kind::UnaryBool || kind == Kind::Where) return std::nullopt;
   if (self.defined()) {
@@ -1048,9 +1051,6 @@ void elementwise_kernel(const c10::OperatorHandle& handle, torch::jit::Stack* st
   auto args = torch::jit::last(*stack, nargs);
 
   Call call{schema, {}, {}, {}, DType::Float32, DType::Float32, {}};
-  call.tensors.reserve(nargs);
-  call.params.reserve(nargs);
-  call.in.reserve(nargs);
   at::Tensor out;
   bool inplace = false;
   for (size_t i = 0; i < nargs; i++) {

@@ -154,12 +154,44 @@ bool is_comparison(Ops op) { return op >= Ops::CMPLT && op <= Ops::CMPNE; }
 
 // The intern table: every live node, found by content. Holds raw pointers; a node removes itself
 // when it dies, and a lookup that finds a dying node (weak_from_this expired) builds a new one.
+// A bucket is a chain through the nodes themselves (UOp::next_in_bucket_), so that interning a node
+// allocates nothing beyond the node (a hash map's own entry was a measured part of recording an op).
 struct InternTable {
   std::mutex mu;
-  std::unordered_multimap<size_t, UOp*> nodes;
+  std::vector<UOp*> buckets = std::vector<UOp*>(1024); // a power of two
+  size_t count = 0;
   static InternTable& get() {
     static InternTable* t = new InternTable(); // never destroyed: nodes may die during static teardown
     return *t;
+  }
+  // Fibonacci hashing: the high bits of the product, which every bit of the hash reaches (a node's hash
+  // mixes pointers, whose low bits are the same).
+  UOp*& bucket(size_t h) { return buckets[(h * 0x9e3779b97f4a7c15ULL) >> (64 - std::countr_zero(buckets.size()))]; }
+  void insert(UOp* n) {
+    if (++count > buckets.size()) grow();
+    UOp*& b = bucket(n->hash_);
+    n->next_in_bucket_ = b;
+    b = n;
+  }
+  void erase(UOp* n) {
+    for (UOp** p = &bucket(n->hash_); *p; p = &(*p)->next_in_bucket_)
+      if (*p == n) {
+        *p = n->next_in_bucket_;
+        count--;
+        return;
+      }
+  }
+  void grow() {
+    std::vector<UOp*> old(buckets.size() * 2);
+    old.swap(buckets);
+    for (UOp* n : old)
+      while (n) {
+        UOp* next = n->next_in_bucket_;
+        UOp*& b = bucket(n->hash_);
+        n->next_in_bucket_ = b;
+        b = n;
+        n = next;
+      }
   }
 };
 
@@ -172,12 +204,7 @@ UOp::~UOp() {
   if (!interned_) return;
   InternTable& t = InternTable::get();
   std::lock_guard lock(t.mu);
-  auto [b, e] = t.nodes.equal_range(hash_);
-  for (auto it = b; it != e; ++it)
-    if (it->second == this) {
-      t.nodes.erase(it);
-      break;
-    }
+  t.erase(this);
 }
 
 UOpPtr UOp::make(Ops op, DType dtype, std::vector<UOpPtr> src, Arg arg) {
@@ -191,10 +218,8 @@ UOpPtr UOp::make(Ops op, DType dtype, std::vector<UOpPtr> src, Arg arg) {
   // cost of recording an op). Building destroys no node, so ~UOp never waits on the lock held here; `src`
   // and `arg`, when a node is found, die after it is released.
   std::lock_guard lock(t.mu);
-  auto [b, e] = t.nodes.equal_range(h);
-  for (auto it = b; it != e; ++it) {
-    UOp* n = it->second;
-    if (n->op != op || n->dtype != dtype || n->src.size() != src.size()) continue;
+  for (UOp* n = t.bucket(h); n; n = n->next_in_bucket_) {
+    if (n->hash_ != h || n->op != op || n->dtype != dtype || n->src.size() != src.size()) continue;
     bool same = true;
     for (size_t i = 0; i < src.size() && same; i++)
       same = n->src[i] == src[i];
@@ -205,14 +230,14 @@ UOpPtr UOp::make(Ops op, DType dtype, std::vector<UOpPtr> src, Arg arg) {
   auto bounds = infer_bounds(op, dtype, src, arg);
   auto node = std::make_shared<UOp>(op, dtype, std::move(src), std::move(arg), std::move(shape), h, bounds);
   node->interned_ = true;
-  t.nodes.emplace(h, node.get());
+  t.insert(node.get());
   return node;
 }
 
 size_t live_uops() {
   InternTable& t = InternTable::get();
   std::lock_guard lock(t.mu);
-  return t.nodes.size();
+  return t.count;
 }
 
 double UOp::const_f() const {
@@ -299,11 +324,11 @@ UOpPtr var_int(DType dt, int64_t v) { return UOp::make(Ops::DEFINE_VAR, dt, {}, 
 UOpPtr var_float(DType dt, double v) { return UOp::make(Ops::DEFINE_VAR, dt, {}, v); }
 UOpPtr buffer(const BufferRef& buf) { return UOp::make(Ops::BUFFER, buf->dtype, {}, buf); }
 
-UOpPtr view(const UOpPtr& x, const ShapeTracker& st) {
+UOpPtr view(const UOpPtr& x, ShapeTracker st) {
   if (st.views.size() == 1 && st.views[0].is_contiguous() && st.shape() == x->shape) return x;
   // A view of a view composes into one tracker over the inner source.
   if (x->op == Ops::VIEW) return view(x->src[0], st.on_top_of(x->st()));
-  return UOp::make(Ops::VIEW, x->dtype, {x}, st);
+  return UOp::make(Ops::VIEW, x->dtype, {x}, std::move(st));
 }
 
 UOpPtr reshape(const UOpPtr& x, const Shape& shape) {

@@ -167,6 +167,7 @@ public:
 private:
   size_t hash_;
   bool interned_ = false;
+  UOp* next_in_bucket_ = nullptr; // the intern table chains its buckets through the nodes
   friend struct InternTable;
 };
 
@@ -180,8 +181,8 @@ UOpPtr const_like(const UOpPtr& x, double v); // a constant of x's dtype (int or
 UOpPtr var_int(DType dt, int64_t v);
 UOpPtr var_float(DType dt, double v);
 UOpPtr buffer(const BufferRef& buf);
-UOpPtr iota(int64_t n, DType dt); // shape (n,)
-UOpPtr view(const UOpPtr& x, const ShapeTracker& st);
+UOpPtr iota(int64_t n, DType dt);              // shape (n,)
+UOpPtr view(const UOpPtr& x, ShapeTracker st); // st is moved into the node
 UOpPtr reshape(const UOpPtr& x, const Shape& shape);
 UOpPtr expand(const UOpPtr& x, const Shape& shape);
 UOpPtr permute(const UOpPtr& x, const std::vector<int64_t>& order);

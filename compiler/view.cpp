@@ -70,7 +70,13 @@ std::string View::str() const {
   return os.str();
 }
 
-ShapeTracker ShapeTracker::from_shape(const Shape& shape) { return ShapeTracker{{View::contiguous(shape)}}; }
+ShapeTracker ShapeTracker::from_shape(const Shape& shape) { return of(View::contiguous(shape)); }
+
+ShapeTracker ShapeTracker::of(View v) {
+  ShapeTracker st;
+  st.views.push_back(std::move(v));
+  return st;
+}
 
 namespace {
 
@@ -167,7 +173,7 @@ ShapeTracker ShapeTracker::reshape(const Shape& shape) const {
       ShapeTracker out = *this;
       out.views.pop_back();
       View v{shape, *st, top.offset, std::nullopt};
-      if (out.views.empty()) return ShapeTracker{{v}};
+      if (out.views.empty()) return of(std::move(v));
       return out.push(std::move(v));
     }
   }

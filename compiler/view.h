@@ -39,6 +39,8 @@ public:
   std::vector<View> views;
 
   static ShapeTracker from_shape(const Shape& shape);
+  // The tracker of the one view `v`, moved in (a braced list, ShapeTracker{{v}}, copies it).
+  static ShapeTracker of(View v);
   const Shape& shape() const { return views.back().shape; }
   bool is_contiguous() const { return views.size() == 1 && views[0].is_contiguous(); }
 

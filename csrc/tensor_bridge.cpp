@@ -120,14 +120,28 @@ runtime::StridedView strided_view(const at::Tensor& t) {
   return {to_shape(t.sizes()), to_shape(t.strides()), t.storage_offset(), to_tiny_dtype(t.scalar_type())};
 }
 
+namespace {
+// strided_view(t) built into this thread's one StridedView, whose vectors keep their capacity from call to
+// call: every op reads and writes through one, and two allocations per read were a measured part of the
+// cost of recording an op. Valid until the thread's next call; LazyBuffer::read and write never call back.
+const runtime::StridedView& scratch_view(const at::Tensor& t) {
+  thread_local runtime::StridedView v;
+  v.sizes.assign(t.sizes().begin(), t.sizes().end());
+  v.strides.assign(t.strides().begin(), t.strides().end());
+  v.offset = t.storage_offset();
+  v.dtype = to_tiny_dtype(t.scalar_type());
+  return v;
+}
+} // namespace
+
 UOpPtr read(const at::Tensor& t) {
-  UOpPtr value = lazy_buffer(t).read(strided_view(t));
+  UOpPtr value = lazy_buffer(t).read(scratch_view(t));
   // A negative view (Tensor._neg_view, made by autograd) reads as the negation of its storage.
   return t.is_neg() ? alu(Ops::NEG, value) : value;
 }
 
 void write(const at::Tensor& dst, const UOpPtr& value) {
-  runtime::StridedView view = strided_view(dst);
+  const runtime::StridedView& view = scratch_view(dst);
   TORCH_CHECK(value->shape == view.sizes && value->dtype == view.dtype,
               "tiny internal error: writing a value of dtype ", name(value->dtype), " and shape ",
               c10::IntArrayRef(value->shape), " into a tensor of dtype ", name(view.dtype), " and shape ", dst.sizes());
@@ -279,7 +293,7 @@ UOpPtr scalar_constant(const at::Scalar& value, DType dt, const Shape& shape) {
       if (UOpPtr alive = r.node.lock()) return alive;
   // The scalar (shape ()) broadcast to `shape`: every stride 0. The tracker is built as it is rather than
   // by a reshape and an expand of a ()-shaped one (the same view, without their intermediate trackers).
-  UOpPtr v = view(c, ShapeTracker{{View{shape, Shape(shape.size(), 0), 0, std::nullopt}}});
+  UOpPtr v = view(c, ShapeTracker::of(View{shape, Shape(shape.size(), 0), 0, std::nullopt}));
   recent[next] = {c.get(), shape, v};
   next = (next + 1) % recent.size();
   return v;

@@ -175,6 +175,7 @@ UOpPtr elements(const UOpPtr& c, const StridedView& v) {
   const UOpPtr& flat = c->op == Ops::VIEW && c->st().is_contiguous() ? c->src[0] : c;
   if (v.sizes != c->shape && is_whole(v, c->shape[0])) {
     if (c->shape[0] == 0) return reshape(c, v.sizes);
+    if (flat->shape == v.sizes) return flat; // the value written whole, read whole (an op's result, read next)
     // The row-major reshape of the flat content, built as the one view it is (ShapeTracker::reshape's
     // strides for it: each dim's the product of the sizes after it) rather than by reshaping a tracker.
     Shape strides(v.sizes.size());
@@ -183,7 +184,7 @@ UOpPtr elements(const UOpPtr& c, const StridedView& v) {
       strides[d] = after;
       after *= v.sizes[d];
     }
-    return view(flat, ShapeTracker{{View{v.sizes, std::move(strides), 0, std::nullopt}}});
+    return view(flat, ShapeTracker::of(View{v.sizes, std::move(strides), 0, std::nullopt}));
   }
   // A window whose every dim walks inside the content is the one view ShapeTracker::as_strided composes
   // onto the flat content (a stride of 0 where a dim has size 1), built as it is.
@@ -196,7 +197,7 @@ UOpPtr elements(const UOpPtr& c, const StridedView& v) {
     inside = std::llabs(v.strides[d]) < n && last >= 0 && last < n;
     strides[d] = v.strides[d];
   }
-  if (inside) return view(flat, ShapeTracker{{View{v.sizes, std::move(strides), v.offset, std::nullopt}}});
+  if (inside) return view(flat, ShapeTracker::of(View{v.sizes, std::move(strides), v.offset, std::nullopt}));
   return view(c, ShapeTracker::from_shape(c->shape).as_strided(v.sizes, v.strides, v.offset));
 }
 } // namespace
@@ -214,7 +215,7 @@ void LazyBuffer::write(const StridedView& v, const UOpPtr& value) {
   // empty buffer content_locked would make for it first: recording cost.
   size_t item = itemsize(v.dtype);
   if (!content_ && nbytes_ > 0 && nbytes_ % item == 0 && is_whole(v, static_cast<int64_t>(nbytes_ / item))) {
-    content_ = reshape(value, {static_cast<int64_t>(nbytes_ / item)});
+    content_ = value->shape.size() == 1 ? value : reshape(value, {static_cast<int64_t>(nbytes_ / item)});
     mark_pending();
     return;
   }
