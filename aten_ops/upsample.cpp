@@ -58,6 +58,7 @@
 #include <optional>
 #include <vector>
 
+#include "aten_ops/builders.h"
 #include "aten_ops/sliding_window.h"
 #include "csrc/fallback.h"
 #include "csrc/kernel_library.h"
@@ -162,13 +163,28 @@ double ratio(int64_t in, int64_t out, bool align_corners, Scale scale, DType dt)
                               : at::native::area_pixel_compute_scale<float>(in, out, align_corners, scale);
 }
 
+// torch's cubic_convolution1 ((A + 2) * x - (A + 3)) * x * x + 1, for |x| <= 1, and cubic_convolution2
+// ((A * x - 5 * A) * x + 8 * A) * x - 4 * A, for 1 < |x| < 2, term by term as torch writes them, over (out,).
+UOpPtr cubic_near(const UOpPtr& x, double A) {
+  int64_t out = x->shape[0];
+  DType dt = x->dtype;
+  UOpPtr a = bin(Ops::SUB, bin(Ops::MUL, fconst(dt, A + 2, out), x), fconst(dt, A + 3, out));
+  return bin(Ops::ADD, bin(Ops::MUL, bin(Ops::MUL, a, x), x), fconst(dt, 1, out));
+}
+UOpPtr cubic_far(const UOpPtr& x, double A) {
+  int64_t out = x->shape[0];
+  DType dt = x->dtype;
+  UOpPtr a = bin(Ops::SUB, bin(Ops::MUL, fconst(dt, A, out), x), fconst(dt, 5 * A, out));
+  return bin(Ops::SUB, bin(Ops::MUL, bin(Ops::ADD, bin(Ops::MUL, a, x), fconst(dt, 8 * A, out)), x),
+             fconst(dt, 4 * A, out));
+}
+
+// The map of a dim that does not change: each output reads its own input.
+DimMap identity_map(int64_t n) { return {n, n, 0, true, {{iota(n, DType::Int64), nullptr, nullptr}}}; }
+
 DimMap linear_map(int64_t in, int64_t out, bool align_corners, Scale scale, DType dt) {
   DimMap d{in, out, 0, false, {}};
-  if (in == out) { // torch copies
-    d.identity = true;
-    d.taps.push_back({iota(out, DType::Int64), nullptr, nullptr});
-    return d;
-  }
+  if (in == out) return identity_map(out); // torch copies
   UOpPtr real = source_index(out, ratio(in, out, align_corners, scale, dt), align_corners, false, dt);
   UOpPtr i0 = bin(Ops::MIN, floor_index(real), iconst(in - 1, out));
   UOpPtr l1 = bin(Ops::MIN, bin(Ops::MAX, bin(Ops::SUB, real, cast(i0, dt)), fconst(dt, 0, out)), fconst(dt, 1, out));
@@ -182,19 +198,11 @@ DimMap cubic_map(int64_t in, int64_t out, bool align_corners, Scale scale, DType
   UOpPtr real = source_index(out, ratio(in, out, align_corners, scale, dt), align_corners, true, dt);
   UOpPtr i = bin(Ops::MIN, floor_index(real), iconst(in - 1, out));
   UOpPtr t = bin(Ops::MIN, bin(Ops::MAX, bin(Ops::SUB, real, cast(i, dt)), fconst(dt, 0, out)), fconst(dt, 1, out));
-  // get_cubic_upsample_coefficients with A = -0.75, term by term as torch writes them.
-  auto k = [&](double v) { return fconst(dt, v, out); };
-  double A = -0.75;
-  auto conv1 = [&](const UOpPtr& x) { // ((A + 2) * x - (A + 3)) * x * x + 1
-    UOpPtr a = bin(Ops::SUB, bin(Ops::MUL, k(A + 2), x), k(A + 3));
-    return bin(Ops::ADD, bin(Ops::MUL, bin(Ops::MUL, a, x), x), k(1));
-  };
-  auto conv2 = [&](const UOpPtr& x) { // ((A * x - 5 * A) * x + 8 * A) * x - 4 * A
-    UOpPtr a = bin(Ops::SUB, bin(Ops::MUL, k(A), x), k(5 * A));
-    return bin(Ops::SUB, bin(Ops::MUL, bin(Ops::ADD, bin(Ops::MUL, a, x), k(8 * A)), x), k(4 * A));
-  };
-  UOpPtr x2 = bin(Ops::SUB, k(1), t);
-  std::vector<UOpPtr> w{conv2(bin(Ops::ADD, t, k(1))), conv1(t), conv1(x2), conv2(bin(Ops::ADD, x2, k(1)))};
+  // get_cubic_upsample_coefficients with A = -0.75
+  constexpr double A = -0.75;
+  UOpPtr one = fconst(dt, 1, out), x2 = bin(Ops::SUB, one, t);
+  std::vector<UOpPtr> w{cubic_far(bin(Ops::ADD, t, one), A), cubic_near(t, A), cubic_near(x2, A),
+                        cubic_far(bin(Ops::ADD, x2, one), A)};
   for (int64_t j = 0; j < 4; j++) {
     UOpPtr at = bin(Ops::ADD, i, iconst(j - 1, out));
     at = bin(Ops::MAX, bin(Ops::MIN, at, iconst(in - 1, out)), iconst(0, out));
@@ -207,12 +215,8 @@ DimMap cubic_map(int64_t in, int64_t out, bool align_corners, Scale scale, DType
 // output o reads inputs xmin .. xmin + xsize - 1 around its center scale * (o + 0.5), weighted by the filter
 // (a triangle, or Keys' cubic with a = -0.5) of their distance, normalized to sum 1.
 DimMap aa_map(Mode m, int64_t in, int64_t out, bool align_corners, Scale scale, DType dt) {
+  if (in == out) return identity_map(out); // torch leaves the dim as it is
   DimMap d{in, out, 0, false, {}};
-  if (in == out) { // torch leaves the dim as it is
-    d.identity = true;
-    d.taps.push_back({iota(out, DType::Int64), nullptr, nullptr});
-    return d;
-  }
   auto as_dt = [dt](double v) { return dt == DType::Float32 ? static_cast<double>(static_cast<float>(v)) : v; };
   double s = ratio(in, out, align_corners, scale, dt), half_width = m == Mode::LinearAA ? 1.0 : 2.0;
   double support = as_dt(s >= 1.0 ? half_width * s : half_width), invscale = as_dt(s >= 1.0 ? 1.0 / s : 1.0);
@@ -232,14 +236,8 @@ DimMap aa_map(Mode m, int64_t in, int64_t out, bool align_corners, Scale scale, 
   auto filter = [&](const UOpPtr& x0) {
     UOpPtr x = alu(Ops::ABS, x0);
     if (m == Mode::LinearAA) return where(bin(Ops::CMPLT, x, k(1)), bin(Ops::SUB, k(1), x), k(0));
-    double a = -0.5; // cubic_convolution1 below 1, cubic_convolution2 below 2
-    UOpPtr near =
-        bin(Ops::ADD, bin(Ops::MUL, bin(Ops::MUL, bin(Ops::SUB, bin(Ops::MUL, k(a + 2), x), k(a + 3)), x), x), k(1));
-    UOpPtr far = bin(
-        Ops::SUB,
-        bin(Ops::MUL, bin(Ops::ADD, bin(Ops::MUL, bin(Ops::SUB, bin(Ops::MUL, k(a), x), k(5 * a)), x), k(8 * a)), x),
-        k(4 * a));
-    return where(bin(Ops::CMPLT, x, k(1)), near, where(bin(Ops::CMPLT, x, k(2)), far, k(0)));
+    constexpr double A = -0.5; // Keys' cubic, as PIL's antialiased resampling
+    return where(bin(Ops::CMPLT, x, k(1)), cubic_near(x, A), where(bin(Ops::CMPLT, x, k(2)), cubic_far(x, A), k(0)));
   };
   std::vector<UOpPtr> weights, used;
   UOpPtr total;
@@ -320,8 +318,7 @@ UOpPtr gather_taps(const UOpPtr& flat, const std::vector<DimMap>& maps, size_t d
     UOpPtr v = gather_taps(flat, maps, d + 1, bin(Ops::ADD, at, offset), lead, in);
     if (t.weight) v = bin(Ops::MUL, v, along(t.weight, shape, lead + d));
     if (sum && t.valid) // an unused tap adds 0 (not its weight 0 times a value that may be inf)
-      v = where(along(t.valid, shape, lead + d), v,
-                window::expanded(window::reshaped(const_like(v, 0), Shape(shape.size(), 1)), shape));
+      v = where(along(t.valid, shape, lead + d), v, aten_ops::like(v, 0));
     sum = sum ? bin(Ops::ADD, sum, v) : v;
   }
   return sum;
@@ -370,7 +367,7 @@ UOpPtr interpolate_separably(const UOpPtr& x, const std::vector<DimMap>& maps) {
     std::vector<DimMap> one;
     for (size_t i = 0; i < maps.size(); i++) {
       int64_t n = v->shape[lead + i];
-      one.push_back(i == d ? maps[i] : DimMap{n, n, 0, true, {{iota(n, DType::Int64), nullptr, nullptr}}});
+      one.push_back(i == d ? maps[i] : identity_map(n));
     }
     v = contiguous(interpolate(v, one));
   }
@@ -388,14 +385,12 @@ UOpPtr scatter_backward(const UOpPtr& g, const DimMap& d, size_t axis) {
   UOpPtr g3 = window::reshaped(g, three);
   UOpPtr rows = along(bin(Ops::MUL, iota(outer, DType::Int64), iconst(d.in * inner, outer)), three, 0);
   UOpPtr columns = along(iota(inner, DType::Int64), three, 2);
-  UOpPtr acc = window::expanded(window::reshaped(const_like(g, 0), {1}), {outer * d.in * inner});
+  UOpPtr acc = aten_ops::fixed(g->dtype, 0, {outer * d.in * inner});
   int64_t n = prod(three);
   for (const Tap& t : d.taps) {
     UOpPtr at =
         bin(Ops::ADD, bin(Ops::ADD, rows, along(bin(Ops::MUL, t.index, iconst(inner, d.out)), three, 1)), columns);
-    if (t.valid)
-      at = where(along(t.valid, three, 1), at,
-                 window::expanded(window::reshaped(const_int(DType::Int64, -1), {1, 1, 1}), three));
+    if (t.valid) at = where(along(t.valid, three, 1), at, aten_ops::fixed(DType::Int64, -1, three)); // skipped
     UOpPtr v = bin(Ops::MUL, along(t.weight, three, 1), g3);
     acc = scatter(acc, window::reshaped(at, {n}), window::reshaped(v, {n}), Ops::ADD);
   }
