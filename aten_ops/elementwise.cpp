@@ -82,6 +82,12 @@ struct Call {
     return *v;
   }
   std::string str(std::string_view n) const { return has(n) ? param(n).toStringRef() : ""; }
+  // The tiny device the call runs on (an operand may be a CPU scalar).
+  c10::Device device() const {
+    for (const at::Tensor& t : tensors)
+      if (t.is_privateuseone()) return t.device();
+    return tensors.at(0).device();
+  }
 };
 
 using Build = std::function<UOpPtr(const Call&)>;
@@ -383,24 +389,13 @@ Build bessel(UOpPtr (*f)(const UOpPtr&, bool), bool scaled) {
 // An orthogonal polynomial of x (first operand) and degree n (second); its recurrence reads n's largest value on
 // the device of the call.
 Build orthogonal(const std::function<UOpPtr(const aten_ops::polynomials::Args&)>& f) {
-  return [f](const Call& c) {
-    c10::Device device = c.tensors.at(0).device();
-    for (const at::Tensor& t : c.tensors)
-      if (t.is_privateuseone()) device = t.device();
-    return f(aten_ops::polynomials::args(c.a(), c.b(), device));
-  };
+  return [f](const Call& c) { return f(aten_ops::polynomials::args(c.a(), c.b(), c.device())); };
 }
 
 // zeta(x, q): its direct sum's length depends on q (longer for q <= 0): the longest is read to the host.
 UOpPtr zeta(const Call& c) {
-  c10::Device device = c.tensors.at(0).device();
-  for (const at::Tensor& t : c.tensors)
-    if (t.is_privateuseone()) device = t.device();
   UOpPtr terms = aten_ops::special::zeta_terms(cast(c.a(), DType::Float64), cast(c.b(), DType::Float64));
-  std::vector<int64_t> all(terms->shape.size());
-  for (size_t d = 0; d < all.size(); d++)
-    all[d] = static_cast<int64_t>(d);
-  int64_t steps = aten_ops::read_on_host({all.empty() ? terms : reduce(terms, Ops::MAX, all)}, device)[0];
+  int64_t steps = aten_ops::max_on_host(terms, c.device());
   TORCH_CHECK(steps <= aten_ops::polynomials::kMaxRecurrenceSteps, "special_zeta on tiny: a q of ", 9 - steps + 1,
               " or less needs ", steps, " terms of the direct sum; tiny builds at most ",
               aten_ops::polynomials::kMaxRecurrenceSteps);

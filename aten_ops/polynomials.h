@@ -36,12 +36,8 @@ inline UOpPtr recurrence(const char* op, const UOpPtr& n, const UOpPtr& recurs, 
                          int64_t dk, const Step& step, c10::Device device) {
   const Shape& shape = q1->shape;
   DType dt = q1->dtype;
-  std::vector<int64_t> all(shape.size());
-  for (size_t d = 0; d < all.size(); d++)
-    all[d] = static_cast<int64_t>(d);
   UOpPtr trips = where(recurs, sub(n, fixed(DType::Int64, 1, shape)), fixed(DType::Int64, 0, shape));
-  const int64_t steps =
-      shape.empty() ? read_on_host({trips}, device)[0] : read_on_host({reduce(trips, Ops::MAX, all)}, device)[0];
+  const int64_t steps = max_on_host(trips, device);
   TORCH_CHECK(steps <= kMaxRecurrenceSteps, op, " on tiny: degree ", steps + 1, " needs ", steps,
               " recurrence steps; tiny builds at most ", kMaxRecurrenceSteps);
   UOpPtr p = fixed(dt, 1, shape), q = q1;

@@ -34,4 +34,13 @@ inline std::vector<int64_t> read_on_host(const std::vector<UOpPtr>& values, c10:
   return std::vector<int64_t>(host.data_ptr<int64_t>(), host.data_ptr<int64_t>() + n);
 }
 
+// The largest element of an integer value (its only one for a scalar), read to the host: a loop bound that
+// depends on the data (a recurrence's trip count, a series' length).
+inline int64_t max_on_host(const UOpPtr& v, c10::Device device) {
+  std::vector<int64_t> all(v->shape.size());
+  for (size_t d = 0; d < all.size(); d++)
+    all[d] = static_cast<int64_t>(d);
+  return read_on_host({all.empty() ? v : reduce(v, Ops::MAX, all)}, device)[0];
+}
+
 } // namespace tiny::aten_ops
