@@ -12,6 +12,9 @@ inline UOpPtr div(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::FDIV, a, b
 inline UOpPtr lt(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::CMPLT, a, b); }
 inline UOpPtr le(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::CMPLE, a, b); }
 inline UOpPtr exp(const UOpPtr& a) { return alu(Ops::EXP, a); }
+inline UOpPtr log(const UOpPtr& a) { return alu(Ops::LOG, a); }
+inline UOpPtr eq(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::CMPEQ, a, b); }
+inline UOpPtr both(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::AND, a, b); }
 
 // A literal of a formula (the 0.5 in huber) or a count, broadcast to `shape`: folded by the compiler.
 inline UOpPtr fixed(DType dt, double v, const Shape& shape) {

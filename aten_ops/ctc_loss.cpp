@@ -31,8 +31,11 @@ namespace tiny {
 namespace {
 
 using aten_ops::add;
+using aten_ops::both;
+using aten_ops::eq;
 using aten_ops::exp;
 using aten_ops::fixed;
+using aten_ops::log;
 using aten_ops::lt;
 using aten_ops::mul;
 using aten_ops::sub;
@@ -40,10 +43,6 @@ using window::expanded;
 using window::reshaped;
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
-
-UOpPtr eq(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::CMPEQ, a, b); }
-UOpPtr both(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::AND, a, b); }
-UOpPtr log(const UOpPtr& a) { return alu(Ops::LOG, a); }
 
 std::vector<int64_t> host_lengths(const at::Tensor& t) {
   at::Tensor h = t.to(at::kCPU, at::kLong).contiguous();

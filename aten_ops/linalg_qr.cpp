@@ -75,8 +75,6 @@ UOpPtr coordinate(const Shape& shape, size_t d) {
 UOpPtr index_const(int64_t v, const Shape& shape) { return broadcast(const_int(kIndex, v), shape); }
 // The step index as a kernel argument: every step runs the same kernels.
 UOpPtr step_index(int64_t v, const Shape& shape) { return broadcast(var_int(kIndex, v), shape); }
-UOpPtr eq(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::CMPEQ, a, b); }
-UOpPtr both(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::AND, a, b); }
 UOpPtr sqrt(const UOpPtr& a) { return alu(Ops::SQRT, a); }
 UOpPtr zeros(const UOpPtr& x) { return like(x, 0); }
 // x where mask holds, else 0.

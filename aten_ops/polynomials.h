@@ -86,7 +86,6 @@ inline UOpPtr cases(std::initializer_list<std::pair<UOpPtr, UOpPtr>> in_order, c
   return r;
 }
 
-inline UOpPtr both(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::AND, a, b); }
 inline UOpPtr no(const UOpPtr& a) { return alu(Ops::NOT, a); }
 
 inline UOpPtr chebyshev_t(const Args& a) {

@@ -17,8 +17,6 @@ namespace tiny::aten_ops::special {
 
 inline UOpPtr k(const UOpPtr& x, double v) { return like(x, v); }
 inline UOpPtr un(Ops op, const UOpPtr& x) { return alu(op, x); }
-inline UOpPtr eq(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::CMPEQ, a, b); }
-inline UOpPtr both(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::AND, a, b); }
 inline UOpPtr either(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::OR, a, b); }
 inline UOpPtr neg(const UOpPtr& x) { return un(Ops::NEG, x); }
 inline UOpPtr is_nan(const UOpPtr& x) { return alu(Ops::CMPNE, x, x); }
