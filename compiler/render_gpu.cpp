@@ -262,8 +262,8 @@ TINY_FN float tiny_logf(float x) {
 #define TINY_IMOD(a, b) ((b) == 0 || (b) == -1 ? 0 : (a) % (b))
 #define TINY_IDIV_CHECKED(a, b) ((b) == 0 ? (*tiny_errors = 1, 0) : TINY_IDIV(a, b))
 #define TINY_IMOD_CHECKED(a, b) ((b) == 0 ? (*tiny_errors = 1, 0) : TINY_IMOD(a, b))
-#define TINY_FMAX(a, b) (((a) != (a)) | ((b) != (b)) ? (a) + (b) : (a) > (b) ? (a) : (b))
-#define TINY_FMIN(a, b) (((a) != (a)) | ((b) != (b)) ? (a) + (b) : (a) < (b) ? (a) : (b))
+#define TINY_FMAX(a, b) ((((a) != (a)) | ((b) != (b))) ? (a) + (b) : (a) > (b) ? (a) : (b))
+#define TINY_FMIN(a, b) ((((a) != (a)) | ((b) != (b))) ? (a) + (b) : (a) < (b) ? (a) : (b))
 )";
 
 // libm names of the unary ops (float EXP, LOG and TANH are the prelude's, as on the CPU).
@@ -298,6 +298,8 @@ public:
   std::string render(const std::string& fn) {
     for (const UOpPtr& n : toposort(k_.ast)) {
       deps(n);
+      for (const UOpPtr& s : n->src)
+        uses_[s.get()]++;
       if (n->op == Ops::RANGE && std::get<int64_t>(n->arg) == k_.lane_range) lane_ = n;
       if (n->op == Ops::REDUCE) reduces_.push_back(n);
       if (n->op == Ops::STAGE) stages_.push_back(n);
@@ -381,6 +383,7 @@ private:
   std::unordered_map<const UOp*, std::string> names_;
   std::unordered_map<const UOp*, size_t> where_;
   std::unordered_map<const UOp*, std::vector<int64_t>> deps_; // loop ids each node varies with
+  std::unordered_map<const UOp*, int> uses_;                  // how many nodes read each node
   std::deque<Scope> scopes_;
   std::vector<UOpPtr> reduces_;
   std::vector<UOpPtr> stages_;
@@ -456,6 +459,43 @@ private:
 
   std::string libm2(const char* fn, DType dt, const std::string& a, const std::string& b) const {
     return std::string(d_.math_prefix) + fn + (dt == DType::Float64 ? "" : d_.float_suffix) + "(" + a + ", " + b + ")";
+  }
+
+  // Contraction. The CPU device's kernels are compiled with -ffp-contract=fast, and torch's CPU kernels
+  // are contracted the same way: on x86, LLVM fuses a float multiply whose only use is an add or a
+  // subtract into one fma, rounding once. OpenCL contracts only within one expression, and the renderer
+  // writes each node as its own statement, so it fuses those pairs itself (linspace's start + step * i
+  // was one ulp off the CPU on CL at some points). The product to fuse into an ADD or SUB n, or null.
+  // A float sum's accumulate (acc + x * y) is such an add too.
+  const UOp* fused_product(const UOp& n) const {
+    bool sum = n.op == Ops::REDUCE && n.reduce_arg().op == Ops::ADD;
+    if ((n.op != Ops::ADD && n.op != Ops::SUB && !sum) || (n.dtype != DType::Float32 && n.dtype != DType::Float64))
+      return nullptr;
+    for (size_t i = 0; i < (sum ? 1 : n.src.size()); i++) { // LLVM tries the first operand first
+      const UOp* s = n.src[i].get();
+      if (s->op == Ops::MUL && s->dtype == n.dtype && uses_.at(s) == 1) return s;
+    }
+    return nullptr;
+  }
+
+  // n = x * y + c, x * y - c or c - x * y (p = x * y, one of n's sources) as one fma.
+  std::string fma(const UOp& n, const UOp& p, const std::string& c) {
+    std::string x = ref(p.src[0]), y = ref(p.src[1]);
+    bool negate_product = n.op == Ops::SUB && n.src[1].get() == &p;
+    bool negate_c = n.op == Ops::SUB && !negate_product;
+    return std::string(d_.math_prefix) + "fma" + (n.dtype == DType::Float64 ? "" : d_.float_suffix) + "(" +
+           (negate_product ? "-(" + x + ")" : x) + ", " + y + ", " + (negate_c ? "-(" + c + ")" : c) + ")";
+  }
+
+  // Emits n's sources, or a fused product's sources in its place.
+  void emit_sources(const UOp& n) {
+    const UOp* product = fused_product(n);
+    for (const UOpPtr& s : n.src)
+      if (s.get() == product)
+        for (const UOpPtr& f : s->src)
+          emit(f);
+      else
+        emit(s);
   }
 
   std::string unary(Ops op, DType dt, const std::string& a) const {
@@ -697,8 +737,7 @@ private:
     if ((n->op == Ops::LOAD || n->op == Ops::STORE) && in_lanes(n) &&
         (n->op == Ops::LOAD ? vector_load(n) : vector_store(n)))
       return;
-    for (const UOpPtr& s : n->src)
-      emit(s);
+    emit_sources(*n);
     Scope& sc = scopes_[open_[home(n)]];
     std::string ind = indent(sc.depth);
     if (n->op == Ops::STORE) {
@@ -753,6 +792,8 @@ private:
       e = is_unsigned(n->dtype) ? unsigned_division(n->op, operand(n, 0), operand(n, 1), "(*tiny_errors = 1, 0)")
                                 : std::string(n->op == Ops::IDIV ? "TINY_IDIV_CHECKED(" : "TINY_IMOD_CHECKED(") +
                                       operand(n, 0) + ", " + operand(n, 1) + ")";
+    } else if (const UOp* p = fused_product(*n)) {
+      e = fma(*n, *p, ref(n->src[n->src[0].get() == p ? 1 : 0]));
     } else if (is_binary(n->op)) {
       e = round_to(n->dtype, binary(n->op, n->dtype, n->src[0]->dtype, operand(n, 0), operand(n, 1)));
     } else {
@@ -878,7 +919,10 @@ private:
     open_.resize(at + 1);
     open_.push_back(scopes_.size() - 1);
     for (const UOpPtr& m : group)
-      emit(m->src[0]);
+      if (fused_product(*m))
+        emit_sources(*m->src[0]);
+      else
+        emit(m->src[0]);
     if (lane) emit(lane);
     open_ = saved;
 
@@ -897,8 +941,10 @@ private:
     target.code << body.code.str();
     for (size_t g = 0; g < group.size(); g++) {
       const UOpPtr& m = group[g];
+      const UOp* p = fused_product(*m);
       target.code << indent(body.depth) << accs[g] << " = (" << type(m->dtype) << ")("
-                  << combine(m->reduce_arg().op, m->dtype, accs[g], ref(m->src[0])) << ");\n";
+                  << (p ? fma(*m, *p, accs[g]) : combine(m->reduce_arg().op, m->dtype, accs[g], ref(m->src[0])))
+                  << ");\n";
     }
     for (size_t i = loops.size(); i-- > 0;)
       target.code << indent(target.depth + static_cast<int>(i)) << "}\n";

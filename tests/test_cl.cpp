@@ -175,6 +175,30 @@ std::pair<Kernel, std::string> cl_kernel_of(Device& cl, const UOpPtr& value) {
 
 } // namespace
 
+// The CPU device's clang fuses a product read once by an add or subtract into one fma (so do torch's
+// CPU kernels); OpenCL contracts only within an expression, so the renderer fuses: the same bits.
+TEST_F(ClDevice, AProductReadOnceByAnAddOrSubtractRoundsOnceAsOnTheCpu) {
+  const int64_t n = 4096;
+  auto graph = [](const std::vector<UOpPtr>& in) {
+    auto twice = alu(Ops::MUL, in[0], in[2]); // read twice: not fused on either device
+    auto fused = alu(Ops::SUB, in[2], alu(Ops::MUL, in[0], in[1]));
+    return alu(Ops::ADD, alu(Ops::ADD, alu(Ops::MUL, in[1], in[2]), fused), alu(Ops::SUB, twice, twice));
+  };
+  std::vector<Input> inputs{input(DType::Float32, random_floats(n, 61)), input(DType::Float32, random_floats(n, 62)),
+                            input(DType::Float32, random_floats(n, 63))};
+  auto [got, want] = run_both(inputs, graph);
+  EXPECT_EQ(as<float>(got), as<float>(want));
+  std::vector<UOpPtr> bufs;
+  for (const Input& i : inputs)
+    bufs.push_back(buffer(upload(*cl, i)));
+  auto [k, src] = cl_kernel_of(*cl, graph(bufs));
+  EXPECT_NE(src.find("fma(-("), std::string::npos) << src;
+  // a sum of products accumulates with fma too
+  auto row = reshape(bufs[0], {64, 64}), col = reshape(bufs[1], {64, 64});
+  auto [kd, dot] = cl_kernel_of(*cl, reduce(alu(Ops::MUL, row, col), Ops::ADD, {1}));
+  EXPECT_NE(dot.find("= (float)(fma("), std::string::npos) << dot;
+}
+
 TEST_F(ClDevice, EveryDtypeComputesAndRoundsAsOnTheCpu) {
   const int64_t n = 777;
   auto x = random_floats(n, 3, -40, 40), y = random_floats(n, 4, -40, 40);
