@@ -38,6 +38,7 @@
 #include <array>
 #include <cmath>
 #include <functional>
+#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -671,11 +672,31 @@ at::Tensor& masked_fill_tensor(at::Tensor& self, const at::Tensor& mask, const a
   return self;
 }
 
+// channel_shuffle: channels (dim 1) seen as (groups, channels / groups), the two swapped; the result in
+// the input's suggested memory format, as torch's CPU kernel writes it.
+at::Tensor channel_shuffle(const at::Tensor& self, int64_t groups) {
+  TORCH_CHECK(self.dim() > 2, "channel_shuffle expects input with > 2 dims, but got input with sizes ", self.sizes());
+  TORCH_CHECK(groups > 0, "Number of groups to divide channels in must be positive.", " Value of groups:", groups);
+  int64_t c = self.size(1);
+  TORCH_CHECK(c % groups == 0, "Number of channels must be divisible by groups. Got ", c, " channels and ", groups,
+              " groups.");
+  at::Tensor out = empty_tiny(self.sizes(), self.scalar_type(), self.device(), self.suggest_memory_format());
+  if (self.numel() == 0) return out;
+  UOpPtr x = read_values(self);
+  Shape split = value_shape(self, {self.size(0), groups, c / groups, self.numel() / (self.size(0) * c)});
+  std::vector<int64_t> swap(split.size());
+  std::iota(swap.begin(), swap.end(), 0);
+  std::swap(swap[1], swap[2]);
+  write_values(out, reshape(permute(reshape(x, split), swap), x->shape));
+  return out;
+}
+
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
   tiny::KernelLibrary m(library);
   m.impl("cat", cat, UnsignedPolicy::CpuChecked);
+  m.impl("channel_shuffle", channel_shuffle);
   m.impl("cat.out", cat_out, UnsignedPolicy::CpuChecked);
   m.impl("constant_pad_nd", constant_pad_nd, UnsignedPolicy::Native);
   m.impl("reflection_pad1d", structured_pad<&at::meta::reflection_pad1d, PadMode::Reflect, Restride::Never>);

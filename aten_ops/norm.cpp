@@ -22,9 +22,11 @@
 // The backward ops use the saved statistics they are given (torch's formulas, not a recomputation).
 
 #include <ATen/ATen.h>
+#include <ATen/AccumulateType.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/cpu/mixed_data_type.h>
 #include <ATen/native/layer_norm.h>
+#include <ATen/ops/renorm_meta_dispatch.h>
 #include <torch/library.h>
 
 #include <array>
@@ -560,11 +562,53 @@ Tensors3 native_group_norm_backward(const at::Tensor& grad_out, const at::Tensor
   return {grad_input, grad_weight, grad_bias};
 }
 
+// renorm: each slice along dim scaled so that its p-norm is at most maxnorm, by maxnorm / (norm + 1e-7)
+// where the norm passes maxnorm, as torch's CPU kernel: the norm and the factor in the accumulate type
+// (float for float16/bfloat16), the factor rounded to the input's dtype, then multiplied in.
+void write_renorm(const at::Tensor& self, const at::Scalar& p, int64_t dim, const at::Scalar& maxnorm,
+                  const at::Tensor& out) {
+  dim = at::maybe_wrap_dim(dim, self.dim());
+  std::vector<int64_t> others;
+  for (int64_t d = 0; d < self.dim(); d++)
+    if (d != dim) others.push_back(d);
+  at::Tensor norm = at::linalg_vector_norm(self, p, others, /*keepdim=*/true,
+                                           at::toAccumulateType(self.scalar_type(), /*is_cuda=*/true));
+  UOpPtr n = read(norm);
+  UOpPtr cap = scalar_constant(maxnorm, n->dtype, n->shape);
+  UOpPtr factor = where(lt(cap, n), div(cap, add(n, like(n, 1e-7))), like(n, 1));
+  at::Tensor f = empty_tiny(norm.sizes(), self.scalar_type(), self.device());
+  write(f, cast(factor, to_tiny_dtype(self.scalar_type())));
+  at::mul_outf(self, f, const_cast<at::Tensor&>(out));
+}
+
+at::Tensor renorm(const at::Tensor& self, const at::Scalar& p, int64_t dim, const at::Scalar& maxnorm) {
+  at::Tensor meta = at::meta::renorm(self, p, dim, maxnorm);
+  at::Tensor out = empty_tiny(meta.sizes(), meta.strides(), meta.scalar_type(), self.device());
+  write_renorm(self, p, dim, maxnorm, out);
+  return out;
+}
+
+at::Tensor& renorm_out(const at::Tensor& self, const at::Scalar& p, int64_t dim, const at::Scalar& maxnorm,
+                       at::Tensor& out) {
+  at::meta::renorm_outf(self, p, dim, maxnorm, out);
+  write_renorm(self, p, dim, maxnorm, out);
+  return out;
+}
+
+at::Tensor& renorm_(at::Tensor& self, const at::Scalar& p, int64_t dim, const at::Scalar& maxnorm) {
+  at::meta::renorm_(self, p, dim, maxnorm);
+  write_renorm(self, p, dim, maxnorm, self);
+  return self;
+}
+
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
   tiny::KernelLibrary m(library);
   m.impl("native_batch_norm", TORCH_FN(native_batch_norm));
+  m.impl("renorm", TORCH_FN(renorm));
+  m.impl("renorm.out", TORCH_FN(renorm_out));
+  m.impl("renorm_", TORCH_FN(renorm_));
   m.impl("native_batch_norm.out", TORCH_FN(native_batch_norm_out));
   m.impl("_native_batch_norm_legit", TORCH_FN(batch_norm_legit));
   m.impl("_native_batch_norm_legit.out", TORCH_FN(batch_norm_legit_out));

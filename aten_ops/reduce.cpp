@@ -33,6 +33,7 @@
 #include <ATen/ops/cumsum_meta_dispatch.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/eq.h>
+#include <ATen/ops/hash_tensor_meta_dispatch.h>
 #include <ATen/ops/linalg_vector_norm_meta_dispatch.h>
 #include <ATen/ops/max_meta_dispatch.h>
 #include <ATen/ops/mean_meta_dispatch.h>
@@ -109,10 +110,11 @@ int64_t extent(const UOpPtr& x, const Axes& axes) {
 // max/min over no elements of an integer tensor before asking.)
 double identity(Ops op, DType dt) {
   constexpr double inf = std::numeric_limits<double>::infinity();
-  TORCH_INTERNAL_ASSERT(op == Ops::ADD || op == Ops::MUL || is_float(dt) || dt == DType::Bool,
+  TORCH_INTERNAL_ASSERT(op == Ops::ADD || op == Ops::MUL || op == Ops::XOR || is_float(dt) || dt == DType::Bool,
                         "tiny: max/min over no elements has no identity");
   switch (op) {
   case Ops::ADD:
+  case Ops::XOR:
     return 0;
   case Ops::MUL:
     return 1;
@@ -830,6 +832,29 @@ at::Tensor logcumsumexp(const at::Tensor& self, int64_t dim) {
   return logcumsumexp_out(self, dim, out);
 }
 
+// hash_tensor (mode 0, xor): each element widened to float64 or int64 (bool: 0 or 1), its 64 bits folded
+// by xor as a uint64. (torch's CPU kernel has none for complex or uint16/32/64 inputs: the latter get its
+// error from the registration's CPU check.)
+void write_hash(const at::Tensor& self, at::IntArrayRef dim, int64_t mode, const at::Tensor& out) {
+  TORCH_CHECK(mode == 0, "Unknown hash_tensor mode: ", mode);
+  TORCH_CHECK_NOT_IMPLEMENTED(!self.is_complex(), "\"xor_sum_cpu\" not implemented for '", self.scalar_type(), "'");
+  UOpPtr x = input(self);
+  x = bitcast(cast(x, is_float(x->dtype) ? DType::Float64 : DType::Int64), DType::UInt64);
+  finish(out, fold(x, Ops::XOR, axes_of(mask_of(self, dim), x), to_shape(out.sizes())));
+}
+
+at::Tensor hash_tensor(const at::Tensor& self, at::IntArrayRef dim, bool keepdim, int64_t mode) {
+  at::Tensor out = like_meta(at::meta::hash_tensor(self, dim, keepdim, mode), self);
+  write_hash(self, dim, mode, out);
+  return out;
+}
+
+at::Tensor& hash_tensor_out(const at::Tensor& self, at::IntArrayRef dim, bool keepdim, int64_t mode, at::Tensor& out) {
+  at::meta::hash_tensor_outf(self, dim, keepdim, mode, out);
+  write_hash(self, dim, mode, out);
+  return out;
+}
+
 // count_nonzero over a list of dims (every dim when empty), an int64 without the counted dims.
 at::Tensor count_nonzero(const at::Tensor& self, at::IntArrayRef dims) {
   DimMask mask = at::native::make_dim_mask(dims, self.dim());
@@ -982,6 +1007,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
   m.impl("_logcumsumexp", logcumsumexp);
   m.impl("_logcumsumexp.out", logcumsumexp_out);
   m.impl("count_nonzero.dim_IntList", count_nonzero, UnsignedPolicy::CpuChecked);
+  m.impl("hash_tensor", hash_tensor, UnsignedPolicy::CpuChecked);
+  m.impl("hash_tensor.out", hash_tensor_out, UnsignedPolicy::CpuChecked);
   m.impl("_softmax", softmax<false>);
   m.impl("_softmax.out", softmax_out<false>);
   m.impl("_log_softmax", softmax<true>);

@@ -41,6 +41,8 @@ UOpPtr reduce_identity(Ops op, DType dt) {
   switch (op) {
   case Ops::ADD:
     return is_float(dt) ? const_float(dt, 0) : const_int(dt, 0);
+  case Ops::XOR:
+    return const_int(dt, 0);
   case Ops::MUL:
     return is_float(dt) ? const_float(dt, 1) : const_int(dt, 1);
   case Ops::MAX:

@@ -212,6 +212,9 @@ bool native_lanes(DType dt) {
   return dt == DType::Float32 || dt == DType::Float64 || dt == DType::Int32 || dt == DType::Int64;
 }
 
+// Whether dt's register holds its bits as they are in memory (not a bool, not a half type's float).
+bool plain_bits(DType dt) { return dt != DType::Bool && !is_half(dt); }
+
 // Whether a buffer of dt holds its register type (loads and stores of whole vectors).
 bool plain_storage(DType dt) { return dt != DType::Bool && reg_type(dt) == std::string(info(dt).c_name); }
 
@@ -240,6 +243,7 @@ std::string reduce_identity(Ops op, DType dt) {
   std::string t = std::string("(") + reg_type(dt) + ")";
   switch (op) {
   case Ops::ADD:
+  case Ops::XOR:
     return t + "0";
   case Ops::MUL:
     return t + "1";
@@ -693,6 +697,8 @@ private:
       e = "tiny_rbf_v(" + splat(n->src[0]) + ")";
     else if (n->op == Ops::CAST && dt == DType::Float64 && is_half(n->src[0]->dtype))
       e = "__builtin_convertvector(" + splat(n->src[0]) + ", tv_double)";
+    else if (n->op == Ops::BITCAST && plain_bits(dt) && plain_bits(n->src[0]->dtype))
+      e = "(" + vec_type(dt) + ")" + splat(n->src[0]); // vectors of one size: a C cast reinterprets the bits
     else if (n->op == Ops::BITCAST)
       throw std::logic_error("render_c: no BITCAST over lanes");
     else
@@ -896,9 +902,13 @@ private:
       const std::string &acc = accs[g], &v = ref(m->src[0]);
       if (vec(m->src[0])) {
         // lanes accumulate separately, each in the scalar order
-        std::string update = native_lanes(dt) && op != Ops::ADD && op != Ops::MUL ? vector_minmax(op, dt, acc, v)
+        std::string update = native_lanes(dt) && (op == Ops::MAX || op == Ops::MIN) ? vector_minmax(op, dt, acc, v)
                              : native_lanes(dt)
-                                 ? acc + (op == Ops::ADD ? " + " : " * ") + v
+                                 ? acc +
+                                       (op == Ops::ADD   ? " + "
+                                        : op == Ops::MUL ? " * "
+                                                         : " ^ ") +
+                                       v
                                  : per_lane(dt, [&](int64_t l) {
                                      return combine(op, dt, acc + "[" + std::to_string(l) + "]", lane(m->src[0], l));
                                    });
@@ -949,6 +959,8 @@ private:
       return dt == DType::Bool ? acc + " | " + v : acc + " + " + v;
     case Ops::MUL:
       return dt == DType::Bool ? acc + " & " + v : acc + " * " + v;
+    case Ops::XOR:
+      return acc + " ^ " + v;
     case Ops::MAX:
     case Ops::MIN:
       return render_binary(op, dt, dt, acc, v);

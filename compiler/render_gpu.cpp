@@ -604,6 +604,9 @@ private:
     case Ops::MUL:
       c = fl ? const_float(dt, 1) : const_int(dt, 1);
       break;
+    case Ops::XOR:
+      c = const_int(dt, 0);
+      break;
     case Ops::MAX:
     case Ops::MIN: {
       bool max = op == Ops::MAX;
@@ -631,6 +634,8 @@ private:
       return dt == DType::Bool ? acc + " | " + v : acc + " + " + v;
     case Ops::MUL:
       return dt == DType::Bool ? acc + " & " + v : acc + " * " + v;
+    case Ops::XOR:
+      return acc + " ^ " + v;
     case Ops::MAX:
     case Ops::MIN:
       return binary(op, dt, dt, acc, v);

@@ -358,8 +358,10 @@ UOpPtr flip(const UOpPtr& x, const std::vector<bool>& axes) {
 }
 
 UOpPtr reduce(const UOpPtr& x, Ops op, const std::vector<int64_t>& axes) {
-  if (op != Ops::ADD && op != Ops::MUL && op != Ops::MAX && op != Ops::MIN)
+  if (op != Ops::ADD && op != Ops::MUL && op != Ops::MAX && op != Ops::MIN && op != Ops::XOR)
     throw std::invalid_argument(std::string("reduce: ") + op_name(op) + " is not a reduction");
+  if (op == Ops::XOR && (is_float(x->dtype) || x->dtype == DType::Bool))
+    throw std::invalid_argument("reduce: XOR folds integers only");
   std::vector<int64_t> kept;
   for (int64_t a : axes) {
     if (a < 0 || a >= static_cast<int64_t>(x->shape.size())) throw std::invalid_argument("reduce: axis out of range");

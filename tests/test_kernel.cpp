@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "compiler/lower.h"
@@ -104,6 +105,45 @@ TEST(Kernel, ASumOverAnAxisMatchesPlainLoops) {
       m = std::max(m, av[i * C + j]);
     EXPECT_EQ(got1[i], m);
   }
+}
+
+// hash_tensor's fold: the bits of 64-bit values xor-ed, per row (lanes) and over a long vector (split
+// across threads, the partial results xor-ed again).
+TEST(Kernel, AnXorFoldOfUint64BitsMatchesPlainLoops) {
+  const int64_t R = 37, C = 53, N = int64_t{1} << 20;
+  auto b = std::make_shared<Buffer>(cpu_device(), DType::UInt64, N);
+  auto* bits = static_cast<uint64_t*>(b->ptr());
+  uint64_t state = 0x9e3779b97f4a7c15u;
+  for (int64_t i = 0; i < N; i++)
+    bits[i] = state = state * 6364136223846793005u + 1442695040888963407u;
+  auto words = [](const BufferRef& r) {
+    auto* p = static_cast<const uint64_t*>(std::static_pointer_cast<Buffer>(r)->ptr());
+    return std::vector<uint64_t>(p, p + r->numel);
+  };
+  auto rows = words(realize_value(reduce(reshape(shrink(buffer(b), {{0, R * C}}), {R, C}), Ops::XOR, {1})));
+  auto full = words(realize_value(reduce(buffer(b), Ops::XOR, {0})));
+  for (int64_t i = 0; i < R; i++) {
+    uint64_t want = 0;
+    for (int64_t j = 0; j < C; j++)
+      want ^= bits[i * C + j];
+    EXPECT_EQ(rows[i], want) << "row " << i;
+  }
+  uint64_t want = 0;
+  for (int64_t i = 0; i < N; i++)
+    want ^= bits[i];
+  EXPECT_EQ(full[0], want);
+  // the bits of doubles (hash_tensor's floats): a bitcast in the vector lanes of the fold
+  auto d = std::make_shared<Buffer>(cpu_device(), DType::Float64, N);
+  auto* doubles = static_cast<double*>(d->ptr());
+  uint64_t want_bits = 0;
+  for (int64_t i = 0; i < N; i++) {
+    doubles[i] = static_cast<double>(bits[i] >> 11) - 0x1p52;
+    uint64_t u;
+    std::memcpy(&u, &doubles[i], sizeof u);
+    want_bits ^= u;
+  }
+  EXPECT_EQ(words(realize_value(reduce(bitcast(buffer(d), DType::UInt64), Ops::XOR, {0})))[0], want_bits);
+  EXPECT_THROW(reduce(buffer(filled({1.0f})), Ops::XOR, {0}), std::invalid_argument);
 }
 
 TEST(Kernel, ASoftmaxIsOneKernelWithTheRowReductionsHoisted) {
