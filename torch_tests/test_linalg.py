@@ -1,6 +1,7 @@
-"""LU, Cholesky and triangular solves on tiny against the CPU: linalg.lu_factor(_ex), lu, lu_unpack, lu_solve,
-solve(_ex), inv(_ex), det, slogdet, logdet, cholesky(_ex), cholesky_solve, cholesky_inverse, triangular_solve,
-solve_triangular; values, pivots, info, strides, errors and gradients, all without the CPU fallback."""
+"""LU, Cholesky, LDL and triangular solves on tiny against the CPU: linalg.lu_factor(_ex), lu, lu_unpack,
+lu_solve, solve(_ex), inv(_ex), det, slogdet, logdet, cholesky(_ex), cholesky_solve, cholesky_inverse,
+triangular_solve, solve_triangular, ldl_factor(_ex), ldl_solve; values, pivots, info, strides, errors and
+gradients, all without the CPU fallback."""
 
 import os
 import subprocess
