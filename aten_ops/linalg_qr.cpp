@@ -1,8 +1,8 @@
 // Orthogonal factorizations: geqrf, linalg_qr (reduced, complete, r), linalg_householder_product (orgqr),
 // ormqr; the symmetric eigenproblem _linalg_eigh (linalg.eigh, linalg.eigvalsh); the singular value
-// decomposition _linalg_svd (linalg.svd, svdvals, torch.svd); linalg_lstsq; linalg_matrix_exp and
-// linalg_cross. float32 and float64, batched
-// over every dim before the last two, as torch's CPU kernels.
+// decomposition _linalg_svd (linalg.svd, svdvals, torch.svd); what torch's CPU builds on those two, the polar
+// decomposition linalg_polar and the square root linalg_matrix_sqrth; linalg_lstsq; linalg_matrix_exp and
+// linalg_cross. float32 and float64, batched over every dim before the last two, as torch's CPU kernels.
 //
 // Each factorization is a sequence of steps, and each step is a few UOp kernels over the whole batch
 // (masks from the row and column coordinates, reductions, gathers). The step's index is a runtime scalar
@@ -29,7 +29,9 @@
 #include <ATen/ExpandUtils.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/native/LinearAlgebraUtils.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/_linalg_eigh.h>
 #include <ATen/ops/_linalg_eigh_meta_dispatch.h>
 #include <ATen/ops/_linalg_svd.h>
 #include <ATen/ops/_linalg_svd_meta_dispatch.h>
@@ -39,6 +41,7 @@
 #include <ATen/ops/linalg_cross_meta_dispatch.h>
 #include <ATen/ops/linalg_householder_product.h>
 #include <ATen/ops/linalg_lstsq.h>
+#include <ATen/ops/linalg_polar_meta_dispatch.h>
 #include <ATen/ops/linalg_qr_meta_dispatch.h>
 #include <ATen/ops/ormqr.h>
 #include <ATen/ops/sort.h>
@@ -612,6 +615,43 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> linalg_svd(const at::Tensor& A, b
   return {U, S, Vh};
 }
 
+// ---- polar and matrix_sqrth ----
+//
+// torch's CPU kernels compose both from a decomposition, and so do these, with the same formulas, so that
+// the values agree to rounding (measured: the CPU's results equal these formulas bit for bit on its own
+// decompositions, symmetrization included). polar: A = W S Vh gives U = W Vh and H = Vh^H (S Vh), then
+// (H + H^H) / 2. matrix_sqrth: A = V diag(w) V^H (the lower triangle, as eigh's default) gives
+// V diag(sqrt(max(w, 0))) V^H, symmetrized the same way. Their gradients are torch's formulas. Complex
+// inputs run on the CPU, as the complex SVD and eigh do.
+
+at::Tensor symmetrized(const at::Tensor& x) { return x.add(x.mT()).mul(0.5).contiguous(); }
+
+std::tuple<at::Tensor&, at::Tensor&> linalg_polar_out(const at::Tensor& A, at::Tensor& U, at::Tensor& H) {
+  at::meta::linalg_polar_outf(A, U, H);
+  if (A.is_complex()) to_tiny_dtype(A.scalar_type()); // NotNativeDtype
+  check_lapack_dtype(A, "linalg_svd_cpu");
+  if (A.numel() == 0) return {U, H};
+  auto [W, S, Vh] = at::_linalg_svd(A, /*full_matrices=*/false, /*compute_uv=*/true);
+  U.copy_(W.matmul(Vh));
+  H.copy_(symmetrized(Vh.mT().matmul(S.unsqueeze(-1).mul(Vh))));
+  return {U, H};
+}
+
+std::tuple<at::Tensor, at::Tensor> linalg_polar(const at::Tensor& A) {
+  at::Tensor U = empty_tiny({0}, A.scalar_type(), A.device()), H = empty_tiny({0}, A.scalar_type(), A.device());
+  linalg_polar_out(A, U, H);
+  return {U, H};
+}
+
+at::Tensor linalg_matrix_sqrth(const at::Tensor& A) {
+  at::native::squareCheckInputs(A, "linalg.matrix_sqrth");
+  at::native::checkFloatingOrComplex(A, "linalg.matrix_sqrth", /*allow_low_precision_dtypes=*/false);
+  if (A.is_complex()) to_tiny_dtype(A.scalar_type()); // NotNativeDtype
+  if (A.numel() == 0) return empty_tiny(A.sizes(), A.scalar_type(), A.device());
+  auto [w, V] = at::_linalg_eigh(A, "L", /*compute_v=*/true);
+  return symmetrized(V.mul(w.clamp_min(0).sqrt().unsqueeze(-2)).matmul(V.mT()));
+}
+
 // ---- least squares ----
 //
 // Every driver solves through the SVD, x = V S^+ U^T b with the singular values at or below rcond * s_max
@@ -775,6 +815,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
   m.impl("_linalg_eigh.eigenvalues", TORCH_FN(linalg_eigh_out));
   m.impl("_linalg_svd", TORCH_FN(linalg_svd));
   m.impl("_linalg_svd.U", TORCH_FN(linalg_svd_out));
+  m.impl("linalg_polar", TORCH_FN(linalg_polar));
+  m.impl("linalg_polar.out", TORCH_FN(linalg_polar_out));
+  m.impl("linalg_matrix_sqrth", TORCH_FN(linalg_matrix_sqrth));
   m.impl("linalg_lstsq.out", TORCH_FN(linalg_lstsq_out));
   m.impl("linalg_matrix_exp", TORCH_FN(linalg_matrix_exp));
   m.impl("linalg_cross", TORCH_FN(linalg_cross));

@@ -1,6 +1,7 @@
-"""LU, Cholesky and triangular solves on tiny against the CPU: linalg.lu_factor(_ex), lu, lu_unpack, lu_solve,
-solve(_ex), inv(_ex), det, slogdet, logdet, cholesky(_ex), cholesky_solve, cholesky_inverse, triangular_solve,
-solve_triangular; values, pivots, info, strides, errors and gradients, all without the CPU fallback."""
+"""LU, Cholesky, LDL and triangular solves on tiny against the CPU: linalg.lu_factor(_ex), lu, lu_unpack,
+lu_solve, solve(_ex), inv(_ex), det, slogdet, logdet, cholesky(_ex), cholesky_solve, cholesky_inverse,
+triangular_solve, solve_triangular, ldl_factor(_ex), ldl_solve; values, pivots, info, strides, errors and
+gradients, all without the CPU fallback."""
 
 import os
 import subprocess
@@ -378,3 +379,104 @@ def test_tensors_of_two_devices_raise_torchs_error_at_the_call():
     out = subprocess.run([sys.executable, "-c", TWO_DEVICES], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True"] * 5, out.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# LDL^T with Bunch-Kaufman pivoting (LAPACK's sytrf: its factors, pivot format and info)
+
+
+def symmetric(shape, dtype, seed=0):
+    a = random(shape, dtype, seed)
+    return a + a.mT
+
+
+def two_by_two_pivots():
+    """A symmetric matrix whose zero diagonal forces 2 x 2 pivots."""
+    a = symmetric((2, 6, 6), torch.float64, seed=7)
+    return a - torch.diag_embed(torch.diagonal(a, dim1=-2, dim2=-1))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 1), (2, 2), (5, 5), (3, 4, 4), (2, 3, 7, 7), (17, 17)])
+def test_ldl_factor_gives_the_cpus_factors_pivots_and_info(native, shape, dtype):
+    for a in (symmetric(shape, dtype, seed=shape[-1]), spd(shape, dtype, seed=shape[-1])):
+        assert_same(*both(torch.linalg.ldl_factor_ex, a), **close(dtype))
+
+
+def test_ldl_factor_with_2x2_pivots_matches_cpu(native):
+    a = two_by_two_pivots()
+    pivots = torch.linalg.ldl_factor_ex(a).pivots
+    assert (pivots < 0).any()
+    assert_same(*both(torch.linalg.ldl_factor_ex, a), **close(torch.float64))
+    for seed in range(6):
+        assert_same(*both(torch.linalg.ldl_factor_ex, symmetric((8, 8), torch.float32, seed)), **close(torch.float32))
+
+
+def test_ldl_factor_reads_the_lower_triangle_and_ignores_hermitian_for_real_input(native):
+    a = symmetric((3, 5, 5), torch.float64, seed=3) + torch.ones(5, 5, dtype=torch.float64).triu(1) * 9
+    assert_same(*both(torch.linalg.ldl_factor_ex, a), **close(torch.float64))
+    assert_same(*both(lambda x: torch.linalg.ldl_factor_ex(x, hermitian=True), a), **close(torch.float64))
+    assert_same(*both(torch.linalg.ldl_factor, noncontiguous(a)), **close(torch.float64))
+
+
+def test_ldl_factor_of_singular_and_empty_matrices_matches_cpu(native):
+    a = symmetric((3, 4, 4), torch.float64, seed=4)
+    a[1, :, 2] = 0
+    a[1, 2, :] = 0
+    a[2] = 0
+    assert_same(*both(torch.linalg.ldl_factor_ex, a), **close(torch.float64))
+    for shape in [(0, 0), (0, 3, 3), (2, 0, 0)]:
+        assert_same(*both(torch.linalg.ldl_factor_ex, random(shape, torch.float32)))
+    # torch's check of ldl_factor's info: its own internal error, naming the info of the first failed matrix
+    with pytest.raises(RuntimeError) as cpu_error:
+        torch.linalg.ldl_factor(a)
+    with pytest.raises(RuntimeError) as tiny_error:
+        torch.linalg.ldl_factor(a.to("tiny"))
+    assert str(tiny_error.value).splitlines()[0] == str(cpu_error.value).splitlines()[0]
+
+
+def test_ldl_factor_errors_match_cpu(native):
+    cases = [
+        (random((3, 4), torch.float32), RuntimeError, "square"),
+        (random((3,), torch.float32), RuntimeError, "at least 2 dimensions"),
+        (torch.ones(3, 3, dtype=torch.int32), RuntimeError, "floating point or complex"),
+        (torch.eye(3, dtype=torch.half), NotImplementedError, "ldl_factor_kernel_cpu"),
+    ]
+    for a, error, message in cases:
+        for device in ("cpu", "tiny"):
+            with pytest.raises(error, match=message):
+                torch.linalg.ldl_factor_ex(a.to(device))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_ldl_solve_matches_cpu(native, dtype):
+    for a in (symmetric((2, 6, 6), dtype, seed=1), spd((6, 6), dtype, seed=2), two_by_two_pivots().to(dtype)):
+        LD, pivots, _ = torch.linalg.ldl_factor_ex(a)
+        # the CPU broadcasts b's batch to LD's, not LD's to a larger one of b (it reads past LD: a crash)
+        for b_shape in [(6, 3), (3, 6, 2)] if a.dim() == 2 else [(2, 6, 1), (1, 6, 2)]:
+            b = random(b_shape, dtype, seed=len(b_shape))
+            assert_same(*both(torch.linalg.ldl_solve, LD, pivots, b), **close(dtype))
+        # the solution solves the system, also for a batch of b larger than LD's
+        eye = torch.eye(6, dtype=dtype).expand(3, *a.shape)
+        x = torch.linalg.ldl_solve(LD.to("tiny"), pivots.to("tiny"), eye.to("tiny")).cpu()
+        torch.testing.assert_close(a @ x, eye, **close(dtype))
+
+
+def test_ldl_solve_of_tiny_factors_out_form_and_errors_match_cpu(native):
+    a = two_by_two_pivots()
+    LD, pivots, _ = torch.linalg.ldl_factor_ex(a.to("tiny"))
+    b = random((2, 6, 2), torch.float64, seed=5)
+    x = torch.linalg.ldl_solve(LD, pivots, b.to("tiny"))
+    assert_same(x, torch.linalg.ldl_solve(*torch.linalg.ldl_factor_ex(a)[:2], b), **close(torch.float64))
+    out = torch.empty(0, dtype=torch.float64, device="tiny")
+    assert torch.linalg.ldl_solve(LD, pivots, b.to("tiny"), out=out) is out
+    assert_same(out, x.cpu(), **close(torch.float64))
+    with pytest.raises(RuntimeError, match="same dtype"):
+        torch.linalg.ldl_solve(LD, pivots, b.float().to("tiny"))
+    assert_same(
+        *both(
+            torch.linalg.ldl_solve,
+            *torch.linalg.ldl_factor(random((0, 3, 3), torch.float32) + 0),
+            random((0, 3, 2), torch.float32),
+        )
+    )

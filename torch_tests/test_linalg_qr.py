@@ -1,5 +1,6 @@
 """Orthogonal factorizations on tiny against CPU torch: linalg.qr (every mode), geqrf, householder_product,
-ormqr; linalg.eigh and eigvalsh; linalg.svd, svdvals and torch.svd; linalg.lstsq. Values (eigenvectors and
+ormqr; linalg.eigh and eigvalsh; linalg.svd, svdvals and torch.svd; linalg.lstsq; linalg.polar and
+linalg.matrix_sqrth. Values (eigenvectors and
 singular vectors up to sign, through reconstructions), shapes, strides, dtypes, errors, gradients, and
 kernel reuse across the steps of a factorization.
 """
@@ -393,3 +394,107 @@ def test_eigh_and_svd_of_huge_tiny_and_non_finite_inputs_match_cpu(native):
     check(torch.linalg.eigvalsh, x)
     check(torch.linalg.svdvals, x)
     check(torch.linalg.eigvalsh, x + x.mT)
+
+
+# ---------------------------------------------------------------------------------------------
+# polar and matrix_sqrth: torch's CPU builds them on the SVD and eigh, as tiny does
+
+
+def spd_sample(*shape, dtype=torch.float64, seed=0):
+    x = sample(*shape, dtype=dtype, seed=seed)
+    return x @ x.mT + 0.5 * eye_like(x, shape[-1])
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_polar_matches_cpu(native, dtype):
+    for shape in ((5, 5), (5, 3), (2, 2), (2, 6, 4), (2, 1, 3, 3), (1, 1), (7, 1)):
+        check(torch.linalg.polar, sample(*shape, dtype=dtype), **tolerance(dtype))
+
+
+def test_polar_factors_reproduce_a(native):
+    a = sample(3, 7, 4, dtype=torch.float64)
+    u, h = (t.cpu() for t in torch.linalg.polar(a.to(DEVICE)))
+    torch.testing.assert_close(u @ h, a)
+    torch.testing.assert_close(u.mT @ u, eye_like(a, 4))
+    assert torch.equal(h, h.mT)
+    assert (torch.linalg.eigvalsh(h) > 0).all()
+
+
+def test_polar_of_noncontiguous_and_empty_inputs(native):
+    check(lambda a: torch.linalg.polar(a.mT), sample(2, 3, 5), **tolerance(torch.float32))
+    check(lambda a: torch.linalg.polar(a[::2]), sample(8, 3), **tolerance(torch.float32))
+    for shape in ((0, 3, 3), (3, 0), (0, 0), (2, 0, 0)):
+        check(torch.linalg.polar, sample(*shape))
+
+
+def test_polar_errors_match_cpu(native):
+    for a in (sample(3, 5), sample(3), sample(3, 3).int(), sample(3, 3).bfloat16(), sample(3, 3).half()):
+        check(torch.linalg.polar, a)
+
+
+def test_polar_out_form_matches_cpu(native):
+    def fn(a):
+        u, h = torch.empty(0, device=a.device), torch.empty(0, device=a.device)
+        return torch.linalg.polar(a, out=(u, h))
+
+    check(fn, sample(2, 5, 3), **tolerance(torch.float32))
+    check(lambda a: torch.linalg.polar(a, out=(torch.empty_like(a), torch.empty_like(a))), sample(4, 4))
+
+
+def test_polar_gradients_match_cpu(native):
+    def fn(a):
+        a = a.clone().requires_grad_()
+        u, h = torch.linalg.polar(a)
+        w = torch.arange(a.numel(), dtype=a.dtype, device=a.device).reshape(a.shape)
+        loss = (u * w).sum() + (h * w[..., : a.shape[-1], :]).sum() * 0.5
+        return torch.autograd.grad(loss, a)[0]
+
+    check(fn, sample(2, 5, 3, dtype=torch.float64), rtol=1e-9, atol=1e-9)
+    check(fn, sample(4, 4, dtype=torch.float64, seed=1), rtol=1e-9, atol=1e-9)
+
+
+def test_polar_of_complex_input_runs_on_the_cpu():
+    z = torch.complex(sample(4, 3), sample(4, 3, seed=1))
+    check(torch.linalg.polar, z, rtol=1e-4, atol=1e-4, allow_fallback=True)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_matrix_sqrth_matches_cpu(native, dtype):
+    for shape in ((1, 1), (2, 2), (5, 5), (3, 4, 4), (2, 1, 6, 6)):
+        check(torch.linalg.matrix_sqrth, spd_sample(*shape, dtype=dtype), **tolerance(dtype))
+
+
+def test_matrix_sqrth_squares_to_a_and_reads_the_lower_triangle(native):
+    a = spd_sample(2, 5, 5)
+    x = torch.linalg.matrix_sqrth(a.to(DEVICE)).cpu()
+    torch.testing.assert_close(x @ x, a)
+    # only the lower triangle is read, as eigh's default
+    check(torch.linalg.matrix_sqrth, a + torch.ones(5, 5, dtype=a.dtype).triu(1) * 3, rtol=1e-9, atol=1e-9)
+    # negative eigenvalues of an indefinite input count as zero
+    check(torch.linalg.matrix_sqrth, symmetric(4, 4), rtol=1e-9, atol=1e-9)
+
+
+def test_matrix_sqrth_of_noncontiguous_empty_and_out_inputs(native):
+    check(lambda a: torch.linalg.matrix_sqrth(a.mT), spd_sample(2, 4, 4), rtol=1e-9, atol=1e-9)
+    for shape in ((0, 3, 3), (0, 0), (2, 0, 0)):
+        check(torch.linalg.matrix_sqrth, sample(*shape))
+    check(
+        lambda a: torch.linalg.matrix_sqrth(a, out=torch.empty(0, device=a.device)),
+        spd_sample(3, 3, dtype=torch.float32),
+    )
+
+
+def test_matrix_sqrth_errors_match_cpu(native):
+    for a in (sample(3, 4), sample(3), sample(3, 3).int(), sample(3, 3).half(), sample(3, 3).bfloat16()):
+        check(torch.linalg.matrix_sqrth, a)
+
+
+def test_matrix_sqrth_gradients_match_cpu(native):
+    def fn(a):
+        a = a.clone().requires_grad_()
+        x = torch.linalg.matrix_sqrth(a)
+        w = torch.arange(a.numel(), dtype=a.dtype, device=a.device).reshape(a.shape)
+        return torch.autograd.grad((x * w).sum(), a)[0]
+
+    check(fn, spd_sample(4, 4), rtol=1e-9, atol=1e-9)
+    check(fn, spd_sample(2, 3, 3, seed=2), rtol=1e-9, atol=1e-9)
