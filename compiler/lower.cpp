@@ -625,25 +625,36 @@ RowScratchPlan plan_row_scratch(const BufferRef& out, const UOpPtr& value, const
 
 // The kernel computing blocks of outputs: up[g] outputs of loop group g together (for the lane group,
 // up[g] vectors of kLanes lanes each).
+// split: {group, n}: that group's loop becomes an outer loop in its place and an inner one of n iterations,
+// the kernel's innermost loop.
 Kernel lower_blocked(const BufferRef& out, const View& out_region, const UOpPtr& value,
                      const std::vector<std::vector<size_t>>& groups, const Shape& loops, const Shape& up,
-                     int64_t lane_group, const RowScratchPlan& scratch = {}) {
+                     int64_t lane_group, const RowScratchPlan& scratch = {},
+                     std::pair<int64_t, int64_t> split = {-1, 1}) {
   Shape kloops = loops;
   for (size_t g = 0; g < loops.size(); g++)
     kloops[g] = loops[g] / up[g] / (static_cast<int64_t>(g) == lane_group ? kLanes : 1);
+  if (split.first >= 0) {
+    kloops[static_cast<size_t>(split.first)] /= split.second;
+    kloops.push_back(split.second);
+  }
 
   Lowerer lw;
   lw.param(out);
   if (scratch.value) lw.scratch = {scratch.value, scratch.reduce, out, out_region, {}, {}};
-  int64_t lane_id = static_cast<int64_t>(loops.size());
+  int64_t lane_id = static_cast<int64_t>(kloops.size());
   UOpPtr lane = UOp::make(Ops::RANGE, kIndex, {idx_const(kLanes)}, lane_id);
   if (lane_group == kReduceLanes) lw.reduce_lane = lane;
   lw.next_range = lane_id + 1;
   lw.kernel_loops = kloops;
   lw.outputs = prod(loops);
   std::vector<UOpPtr> ranges;
-  for (size_t g = 0; g < groups.size(); g++)
+  for (size_t g = 0; g < kloops.size(); g++)
     ranges.push_back(UOp::make(Ops::RANGE, kIndex, {idx_const(kloops[g])}, static_cast<int64_t>(g)));
+  if (split.first >= 0) {
+    UOpPtr& outer = ranges[static_cast<size_t>(split.first)];
+    outer = outer * idx_const(split.second) + ranges.back();
+  }
   // One store per element of the block: offsets u (row-major over the upcast loops).
   std::vector<UOpPtr> stores;
   for (int64_t block = 0, nblock = prod(up); block < nblock; block++) {
@@ -1039,8 +1050,16 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
             lane_at = h;
             break;
           }
-        Kernel k =
-            lower_blocked(out, out_region, value, order_groups, order_loops, order_up, static_cast<int64_t>(lane_at));
+        // Tiles, the lanes outermost: their loop splits, the inner part innermost (the outer keeps 8
+        // iterations for the threads), so that the row blocks between read the inner part's panels from L2.
+        // 1024³ on one thread, a C loop nest in tiny's form: 2.37 ms the lanes' loop whole, 1.87 ms 4 panels
+        // (256 KiB) at a time, 1.72 ms 8, 1.67 ms 16.
+        std::pair<int64_t, int64_t> split{-1, 1};
+        int64_t lane_iters = order_loops[lane_at] / (order_up[lane_at] * kLanes);
+        if (tiles && lane_at == 0 && order_loops.size() > 1 && lane_iters % 8 == 0 && lane_iters >= 16)
+          split = {0, lane_iters / 8};
+        Kernel k = lower_blocked(out, out_region, value, order_groups, order_loops, order_up,
+                                 static_cast<int64_t>(lane_at), {}, split);
         if (tiles) {
           k.tiles = in_tiles(k);
           if (k.tiles) return k;
