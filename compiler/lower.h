@@ -43,6 +43,8 @@ struct Kernel {
   Launch launch{}; // CPU: global[0] = loops[0]; GPU: the grid
   // GPU: whether this thread has an output (the grid rounds up to whole work-groups); null: all do.
   UOpPtr thread_valid{};
+  // CPU: the reductions are blocks of bfloat16 pair dots computed in AMX tiles (see TileBlock).
+  bool tiles = false;
 };
 
 // GPU kernels: RANGE ids [kGroupRange, +3) are work-group ids and [kLocalRange, +3) thread ids within
@@ -63,6 +65,22 @@ struct PairDot {
   UOpPtr pair, x, y; // the loop, the loads
 };
 std::optional<PairDot> pair_dot(const UOpPtr& reduce, const UOp* lane);
+
+// A block of bfloat16 pair dots (see pair_dot) computed as AMX tiles: the reductions of one register
+// block (rows of x times 16-lane vectors of y, each a PairDot over the same loops) step along their
+// innermost loop 16 pairs at a time. Each row's x is 32 contiguous bfloat16 values per step (an A tile
+// row), each vector's y 16 pairs of a panel `y_step` elements apart (a B tile in AMX's pair layout).
+struct TileBlock {
+  UOpPtr loop;                               // the reduce loop stepped by 16
+  UOpPtr x, y;                               // a load of each operand (their PARAMs are src[0])
+  std::vector<UOpPtr> rows;                  // x's word index for each row at pair 0, rows in order
+  int64_t row_stride = 0;                    // elements between rows of x
+  std::vector<UOpPtr> cols;                  // y's lane-0 word index for each vector at pair 0
+  int64_t y_step = 0;                        // elements between y's pairs along `loop`
+  std::vector<std::pair<size_t, size_t>> at; // each reduction's (row, vector)
+  int64_t groups() const { return (static_cast<int64_t>(rows.size()) + 15) / 16; } // A tiles of 16 rows
+};
+std::optional<TileBlock> tile_block(const std::vector<UOpPtr>& reduces, const UOp* lane);
 
 // Whether the CPU the C kernels are compiled for (-march=native: this one) has AVX512_BF16: the CPU
 // lowering then lays the lane panels of bfloat16 products out by pairs (see pair_dot).

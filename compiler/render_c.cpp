@@ -1,10 +1,12 @@
 #include "compiler/render_c.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <unordered_map>
@@ -434,6 +436,10 @@ public:
         os << "typedef " << t << " " << name << " __attribute__((ext_vector_type(" << k_.lanes << ")));\n";
     if (k_.lane_range >= 0) os << kVectorPrelude;
     if (pair_dots_) os << "#if defined(__AVX512BF16__)\n#include <immintrin.h>\n#endif\n";
+    if (!tile_config_.empty())
+      os << "#if !defined(__AMXBF16__) && !defined(__AMX_BF16__)\n#error \"tiny: this kernel computes in AMX tiles "
+            "and the C compiler does not target AMX-BF16 (TINY_AMX=0 lowers without tiles)\"\n#endif\n"
+            "#include <immintrin.h>\n";
     os << "\nvoid " << fn
        << "(void* const* bufs, const int64_t* ivars, const double* fvars, int64_t begin, int64_t end) {\n"
        << "  (void)ivars; (void)fvars;\n";
@@ -450,6 +456,10 @@ public:
         os << (l ? ", " : "") << l;
       os << "};\n  (void)tiny_lane;\n";
     }
+    // a thread's tiles keep their configuration between calls only if nothing else ran on it: loaded each call
+    if (!tile_config_.empty())
+      os << "  static const unsigned char tiny_tiles[64] __attribute__((aligned(64))) = {" << tile_config_
+         << "};\n  _tile_loadconfig(tiny_tiles);\n";
     os << scopes_[0].code.str();
     for (size_t d = 0; d < k_.loops.size(); d++) {
       os << indent(static_cast<int>(d) + 1) << "for (int64_t r" << d << " = " << (d == 0 ? "begin" : "0") << "; r" << d
@@ -458,6 +468,7 @@ public:
     }
     for (size_t d = k_.loops.size(); d-- > 0;)
       os << indent(static_cast<int>(d) + 1) << "}\n";
+    if (!tile_config_.empty()) os << "  _tile_release();\n";
     os << "}\n";
     return os.str();
   }
@@ -480,7 +491,8 @@ private:
   std::unordered_set<const UOp*> stored_in_reduce_loops_; // those emitted
   std::vector<size_t> open_;                              // scopes enclosing the code being emitted, outermost first
   int next_ = 0;
-  bool pair_dots_ = false; // some reduction steps by bfloat16 pair dot products (see pair_dot)
+  bool pair_dots_ = false;  // some reduction steps by bfloat16 pair dot products (see pair_dot)
+  std::string tile_config_; // the AMX tile configuration of the kernel's tile blocks (see emit_tiles)
   const UOp* lane_node_ = nullptr;
   std::vector<UOpPtr> keep_;
 
@@ -809,6 +821,12 @@ private:
         if (auto p = pair_dot(m, lane_node())) pairs.push_back(*p);
     if (pairs.size() != group.size()) pairs.clear();
     pair_dots_ = pair_dots_ || !pairs.empty();
+    // An AMX block (see TileBlock): the tiles' loop steps by 16 pairs as far as it can, in tiles; the rest
+    // by pairs, in vectors. One tile configuration a kernel (loaded once a call).
+    std::optional<TileBlock> tiles;
+    if (k_.tiles && !pairs.empty()) tiles = tile_block(group, lane_node());
+    if (tiles && !tile_config_.empty() && tile_config_ != tile_config(*tiles)) tiles.reset();
+    if (tiles) tile_config_ = tile_config(*tiles);
     // The loops: every range but the lanes (a reduction over lanes steps its innermost loop by them),
     // unless the value is the same in every lane (a sum of a broadcast value): then the lanes are a loop
     // like the others, or the sum would count one lane.
@@ -843,6 +861,15 @@ private:
               << ref(load->src[0]) << " + " << ref(idx) << ", sizeof t_); t_; });\n";
       return words[idx.get()] = v;
     };
+    // the tiles' loop body: their addresses only (the start of the body the pairs' loop runs)
+    std::string tile_body;
+    if (tiles) {
+      for (int64_t g = 0; g < tiles->groups(); g++)
+        emit(tiles->rows[static_cast<size_t>(16 * g)]);
+      for (const UOpPtr& c : tiles->cols)
+        emit(c);
+      tile_body = body.code.str();
+    }
     for (const PairDot& p : pairs)
       pair_words.emplace_back(word(p.x, p, false), word(p.y, p, true));
     if (pairs.empty())
@@ -869,14 +896,33 @@ private:
       else
         target.code << ind << reg_type(m->dtype) << " " << acc << " = " << id << ";\n";
     }
-    for (size_t i = 0; i < loops.size(); i++) {
-      std::string rn = "r" + std::to_string(std::get<int64_t>(loops[i]->arg));
-      target.code << indent(target.depth + static_cast<int>(i)) << "for (int64_t " << rn << " = 0; " << rn << " < "
-                  << loops[i]->src[0]->const_i() << "; " << rn << "++) {\n";
-    }
-    target.code << body.code.str();
+    // the loops, the innermost from `begin` to `end` by `step`
+    auto open_loops = [&](int64_t begin, int64_t end, int64_t step, const std::string& code) {
+      for (size_t i = 0; i < loops.size(); i++) {
+        std::string rn = "r" + std::to_string(std::get<int64_t>(loops[i]->arg));
+        bool inner = i + 1 == loops.size();
+        target.code << indent(target.depth + static_cast<int>(i)) << "for (int64_t " << rn << " = "
+                    << (inner ? begin : 0) << "; " << rn << " < " << (inner ? end : loops[i]->src[0]->const_i()) << "; "
+                    << rn << (inner && step > 1 ? " += " + std::to_string(step) : "++") << ") {\n";
+      }
+      target.code << code;
+    };
+    auto close_loops = [&] {
+      for (size_t i = loops.size(); i-- > 0;)
+        target.code << indent(target.depth + static_cast<int>(i)) << "}\n";
+    };
     std::string bind = indent(body.depth);
-    if (!pairs.empty()) {
+    const int64_t extent = loops.empty() ? 1 : loops.back()->src[0]->const_i();
+    int64_t begin = 0;
+    // the loops in vectors or scalars: all of them, or what the tiles leave (an empty loop stays a loop)
+    auto rest = [&] { return !tiles || begin < extent; };
+    if (tiles) {
+      begin = extent / 16 * 16;
+      emit_tiles(
+          target.code, *tiles, accs, target.depth, bind, [&] { open_loops(0, begin, 16, tile_body); }, close_loops);
+    }
+    if (rest()) open_loops(begin, extent, 1, body.code.str());
+    if (!pairs.empty() && rest()) {
       // x's pair in every lane; lane l's pair of y. AVX512_BF16: one vdpbf16ps (bfloat16 denormals read
       // as zero, a denormal result flushes); else each bfloat16 widened (its bits are float32's upper
       // half) and multiply-added in the plain loop's order.
@@ -923,8 +969,7 @@ private:
       target.code << bind << acc << " = (" << reg_type(dt) << ")(" << combine(op, dt, acc, v) << ");\n";
       if (reassociate) target.code << bind << "}\n";
     }
-    for (size_t i = loops.size(); i-- > 0;)
-      target.code << indent(target.depth + static_cast<int>(i)) << "}\n";
+    if (rest()) close_loops();
     for (size_t g = 0; g < group.size(); g++) {
       const UOpPtr& m = group[g];
       where_[m.get()] = open_[at];
@@ -950,6 +995,68 @@ private:
         names_[m.get()] = accs[g];
       }
     }
+  }
+
+  // Tiles of an AMX block: C tile (g, v) holds rows [16 g, 16 g + 16) of vector v (g V + v), then an A
+  // tile per 16 rows of x, a B tile per vector of y. A tile config (ldtilecfg's 64 bytes): palette 1,
+  // each tile's bytes per row at 16 + 2 t, its rows at 48 + t.
+  static std::string tile_config(const TileBlock& t) {
+    std::array<int, 64> cfg{};
+    cfg[0] = 1;
+    const int64_t groups = t.groups(), vecs = static_cast<int64_t>(t.cols.size());
+    const int64_t rows = static_cast<int64_t>(t.rows.size());
+    auto set = [&](int64_t tile, int64_t tile_rows) {
+      cfg[static_cast<size_t>(16 + 2 * tile)] = 64;
+      cfg[static_cast<size_t>(48 + tile)] = static_cast<int>(tile_rows);
+    };
+    for (int64_t g = 0; g < groups; g++) {
+      int64_t n = std::min<int64_t>(16, rows - 16 * g);
+      for (int64_t v = 0; v < vecs; v++)
+        set(g * vecs + v, n);
+      set(groups * vecs + g, n);
+    }
+    for (int64_t v = 0; v < vecs; v++)
+      set(groups * vecs + groups + v, 16);
+    std::string s;
+    for (int b : cfg)
+      s += (s.empty() ? "" : ", ") + std::to_string(b);
+    return s;
+  }
+
+  // The tiles' part of an AMX block's reduction: C tiles zeroed, the loops (open_loops: the tiles' loop
+  // by 16 pairs), each step an A tile per 16 rows and a B tile per vector loaded and multiplied into
+  // every C tile; then the C tiles stored to a block the accumulators are read from (the rest of the
+  // loop, in vectors, and the epilogue continue from them). TDPBF16PS rounds as vdpbf16ps does (bfloat16
+  // denormals read as zero, a denormal result flushes, round to nearest even).
+  void emit_tiles(std::ostringstream& os, const TileBlock& t, const std::vector<std::string>& accs, int depth,
+                  const std::string& bind, const std::function<void()>& open_loops,
+                  const std::function<void()>& close_loops) {
+    const int64_t groups = t.groups(), vecs = static_cast<int64_t>(t.cols.size());
+    const std::string ind = indent(depth);
+    for (int64_t c = 0; c < groups * vecs; c++)
+      os << ind << "_tile_zero(" << c << ");\n";
+    open_loops();
+    const std::string x = ref(t.x->src[0]), y = ref(t.y->src[0]);
+    for (int64_t g = 0; g < groups; g++)
+      os << bind << "_tile_loadd(" << groups * vecs + g << ", " << x << " + "
+         << ref(t.rows[static_cast<size_t>(16 * g)]) << ", " << 2 * t.row_stride << ");\n";
+    for (int64_t v = 0; v < vecs; v++)
+      os << bind << "_tile_loadd(" << groups * vecs + groups + v << ", " << y << " + "
+         << ref(t.cols[static_cast<size_t>(v)]) << ", " << 2 * t.y_step << ");\n";
+    for (int64_t g = 0; g < groups; g++)
+      for (int64_t v = 0; v < vecs; v++)
+        os << bind << "_tile_dpbf16ps(" << g * vecs + v << ", " << groups * vecs + g << ", "
+           << groups * vecs + groups + v << ");\n";
+    close_loops();
+    std::string block = "tiles" + std::to_string(next_++);
+    os << ind << "float " << block << "[" << 16 * groups << "][" << 16 * vecs << "] __attribute__((aligned(64)));\n";
+    for (int64_t g = 0; g < groups; g++)
+      for (int64_t v = 0; v < vecs; v++)
+        os << ind << "_tile_stored(" << g * vecs + v << ", &" << block << "[" << 16 * g << "][" << 16 * v << "], "
+           << 64 * vecs << ");\n";
+    for (size_t i = 0; i < accs.size(); i++)
+      os << ind << "memcpy(&" << accs[i] << ", &" << block << "[" << t.at[i].first << "][" << 16 * t.at[i].second
+         << "], sizeof " << accs[i] << ");\n";
   }
 
   // acc op v for a reduction's op.

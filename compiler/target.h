@@ -17,6 +17,9 @@ struct Target {
   int64_t local_mem = 16 * 1024; // bytes of __local / __shared__ memory per work-group
   std::array<int64_t, 3> max_groups{int64_t{1} << 31, 65535, 65535}; // work-groups per grid axis
   bool fp64 = true;                                                  // double arithmetic available
+  // CPU: AMX-BF16 tiles usable: the host has them and the OS granted this process their state (see
+  // amx_tiles in runtime/cpu_device.cpp). A bfloat16 matmul's register block then accumulates in tiles.
+  bool amx_bf16 = false;
   bool gpu() const { return dialect != Dialect::C; }
 };
 

@@ -3,7 +3,11 @@
 
 #include <dlfcn.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -209,9 +213,29 @@ private:
   std::chrono::steady_clock::time_point at_;
 };
 
+// Whether kernels may use AMX-BF16 tiles: the CPU has them (CPUID leaf 7: EDX bit 24 AMX-TILE, bit 22
+// AMX-BF16) and Linux grants this process the tile state (arch_prctl ARCH_REQ_XCOMP_PERM for
+// XFEATURE_XTILEDATA, 18: once per process, for every thread; without it a tile instruction faults).
+// TINY_AMX=0 keeps them off.
+bool amx_tiles() {
+#if defined(__x86_64__) && defined(__linux__)
+  if (const char* v = std::getenv("TINY_AMX"); v && std::string(v) == "0") return false;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 22))) return false;
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
+
 class CpuDevice : public Device {
 public:
-  CpuDevice() { allocator_.set_device_name(name()); }
+  CpuDevice() {
+    allocator_.set_device_name(name());
+    static const bool tiles = amx_tiles();
+    target_.amx_bf16 = tiles;
+  }
   std::string name() const override { return "CPU (clang)"; }
   int64_t total_memory() const override {
     return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));

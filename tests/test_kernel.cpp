@@ -2,6 +2,7 @@
 // checked against plain loops.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -329,6 +330,55 @@ TEST(Kernel, ABFloat16MatmulStepsByPairDotProducts) {
       }
       EXPECT_NEAR(got[i * N + j], s, 1e-5 * mag + 1e-6) << i << " " << j;
     }
+}
+
+// A matmul over an empty reduced axis (x (5, 0) @ w (0, 10), as upstream samples have) sums nothing: its
+// reduce loop runs zero times, and every output is 0.
+TEST(Kernel, AMatmulOverAnEmptyAxisIsZero) {
+  const int64_t M = 5, N = 10;
+  auto a = expand(reshape(buffer(filled({})), {M, 1, 0}), {M, N, 0});
+  auto b = expand(reshape(buffer(filled({})), {1, N, 0}), {M, N, 0});
+  auto got = values(realize_value(reshape(reduce(alu(Ops::MUL, a, b), Ops::ADD, {2}), {M, N})));
+  EXPECT_EQ(got, std::vector<float>(M * N, 0.0f));
+}
+
+// bfloat16 x @ w on a host with AMX-BF16 tiles: the register block is 32 or 16 rows of two vectors whose
+// accumulators are tiles (16 x 16 floats, the panel read as B tiles), the reduced axis 32 at a time and
+// what is left of it (K / 2 = 50 pairs: 48 in tiles, 2 in vectors) by pair dot products. The sums,
+// read back from the tiles into the epilogue (a product with a third operand), match plain loops over
+// the operands' values at float32 accumulation's tolerance.
+TEST(Kernel, ABFloat16MatmulAccumulatesInAmxTiles) {
+  if (!cpu_device().target().amx_bf16)
+    GTEST_SKIP() << "this CPU has no AMX-BF16 (or Linux refused its tile state, or TINY_AMX=0)";
+  for (auto [M, K, N] : {std::array<int64_t, 3>{64, 100, 512}, {80, 64, 512}}) {
+    auto ah = realize_value(cast(buffer(filled(random_vec(M * K, 21))), DType::BFloat16));
+    auto bh = realize_value(cast(buffer(filled(random_vec(K * N, 22))), DType::BFloat16));
+    auto sv = random_vec(M * N, 23);
+    auto av = values(realize_value(cast(buffer(ah), DType::Float32)));
+    auto bv = values(realize_value(cast(buffer(bh), DType::Float32)));
+    auto a = expand(reshape(cast(buffer(ah), DType::Float32), {M, 1, K}), {M, N, K});
+    auto b = expand(reshape(permute(reshape(cast(buffer(bh), DType::Float32), {K, N}), {1, 0}), {1, N, K}), {M, N, K});
+    auto value =
+        alu(Ops::MUL, reshape(reduce(alu(Ops::MUL, a, b), Ops::ADD, {2}), {M, N}), reshape(buffer(filled(sv)), {M, N}));
+    Schedule s = schedule_value(value, cpu_device().target(),
+                                [](DType dt, int64_t n) { return std::make_shared<Buffer>(cpu_device(), dt, n); });
+    std::string src;
+    for (const Kernel& k : s.kernels)
+      if (k.tiles) src = render_c(k, k.name);
+    EXPECT_NE(src.find("_tile_dpbf16ps("), std::string::npos) << M << " " << K << " " << N;
+    EXPECT_NE(src.find("_tile_loadconfig("), std::string::npos) << src;
+    auto got = values(realize_value(value));
+    for (int64_t i = 0; i < M; i++)
+      for (int64_t j = 0; j < N; j++) {
+        double sum = 0, mag = 0;
+        for (int64_t q = 0; q < K; q++) {
+          sum += static_cast<double>(av[i * K + q]) * bv[q * N + j];
+          mag += std::abs(static_cast<double>(av[i * K + q]) * bv[q * N + j]);
+        }
+        double w = sv[i * N + j];
+        EXPECT_NEAR(got[i * N + j], sum * w, (1e-5 * mag + 1e-6) * std::abs(w) + 1e-6) << i << " " << j;
+      }
+  }
 }
 
 // A register block of x @ w keeps its accumulators in vector registers with room for the operands: on

@@ -2,6 +2,8 @@
 operand from a lane panel: on a CPU with AVX512_BF16 that panel is interleaved by pairs of the reduced
 axis and each step is a pair dot product (vdpbf16ps, which reads bfloat16 denormals as zero); elsewhere,
 or where the C compiler does not target AVX512_BF16, the same loop widens each pair and multiply-adds.
+On a CPU with AMX-BF16 tiles, blocks of 16 or 32 rows accumulate in tiles (tdpbf16ps, the same
+rounding), 32 of the reduced axis a step, the rest by pair dot products.
 Either way the sums accumulate in float32 and round to bfloat16 once, as torch's do."""
 
 import os
@@ -33,6 +35,35 @@ def bf16(*shape, seed=0):
 def test_mm_and_bmm_match_cpu(k):
     check(torch.mm, bf16(64, k), bf16(k, 512, seed=1), **BF16)
     check(torch.bmm, bf16(2, 64, k, seed=2), bf16(2, k, 512, seed=3), **BF16)
+
+
+# (M, K, N): rows that fill no tile or part of one (1, 15, 17, 33, 100), tiles of 16 and 32 rows (64, 80),
+# reduced axes shorter than a tile step (17), one step and a remainder (34, 100), columns fewer than a panel.
+ODD_SIZES = [
+    (1, 64, 512),
+    (15, 100, 512),
+    (17, 17, 512),
+    (33, 34, 1024),
+    (100, 100, 512),
+    (64, 100, 512),
+    (80, 1000, 512),
+    (128, 32, 1024),
+    (64, 33, 100),
+]
+
+
+@pytest.mark.parametrize("m,k,n", ODD_SIZES, ids=lambda v: str(v))
+def test_mm_at_odd_sizes_matches_cpu(m, k, n):
+    check(torch.mm, bf16(m, k), bf16(k, n, seed=1), **BF16)
+
+
+def test_batched_and_transposed_operands_at_odd_sizes_match_cpu():
+    check(torch.bmm, bf16(3, 80, 100), bf16(3, 100, 512, seed=1), **BF16)
+    check(torch.bmm, bf16(2, 17, 64, seed=2), bf16(2, 64, 1024, seed=3), **BF16)
+    check(lambda a, b: a.t() @ b, bf16(100, 64), bf16(100, 512, seed=1), **BF16)
+    check(lambda a, b: a @ b.t(), bf16(64, 100), bf16(512, 100, seed=1), **BF16)
+    check(lambda a, b: a.t() @ b.t(), bf16(1000, 80), bf16(512, 1000, seed=1), **BF16)
+    check(F.linear, bf16(96, 1000), bf16(512, 1000, seed=1), bf16(512, seed=2), **BF16)
 
 
 def test_linear_matches_cpu():
@@ -78,8 +109,18 @@ print("ok")
 
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="-mno-avx512bf16 is an x86 flag")
 def test_plain_path_without_avx512_bf16_matches_cpu(tmp_path):
-    """The kernels compiled for a CPU without AVX512_BF16 (-mno-avx512bf16) take the loop's plain path."""
-    env = dict(os.environ, TINY_CFLAGS="-mno-avx512bf16", TINY_CACHE_DIR=str(tmp_path))
+    """The kernels compiled for a CPU without AVX512_BF16 (-mno-avx512bf16), and lowered without AMX tiles,
+    take the loop's plain path."""
+    env = dict(os.environ, TINY_CFLAGS="-mno-avx512bf16", TINY_AMX="0", TINY_CACHE_DIR=str(tmp_path))
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-c", PLAIN_PATH], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="AMX is an x86 extension")
+def test_pair_dots_without_amx_tiles_match_cpu(tmp_path):
+    """With AMX tiles kept off (TINY_AMX=0, or a CPU without them) the same matmuls step by vdpbf16ps."""
+    env = dict(os.environ, TINY_AMX="0", TINY_CACHE_DIR=str(tmp_path))
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
     proc = subprocess.run([sys.executable, "-c", PLAIN_PATH], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
