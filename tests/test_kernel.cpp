@@ -30,6 +30,21 @@ std::vector<float> values(const BufferRef& b) {
   return std::vector<float>(p, p + b->numel);
 }
 
+// a (M x K) @ b (K x N) in double by plain loops, and the sum of the products' magnitudes (a tolerance's
+// scale), each row-major M x N.
+std::pair<std::vector<double>, std::vector<double>>
+plain_matmul(const std::vector<float>& a, const std::vector<float>& b, int64_t M, int64_t K, int64_t N) {
+  std::vector<double> sum(M * N), mag(M * N);
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++)
+      for (int64_t q = 0; q < K; q++) {
+        double p = static_cast<double>(a[i * K + q]) * b[q * N + j];
+        sum[i * N + j] += p;
+        mag[i * N + j] += std::abs(p);
+      }
+  return {sum, mag};
+}
+
 std::vector<float> random_vec(size_t n, unsigned seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> d(-2, 2);
@@ -321,15 +336,9 @@ TEST(Kernel, ABFloat16MatmulStepsByPairDotProducts) {
   EXPECT_NE(src.find("_mm512_dpbf16_ps("), std::string::npos) << src;
   EXPECT_NE(src.find("#else"), std::string::npos) << src;
   auto got = values(realize_value(value));
-  for (int64_t i = 0; i < M; i++)
-    for (int64_t j = 0; j < N; j++) {
-      double s = 0, mag = 0;
-      for (int64_t q = 0; q < K; q++) {
-        s += static_cast<double>(av[i * K + q]) * bv[q * N + j];
-        mag += std::abs(static_cast<double>(av[i * K + q]) * bv[q * N + j]);
-      }
-      EXPECT_NEAR(got[i * N + j], s, 1e-5 * mag + 1e-6) << i << " " << j;
-    }
+  auto [want, mag] = plain_matmul(av, bv, M, K, N);
+  for (int64_t i = 0; i < M * N; i++)
+    EXPECT_NEAR(got[i], want[i], 1e-5 * mag[i] + 1e-6) << i / N << " " << i % N;
 }
 
 // A matmul over an empty reduced axis (x (5, 0) @ w (0, 10), as upstream samples have) sums nothing: its
@@ -368,16 +377,11 @@ TEST(Kernel, ABFloat16MatmulAccumulatesInAmxTiles) {
     EXPECT_NE(src.find("_tile_dpbf16ps("), std::string::npos) << M << " " << K << " " << N;
     EXPECT_NE(src.find("_tile_loadconfig("), std::string::npos) << src;
     auto got = values(realize_value(value));
-    for (int64_t i = 0; i < M; i++)
-      for (int64_t j = 0; j < N; j++) {
-        double sum = 0, mag = 0;
-        for (int64_t q = 0; q < K; q++) {
-          sum += static_cast<double>(av[i * K + q]) * bv[q * N + j];
-          mag += std::abs(static_cast<double>(av[i * K + q]) * bv[q * N + j]);
-        }
-        double w = sv[i * N + j];
-        EXPECT_NEAR(got[i * N + j], sum * w, (1e-5 * mag + 1e-6) * std::abs(w) + 1e-6) << i << " " << j;
-      }
+    auto [want, mag] = plain_matmul(av, bv, M, K, N);
+    for (int64_t i = 0; i < M * N; i++) {
+      double w = sv[i];
+      EXPECT_NEAR(got[i], want[i] * w, (1e-5 * mag[i] + 1e-6) * std::abs(w) + 1e-6) << i / N << " " << i % N;
+    }
   }
 }
 
