@@ -506,10 +506,11 @@ void store(const at::Tensor& out, const UOpPtr& value) {
 
 at::Tensor empty_like_dtype(const at::Tensor& t, at::ScalarType dt) { return empty_tiny({0}, dt, t.device()); }
 
-// torch's CPU kernels take float32 and float64 (and complex, which tiny does not hold): another dtype gets
-// the CPU's own error.
+// torch's CPU kernels take float32 and float64, and complex, which these kernels do not: the CPU fallback
+// computes it (NotNativeDtype). Another dtype gets the CPU's own error.
 template <class Op, class... Args> void check_float(const at::Tensor& t, const Args&... args) {
   if (t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble) return;
+  if (t.is_complex()) to_tiny_dtype(t.scalar_type()); // NotNativeDtype
   check_cpu_accepts<Op>(args...);
   TORCH_CHECK_NOT_IMPLEMENTED(false, Op::name, " on tiny supports float32 and float64, not ", t.scalar_type());
 }

@@ -357,8 +357,8 @@ at::Tensor& baddbmm_(at::Tensor& self, const at::Tensor& b1, const at::Tensor& b
 
 void check_addr_scalar(at::ScalarType dtype, const at::Scalar& scalar, const char* name) {
   TORCH_CHECK(!scalar.isBoolean() || dtype == at::kBool, "Boolean ", name, " only supported for Boolean results.");
-  TORCH_CHECK(at::isFloatingType(dtype) || scalar.isIntegral(true), "For integral input tensors, argument ", name,
-              " must not be a floating point number.");
+  TORCH_CHECK(at::isFloatingType(dtype) || at::isComplexType(dtype) || scalar.isIntegral(true),
+              "For integral input tensors, argument ", name, " must not be a floating point number.");
 }
 
 // The value of addr in dtype (torch's promotion of the three tensors), self expanded to (n, m) unless

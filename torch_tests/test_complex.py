@@ -149,6 +149,11 @@ def test_ops_without_a_native_complex_kernel_run_on_the_cpu():
         lambda x, y: x.index_add(0, torch.tensor([1, 0, 3, 2], device=x.device), y),
         lambda x, y: x.take(torch.tensor([5, 0], device=x.device)),
         lambda x, y: x.scatter(0, torch.tensor([[1, 0, 2]], device=x.device), y, reduce="multiply"),
+        # complex scalars: the integral-input check of addr's beta and alpha did not know complex results
+        lambda x, y: torch.addr(x, x[:, 0], y[0], beta=0.2 + 0.6j, alpha=0.2 - 0.6j),
+        # the real linear algebra kernels refused complex inputs with NotImplementedError
+        lambda x, y: torch.cholesky_inverse(torch.linalg.cholesky(x.mH @ x + torch.eye(3, device=x.device))),
+        lambda x, y: torch.linalg.inv(x[:3] + 2 * torch.eye(3, device=x.device)),
     ):
         check(fn, x, y, allow_fallback=True, rtol=1e-5, atol=1e-5)
 
