@@ -197,6 +197,7 @@ UOpPtr apply_reflectors(const UOpPtr& a, const UOpPtr& tau, UOpPtr c, bool backw
 
 void check_lapack_dtype(const at::Tensor& t, const char* cpu_name) {
   at::ScalarType st = t.scalar_type();
+  if (t.is_complex()) to_tiny_dtype(st); // NotNativeDtype: the CPU fallback computes complex inputs
   TORCH_CHECK_NOT_IMPLEMENTED(st == at::kFloat || st == at::kDouble, "\"", cpu_name, "\" not implemented for '",
                               c10::toString(st), "'");
 }
@@ -742,8 +743,9 @@ at::Tensor linalg_matrix_exp(const at::Tensor& A) {
   TORCH_CHECK(A.dim() >= 2, "linalg.matrix_exp: The input tensor A must have at least 2 dimensions.");
   TORCH_CHECK(A.size(-1) == A.size(-2), "linalg.matrix_exp: A must be batches of square matrices, but they are ",
               A.size(-2), " by ", A.size(-1), " matrices");
-  TORCH_CHECK(at::isFloatingType(A.scalar_type()),
+  TORCH_CHECK(at::isFloatingType(A.scalar_type()) || A.is_complex(),
               "linalg.matrix_exp: Expected a floating point or complex tensor as input. Got ", A.scalar_type());
+  if (A.is_complex()) to_tiny_dtype(A.scalar_type()); // NotNativeDtype: the CPU fallback computes it
   int64_t n = A.size(-1);
   // torch's CPU kernel: the elementwise exponential of 1 x 1 matrices
   if (n == 1) return A.exp();
