@@ -599,6 +599,7 @@ at::Tensor& index_fill_with(at::Tensor& self, int64_t dim, const at::Tensor& ind
 }
 
 at::Tensor& index_fill_scalar(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Scalar& value) {
+  if (self.is_complex()) to_tiny_dtype(self.scalar_type()); // NotNativeDtype: the CPU fallback fills it
   TORCH_CHECK(!value.isComplex(), "index_fill_(): Converting complex Scalar to non-complex type is not supported");
   return index_fill_with(self, dim, index, scalar_constant(value, dtype_of(self)));
 }

@@ -820,6 +820,8 @@ linalg_slogdet_out(const at::Tensor& A, at::Tensor& sign, at::Tensor& logabsdet,
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> linalg_slogdet(const at::Tensor& A) {
+  // a complex A runs on the CPU (its logabsdet is real: the outputs here would not be)
+  if (A.is_complex()) to_tiny_dtype(A.scalar_type()); // NotNativeDtype
   at::Tensor sign = empty_like_dtype(A, A.scalar_type()), logabsdet = empty_like_dtype(A, A.scalar_type()),
              LU = empty_like_dtype(A, A.scalar_type()), pivots = empty_like_dtype(A, at::kInt);
   linalg_slogdet_out(A, sign, logabsdet, LU, pivots);

@@ -495,6 +495,8 @@ std::tuple<at::Tensor&, at::Tensor&> linalg_eigh_out(const at::Tensor& A, c10::s
 }
 
 std::tuple<at::Tensor, at::Tensor> linalg_eigh(const at::Tensor& A, c10::string_view uplo, bool compute_v) {
+  // a complex A runs on the CPU (its eigenvalues are real: the outputs here would not be)
+  if (A.is_complex()) to_tiny_dtype(A.scalar_type()); // NotNativeDtype
   at::ScalarType real = A.scalar_type();
   at::Tensor values = empty_tiny({0}, real, A.device()), vectors = empty_tiny({0}, A.scalar_type(), A.device());
   linalg_eigh_out(A, uplo, compute_v, values, vectors);
@@ -681,6 +683,7 @@ linalg_lstsq_out(const at::Tensor& input, const at::Tensor& other, std::optional
   std::string driver(driver_opt.value_or("gelsy"));
   TORCH_CHECK(driver == "gels" || driver == "gelsy" || driver == "gelsd" || driver == "gelss", name,
               ": parameter `driver` should be one of (gels, gelsy, gelsd, gelss)");
+  if (input.is_complex()) to_tiny_dtype(input.scalar_type()); // NotNativeDtype: the CPU fallback solves it
   TORCH_CHECK(input.scalar_type() == at::kFloat || input.scalar_type() == at::kDouble,
               "This function doesn't handle types other than float and double");
   for (const at::Tensor* out : {&solution, &residuals, &singular_values})
