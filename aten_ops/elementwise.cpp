@@ -26,6 +26,7 @@
 
 #include "aten_ops/bessel.h"
 #include "aten_ops/complex_math.h"
+#include "aten_ops/igamma.h"
 #include "aten_ops/polynomials.h"
 #include "aten_ops/special_math.h"
 #include "aten_ops/window_read.h"
@@ -400,6 +401,11 @@ Build bessel_k(int order, bool scaled) {
   return [order, scaled](const Call& c) { return aten_ops::special::bessel_k(c.a(), order, scaled); };
 }
 
+// igamma (lower) and igammac: their series run on until each element converges, the host reading between kernels.
+Build incomplete_gamma(bool lower) {
+  return [lower](const Call& c) { return aten_ops::special::incomplete_gamma(c.a(), c.b(), lower, c.device()); };
+}
+
 // logit's gradient dy / (x (1 - x)) as the CPU's vectorized loop computes it: without eps NaN outside [0, 1]
 // (+-inf at its ends, by the division); with eps 0 outside [eps, 1 - eps] (NaN x too), eps in the dtype.
 UOpPtr logit_backward(const Call& c) {
@@ -533,6 +539,8 @@ const std::unordered_map<std::string, Op>& table() {
       {"special_spherical_bessel_j0", {K::UnaryFloat, special_fn(aten_ops::special::spherical_bessel_j0)}},
       {"special_airy_ai", {K::UnaryFloat, special_fn(aten_ops::special::airy_ai)}},
       {"logit_backward", {K::Binary, logit_backward}},
+      {"igamma", {K::Binary, incomplete_gamma(true)}},
+      {"igammac", {K::Binary, incomplete_gamma(false)}},
       {"log1p", {K::UnaryFloat, unary(Ops::LOG1P)}},
       {"expm1", {K::UnaryFloat, unary(Ops::EXPM1)}},
       {"sqrt", {K::UnaryFloat, unary(Ops::SQRT)}},
@@ -1363,6 +1371,12 @@ constexpr const char* kOverloads[] = {
     "special_airy_ai.out",
     "logit_backward",
     "logit_backward.grad_input",
+    "igamma",
+    "igamma.out",
+    "igamma_",
+    "igammac",
+    "igammac.out",
+    "igammac_",
     "log1p",
     "log1p.out",
     "log1p_",

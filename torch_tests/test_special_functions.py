@@ -1,7 +1,7 @@
 """torch.special's functions of the normal distribution, the Bessel family and the Airy function (issue #16),
 natively on tiny, against PyTorch CPU with the fallback disabled (TINY_FALLBACK=0): erfcx, log_ndtr, ndtri,
-bessel_j0/j1/y0/y1, modified_bessel_i0/i1/k0/k1, scaled_modified_bessel_k0/k1, spherical_bessel_j0, airy_ai
-and logit's backward. Each on a grid crossing every branch of the CPU's
+bessel_j0/j1/y0/y1, modified_bessel_i0/i1/k0/k1, scaled_modified_bessel_k0/k1, spherical_bessel_j0, airy_ai,
+logit's backward, and igamma/igammac (gammainc/gammaincc). Each on a grid crossing every branch of the CPU's
 algorithm (its thresholds from both sides, zero, signed zero, huge values, +-inf, NaN), in float32 and float64,
 integer inputs promoting as the CPU, the out= and in-place forms, and the gradients torch defines."""
 
@@ -129,3 +129,48 @@ def test_logit_gradient_matches_cpu():
     check(lambda g, t: torch.ops.aten.logit_backward(g, t), rand(3, dtype=torch.float64), rand(3))  # promotes
     check(lambda g, t: torch.ops.aten.logit_backward(g, t), torch.arange(3), torch.arange(3))  # ints refused
     check(lambda t: F.binary_cross_entropy(torch.sigmoid(t), torch.sigmoid(t.detach() * 2)), rand(4))
+
+
+# ---- igamma and igammac ----
+
+
+def gamma_grid():
+    """(a, x) pairs taking every algorithm of the CPU: each series, the continued fraction, Temme's expansion
+    for a ~ x (20 < a < 200 within 30%, a > 200 within 4.5 / sqrt(a)) from both sides of its edges, and the
+    boundary values (0, inf, NaN, negative)."""
+    values = [0.0, 1e-30, 1e-5, 0.1, 0.5, 0.7, 1.0, 1.05, 1.1, 1.5, 3, 10, 19.5, 20, 21, 50, 100, 150, 199, 200]
+    values += [201, 1e3, 1e4, 1e6, INF, NAN, -1.0, -0.0]
+    pairs = [(a, x) for a in values for x in values]
+    pairs += [(a, a * f) for a in (25.0, 60.0, 150.0, 250.0, 1e3, 1e4, 1e5) for f in (0.71, 0.8, 0.95, 0.99, 1.0)]
+    pairs += [(a, a * f) for a in (25.0, 60.0, 150.0, 250.0, 1e3, 1e4, 1e5) for f in (1.01, 1.2, 1.29, 1.31)]
+    a, x = zip(*pairs, strict=True)
+    return torch.tensor(a, dtype=torch.float64), torch.tensor(x, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("fn", [torch.igamma, torch.igammac, torch.special.gammainc, torch.special.gammaincc])
+@by_dtype(REAL)
+def test_incomplete_gamma_matches_cpu_on_every_branch(fn, dtype):
+    a, x = gamma_grid()
+    precise = {"rtol": 1e-5, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 1e-10, "atol": 1e-12}
+    check(fn, a.to(dtype), x.to(dtype), **precise)
+
+
+def test_incomplete_gamma_broadcasts_promotes_and_has_out_and_in_place_forms_like_cpu():
+    a = rand(3, 1).abs() * 4
+    x = rand(1, 5, seed=1).abs() * 4
+    check(torch.igamma, a, x)
+    check(torch.igammac, a, x.double())  # promotes to float64
+    check(torch.igamma, a, 2.5)
+    check(lambda s, t: s.igammac_(t), a.expand(3, 5).contiguous(), x)
+    check(lambda s, t, o: torch.igamma(s, t, out=o), a, x, torch.empty(0))
+    check(torch.igamma, torch.arange(4), torch.arange(4))  # integers: refused, as on the CPU
+    check(torch.igamma, a.half(), x.half(), rtol=2e-3, atol=1e-3)  # float16 computes in float
+
+
+@by_dtype(REAL)
+def test_incomplete_gamma_gradient_in_x_matches_cpu(dtype):
+    a = torch.tensor([0.5, 1.0, 2.5, 30.0, 7.0], dtype=dtype)
+    x = torch.tensor([0.3, 2.0, 1.0, 29.0, 12.0], dtype=dtype)
+    for fn in (torch.igamma, torch.igammac):
+        expected, actual = with_grads(lambda t, fn=fn: fn(a.to(t.device), t), x)
+        assert_same(actual, expected, **({"rtol": 1e-5, "atol": 1e-6} if dtype == torch.float32 else {}))
