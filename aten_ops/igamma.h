@@ -8,7 +8,6 @@
 // the host reading every 32 steps whether any element goes on. Coefficients: Boost's Lanczos sum (Boost licence)
 // and Temme's d[k][n] as SciPy tabulates them (BSD).
 
-#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <mutex>
@@ -254,12 +253,13 @@ struct Gamma {
   UOpPtr c(double v) const { return k(x, v); }
 };
 
-// Boost's Lanczos sum scaled by exp(-g): a ratio of two polynomials, evaluated in 1 / a above 1 (SciPy's ratevl).
+// Boost's Lanczos sum scaled by exp(-g): a ratio of two polynomials (coefficients from the highest power),
+// evaluated in 1 / a above 1, where the reversed coefficients make the same ratio (SciPy's ratevl).
 inline UOpPtr lanczos_sum_expg_scaled(const UOpPtr& a) {
-  std::vector<double> num_low(std::rbegin(kLanczosNum), std::rend(kLanczosNum));
-  std::vector<double> den_low(std::rbegin(kLanczosDen), std::rend(kLanczosDen));
+  std::vector<double> num_of_inverse(std::rbegin(kLanczosNum), std::rend(kLanczosNum));
+  std::vector<double> den_of_inverse(std::rbegin(kLanczosDen), std::rend(kLanczosDen));
   UOpPtr inv = un(Ops::RECIP, a);
-  UOpPtr above = div(polynomial(inv, num_low), polynomial(inv, den_low));
+  UOpPtr above = div(polynomial(inv, num_of_inverse), polynomial(inv, den_of_inverse));
   UOpPtr below = div(polynomial(a, kLanczosNum), polynomial(a, kLanczosDen));
   return where(lt(k(a, 1), un(Ops::ABS, a)), above, below);
 }
@@ -287,13 +287,13 @@ inline UOpPtr igamma_series(const Gamma& g, const UOpPtr& ax, const UOpPtr& use)
   Series s{{a, g.c(1), g.c(1)}, un(Ops::NOT, both(use, alu(Ops::CMPNE, ax, g.c(0))))};
   s = iterate(
       s, 2000,
-      [&](Series& s) {
-        UOpPtr live = un(Ops::NOT, s.done);
-        UOpPtr r = add(s.state[0], g.c(1));
-        UOpPtr c = mul(s.state[1], div(x, r));
-        UOpPtr ans = add(s.state[2], c);
-        s.state = {where(live, r, s.state[0]), where(live, c, s.state[1]), where(live, ans, s.state[2])};
-        s.done = either(s.done, le(c, mul(eps, ans)));
+      [&](Series& it) {
+        UOpPtr live = un(Ops::NOT, it.done);
+        UOpPtr r = add(it.state[0], g.c(1));
+        UOpPtr c = mul(it.state[1], div(x, r));
+        UOpPtr ans = add(it.state[2], c);
+        it.state = {where(live, r, it.state[0]), where(live, c, it.state[1]), where(live, ans, it.state[2])};
+        it.done = either(it.done, le(c, mul(eps, ans)));
       },
       g.device, 8);
   return where(eq(ax, g.c(0)), g.c(0), div(mul(s.state[2], ax), a));
@@ -306,13 +306,13 @@ inline UOpPtr igammac_series(const Gamma& g, const UOpPtr& use) {
   Series s{{g.c(1), g.c(0), g.c(1)}, un(Ops::NOT, use)}; // fac, sum, n
   s = iterate(
       s, 1999,
-      [&](Series& s) {
-        UOpPtr live = un(Ops::NOT, s.done), n = s.state[2];
-        UOpPtr fac = mul(s.state[0], div(neg(x), n));
+      [&](Series& it) {
+        UOpPtr live = un(Ops::NOT, it.done), n = it.state[2];
+        UOpPtr fac = mul(it.state[0], div(neg(x), n));
         UOpPtr term = div(fac, add(a, n));
-        UOpPtr sum = add(s.state[1], term);
-        s.state = {where(live, fac, s.state[0]), where(live, sum, s.state[1]), add(n, g.c(1))};
-        s.done = either(s.done, le(un(Ops::ABS, term), mul(eps, un(Ops::ABS, sum))));
+        UOpPtr sum = add(it.state[1], term);
+        it.state = {where(live, fac, it.state[0]), where(live, sum, it.state[1]), add(n, g.c(1))};
+        it.done = either(it.done, le(un(Ops::ABS, term), mul(eps, un(Ops::ABS, sum))));
       },
       g.device, 8);
   UOpPtr logx = un(Ops::LOG, x);
@@ -332,9 +332,9 @@ inline UOpPtr igammac_fraction(const Gamma& g, const UOpPtr& ax, const UOpPtr& u
            un(Ops::NOT, both(use, alu(Ops::CMPNE, ax, g.c(0))))};
   s = iterate(
       s, 2000,
-      [&](Series& s) {
-        const std::vector<UOpPtr>& v = s.state;
-        UOpPtr live = un(Ops::NOT, s.done);
+      [&](Series& it) {
+        const std::vector<UOpPtr>& v = it.state;
+        UOpPtr live = un(Ops::NOT, it.done);
         UOpPtr c = add(v[0], g.c(1)), y = add(v[1], g.c(1)), z = add(v[2], g.c(2));
         UOpPtr yc = mul(y, c);
         UOpPtr pk = sub(mul(v[3], z), mul(v[4], yc)), qk = sub(mul(v[5], z), mul(v[6], yc));
@@ -345,8 +345,8 @@ inline UOpPtr igammac_fraction(const Gamma& g, const UOpPtr& ax, const UOpPtr& u
         UOpPtr scale = where(lt(g.c(big), un(Ops::ABS, pk)), g.c(big_inv), g.c(1));
         std::vector<UOpPtr> next = {c, y, z, mul(pk, scale), mul(v[3], scale), mul(qk, scale), mul(v[5], scale), ans};
         for (size_t i = 0; i < next.size(); i++)
-          s.state[i] = where(live, next[i], v[i]);
-        s.done = either(s.done, le(t, g.c(g.machep())));
+          it.state[i] = where(live, next[i], v[i]);
+        it.done = either(it.done, le(t, g.c(g.machep())));
       },
       g.device, 2);
   return where(eq(ax, g.c(0)), g.c(0), mul(s.state[7], ax));
