@@ -24,7 +24,9 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "aten_ops/bessel.h"
 #include "aten_ops/complex_math.h"
+#include "aten_ops/igamma.h"
 #include "aten_ops/polynomials.h"
 #include "aten_ops/special_math.h"
 #include "aten_ops/window_read.h"
@@ -386,6 +388,40 @@ Build bessel(UOpPtr (*f)(const UOpPtr&, bool), bool scaled) {
   return [f, scaled](const Call& c) { return f(c.a(), scaled); };
 }
 
+// erfcx and log_ndtr pick their fit's coefficients from a table: it goes to the call's device each call (5.6 kB).
+Build with_erfcx_table(UOpPtr (*f)(const UOpPtr&, const UOpPtr&)) {
+  return [f](const Call& c) {
+    const auto& rows = aten_ops::special::kErfcxChebyshev;
+    at::Tensor table = at::tensor(c10::ArrayRef<double>(&rows[0][0], std::size(rows) * std::size(rows[0])),
+                                  at::TensorOptions().dtype(at::kDouble));
+    return f(c.a(), read(table.to(c.device())));
+  };
+}
+Build bessel_k(int order, bool scaled) {
+  return [order, scaled](const Call& c) { return aten_ops::special::bessel_k(c.a(), order, scaled); };
+}
+
+// igamma (lower) and igammac: their series run on until each element converges, the host reading between kernels.
+Build incomplete_gamma(bool lower) {
+  return [lower](const Call& c) { return aten_ops::special::incomplete_gamma(c.a(), c.b(), lower, c.device()); };
+}
+
+// logit's gradient dy / (x (1 - x)) as the CPU's vectorized loop computes it: without eps NaN outside [0, 1]
+// (+-inf at its ends, by the division); with eps 0 outside [eps, 1 - eps] (NaN x too), eps in the dtype.
+UOpPtr logit_backward(const Call& c) {
+  const UOpPtr &dy = c.a(), &x = c.b();
+  UOpPtr grad = bin(Ops::FDIV, dy, bin(Ops::MUL, x, bin(Ops::SUB, c.constant(1.0), x)));
+  double eps = c.has("eps") ? c.param("eps").toDouble() : -1.0;
+  if (eps < 0) {
+    UOpPtr inside = bin(Ops::AND, bin(Ops::CMPLE, c.zero(), x), bin(Ops::CMPLE, x, c.constant(1.0)));
+    return where(inside, grad, c.constant(NAN));
+  }
+  UOpPtr lo = cast(c.constant(at::Scalar(eps)), c.common), hi = bin(Ops::SUB, cast(c.constant(1.0), c.common), lo);
+  UOpPtr xc = cast(x, c.common);
+  UOpPtr inside = bin(Ops::AND, bin(Ops::CMPLE, lo, xc), bin(Ops::CMPLE, xc, hi));
+  return where(inside, grad, c.zero());
+}
+
 // An orthogonal polynomial of x (first operand) and degree n (second); its recurrence reads n's largest value on
 // the device of the call.
 Build orthogonal(const std::function<UOpPtr(const aten_ops::polynomials::Args&)>& f) {
@@ -487,6 +523,24 @@ const std::unordered_map<std::string, Op>& table() {
       {"special_i0e", {K::UnaryFloat, bessel(aten_ops::special::bessel_i0, true)}},
       {"special_i1", {K::UnaryFloat, bessel(aten_ops::special::bessel_i1, false)}},
       {"special_i1e", {K::UnaryFloat, bessel(aten_ops::special::bessel_i1, true)}},
+      {"special_erfcx", {K::UnaryFloat, with_erfcx_table(aten_ops::special::erfcx)}},
+      {"special_log_ndtr", {K::UnaryFloat, with_erfcx_table(aten_ops::special::log_ndtr)}},
+      {"special_ndtri", {K::UnaryFloat, special_fn(aten_ops::special::ndtri)}},
+      {"special_bessel_j0", {K::UnaryFloat, special_fn(aten_ops::special::bessel_j0)}},
+      {"special_bessel_j1", {K::UnaryFloat, special_fn(aten_ops::special::bessel_j1)}},
+      {"special_bessel_y0", {K::UnaryFloat, special_fn(aten_ops::special::bessel_y0)}},
+      {"special_bessel_y1", {K::UnaryFloat, special_fn(aten_ops::special::bessel_y1)}},
+      {"special_modified_bessel_i0", {K::UnaryFloat, bessel(aten_ops::special::bessel_i0, false)}},
+      {"special_modified_bessel_i1", {K::UnaryFloat, special_fn(aten_ops::special::modified_bessel_i1)}},
+      {"special_modified_bessel_k0", {K::UnaryFloat, bessel_k(0, false)}},
+      {"special_modified_bessel_k1", {K::UnaryFloat, bessel_k(1, false)}},
+      {"special_scaled_modified_bessel_k0", {K::UnaryFloat, bessel_k(0, true)}},
+      {"special_scaled_modified_bessel_k1", {K::UnaryFloat, bessel_k(1, true)}},
+      {"special_spherical_bessel_j0", {K::UnaryFloat, special_fn(aten_ops::special::spherical_bessel_j0)}},
+      {"special_airy_ai", {K::UnaryFloat, special_fn(aten_ops::special::airy_ai)}},
+      {"logit_backward", {K::Binary, logit_backward}},
+      {"igamma", {K::Binary, incomplete_gamma(true)}},
+      {"igammac", {K::Binary, incomplete_gamma(false)}},
       {"log1p", {K::UnaryFloat, unary(Ops::LOG1P)}},
       {"expm1", {K::UnaryFloat, unary(Ops::EXPM1)}},
       {"sqrt", {K::UnaryFloat, unary(Ops::SQRT)}},
@@ -623,7 +677,8 @@ bool is_operand(const c10::Argument& arg) {
   const std::string& name = arg.name();
   return name == "self" || name == "other" || name == "exponent" || name == "min" || name == "max" ||
          name == "condition" || name == "tensor1" || name == "tensor2" || name == "end" || name == "weight" ||
-         name == "values" || name == "x" || (name == "n" && arg.type()->kind() == c10::TypeKind::TensorType);
+         name == "values" || name == "x" || name == "grad_output" ||
+         (name == "n" && arg.type()->kind() == c10::TypeKind::TensorType);
 }
 
 at::Tensor wrap_scalar(const at::Scalar& s) {
@@ -1284,6 +1339,44 @@ constexpr const char* kOverloads[] = {
     "special_i1.out",
     "special_i1e",
     "special_i1e.out",
+    "special_erfcx",
+    "special_erfcx.out",
+    "special_log_ndtr",
+    "special_log_ndtr.out",
+    "special_ndtri",
+    "special_ndtri.out",
+    "special_bessel_j0",
+    "special_bessel_j0.out",
+    "special_bessel_j1",
+    "special_bessel_j1.out",
+    "special_bessel_y0",
+    "special_bessel_y0.out",
+    "special_bessel_y1",
+    "special_bessel_y1.out",
+    "special_modified_bessel_i0",
+    "special_modified_bessel_i0.out",
+    "special_modified_bessel_i1",
+    "special_modified_bessel_i1.out",
+    "special_modified_bessel_k0",
+    "special_modified_bessel_k0.out",
+    "special_modified_bessel_k1",
+    "special_modified_bessel_k1.out",
+    "special_scaled_modified_bessel_k0",
+    "special_scaled_modified_bessel_k0.out",
+    "special_scaled_modified_bessel_k1",
+    "special_scaled_modified_bessel_k1.out",
+    "special_spherical_bessel_j0",
+    "special_spherical_bessel_j0.out",
+    "special_airy_ai",
+    "special_airy_ai.out",
+    "logit_backward",
+    "logit_backward.grad_input",
+    "igamma",
+    "igamma.out",
+    "igamma_",
+    "igammac",
+    "igammac.out",
+    "igammac_",
     "log1p",
     "log1p.out",
     "log1p_",

@@ -1,17 +1,18 @@
 #pragma once
-// torch.special's functions as UOp expressions: digamma, trigamma and polygamma, zeta, erfinv, and the
-// modified Bessel functions i0, i0e, i1, i1e. They are built from the ALU ops every renderer already
-// has (exp, log, sin, tan, pow, erf), so no renderer prelude changes and every device computes them.
-// Each follows the algorithm of torch's CPU kernel (the Cephes series and expansions; erfinv's rational
-// start and two Newton steps), with its branches as selects, so values agree to rounding. Loops with a
-// data-dependent trip count are unrolled to their bound (digamma's shift to x >= 10 takes at most 10
-// steps once x > 0) and early exits become masks.
+// torch.special's functions as UOp expressions: digamma, trigamma and polygamma, zeta, erfinv, erfcx, log_ndtr
+// and ndtri, and the modified Bessel functions i0, i0e, i1, i1e (the rest of the Bessel family: bessel.h). They are
+// built from the ALU ops every renderer already has (exp, log, sin, tan, pow, erf), so no renderer prelude changes and
+// every device computes them. Each follows the algorithm of torch's CPU kernel (the Cephes series and expansions;
+// erfinv's rational start and two Newton steps), with its branches as selects, so values agree to rounding. Loops with
+// a data-dependent trip count are unrolled to their bound (digamma's shift to x >= 10 takes at most 10 steps once x >
+// 0) and early exits become masks.
 
 #include <cmath>
 #include <span>
 #include <vector>
 
 #include "aten_ops/builders.h"
+#include "aten_ops/erfcx_table.h"
 
 namespace tiny::aten_ops::special {
 
@@ -229,6 +230,89 @@ inline UOpPtr erfinv(const UOpPtr& y) {
     x = sub(x, div(sub(un(Ops::ERF, x), y), mul(two_over_sqrt_pi, exp(neg(mul(x, x))))));
   x = where(eq(ya, k(y, 1)), where(lt(y, k(y, 0)), k(y, -INFINITY), k(y, INFINITY)), x);
   return where(lt(k(y, 1), ya), k(y, NAN), x);
+}
+
+// ---- the normal distribution: erfcx, log_ndtr, ndtri ----
+
+// The fit of erfcx on the subinterval of y = y100 / 100 (0 <= y100 <= 100; others take row 0, their value
+// unused): its coefficients gathered from `table` (kErfcxChebyshev, flattened, on the device) and evaluated in
+// double, as the CPU's double literals make it do for float too.
+inline UOpPtr erfcx_fit(const UOpPtr& y100, const UOpPtr& table) {
+  UOpPtr inside = both(le(k(y100, 0), y100), le(y100, k(y100, 100)));
+  UOpPtr row = cast(un(Ops::TRUNC, where(inside, y100, k(y100, 0))), DType::Int64);
+  UOpPtr centre = add(mul(k(y100, 2), cast(row, y100->dtype)), k(y100, 1)); // 2 i + 1, exact
+  UOpPtr t = cast(sub(mul(k(y100, 2), y100), centre), DType::Float64);
+  UOpPtr first = mul(row, like(row, kErfcxTerms));
+  UOpPtr v = gather(table, add(first, like(row, kErfcxTerms - 1)));
+  for (int j = kErfcxTerms - 2; j >= 0; j--)
+    v = add(gather(table, add(first, like(row, j))), mul(v, t));
+  return cast(v, y100->dtype);
+}
+
+// erfcx(x) = exp(x^2) erfc(x) by torch's CPU algorithm (S. G. Johnson's): for 0 <= x <= 50 the fit in
+// y = 4 / (4 + x), beyond a 5-term continued fraction, and past 5e7 its first term (the others would overflow);
+// below 0 erfcx(x) = 2 exp(x^2) - erfcx(-x), whose second term is dropped below -6.1, and inf below -26.7.
+inline UOpPtr erfcx(const UOpPtr& x, const UOpPtr& table) {
+  constexpr double kInvSqrtPi = 0.56418958354775628694807945156;
+  UOpPtr xx = mul(x, x);
+  UOpPtr fit = erfcx_fit(div(k(x, 400), add(k(x, 4), un(Ops::ABS, x))), table);
+  UOpPtr fraction = div(mul(k(x, kInvSqrtPi), add(mul(xx, add(xx, k(x, 4.5))), k(x, 2))),
+                        mul(x, add(mul(xx, add(xx, k(x, 5))), k(x, 3.75))));
+  UOpPtr positive = where(lt(k(x, 5e7), x), div(k(x, kInvSqrtPi), x), where(lt(k(x, 50), x), fraction, fit));
+  UOpPtr twice = mul(k(x, 2), exp(xx));
+  UOpPtr negative = where(lt(x, k(x, -26.7)), k(x, INFINITY), where(lt(x, k(x, -6.1)), twice, sub(twice, fit)));
+  return where(is_nan(x), x, where(le(k(x, 0), x), positive, negative));
+}
+
+// log of the standard normal CDF: log(erfcx(-t) / 2) - t^2 below -1 (t = x / sqrt(2)), where 1 - erfc(t) / 2
+// would lose every digit, else log1p(-erfc(t) / 2).
+inline UOpPtr log_ndtr(const UOpPtr& x, const UOpPtr& table) {
+  UOpPtr t = mul(x, k(x, M_SQRT1_2));
+  UOpPtr low = sub(un(Ops::LOG, div(erfcx(neg(t), table), k(x, 2))), mul(t, t));
+  UOpPtr high = un(Ops::LOG1P, div(neg(un(Ops::ERFC, t)), k(x, 2)));
+  return where(lt(x, k(x, -1)), low, high);
+}
+
+inline constexpr double kNdtriP0[] = {-5.99633501014107895267E1, 9.80010754185999661536E1, -5.66762857469070293439E1,
+                                      1.39312609387279679503E1, -1.23916583867381258016E0};
+inline constexpr double kNdtriQ0[] = {1.00000000000000000000E0,  1.95448858338141759834E0,  4.67627912898881538453E0,
+                                      8.63602421390890590575E1,  -2.25462687854119370527E2, 2.00260212380060660359E2,
+                                      -8.20372256168333339912E1, 1.59056225126211695515E1,  -1.18331621121330003142E0};
+inline constexpr double kNdtriP1[] = {
+    4.05544892305962419923E0,   3.15251094599893866154E1,   5.71628192246421288162E1,
+    4.40805073893200834700E1,   1.46849561928858024014E1,   2.18663306850790267539E0,
+    -1.40256079171354495875E-1, -3.50424626827848203418E-2, -8.57456785154685413611E-4};
+inline constexpr double kNdtriQ1[] = {
+    1.00000000000000000000E0,   1.57799883256466749731E1,   4.53907635128879210584E1,
+    4.13172038254672030440E1,   1.50425385692907503408E1,   2.50464946208309415979E0,
+    -1.42182922854787788574E-1, -3.80806407691578277194E-2, -9.33259480895457427372E-4};
+inline constexpr double kNdtriP2[] = {3.23774891776946035970E0,  6.91522889068984211695E0,  3.93881025292474443415E0,
+                                      1.33303460815807542389E0,  2.01485389549179081538E-1, 1.23716634817820021358E-2,
+                                      3.01581553508235416007E-4, 2.65806974686737550832E-6, 6.23974539184983293730E-9};
+inline constexpr double kNdtriQ2[] = {1.00000000000000000000E0,  6.02427039364742014255E0,  3.67983563856160859403E0,
+                                      1.37702099489081330271E0,  2.16236993594496635890E-1, 1.34204006088543189037E-2,
+                                      3.28014464682127739104E-4, 2.89247864745380683936E-6, 6.79019408009981274425E-9};
+
+// The inverse of the standard normal CDF, Cephes' ndtri: a rational fit in (y - 1/2)^2 for |y - 1/2| < 1/2 -
+// exp(-2), else in z = 1 / sqrt(-2 log y) (of 1 - y above 1/2, negated back), with one fit for z > 1/8 and one
+// below; -inf at 0, inf at 1, NaN outside [0, 1].
+inline UOpPtr ndtri(const UOpPtr& y0) {
+  constexpr double kExpMinus2 = 0.13533528323661269189, kSqrt2Pi = 2.50662827463100050242;
+  UOpPtr upper = lt(sub(k(y0, 1), k(y0, kExpMinus2)), y0);
+  UOpPtr y = where(upper, sub(k(y0, 1), y0), y0);
+  UOpPtr c = sub(y, k(y0, 0.5)), cc = mul(c, c);
+  UOpPtr central =
+      mul(add(c, mul(c, div(mul(cc, polynomial(cc, kNdtriP0)), polynomial(cc, kNdtriQ0)))), k(y0, kSqrt2Pi));
+  UOpPtr x = un(Ops::SQRT, mul(k(y0, -2), un(Ops::LOG, y)));
+  UOpPtr x0 = sub(x, div(un(Ops::LOG, x), x));
+  UOpPtr z = un(Ops::RECIP, x);
+  UOpPtr near = div(mul(z, polynomial(z, kNdtriP1)), polynomial(z, kNdtriQ1));
+  UOpPtr far = div(mul(z, polynomial(z, kNdtriP2)), polynomial(z, kNdtriQ2));
+  UOpPtr tail = sub(x0, where(lt(x, k(y0, 8)), near, far));
+  UOpPtr v = where(lt(k(y0, kExpMinus2), y), central, where(upper, tail, neg(tail)));
+  v = where(either(lt(y0, k(y0, 0)), lt(k(y0, 1), y0)), k(y0, NAN), v);
+  v = where(eq(y0, k(y0, 1)), k(y0, INFINITY), v);
+  return where(eq(y0, k(y0, 0)), k(y0, -INFINITY), v);
 }
 
 // ---- modified Bessel functions of the first kind (Cephes' Chebyshev expansions on [0, 8] and (8, inf)) ----
