@@ -1,0 +1,120 @@
+"""The long tail of ATen ops (issue #16), part 5, natively on tiny, against PyTorch CPU with the fallback
+disabled (TINY_FALLBACK=0), so a silent fallback fails the test: gcd and lcm (every form, every integer dtype,
+edge values down to the dtype's minimum); values, dtypes, shapes, broadcasting, out=, in-place, non-contiguous
+inputs and bad input raising the CPU's kind of error."""
+
+import pytest
+import torch
+from conftest import by_dtype, check
+
+pytestmark = pytest.mark.usefixtures("native")
+
+INTS = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+
+
+def ints(*shape, dtype, seed=0):
+    info = torch.iinfo(dtype)
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(info.min, info.max, shape, dtype=dtype, generator=g)
+
+
+# ---- gcd, lcm ----
+
+
+@by_dtype(INTS)
+def test_gcd_and_lcm_of_random_values_match_cpu(dtype):
+    x, y = ints(7, 9, dtype=dtype), ints(7, 9, dtype=dtype, seed=1)
+    y[0] = 0
+    x[1, :3] = torch.iinfo(dtype).min
+    check(torch.gcd, x, y)
+    if dtype in (torch.int32, torch.int64):  # gcd(MIN, y) can be -1, and MIN / -1 traps on the CPU
+        x[1, :3] += 1
+    check(torch.lcm, x, y)
+    check(torch.lcm, x.abs() % 1000, y.abs() % 1000)
+
+
+@by_dtype(INTS)
+def test_gcd_and_lcm_of_small_values_match_cpu(dtype):
+    lo = 0 if dtype == torch.uint8 else -12
+    v = torch.arange(lo, 13).to(dtype)
+    x, y = v.repeat_interleave(len(v)), v.repeat(len(v))  # every pair
+    check(torch.gcd, x, y)
+    check(torch.lcm, x, y)
+
+
+@pytest.mark.parametrize("dtype", (torch.int8, torch.uint8), ids=str)
+def test_gcd_and_lcm_of_every_8_bit_pair_match_cpu(dtype):
+    info = torch.iinfo(dtype)
+    v = torch.arange(info.min, info.max + 1).to(dtype)
+    x, y = v.repeat_interleave(len(v)), v.repeat(len(v))
+    check(torch.gcd, x, y)
+    check(torch.lcm, x, y)  # the product is taken in int and wraps back to the dtype, as in C
+
+
+def fibonacci_below(limit):
+    f = [1, 2]
+    while f[-1] + f[-2] < limit:
+        f.append(f[-1] + f[-2])
+    return f
+
+
+@pytest.mark.parametrize("dtype", (torch.int16, torch.int32, torch.int64), ids=str)
+def test_gcd_of_consecutive_fibonacci_numbers_takes_euclids_longest_path_and_matches_cpu(dtype):
+    f = torch.tensor(fibonacci_below(2 ** (torch.iinfo(dtype).bits - 1)), dtype=dtype)
+    check(torch.gcd, f[1:], f[:-1])
+    check(torch.gcd, f[:-1], -f[1:])
+    check(torch.lcm, f[1:], f[:-1])
+
+
+def test_gcd_at_int64_edge_values_matches_cpu():
+    m = -(2**63)
+    x = torch.tensor([m, m, m, m, 3, 0, 0, m + 1, 2**62, 12, -18, 7, -7])
+    y = torch.tensor([m, 0, 5, 3, m, 0, -7, 7, 3 * 2**61, -18, 12, 0, -7])
+    check(torch.gcd, x, y)  # gcd(MIN, 5) is -1 and gcd(MIN, 0) is MIN on the CPU
+    keep = torch.ones(len(x), dtype=torch.bool)
+    keep[2] = False  # lcm(MIN, 5) divides MIN by -1: a trap on the CPU
+    check(torch.lcm, x[keep], y[keep])
+
+
+@by_dtype((torch.int32, torch.int64))
+def test_gcd_and_lcm_broadcast_and_mix_dtypes_like_cpu(dtype):
+    x, y = ints(4, 1, 5, dtype=dtype) % 100, ints(3, 1, dtype=dtype, seed=1) % 100
+    check(torch.gcd, x, y)
+    check(torch.lcm, x, y)
+    check(torch.gcd, x, torch.tensor(12))
+    check(torch.gcd, x, (ints(5, dtype=torch.int8, seed=2) % 50))  # promotes to the wider dtype
+    check(torch.lcm, ints(5, dtype=torch.uint8, seed=3) % 20, ints(5, dtype=torch.int8, seed=4) % 20)
+
+
+def test_gcd_and_lcm_out_in_place_and_non_contiguous_match_cpu():
+    x, y = ints(6, 8, dtype=torch.int64) % 1000, ints(8, 6, dtype=torch.int64, seed=1).t() % 1000
+    check(torch.gcd, x, y)  # y transposed
+    check(torch.lcm, x[:, ::2], y[:, 1::2])
+    check(lambda a, b, o: torch.gcd(a, b, out=o), x, y, torch.empty(6, 8, dtype=torch.int64))
+    check(lambda a, b, o: torch.lcm(a, b, out=o), x, y, torch.empty(0, dtype=torch.int64))  # resized
+    check(lambda a, b: a.gcd_(b), x.clone(), y)
+    check(lambda a, b: a.lcm_(b), x.clone(), y)
+    check(lambda a, b: a[:, 1:3].gcd_(b[:, :2]), x.clone(), y)  # through a view
+    check(torch.gcd, torch.empty(0, 3, dtype=torch.int32), torch.empty(0, 3, dtype=torch.int32))
+    check(torch.gcd, torch.tensor(12), torch.tensor(-18))
+
+
+def test_gcd_fuses_into_what_reads_it():
+    x, y = ints(64, dtype=torch.int32) % 1000, ints(64, dtype=torch.int32, seed=1) % 1000
+    check(lambda a, b: (torch.gcd(a, b) * 2 + 1).sum(), x, y)
+
+
+@pytest.mark.parametrize(
+    "fn, args",
+    [
+        (torch.gcd, (torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0]))),  # floats: no kernel, as on the CPU
+        (torch.lcm, (torch.tensor([True]), torch.tensor([False]))),
+        (torch.gcd, (torch.tensor([4, 6]), torch.tensor([1, 2, 3]))),  # shapes do not broadcast
+        (lambda a, o: torch.gcd(a, a, out=o), (torch.tensor([4, 6]), torch.empty(2, dtype=torch.int8))),
+        (lambda a, b: a.gcd_(b), (torch.tensor([4, 6], dtype=torch.int8), torch.tensor([4, 6]))),  # int64 into int8
+        (lambda a, b: a.lcm_(b), (torch.tensor([4]), torch.tensor([4, 6]))),  # in-place cannot grow
+        (torch.gcd, (torch.tensor([4, 6], dtype=torch.uint16), torch.tensor([2, 3], dtype=torch.uint16))),
+    ],
+)
+def test_gcd_and_lcm_bad_input_raises_like_cpu(fn, args):
+    check(fn, *args)
