@@ -1,11 +1,12 @@
 """The long tail of ATen ops (issue #16), part 5, natively on tiny, against PyTorch CPU with the fallback
 disabled (TINY_FALLBACK=0), so a silent fallback fails the test: gcd and lcm (every form, every integer dtype,
-edge values down to the dtype's minimum); values, dtypes, shapes, broadcasting, out=, in-place, non-contiguous
-inputs and bad input raising the CPU's kind of error."""
+edge values down to the dtype's minimum), repeat_interleave with a tensor of repeats (with and without
+output_size), and _unique (torch._unique, and index_fill's backward, which uses it); values, dtypes, shapes,
+broadcasting, out=, in-place, non-contiguous inputs and bad input raising the CPU's kind of error."""
 
 import pytest
 import torch
-from conftest import by_dtype, check
+from conftest import DEVICE, by_dtype, check
 
 pytestmark = pytest.mark.usefixtures("native")
 
@@ -118,3 +119,84 @@ def test_gcd_fuses_into_what_reads_it():
 )
 def test_gcd_and_lcm_bad_input_raises_like_cpu(fn, args):
     check(fn, *args)
+
+
+# ---- repeat_interleave with a tensor of repeats ----
+
+
+@by_dtype((torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8))
+def test_repeat_interleave_of_repeats_matches_cpu(dtype):
+    check(torch.repeat_interleave, torch.tensor([2, 0, 3, 1, 0], dtype=dtype))
+    check(torch.repeat_interleave, torch.tensor([0, 0, 4], dtype=dtype))
+    check(torch.repeat_interleave, torch.tensor([0, 0], dtype=dtype))
+    check(torch.repeat_interleave, torch.tensor([], dtype=dtype))
+    check(torch.repeat_interleave, torch.arange(12, dtype=dtype)[::3])  # non-contiguous
+
+
+def test_repeat_interleave_with_output_size_matches_cpu():
+    r = torch.tensor([1, 3, 0, 2])
+    check(lambda t: torch.repeat_interleave(t, output_size=6), r)
+    check(lambda t: torch.repeat_interleave(t, output_size=0), torch.tensor([0, 0]))
+
+
+def test_repeat_interleave_of_many_values_matches_cpu():
+    r = torch.randint(0, 5, (300,), generator=torch.Generator().manual_seed(0))
+    check(torch.repeat_interleave, r)
+    check(torch.repeat_interleave, r.to(torch.int8))  # indices above 127 wrap in int8, as on the CPU
+
+
+def test_repeat_interleave_of_a_tensor_by_a_tensor_of_repeats_matches_cpu():
+    x = torch.arange(12.0).reshape(3, 4)
+    check(lambda t, r: t.repeat_interleave(r, dim=0), x, torch.tensor([1, 0, 2]))
+    check(lambda t, r: t.repeat_interleave(r, dim=1), x, torch.tensor([2, 1, 0, 1]))
+    check(lambda t, r: t.repeat_interleave(r), torch.arange(3), torch.tensor([3, 1, 2]))
+    check(lambda t, r: t.repeat_interleave(r, dim=0, output_size=3), x, torch.tensor([1, 0, 2]))
+    check(lambda t, r: t.repeat_interleave(r, dim=0), x, torch.tensor(2))  # one repeat for every row
+
+
+@pytest.mark.parametrize(
+    "repeats",
+    [
+        torch.tensor([2, -1, 3]),  # negative
+        torch.tensor([[1, 2]]),  # not 1-D
+        torch.tensor([1.0, 2.0]),  # not an integer dtype
+        torch.tensor([1, 2], dtype=torch.bool),
+        torch.tensor([1, 2], dtype=torch.uint16),
+        torch.tensor([[1.0, 2.0]]),  # the dtype is checked first
+    ],
+)
+def test_repeat_interleave_bad_repeats_raise_like_cpu(repeats):
+    check(torch.repeat_interleave, repeats)
+
+
+# ---- _unique ----
+
+
+@by_dtype((torch.float32, torch.int64, torch.int8, torch.uint8, torch.bool))
+def test_underscore_unique_matches_cpu(dtype):
+    x = (torch.randint(0, 6, (4, 5), generator=torch.Generator().manual_seed(0)) - 2).to(dtype)
+    check(torch._unique, x)
+    check(lambda t: torch._unique(t, return_inverse=True), x)
+    check(lambda t: torch._unique(t, sorted=False, return_inverse=True), x)
+    check(lambda t: torch._unique(t, return_inverse=True), x.t())  # non-contiguous
+    check(lambda t: torch._unique(t, return_inverse=True), x[:0])
+
+
+def test_underscore_unique_keeps_every_nan_as_on_the_cpu():
+    x = torch.tensor([1.0, float("nan"), 0.5, float("nan"), 1.0])
+    check(lambda t: torch._unique(t, return_inverse=True), x)
+
+
+def test_index_fill_backward_matches_cpu():
+    def fn(x, index):
+        x = x.detach().requires_grad_()
+        y = x.index_fill(1, index, 2.0)
+        (y * torch.arange(1.0, 1.0 + y.numel(), device=y.device).reshape(y.shape)).sum().backward()
+        return x.grad
+
+    check(fn, torch.randn(3, 5, generator=torch.Generator().manual_seed(0)), torch.tensor([3, 0, 3]))
+
+
+def test_a_tiny_result_stays_on_tiny():
+    r = torch.repeat_interleave(torch.tensor([2, 1], device=DEVICE))
+    assert r.device.type == DEVICE
