@@ -1,11 +1,13 @@
 """The long tail of ATen ops (issue #16), part 5, natively on tiny, against PyTorch CPU with the fallback
 disabled (TINY_FALLBACK=0), so a silent fallback fails the test: gcd and lcm (every form, every integer dtype,
 edge values down to the dtype's minimum), repeat_interleave with a tensor of repeats (with and without
-output_size), and _unique (torch._unique, and index_fill's backward, which uses it); values, dtypes, shapes,
+output_size), _unique (torch._unique, and index_fill's backward, which uses it), and the antialiased bilinear
+and bicubic resize of uint8 images (torch's fixed-point weights and rounding); values, dtypes, shapes,
 broadcasting, out=, in-place, non-contiguous inputs and bad input raising the CPU's kind of error."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import DEVICE, by_dtype, check
 
 pytestmark = pytest.mark.usefixtures("native")
@@ -195,6 +197,44 @@ def test_index_fill_backward_matches_cpu():
         return x.grad
 
     check(fn, torch.randn(3, 5, generator=torch.Generator().manual_seed(0)), torch.tensor([3, 0, 3]))
+
+
+# ---- antialiased resize of uint8 images ----
+
+
+def image(*shape, seed=0, low=0, high=256):
+    return torch.randint(low, high, shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("mode", ("bilinear", "bicubic"))
+@pytest.mark.parametrize("size", [(5, 7), (16, 9), (3, 10), (12, 20), (1, 3), (2, 1), (8, 4)], ids=str)
+def test_antialiased_resize_of_uint8_images_matches_cpu(mode, size):
+    x = image(2, 3, 8, 10)
+    check(lambda t: F.interpolate(t, size=size, mode=mode, antialias=True), x)
+    check(lambda t: F.interpolate(t, size=size, mode=mode, antialias=True, align_corners=True), x)
+
+
+@pytest.mark.parametrize("mode", ("bilinear", "bicubic"))
+def test_antialiased_resize_of_uint8_images_in_every_layout_matches_cpu(mode):
+    x = image(1, 6, 9, 11, seed=1)  # more than 4 channels: the CPU's generic loops
+    check(lambda t: F.interpolate(t, size=(4, 5), mode=mode, antialias=True), x)
+    check(lambda t: F.interpolate(t, scale_factor=0.37, mode=mode, antialias=True), x)
+    check(
+        lambda t: F.interpolate(t, size=(4, 5), mode=mode, antialias=True),
+        x.contiguous(memory_format=torch.channels_last),
+    )
+    check(lambda t: F.interpolate(t, size=(4, 11), mode=mode, antialias=True), x.transpose(2, 3))
+    check(lambda t: F.interpolate(t, size=(9, 11), mode=mode, antialias=True), x)  # same size: a copy
+
+
+@pytest.mark.parametrize("mode", ("bilinear", "bicubic"))
+def test_antialiased_resize_of_saturated_uint8_images_clamps_like_cpu(mode):
+    x = image(1, 3, 12, 12, seed=2, low=0, high=2) * 255  # black and white: bicubic overshoots both ways
+    check(lambda t: F.interpolate(t, size=(5, 17), mode=mode, antialias=True), x)
+    check(
+        lambda t: F.interpolate(t, size=(30, 7), mode=mode, antialias=True),
+        torch.full((1, 1, 12, 12), 255, dtype=torch.uint8),
+    )
 
 
 def test_a_tiny_result_stays_on_tiny():
