@@ -1,5 +1,5 @@
 // Movement ATen ops that make new tensors: cat, constant/reflection/replication padding (and the
-// backward of the latter two), flip, roll, repeat, tril/triu, masked_fill_.
+// backward of the latter two), flip, roll, repeat, repeat_interleave's indices, tril/triu, masked_fill_.
 //
 // None of them copies. Each result is a UOp expression of views of its inputs: a shifted, flipped,
 // cropped or broadcast view, and for results made of several parts (cat, pads, roll) one masked view
@@ -42,6 +42,7 @@
 #include <utility>
 #include <vector>
 
+#include "aten_ops/read_on_host.h"
 #include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
 
@@ -87,12 +88,6 @@ UOpPtr expand_dim(const UOpPtr& x, size_t d, int64_t n) {
   Shape s = x->shape;
   s[d] = n;
   return expand(x, s);
-}
-
-// A compile-time constant broadcast to `shape` (masks and zeros: structure, not values from Python).
-UOpPtr fixed(DType dt, int64_t v, const Shape& shape) {
-  UOpPtr c = is_float(dt) ? const_float(dt, static_cast<double>(v)) : const_int(dt, v);
-  return shape.empty() ? c : expand(reshape(c, Shape(shape.size(), 1)), shape);
 }
 
 UOpPtr full_bool(bool v, const Shape& shape) { return fixed(DType::Bool, v, shape); }
@@ -589,6 +584,43 @@ at::Tensor repeat(const at::Tensor& self, c10::IntArrayRef repeats) {
   return out;
 }
 
+// torch.repeat_interleave(repeats): each i in [0, n) repeated repeats[i] times, in repeats' dtype. Output j holds
+// the number of i whose end (the cumulative sum of repeats) is at most j: a 1 scattered at each end, summed. The
+// size depends on the data: the caller's output_size, trusted as torch's CUDA kernel trusts it (no sync), or else
+// the total read to the host, with the smallest repeat for torch's check (one sync).
+at::Tensor repeat_interleave_indices(const at::Tensor& repeats, std::optional<c10::SymInt> output_size) {
+  // the CPU's dispatch on the dtype comes before its checks
+  at::ScalarType st = repeats.scalar_type();
+  TORCH_CHECK_NOT_IMPLEMENTED(st == at::kLong || st == at::kInt || st == at::kShort || st == at::kChar ||
+                                  st == at::kByte,
+                              "\"repeat_interleave_cpu\" not implemented for '", st, "'");
+  TORCH_CHECK(repeats.dim() == 1, "repeat_interleave only accept 1D vector as repeat");
+  int64_t n = repeats.size(0);
+  if (n == 0) return at::empty_like(repeats, at::MemoryFormat::Contiguous);
+  UOpPtr counts = cast(read(repeats), DType::Int64);
+  at::Tensor ends = at::cumsum(repeats, 0, at::kLong);
+  int64_t total = 0;
+  if (output_size) {
+    total = output_size->expect_int();
+  } else {
+    std::vector<int64_t> host =
+        read_on_host({shrink(read(ends), {{n - 1, n}}), reduce(counts, Ops::MIN, {0})}, repeats.device());
+    total = host[0];
+    TORCH_CHECK(host[1] >= 0, "repeats can not be negative");
+  }
+  at::Tensor out = at::empty({total}, repeats.options());
+  if (total == 0) return out;
+  // slot `total` takes the ends at or past it; clamped, so an output_size below the sum (or negative repeats
+  // with one) cannot scatter outside the buffer
+  at::Tensor marks = empty_tiny({total + 1}, at::kLong, repeats.device());
+  write(marks, fixed(DType::Int64, 0, {total + 1}));
+  UOpPtr at_end =
+      alu(Ops::MIN, alu(Ops::MAX, read(ends), fixed(DType::Int64, 0, {n})), fixed(DType::Int64, total, {n}));
+  lazy_buffer(marks).scatter(DType::Int64, at_end, fixed(DType::Int64, 1, {n}), Ops::ADD);
+  out.copy_(at::cumsum(marks.slice(0, 0, total), 0));
+  return out;
+}
+
 // ---- tril, triu ----
 
 // Keeps the elements on and below (tril) or above (triu) the k-th diagonal, by comparing iota row
@@ -738,6 +770,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
   m.impl("flip", flip, UnsignedPolicy::Native);
   m.impl("roll", roll, UnsignedPolicy::Native);
   m.impl("repeat", repeat, UnsignedPolicy::Native);
+  m.impl("repeat_interleave.Tensor", repeat_interleave_indices, UnsignedPolicy::Native);
   m.impl("tril", triangle<true>);
   m.impl("tril.out", triangle_out<true>);
   m.impl("triu", triangle<false>);

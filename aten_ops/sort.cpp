@@ -458,6 +458,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> unique2(const at::Tensor& self, b
   return runs_of(values, order, self.sizes(), return_inverse, return_counts);
 }
 
+// torch._unique, unique's older form: as _unique2 without the counts (the CPU sorts for sorted=False too).
+std::tuple<at::Tensor, at::Tensor> unique(const at::Tensor& self, bool sorted, bool return_inverse) {
+  auto result = unique2(self, sorted, return_inverse, false);
+  return {std::get<0>(result), std::get<1>(result)};
+}
+
 // torch.unique(dim=) and unique_consecutive(dim=): the slices along dim as rows (n, m). unique sorts the rows
 // lexicographically first, as m stable sorts by one column each from the last column to the first (the order
 // among equal rows does not matter: they are one run). A row starts a run when it differs from the one before
@@ -525,6 +531,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_consecutive(const at::Tens
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
   tiny::KernelLibrary m(library);
   m.impl("mode.values", TORCH_FN(mode_out));
+  m.impl("_unique", TORCH_FN(unique), UnsignedPolicy::Native);
   m.impl("_unique2", TORCH_FN(unique2), UnsignedPolicy::Native);
   m.impl("unique_consecutive", TORCH_FN(unique_consecutive), UnsignedPolicy::Native);
   m.impl("unique_dim", TORCH_FN(unique_dim), UnsignedPolicy::Native);

@@ -54,11 +54,13 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <optional>
 #include <vector>
 
 #include "aten_ops/builders.h"
+#include "aten_ops/read_on_host.h"
 #include "aten_ops/sliding_window.h"
 #include "csrc/fallback.h"
 #include "csrc/kernel_library.h"
@@ -374,6 +376,56 @@ UOpPtr interpolate_separably(const UOpPtr& x, const std::vector<DimMap>& maps) {
   return v;
 }
 
+// torch's uint8 antialiased path (UpSampleKernel.cpp: _compute_index_ranges_int16_weights and the separable
+// uint8 loops): each dim's weights in double, as for float64, scaled by 2^precision and rounded half away from
+// zero to integers, the precision the largest under which the axis's largest weight stays below 2^15. An output
+// is (sum of weight * value + 2^(precision - 1)) >> precision, clamped to [0, 255]; each pass rounds to uint8
+// before the next (the last dim first). The largest weights are read to the host: one sync for every dim.
+UOpPtr interpolate_uint8_separably(const UOpPtr& x, std::vector<DimMap> maps, c10::Device device) {
+  std::vector<UOpPtr> largest;
+  for (const DimMap& d : maps) {
+    if (d.identity) continue;
+    UOpPtr zero = fconst(DType::Float64, 0, d.out), m = zero; // torch's largest starts at 0
+    for (const Tap& t : d.taps)
+      m = bin(Ops::MAX, m, t.valid ? where(t.valid, t.weight, zero) : t.weight);
+    largest.push_back(bitcast(reduce(m, Ops::MAX, {0}), DType::Int64));
+  }
+  std::vector<int64_t> bits = aten_ops::read_on_host(largest, device);
+  size_t next = 0;
+  std::vector<int> precision(maps.size(), 0);
+  for (size_t i = 0; i < maps.size(); i++) {
+    DimMap& d = maps[i];
+    if (d.identity) continue;
+    double wt_max = std::bit_cast<double>(bits[next++]);
+    int p = 0;
+    while (p < 22 && static_cast<int>(0.5 + wt_max * static_cast<double>(1 << (p + 1))) < (1 << 15))
+      p++;
+    precision[i] = p;
+    UOpPtr scale = fconst(DType::Float64, static_cast<double>(1 << p), d.out),
+           half = fconst(DType::Float64, 0.5, d.out);
+    for (Tap& t : d.taps) {
+      UOpPtr v = bin(Ops::MUL, t.weight, scale);
+      UOpPtr rounded =
+          where(bin(Ops::CMPLT, v, fconst(DType::Float64, 0, d.out)), bin(Ops::SUB, v, half), bin(Ops::ADD, v, half));
+      t.weight = contiguous(cast(rounded, DType::Int32)); // C's (int): toward zero
+    }
+  }
+  size_t lead = x->shape.size() - maps.size();
+  UOpPtr v = x;
+  for (size_t d = maps.size(); d-- > 0;) {
+    if (maps[d].identity) continue;
+    std::vector<DimMap> one;
+    for (size_t i = 0; i < maps.size(); i++)
+      one.push_back(i == d ? maps[i] : identity_map(v->shape[lead + i]));
+    UOpPtr sum = interpolate(cast(v, DType::Int32), one);
+    int p = precision[d];
+    UOpPtr r = bin(Ops::SHR, bin(Ops::ADD, sum, aten_ops::like(sum, p > 0 ? 1 << (p - 1) : 0)), aten_ops::like(sum, p));
+    r = bin(Ops::MIN, bin(Ops::MAX, r, aten_ops::like(r, 0)), aten_ops::like(r, 255));
+    v = contiguous(cast(r, DType::UInt8));
+  }
+  return v;
+}
+
 // The antialiased transpose along `axis`: each output's used taps add weight * g at their input positions.
 UOpPtr scatter_backward(const UOpPtr& g, const DimMap& d, size_t axis) {
   if (d.identity) return g;
@@ -420,11 +472,12 @@ void check_dtype(const at::Tensor& t, Mode m, size_t nd, bool backward) {
   bool nearest = m == Mode::Nearest || m == Mode::NearestExact;
   // torch's CPU kernels also take uint8: nearest (an exact gather) here, bilinear and bicubic through the
   // CPU (upsample_aligned_or_uint8_on_cpu).
-  // antialiased: float and double (torch computes the weights in the input's dtype); uint8 on the CPU
-  TORCH_CHECK_NOT_IMPLEMENTED(!antialiased(m) || st == at::kFloat || st == at::kDouble,
+  // antialiased: float and double (torch computes the weights in the input's dtype), and uint8 with its
+  // fixed-point weights (interpolate_uint8_separably)
+  TORCH_CHECK_NOT_IMPLEMENTED(!antialiased(m) || st == at::kFloat || st == at::kDouble || st == at::kByte,
                               "\"compute_index_ranges_weights\" not implemented for '", st, "'");
-  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(st) || (!backward && nearest && st == at::kByte), "\"",
-                              mode_name(m, nd), backward ? "_backward" : "", "\" not implemented for '", st,
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(st) || (!backward && (nearest || antialiased(m)) && st == at::kByte),
+                              "\"", mode_name(m, nd), backward ? "_backward" : "", "\" not implemented for '", st,
                               "' on tiny");
 }
 
@@ -449,6 +502,11 @@ void write_upsample(const at::Tensor& self, const at::Tensor& out, const Request
   size_t lead = s.size() - nd;
   std::vector<DimMap> m = maps(r, Shape(s.begin() + static_cast<std::ptrdiff_t>(lead), s.end()),
                                Shape(o.begin() + static_cast<std::ptrdiff_t>(lead), o.end()), opmath(dt));
+  if (antialiased(r.mode) && dt == DType::UInt8) {
+    m = maps(r, Shape(s.begin() + static_cast<std::ptrdiff_t>(lead), s.end()),
+             Shape(o.begin() + static_cast<std::ptrdiff_t>(lead), o.end()), DType::Float64);
+    return write(out, interpolate_uint8_separably(read(self), m, self.device()));
+  }
   UOpPtr x = cast(read(self), ct);
   write(out, cast(antialiased(r.mode) ? interpolate_separably(x, m) : interpolate(x, m), dt));
 }
@@ -486,11 +544,12 @@ at::Tensor upsample_aligned(const at::Tensor& self, c10::IntArrayRef output_size
 }
 
 // torch's CPU kernels of bilinear and bicubic upsampling take uint8 images too, with fixed-point weights
-// and rounding of their own: those run on the CPU through the fallback.
+// and rounding of their own: those run on the CPU through the fallback, but for the antialiased ones.
 template <Mode M, auto Meta, class Op, class... S>
 at::Tensor upsample_aligned_or_uint8_on_cpu(const at::Tensor& self, c10::IntArrayRef output_size, bool align_corners,
                                             S... scales) {
-  if (self.scalar_type() == at::kByte) return on_cpu<Op>(self, output_size, align_corners, scales...);
+  if (self.scalar_type() == at::kByte && !antialiased(M))
+    return on_cpu<Op>(self, output_size, align_corners, scales...);
   return upsample_aligned<M, Meta, S...>(self, output_size, align_corners, scales...);
 }
 
