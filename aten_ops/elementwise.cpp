@@ -470,8 +470,25 @@ int64_t euclid_steps(DType dt) {
 // every 2 or 3: 91 or 61 kernels, slower).
 constexpr int64_t kEuclidStepsPerKernel = 4;
 
+// The same bits computed in the unsigned dtype of x's width, where wrapping is defined: a kernel compiled without
+// -fwrapv (OpenCL) may take a signed negation or product as free of overflow (gcd(INT64_MIN, 5) came out 1 on PoCL).
+UOpPtr as_unsigned(const UOpPtr& x, const std::function<UOpPtr(const UOpPtr&)>& f) {
+  DType u = itemsize(x->dtype) == 1   ? DType::UInt8
+            : itemsize(x->dtype) == 2 ? DType::UInt16
+            : itemsize(x->dtype) == 4 ? DType::UInt32
+                                      : DType::UInt64;
+  return bitcast(f(bitcast(x, u)), x->dtype);
+}
+
+// C's abs on two's complement machines: abs(MIN) is MIN.
+UOpPtr wrapping_abs(const UOpPtr& x) {
+  if (is_unsigned(x->dtype)) return x;
+  UOpPtr negative = alu(Ops::CMPLT, x, aten_ops::like(x, 0));
+  return as_unsigned(x, [&](const UOpPtr& u) { return where(negative, alu(Ops::SUB, aten_ops::like(u, 0), u), u); });
+}
+
 UOpPtr gcd(const UOpPtr& x, const UOpPtr& y, DType dt) {
-  UOpPtr a = un(Ops::ABS, x), b = un(Ops::ABS, y);
+  UOpPtr a = wrapping_abs(x), b = wrapping_abs(y);
   UOpPtr zero = aten_ops::like(a, 0);
   for (int64_t i = 0, n = euclid_steps(dt); i < n; i++) {
     UOpPtr rem = alu(Ops::MOD, b, a);
@@ -491,7 +508,9 @@ UOpPtr lcm(const Call& c) {
   DType wide = itemsize(c.compute) < 4 ? DType::Int32 : c.compute;
   UOpPtr g = cast(gcd(c.a(), c.b(), c.compute), wide), a = cast(c.a(), wide), b = cast(c.b(), wide);
   UOpPtr zero = aten_ops::like(g, 0);
-  UOpPtr v = un(Ops::ABS, alu(Ops::MUL, alu(Ops::IDIV, a, g), b));
+  UOpPtr quotient = alu(Ops::IDIV, a, g);
+  UOpPtr v =
+      wrapping_abs(as_unsigned(quotient, [&](const UOpPtr& q) { return alu(Ops::MUL, q, bitcast(b, q->dtype)); }));
   return cast(where(alu(Ops::CMPEQ, g, zero), zero, v), c.compute);
 }
 

@@ -380,23 +380,18 @@ UOpPtr interpolate_separably(const UOpPtr& x, const std::vector<DimMap>& maps) {
 // uint8 loops): each dim's weights in double, as for float64, scaled by 2^precision and rounded half away from
 // zero to integers, the precision the largest under which the axis's largest weight stays below 2^15. An output
 // is (sum of weight * value + 2^(precision - 1)) >> precision, clamped to [0, 255]; each pass rounds to uint8
-// before the next (the last dim first). The largest weights are read to the host: one sync for every dim.
+// before the next (the last dim first). Each dim's largest weight is read to the host by itself (one small
+// kernel each: the OpenCL lowering of both maxima in one kernel staged a tile outside its loop, for 8x10 to 12x20).
 UOpPtr interpolate_uint8_separably(const UOpPtr& x, std::vector<DimMap> maps, c10::Device device) {
-  std::vector<UOpPtr> largest;
-  for (const DimMap& d : maps) {
-    if (d.identity) continue;
-    UOpPtr zero = fconst(DType::Float64, 0, d.out), m = zero; // torch's largest starts at 0
-    for (const Tap& t : d.taps)
-      m = bin(Ops::MAX, m, t.valid ? where(t.valid, t.weight, zero) : t.weight);
-    largest.push_back(bitcast(reduce(m, Ops::MAX, {0}), DType::Int64));
-  }
-  std::vector<int64_t> bits = aten_ops::read_on_host(largest, device);
-  size_t next = 0;
   std::vector<int> precision(maps.size(), 0);
   for (size_t i = 0; i < maps.size(); i++) {
     DimMap& d = maps[i];
     if (d.identity) continue;
-    double wt_max = std::bit_cast<double>(bits[next++]);
+    UOpPtr zero = fconst(DType::Float64, 0, d.out), m = zero; // torch's largest starts at 0
+    for (const Tap& t : d.taps)
+      m = bin(Ops::MAX, m, t.valid ? where(t.valid, t.weight, zero) : t.weight);
+    int64_t bits = aten_ops::read_on_host({bitcast(reduce(m, Ops::MAX, {0}), DType::Int64)}, device)[0];
+    double wt_max = std::bit_cast<double>(bits);
     int p = 0;
     while (p < 22 && static_cast<int>(0.5 + wt_max * static_cast<double>(1 << (p + 1))) < (1 << 15))
       p++;

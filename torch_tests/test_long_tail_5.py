@@ -141,6 +141,15 @@ def test_repeat_interleave_with_output_size_matches_cpu():
     check(lambda t: torch.repeat_interleave(t, output_size=0), torch.tensor([0, 0]))
 
 
+def test_repeat_interleave_with_output_size_runs_nothing_until_its_result_is_read():
+    r = torch.tensor([1, 3, 0, 2], device=DEVICE) * 1
+    torch.tiny.synchronize()
+    before = torch.tiny.stats()["kernels"]
+    out = torch.repeat_interleave(r, output_size=6)
+    assert torch.tiny.stats()["kernels"] == before  # no read of the total
+    assert torch.equal(out.cpu(), torch.repeat_interleave(r.cpu()))
+
+
 def test_repeat_interleave_of_many_values_matches_cpu():
     r = torch.randint(0, 5, (300,), generator=torch.Generator().manual_seed(0))
     check(torch.repeat_interleave, r)
