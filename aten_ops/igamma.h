@@ -223,18 +223,12 @@ inline Series iterate(Series s, int limit, const std::function<void(Series&)>& s
                       int check = 32) {
   runtime::Device& dev = runtime::device(device.index());
   auto realize = [&] {
-    std::vector<UOpPtr> roots;
-    for (const UOpPtr& v : s.state)
-      roots.push_back(reshape(v, {prod(v->shape)}));
-    roots.push_back(reshape(s.done, {prod(s.done->shape)}));
-    std::vector<UOpPtr> out;
-    {
-      std::lock_guard lock(runtime::graph_mutex());
-      out = runtime::realize_all(roots, &dev);
-    }
-    for (size_t i = 0; i < s.state.size(); i++)
-      s.state[i] = reshape(out[i], s.state[i]->shape);
-    s.done = reshape(out.back(), s.done->shape);
+    std::vector<UOpPtr> values = s.state;
+    values.push_back(s.done);
+    values = realize_now(values, dev);
+    s.done = values.back();
+    values.pop_back();
+    s.state = std::move(values);
   };
   for (int i = 0; i < limit; i++) {
     if (i % check == 0 && max_on_host(cast(un(Ops::NOT, s.done), DType::Int64), device) == 0) break;

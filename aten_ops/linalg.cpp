@@ -67,6 +67,7 @@
 #include <vector>
 
 #include "aten_ops/builders.h"
+#include "aten_ops/read_on_host.h"
 #include "csrc/fallback.h"
 #include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
@@ -102,24 +103,6 @@ UOpPtr element(const UOpPtr& m, const UOpPtr& b, const UOpPtr& i, const UOpPtr& 
   UOpPtr at = add(add(mul(b, index_const(rows * cols, s)), mul(i, index_const(cols, s))), j);
   return gather(reshape(m, {prod(m->shape)}), at);
 }
-
-// Values computed now, each into a buffer of its own, without waiting for the queue: a step of a
-// factorisation then reads buffers only, so its graph is the same at every step (the schedule cache
-// replays it) and does not grow with the number of steps.
-std::vector<UOpPtr> realize_now(const std::vector<UOpPtr>& values, Device& dev) {
-  std::vector<UOpPtr> roots;
-  for (const UOpPtr& v : values)
-    roots.push_back(reshape(v, {prod(v->shape)}));
-  std::vector<UOpPtr> out;
-  {
-    std::lock_guard lock(runtime::graph_mutex());
-    out = runtime::realize_all(roots, &dev);
-  }
-  for (size_t i = 0; i < values.size(); i++)
-    out[i] = reshape(out[i], values[i]->shape);
-  return out;
-}
-UOpPtr realize_now(const UOpPtr& v, Device& dev) { return realize_now(std::vector<UOpPtr>{v}, dev)[0]; }
 
 // Runs `steps` steps of a loop: state = step(state, k) for k = 0, 1, ... (or down from steps - 1). kGroup
 // steps are one graph, each step's values a realize boundary (CONTIGUOUS), realized together: fewer syncs.

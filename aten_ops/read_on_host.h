@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include <mutex>
 #include <vector>
 
 #include "aten_ops/builders.h"
@@ -11,6 +12,24 @@
 #include "runtime/realize.h"
 
 namespace tiny::aten_ops {
+
+// Values computed now, each into a buffer of its own, without waiting for the queue: a step of a loop (a
+// factorisation, a series) then reads buffers only, so its graph is the same at every step (the schedule
+// cache replays it) and does not grow with the number of steps.
+inline std::vector<UOpPtr> realize_now(const std::vector<UOpPtr>& values, runtime::Device& dev) {
+  std::vector<UOpPtr> roots;
+  for (const UOpPtr& v : values)
+    roots.push_back(reshape(v, {prod(v->shape)}));
+  std::vector<UOpPtr> out;
+  {
+    std::lock_guard lock(runtime::graph_mutex());
+    out = runtime::realize_all(roots, &dev);
+  }
+  for (size_t i = 0; i < values.size(); i++)
+    out[i] = reshape(out[i], values[i]->shape);
+  return out;
+}
+inline UOpPtr realize_now(const UOpPtr& v, runtime::Device& dev) { return realize_now(std::vector<UOpPtr>{v}, dev)[0]; }
 
 // Scalar int64 values computed on the device, read to the host: computed alone (their own small kernels,
 // the work pending around the call stays lazy), or, when their graph writes a storage in place, by a sync.
