@@ -101,6 +101,54 @@ TEST(Kernel, HalfValuesRoundTripThroughFloatRegisters) {
   EXPECT_FLOAT_EQ(back[3], -2.5f);
 }
 
+// A float16/bfloat16 layout copy stores each element's bits as loaded (a NaN keeps its payload, as torch's
+// copy does), in a function whose buffers are restrict parameters (clang vectorizes the copy only then).
+TEST(Kernel, AHalfLayoutCopyMovesBitsThroughRestrictParameters) {
+  const int64_t R = 37, C = 53;
+  for (DType dt : {DType::BFloat16, DType::Float16}) {
+    auto b = std::make_shared<Buffer>(cpu_device(), dt, R * C);
+    auto* in = static_cast<uint16_t*>(b->ptr());
+    const uint16_t special[] = {0x7f81, 0xff81, 0x7c01, 0x0001, 0x8000}; // signaling NaNs, a denormal, -0
+    for (int64_t i = 0; i < R * C; i++)
+      in[i] = i < 5 ? special[i] : static_cast<uint16_t>(i * 2654435761u >> 16);
+    auto t = view(reshape(buffer(b), {R, C}), ShapeTracker::from_shape({R, C}).permute({1, 0}));
+    auto out = std::make_shared<Buffer>(cpu_device(), dt, R * C);
+    Kernel k = lower_kernel(out, View::contiguous({C, R}), t);
+    std::string src = render_c(k, "k");
+    EXPECT_NE(src.find("void tiny_copy(uint16_t* restrict b0, const uint16_t* restrict b1,"), std::string::npos) << src;
+    std::string body = src.substr(src.find("void tiny_copy("));
+    for (const char* conversion : {"tiny_f2bf(", "tiny_bf2f(", "tiny_f2h(", "tiny_h2f("})
+      EXPECT_EQ(body.find(conversion), std::string::npos) << body;
+    auto got = std::static_pointer_cast<Buffer>(realize_value(t));
+    auto* g = static_cast<uint16_t*>(got->ptr());
+    for (int64_t i = 0; i < C; i++)
+      for (int64_t j = 0; j < R; j++)
+        ASSERT_EQ(g[i * R + j], in[j * C + i]) << i << " " << j;
+  }
+}
+
+// The pair-interleaved panels of a row-major bfloat16 operand (32 columns of every pair of rows each) are
+// copied rows outermost: each step reads whole rows and writes a row of every panel (the panels outermost
+// read 64 bytes of each row, 1.8x slower at 1024²).
+TEST(Kernel, APanelCopyOfARowMajorOperandWalksItsRowsOutermost) {
+  const int64_t K = 64, N = 256;
+  auto b = std::make_shared<Buffer>(cpu_device(), DType::BFloat16, K * N);
+  auto* in = static_cast<uint16_t*>(b->ptr());
+  for (int64_t i = 0; i < K * N; i++)
+    in[i] = static_cast<uint16_t>(i);
+  auto panels = permute(reshape(buffer(b), {K / 2, 2, N / 32, 32}), {2, 0, 3, 1});
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::BFloat16, K * N);
+  Kernel k = lower_kernel(out, View::contiguous({N / 32, K / 2, 32, 2}), panels);
+  EXPECT_EQ(k.loops, Shape({K / 2, N / 32, 32, 2}));
+  auto got = std::static_pointer_cast<Buffer>(realize_value(panels));
+  auto* g = static_cast<uint16_t*>(got->ptr());
+  for (int64_t p = 0; p < N / 32; p++)
+    for (int64_t r = 0; r < K / 2; r++)
+      for (int64_t j = 0; j < 32; j++)
+        for (int64_t e = 0; e < 2; e++)
+          ASSERT_EQ(g[((p * (K / 2) + r) * 32 + j) * 2 + e], in[(2 * r + e) * N + 32 * p + j]);
+}
+
 TEST(Kernel, ASumOverAnAxisMatchesPlainLoops) {
   const int64_t R = 37, C = 53;
   auto av = random_vec(R * C, 5);
@@ -510,6 +558,37 @@ TEST(Kernel, KernelsCompiledAsOneLibraryRunTheirOwnCode) {
   EXPECT_THROW(raise_kernel_errors(), std::runtime_error);
   EXPECT_EQ(static_cast<int32_t*>(quot->ptr())[1], 7 + static_cast<int32_t>(salt)); // 7 / 1 + salt
   EXPECT_EQ(stats().compiles - before, 6);
+}
+
+// Two layout copies compiled as one library each keep their own tiny_copy.
+TEST(Kernel, LayoutCopiesCompiledAsOneLibraryRunTheirOwnCode) {
+  std::vector<std::pair<std::string, std::string>> sources;
+  std::vector<Kernel> kernels;
+  std::vector<std::shared_ptr<Buffer>> ins;
+  const int64_t salt = static_cast<int64_t>(std::random_device{}() % 1000) + 3; // sources new to the cache
+  for (int64_t i = 0; i < 2; i++) {
+    const int64_t R = salt + i, C = 5;
+    auto b = std::make_shared<Buffer>(cpu_device(), DType::BFloat16, R * C);
+    for (int64_t e = 0; e < R * C; e++)
+      static_cast<uint16_t*>(b->ptr())[e] = static_cast<uint16_t>(1000 * i + e);
+    ins.push_back(b);
+    auto t = view(reshape(buffer(b), {R, C}), ShapeTracker::from_shape({R, C}).permute({1, 0}));
+    auto out = std::make_shared<Buffer>(cpu_device(), DType::BFloat16, R * C);
+    kernels.push_back(lower_kernel(out, View::contiguous({C, R}), t));
+    sources.emplace_back(render_c(kernels.back(), "k"), "k");
+  }
+  cpu_device().precompile(sources);
+  for (size_t i = 0; i < 2; i++) {
+    std::vector<void*> ptrs;
+    for (const BufferRef& b : kernels[i].buffers)
+      ptrs.push_back(std::static_pointer_cast<Buffer>(b)->ptr());
+    cpu_device().program(sources[i].first, "k")->launch(ptrs, {}, {}, kernels[i].launch);
+    const int64_t R = salt + static_cast<int64_t>(i), C = 5;
+    auto* g = static_cast<uint16_t*>(ptrs[0]);
+    for (int64_t c = 0; c < C; c++)
+      for (int64_t r = 0; r < R; r++)
+        ASSERT_EQ(g[c * R + r], static_cast<uint16_t>(1000 * static_cast<int64_t>(i) + r * C + c)) << "kernel " << i;
+  }
 }
 
 // A per-channel sum of an (N, C, H, W) tensor walks H and W as one contiguous loop whose steps are

@@ -124,3 +124,30 @@ def test_pair_dots_without_amx_tiles_match_cpu(tmp_path):
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
     proc = subprocess.run([sys.executable, "-c", PLAIN_PATH], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
+
+
+def amx_bf16():
+    try:
+        return "amx_bf16" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not amx_bf16(), reason="torch's CPU multiplies in AMX tiles only on a CPU with AMX-BF16")
+@pytest.mark.parametrize("op", [torch.mm, F.linear], ids=["mm", "linear"])
+def test_1024_cubed_products_equal_cpu_bit_for_bit(op):
+    """tdpbf16ps sums each 32-element step as oneDNN's AMX kernels do: the same bits at 1024³, whatever
+    the panels' and rows' blocking and the copies' loop order."""
+    a, b = bf16(1024, 1024), bf16(1024, 1024, seed=1)
+    assert torch.equal(op(a.to("tiny"), b.to("tiny")).cpu(), op(a, b))
+
+
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16])
+def test_half_layout_copies_keep_nan_payloads(dt):
+    """A transposing copy of float16/bfloat16 moves bits, as torch's copy does: signaling NaNs stay
+    signaling, payloads and denormals intact."""
+    bits = torch.arange(-32768, 32768, 37, dtype=torch.int32).to(torch.int16)
+    special = torch.tensor([0x7F81, -0x7F, 0x7C01, 1, -0x8000], dtype=torch.int32).to(torch.int16)
+    x = torch.cat([special, bits])[: 32 * 55].view(dt).reshape(32, 55)
+    got = x.to("tiny").t().contiguous().cpu()
+    assert torch.equal(got.view(torch.int16), x.t().contiguous().view(torch.int16))
