@@ -646,19 +646,21 @@ private:
     if (n->op == Ops::LOAD && vec(n)) return emit_vector_load(n);
     if (n->op == Ops::STORE && (vec(n->src[1]) || vec(n->src[2]) || (n->src.size() > 3 && vec(n->src[3]))))
       return emit_vector_store(n);
-    // A float16/bfloat16 value stored as it was loaded (a layout copy: an AMX panel of a bfloat16 matmul)
-    // copies its bits, plain moves that clang vectorizes in tiny_copy (see render), not a widening to float
-    // and a rounding back with its NaN test.
+    // A float16/bfloat16 value stored as it was loaded (a layout copy: an AMX panel of a bfloat16 matmul, a
+    // convolution's padded channels-last input; a masked read's zero is +0's bits) copies its bits, plain
+    // moves that clang vectorizes in tiny_copy (see render), not a widening to float and a rounding back.
     if (const UOpPtr& v = n->src.size() > 2 ? n->src[2] : n;
-        n->op == Ops::STORE && v->op == Ops::LOAD && is_half(v->dtype) && v->src.size() == 2) {
-      for (const UOpPtr& s : {n->src[0], n->src[1], v->src[0], v->src[1]})
+        n->op == Ops::STORE && v->op == Ops::LOAD && is_half(v->dtype)) {
+      for (const UOpPtr& s : n->src)
+        if (s != v) emit(s);
+      for (const UOpPtr& s : v->src)
         emit(s);
-      if (n->src.size() > 3) emit(n->src[3]);
       Scope& sc = scopes_[open_[home(n)]];
-      std::string ind = indent(sc.depth);
+      std::string ind = indent(sc.depth), bits = ref(v->src[0]) + "[" + ref(v->src[1]) + "]";
+      if (v->src.size() > 2) bits = ref(v->src[2]) + " ? " + bits + " : 0";
       if (n->src.size() > 3) sc.code << ind << "if (" << ref(n->src[3]) << ")\n";
-      sc.code << ind << (n->src.size() > 3 ? "  " : "") << ref(n->src[0]) << "[" << ref(n->src[1])
-              << "] = " << ref(v->src[0]) << "[" << ref(v->src[1]) << "];\n";
+      sc.code << ind << (n->src.size() > 3 ? "  " : "") << ref(n->src[0]) << "[" << ref(n->src[1]) << "] = " << bits
+              << ";\n";
       copy_stores_++;
       return;
     }
@@ -809,18 +811,15 @@ private:
     auto at = lane_index(n->src[1], lane_node(), &stride);
     if (valid) emit(*valid);
     DType dt = value->dtype;
-    // A float32 vector rounded to bfloat16 and stored whole rounds once: the same bits (a NaN's too), half
-    // the instructions (a bfloat16 matmul's epilogue).
-    if (const UOpPtr& f = value->src.empty() ? value : value->src[0]; stride == 1 && dt == DType::BFloat16 && !valid &&
-                                                                      value->op == Ops::CAST &&
-                                                                      f->dtype == DType::Float32 && vec(f)) {
-      emit(f);
-      Scope& sc = scopes_[open_[home(n)]];
-      sc.code << indent(sc.depth) << "{ tv_int16_t t_ = __builtin_convertvector(tiny_f2bf_v(" << ref(f)
-              << "), tv_int16_t); memcpy(" << ref(buf) << " + " << at(0) << ", &t_, sizeof t_); }\n";
-      return;
-    }
-    emit(value);
+    // bfloat16 lanes convert as one vector, then their bits are stored (a convolution's output, strided by
+    // its channels, converted lane by lane took ~8 instructions an element); a float32 vector rounded to
+    // bfloat16 and stored rounds once: the same bits (a NaN's too).
+    const bool bf16_lanes = dt == DType::BFloat16 && vec(value);
+    const UOpPtr& rounded =
+        bf16_lanes && value->op == Ops::CAST && value->src[0]->dtype == DType::Float32 && vec(value->src[0])
+            ? value->src[0]
+            : value;
+    emit(rounded);
     Scope& sc = scopes_[open_[home(n)]];
     std::string ind = indent(sc.depth);
     if (stride == 1 && plain_storage(dt) && !valid && vec(value)) {
@@ -828,9 +827,19 @@ private:
               << ");\n";
       return;
     }
-    if (stride == 1 && dt == DType::BFloat16 && !valid && vec(value)) {
-      sc.code << ind << "{ tv_int16_t t_ = __builtin_convertvector(tiny_f2bf_v(" << ref(value)
-              << "), tv_int16_t); memcpy(" << ref(buf) << " + " << at(0) << ", &t_, sizeof t_); }\n";
+    if (bf16_lanes) {
+      std::string bits = "v" + std::to_string(next_++);
+      sc.code << ind << "const tv_int32_t " << bits << " = tiny_f2bf_v(" << ref(rounded) << ");\n";
+      if (stride == 1 && !valid) {
+        sc.code << ind << "{ tv_int16_t t_ = __builtin_convertvector(" << bits << ", tv_int16_t); memcpy(" << ref(buf)
+                << " + " << at(0) << ", &t_, sizeof t_); }\n";
+        return;
+      }
+      for (int64_t l = 0; l < k_.lanes; l++) {
+        sc.code << ind;
+        if (valid) sc.code << "if (" << lane(*valid, l) << ") ";
+        sc.code << ref(buf) << "[" << at(l) << "] = (uint16_t)" << bits << "[" << l << "];\n";
+      }
       return;
     }
     for (int64_t l = 0; l < k_.lanes; l++) {

@@ -127,6 +127,24 @@ TEST(Kernel, AHalfLayoutCopyMovesBitsThroughRestrictParameters) {
   }
 }
 
+// A padded (masked) bfloat16 copy, a convolution's channels-last input, moves bits too: the padding is +0.
+TEST(Kernel, APaddedHalfCopyMovesBitsAndZeroesThePadding) {
+  const int64_t C = 3, H = 5;
+  auto b = std::make_shared<Buffer>(cpu_device(), DType::BFloat16, C * H);
+  auto* in = static_cast<uint16_t*>(b->ptr());
+  for (int64_t i = 0; i < C * H; i++)
+    in[i] = static_cast<uint16_t>(0x7f81 + 977 * i);                                // a signaling NaN first
+  auto padded = permute(pad(reshape(buffer(b), {C, H}), {{0, 0}, {1, 2}}), {1, 0}); // (H + 3, C)
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::BFloat16, (H + 3) * C);
+  std::string src = render_c(lower_kernel(out, View::contiguous({H + 3, C}), padded), "k");
+  EXPECT_NE(src.find("void tiny_copy("), std::string::npos) << src;
+  auto got = std::static_pointer_cast<Buffer>(realize_value(padded));
+  auto* g = static_cast<uint16_t*>(got->ptr());
+  for (int64_t h = 0; h < H + 3; h++)
+    for (int64_t c = 0; c < C; c++)
+      ASSERT_EQ(g[h * C + c], h >= 1 && h <= H ? in[c * H + h - 1] : 0) << h << " " << c;
+}
+
 // The pair-interleaved panels of a row-major bfloat16 operand (32 columns of every pair of rows each) are
 // copied rows outermost: each step reads whole rows and writes a row of every panel (the panels outermost
 // read 64 bytes of each row, 1.8x slower at 1024²).

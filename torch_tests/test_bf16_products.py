@@ -151,3 +151,17 @@ def test_half_layout_copies_keep_nan_payloads(dt):
     x = torch.cat([special, bits])[: 32 * 55].view(dt).reshape(32, 55)
     got = x.to("tiny").t().contiguous().cpu()
     assert torch.equal(got.view(torch.int16), x.t().contiguous().view(torch.int16))
+
+
+@pytest.mark.skipif(not amx_bf16(), reason="torch's CPU multiplies in AMX tiles only on a CPU with AMX-BF16")
+@pytest.mark.parametrize(
+    "x_shape,w_shape",
+    [((64, 32, 14, 14), (64, 32, 3, 3)), ((64, 32, 7, 7), (32, 32, 3, 3)), ((96, 64, 5, 5), (64, 64, 3, 3))],
+    ids=str,
+)
+def test_conv2d_forward_equals_cpu_bit_for_bit(x_shape, w_shape):
+    """The NCHW output strides along the tiles' columns (the channels): blocks of 16 rows (batch
+    elements) keep their stores in L1; the sums are oneDNN's, bit for bit."""
+    x, w = bf16(*x_shape), bf16(*w_shape, seed=1)
+    got = F.conv2d(x.to("tiny"), w.to("tiny"), padding=1).cpu()
+    assert torch.equal(got, F.conv2d(x, w, padding=1))
