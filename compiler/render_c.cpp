@@ -806,10 +806,6 @@ private:
 
   void emit_vector_store(const UOpPtr& n) {
     const UOpPtr &buf = n->src[0], &value = n->src[2], *valid = n->src.size() > 3 ? &n->src[3] : nullptr;
-    emit(buf);
-    int64_t stride;
-    auto at = lane_index(n->src[1], lane_node(), &stride);
-    if (valid) emit(*valid);
     DType dt = value->dtype;
     // bfloat16 lanes convert as one vector, then their bits are stored (a convolution's output, strided by
     // its channels, converted lane by lane took ~8 instructions an element); a float32 vector rounded to
@@ -819,7 +815,11 @@ private:
         bf16_lanes && value->op == Ops::CAST && value->src[0]->dtype == DType::Float32 && vec(value->src[0])
             ? value->src[0]
             : value;
+    emit(buf);
     emit(rounded);
+    int64_t stride;
+    auto at = lane_index(n->src[1], lane_node(), &stride);
+    if (valid) emit(*valid);
     Scope& sc = scopes_[open_[home(n)]];
     std::string ind = indent(sc.depth);
     if (stride == 1 && plain_storage(dt) && !valid && vec(value)) {
