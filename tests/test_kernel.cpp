@@ -231,6 +231,31 @@ TEST(Kernel, AGatherReadsAtLoadedIndicesAndZeroOutOfRange) {
   EXPECT_EQ(got, std::vector<float>({14, 10, 10, 12, 0, 0}));
 }
 
+// nll_loss's pick of each row's target class: sum over the classes of where((class == target[row]) &
+// (target[row] != -1), -x, 0) reads the one element, with no loop over the classes; a target outside the
+// classes or ignored gives 0.
+TEST(Kernel, AOneHotSumReadsTheElementItPicksWithoutALoop) {
+  const int64_t R = 6, C = 37;
+  auto xv = random_vec(R * C, 12);
+  auto x = reshape(buffer(filled(xv)), {R, C});
+  std::vector<int64_t> tv = {3, 0, 36, -1, 40, 17};
+  auto t = expand(reshape(buffer(indices(tv)), {R, 1}), {R, C});
+  auto cls = expand(reshape(iota(C, DType::Int64), {1, C}), {R, C});
+  auto kept = alu(Ops::CMPNE, t, expand(reshape(const_int(DType::Int64, -1), {1, 1}), {R, C}));
+  auto hit = alu(Ops::AND, alu(Ops::CMPEQ, cls, t), kept);
+  auto zero = expand(reshape(const_float(DType::Float32, 0), {1, 1}), {R, C});
+  auto picked = reduce(where(hit, alu(Ops::NEG, x), zero), Ops::ADD, {1});
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, R);
+  std::string body = render_c(lower_kernel(out, View::contiguous({R, 1}), picked), "k");
+  body = body.substr(body.find("void k("));
+  EXPECT_EQ(body.find("< 37"), std::string::npos) << "a loop over the classes:\n" << body;
+  auto got = values(realize_value(picked));
+  for (int64_t i = 0; i < R; i++) {
+    float want = tv[i] >= 0 && tv[i] < C ? -xv[i * C + tv[i]] : 0.0f;
+    EXPECT_EQ(got[i], want) << i;
+  }
+}
+
 TEST(Kernel, AScatterAddAccumulatesRepeatedIndicesInOrder) {
   auto base = buffer(filled({1, 1, 1, 1}));
   auto idx = buffer(indices({3, 0, 3, 3, 9}));
