@@ -887,6 +887,8 @@ std::optional<PairDot> pair_dot(const UOpPtr& r, const UOp* lane) {
 
 bool bf16_pair_dots() { return host_cpu().avx512bf16; }
 
+bool wide_vectors() { return wide_vector_registers(); }
+
 namespace {
 
 // idx as a constant plus other terms (a sum flattened; the terms by identity, in a fixed order).

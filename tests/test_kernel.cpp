@@ -256,6 +256,25 @@ TEST(Kernel, AOneHotSumReadsTheElementItPicksWithoutALoop) {
   }
 }
 
+// On AVX-512, an elementwise kernel's contiguous innermost loop is vectorized 16 floats at a time (clang's
+// cost model picks 8 for a long body); a loop with a data-dependent read is left to clang.
+TEST(Kernel, AnElementwiseLoopOfContiguousReadsStepsBySixteenLanesOnAvx512) {
+  if (!wide_vectors()) GTEST_SKIP() << "this CPU has no AVX-512";
+  const int64_t N = 1000;
+  auto av = random_vec(N, 13), bv = random_vec(N, 14);
+  auto a = buffer(filled(av)), b = buffer(filled(bv));
+  auto v = alu(Ops::TANH, alu(Ops::SQRT, alu(Ops::ABS, alu(Ops::FDIV, a, b))));
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, N);
+  EXPECT_NE(render_c(lower_kernel(out, View::contiguous({N}), v), "k").find("vectorize_width(16)"), std::string::npos);
+  auto got = values(realize_value(v));
+  for (int64_t i = 0; i < N; i++)
+    EXPECT_NEAR(got[i], std::tanh(std::sqrt(std::abs(av[i] / bv[i]))), 1e-6) << i;
+  auto picked = gather(a, buffer(indices({5, 3, 999, 0, 7, 1, 2, 4, 6, 8, 9, 10, 11, 12, 13, 14, 15})));
+  auto out2 = std::make_shared<Buffer>(cpu_device(), DType::Float32, 17);
+  EXPECT_EQ(render_c(lower_kernel(out2, View::contiguous({17}), picked), "k").find("vectorize_width"),
+            std::string::npos);
+}
+
 TEST(Kernel, AScatterAddAccumulatesRepeatedIndicesInOrder) {
   auto base = buffer(filled({1, 1, 1, 1}));
   auto idx = buffer(indices({3, 0, 3, 3, 9}));
