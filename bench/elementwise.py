@@ -1,16 +1,20 @@
-"""A chain of 10 elementwise ops on 16M float32: tiny (one fused kernel) vs PyTorch CPU eager.
+"""A chain of 10 elementwise ops on 16M float32: tiny (one fused kernel) against PyTorch eager (one kernel per
+op) and torch.compile (Inductor), and a copy into a preallocated tensor for the machine's bandwidth, in one
+process, contenders interleaved round by round (bench/common.py), best and median.
 
-Run: .venv/bin/python bench/elementwise.py [--numel N] [--reps R]
-Prints both times (best of R after a warm-up), the ratio, tiny's GB/s (bytes the fused kernel reads
-and writes / time) and, for reference, the GB/s of a plain CPU copy (clone) of the same bytes.
+Run: .venv/bin/python bench/elementwise.py [rounds] [--numel N] [--no-compile] [--cpu-time]
+(--cpu-time: one thread each, its CPU time; bench/common.py)
+
+The bandwidth of the fused chain counts the bytes it must move (reads x and y, writes the result); the copy's,
+the bytes it moves (reads and writes one tensor). The copy writes into a tensor allocated once: a clone()
+allocates 64 MB each time and page-faults it in, which flatters anything compared with it.
 """
 
 import argparse
-import time
+import statistics
 
 import torch
-
-import torch_tiny  # noqa: F401  (registers the tiny device)
+from common import CLOCK, CPU_TIME, contenders, interleaved, report
 
 
 def chain(x, y):
@@ -26,57 +30,34 @@ def chain(x, y):
     return t.tanh()  # 10
 
 
-def best_time(fn, reps):
-    fn()  # warm-up: compiles, allocates, fills caches
-    best = float("inf")
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("rounds", nargs="?", type=int, default=12)
     parser.add_argument("--numel", type=int, default=16 * 1024 * 1024)
-    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--cpu-time", action="store_true", help="one thread each, its CPU time (bench/common.py)")
     args = parser.parse_args()
 
     g = torch.Generator().manual_seed(0)
-    x_cpu = torch.randn(args.numel, generator=g)
-    y_cpu = torch.randn(args.numel, generator=g)
-    x, y = x_cpu.to("tiny"), y_cpu.to("tiny")
-    torch.tiny.synchronize()
+    x, y = torch.randn(args.numel, generator=g), torch.randn(args.numel, generator=g)
+    dst = torch.empty_like(x)
+    runs = contenders(chain, (x, y), (x.to("tiny"), y.to("tiny")), not args.no_compile and not CPU_TIME)
+    runs["copy_ (preallocated)"] = lambda: dst.copy_(x)
+    times = interleaved(runs, args.rounds, clock=CLOCK)
+    copy_times = times.pop("copy_ (preallocated)")
+    report(f"chain of 10 elementwise ops, {args.numel:,} float32", times)
 
-    results = {}
+    itemsize = x.element_size()
+    fused, copied = 3 * args.numel * itemsize, 2 * args.numel * itemsize
+    for what, ts, nbytes in (("tiny (fused)", times["tiny"], fused), ("copy_ (preallocated)", copy_times, copied)):
+        best, median = nbytes / min(ts) / 1e9, nbytes / statistics.median(ts) / 1e9
+        print(f"  {what:<22} best {best:6.2f} GB/s   median {median:6.2f} GB/s")
+    best = (fused / min(times["tiny"])) / (copied / min(copy_times))
+    median = (fused / statistics.median(times["tiny"])) / (copied / statistics.median(copy_times))
+    print(f"  tiny's bandwidth / the copy's: {best:.2f} (best)  {median:.2f} (median)  (issue #13's target: 0.8)")
 
-    def run_tiny():
-        results["tiny"] = chain(x, y)
-        torch.tiny.synchronize()  # the result is alive, so this realizes it
-
-    def run_cpu():
-        results["cpu"] = chain(x_cpu, y_cpu)
-
-    t_tiny = best_time(run_tiny, args.reps)
-    torch.tiny.reset_stats()
-    run_tiny()
-    kernels = torch.tiny.stats()["kernels"]
-    t_cpu = best_time(run_cpu, args.reps)
-    t_copy = best_time(lambda: x_cpu.clone(), args.reps)
-
-    max_diff = (results["tiny"].cpu() - results["cpu"]).abs().max().item()
-
-    itemsize = x_cpu.element_size()
-    fused_bytes = 3 * args.numel * itemsize  # reads x and y, writes the result
-    copy_bytes = 2 * args.numel * itemsize  # reads and writes one tensor
-    print(f"chain of 10 elementwise ops on {args.numel:,} float32, best of {args.reps} (torch threads: "
-          f"{torch.get_num_threads()})")  # fmt: skip
-    print(f"  tiny        {t_tiny * 1e3:8.2f} ms  {fused_bytes / t_tiny / 1e9:6.2f} GB/s  ({kernels} kernel per run)")
-    print(f"  torch cpu   {t_cpu * 1e3:8.2f} ms  (eager, one kernel per op)")
-    print(f"  ratio       {t_cpu / t_tiny:8.2f}x  (torch cpu time / tiny time; > 1 means tiny is faster)")
-    print(f"  cpu clone   {t_copy * 1e3:8.2f} ms  {copy_bytes / t_copy / 1e9:6.2f} GB/s  (reference copy bandwidth)")
-    print(f"  max |tiny - cpu| = {max_diff:.2e}")
-    torch.testing.assert_close(results["tiny"].cpu(), results["cpu"])  # float32 default tolerances
+    expected, got = chain(x, y), chain(x.to("tiny"), y.to("tiny")).cpu()
+    torch.testing.assert_close(got, expected)  # float32 default tolerances
 
 
 if __name__ == "__main__":

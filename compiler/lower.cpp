@@ -284,6 +284,87 @@ private:
     return out;
   }
 
+  // A sum over one axis a of where((coordinate along a == t) & m..., v, 0), where t and the masks m are the
+  // same all along a: the one term the mask lets through, v evaluated at coordinate t (0 where t is outside
+  // the axis or a mask is false), without a loop over a. nll_loss and the margin losses pick each
+  // row's target class so (aten_ops/loss.cpp): a third pass over a log_softmax row becomes one load. The
+  // loop's value but for the sign of a zero picked (the loop adds it to +0), which is what torch's direct
+  // read gives. nullptr: not of that form.
+  UOpPtr one_hot_sum(const UOpPtr& n, const std::vector<UOpPtr>& idx) {
+    const ReduceArg& ra = n->reduce_arg();
+    const UOpPtr& x = n->src[0];
+    if (ra.op != Ops::ADD || ra.axes.size() != 1 || x->op != Ops::WHERE || n->dtype != x->dtype ||
+        !is_zero(x->src[2]) || n.get() == scratch.reduce)
+      return nullptr;
+    int64_t a = ra.axes[0];
+    std::vector<UOpPtr> terms, masks;
+    and_terms(x->src[0], terms);
+    UOpPtr target;
+    for (const UOpPtr& c : terms) {
+      if (!target && c->op == Ops::CMPEQ) {
+        for (int k = 0; k < 2 && !target; k++)
+          if (is_coordinate(c->src[k], a) && independent_of(c->src[1 - k], a)) target = c->src[1 - k];
+        if (target) continue;
+      }
+      if (!independent_of(c, a)) return nullptr;
+      masks.push_back(c);
+    }
+    if (!target) return nullptr;
+    auto [i, valid] = checked_index(cast(eval(target, idx), kIndex), x->shape[a]);
+    for (const UOpPtr& m : masks)
+      valid = bool_and(valid, eval(m, idx));
+    std::vector<UOpPtr> at = idx;
+    at[a] = i;
+    return UOp::make(Ops::WHERE, n->dtype, {valid, eval(x->src[1], at), reduce_identity(Ops::ADD, n->dtype)});
+  }
+
+  static bool is_zero(const UOpPtr& z) {
+    const UOp* c = z.get();
+    if (c->op == Ops::VIEW) {
+      if (has_mask(c->st())) return false;
+      c = c->src[0].get();
+    }
+    return c->op == Ops::CONST && (is_float(c->dtype) ? c->const_f() == 0.0 : c->const_i() == 0);
+  }
+
+  static void and_terms(const UOpPtr& c, std::vector<UOpPtr>& out) {
+    if (c->op == Ops::AND && c->dtype == DType::Bool) {
+      and_terms(c->src[0], out);
+      and_terms(c->src[1], out);
+    } else {
+      out.push_back(c);
+    }
+  }
+
+  // A stand-in for the coordinate along axis a, to see what an index does with it (never rendered).
+  static std::vector<UOpPtr> probe_index(size_t rank, int64_t a, int64_t size) {
+    std::vector<UOpPtr> idx(rank, idx_const(0));
+    idx[a] = UOp::make(Ops::RANGE, kIndex, {idx_const(size)}, (int64_t{1} << 30) + 1);
+    return idx;
+  }
+
+  // Whether c is an integer iota read as the coordinate along axis a itself.
+  static bool is_coordinate(const UOpPtr& c, int64_t a) {
+    if (c->op != Ops::VIEW || c->src[0]->op != Ops::IOTA || !is_int(c->dtype) || has_mask(c->st())) return false;
+    std::vector<UOpPtr> probe = probe_index(c->shape.size(), a, c->shape[a]);
+    return graph_rewrite(view_index(c->st(), probe).first, symbolic) == probe[a];
+  }
+
+  // Whether v has the same value all along axis a: no read in it (a view) moves with a.
+  static bool independent_of(const UOpPtr& v, int64_t a) {
+    if (v->op == Ops::CONST || v->op == Ops::DEFINE_VAR) return true;
+    if (v->op == Ops::VIEW) {
+      std::vector<UOpPtr> probe = probe_index(v->shape.size(), a, v->shape[a]);
+      auto [flat, valid] = view_index(v->st(), probe);
+      for (const UOpPtr& u : {flat, valid})
+        if (std::ranges::count(toposort(graph_rewrite(u, symbolic)), probe[a])) return false;
+      return true;
+    }
+    if (is_alu(v->op) || v->op == Ops::CAST || v->op == Ops::BITCAST)
+      return std::ranges::all_of(v->src, [&](const UOpPtr& s) { return independent_of(s, a); });
+    return false;
+  }
+
   static bool varies_with(const std::vector<UOpPtr>& idx, const std::vector<const UOp*>& ranges) {
     for (const UOpPtr& i : idx)
       for (const UOpPtr& n : toposort(graph_rewrite(i, symbolic)))
@@ -398,6 +479,7 @@ private:
     case Ops::IOTA:
       return cast(idx.at(0), n->dtype);
     case Ops::REDUCE: {
+      if (UOpPtr picked = one_hot_sum(n, idx)) return picked;
       // A loop of its own over the reduced axes, accumulating src.
       const ReduceArg& ra = n->reduce_arg();
       const UOpPtr& x = n->src[0];
@@ -815,6 +897,8 @@ std::optional<PairDot> pair_dot(const UOpPtr& r, const UOp* lane) {
 }
 
 bool bf16_pair_dots() { return host_cpu().avx512bf16; }
+
+bool wide_vectors() { return wide_vector_registers(); }
 
 namespace {
 

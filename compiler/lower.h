@@ -86,6 +86,9 @@ std::optional<TileBlock> tile_block(const std::vector<UOpPtr>& reduces, const UO
 // lowering then lays the lane panels of bfloat16 products out by pairs (see pair_dot).
 bool bf16_pair_dots();
 
+// Whether the CPU the C kernels are compiled for has AVX-512 (vectors of 16 floats in one register).
+bool wide_vectors();
+
 // The largest power of two (up to 2^30) that divides every value the index expression idx takes, as
 // its form shows (a sum of multiples of constants): whether a vector access at idx is aligned.
 int64_t index_alignment(const UOpPtr& idx);

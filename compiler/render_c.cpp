@@ -472,6 +472,7 @@ public:
          << "};\n  _tile_loadconfig(tiny_tiles);\n";
     os << scopes_[0].code.str();
     for (size_t d = 0; d < k_.loops.size(); d++) {
+      if (d + 1 == k_.loops.size() && sixteen_lane_loop()) os << indent(static_cast<int>(d) + 1) << kSixteenLanes;
       os << indent(static_cast<int>(d) + 1) << "for (int64_t r" << d << " = " << (d == 0 ? "begin" : "0") << "; r" << d
          << " < " << (d == 0 ? "end" : std::to_string(k_.loops[d])) << "; r" << d << "++) {\n"
          << scopes_[d + 1].code.str();
@@ -490,6 +491,29 @@ public:
   }
 
 private:
+  // An elementwise kernel's innermost loop, every access contiguous along it or the same for all of it, on
+  // a CPU with AVX-512: vectorized 16 floats at a time. For a long body clang's cost model picks 8 lanes
+  // (bench/elementwise.py's chain of 10 ops with exp, divisions and a sqrt: ymm registers); 16 ran that
+  // kernel in 27.6 ms instead of 35.1 (one thread, 16M elements), with the same results.
+  static constexpr const char* kSixteenLanes = "#pragma clang loop vectorize_width(16)\n";
+  bool sixteen_lane_loop() const {
+    if (k_.lane_range >= 0 || k_.tiles || k_.loops.empty() || k_.loops.back() < 16 || !wide_vectors()) return false;
+    const UOp* inner = nullptr;
+    std::vector<UOpPtr> nodes = toposort(k_.ast);
+    for (const UOpPtr& n : nodes) {
+      if (n->op == Ops::REDUCE || n->op == Ops::STAGE) return false;
+      if (n->op == Ops::RANGE && std::get<int64_t>(n->arg) == static_cast<int64_t>(k_.loops.size()) - 1)
+        inner = n.get();
+    }
+    if (!inner) return false;
+    for (const UOpPtr& n : nodes)
+      if (n->op == Ops::LOAD || n->op == Ops::STORE) {
+        auto split = lane_split(graph_rewrite(n->src[1], symbolic), inner);
+        if (!split || (split->second != 1 && (n->op == Ops::STORE || split->second != 0))) return false;
+      }
+    return true;
+  }
+
   struct Scope {
     int64_t range = -1; // the loop it is the body of (-1: the function body)
     std::vector<int64_t> reduce_ranges;

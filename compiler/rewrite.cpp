@@ -1,6 +1,9 @@
 #include "compiler/rewrite.h"
 
+#include <algorithm>
+#include <numeric>
 #include <unordered_map>
+#include <vector>
 
 namespace tiny {
 
@@ -295,6 +298,38 @@ UOpPtr simplify_mul(const UOpPtr& n) {
   return nullptr;
 }
 
+int64_t floor_div(int64_t a, int64_t b) { return a / b - (a % b != 0 && (a < 0) != (b < 0)); }
+
+// x / c and x % c for x = g*y + z >= 0 with g dividing c and 0 <= z < g: x / c = y / (c/g) and
+// x % c = (y % (c/g))*g + z, for the largest such g among the gcds of c and the terms' coefficients (a flat
+// index over a row and its columns, divided by a multiple of the row's length: the row's digit alone).
+// y >= 0 follows from x >= 0. nullptr when no g > 1 splits x so.
+UOpPtr divmod_by_common_factor(const Sum& s, int64_t c, bool div) {
+  std::vector<int64_t> candidates;
+  for (const auto& [base, coef] : s.terms)
+    if (int64_t g = std::gcd(coef, c); g > 1) candidates.push_back(g);
+  std::sort(candidates.rbegin(), candidates.rend());
+  for (int64_t g : candidates) {
+    Sum y, z;
+    for (const auto& [base, coef] : s.terms) {
+      if (coef % g == 0)
+        y.add(base, coef / g);
+      else
+        z.add(base, coef);
+    }
+    y.constant = floor_div(s.constant, g);
+    z.constant = s.constant - y.constant * g;
+    UOpPtr low = build_sum(z);
+    if (low->vmin < 0 || low->vmax >= g) continue;
+    UOpPtr high = build_sum(y);
+    int64_t k = c / g;
+    if (div) return k == 1 ? high : UOp::make(Ops::IDIV, kIndex, {high, idx_const(k)});
+    UOpPtr digit = k == 1 ? idx_const(0) : UOp::make(Ops::MOD, kIndex, {high, idx_const(k)});
+    return UOp::make(Ops::ADD, kIndex, {UOp::make(Ops::MUL, kIndex, {digit, idx_const(g)}), low});
+  }
+  return nullptr;
+}
+
 // x / c and x % c for x >= 0 and c > 0: terms that are multiples of c leave the division whole.
 UOpPtr simplify_divmod(const UOpPtr& n) {
   if (!index_math(n)) return nullptr;
@@ -320,7 +355,7 @@ UOpPtr simplify_divmod(const UOpPtr& n) {
   }
   whole.constant = s.constant / c * (s.constant >= 0 ? 1 : 0);
   rest.constant = s.constant - whole.constant * c;
-  if (whole.terms.empty() && whole.constant == 0) return nullptr;
+  if (whole.terms.empty() && whole.constant == 0) return divmod_by_common_factor(s, c, div);
   for (auto& [base, coef] : whole.terms)
     if (base->vmin < 0) return nullptr;
   UOpPtr r = build_sum(rest);

@@ -297,6 +297,50 @@ TEST(Kernel, AGatherReadsAtLoadedIndicesAndZeroOutOfRange) {
   EXPECT_EQ(got, std::vector<float>({14, 10, 10, 12, 0, 0}));
 }
 
+// nll_loss's pick of each row's target class: sum over the classes of where((class == target[row]) &
+// (target[row] != -1), -x, 0) reads the one element, with no loop over the classes; a target outside the
+// classes or ignored gives 0.
+TEST(Kernel, AOneHotSumReadsTheElementItPicksWithoutALoop) {
+  const int64_t R = 6, C = 37;
+  auto xv = random_vec(R * C, 12);
+  auto x = reshape(buffer(filled(xv)), {R, C});
+  std::vector<int64_t> tv = {3, 0, 36, -1, 40, 17};
+  auto t = expand(reshape(buffer(indices(tv)), {R, 1}), {R, C});
+  auto cls = expand(reshape(iota(C, DType::Int64), {1, C}), {R, C});
+  auto kept = alu(Ops::CMPNE, t, expand(reshape(const_int(DType::Int64, -1), {1, 1}), {R, C}));
+  auto hit = alu(Ops::AND, alu(Ops::CMPEQ, cls, t), kept);
+  auto zero = expand(reshape(const_float(DType::Float32, 0), {1, 1}), {R, C});
+  auto picked = reduce(where(hit, alu(Ops::NEG, x), zero), Ops::ADD, {1});
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, R);
+  std::string body = render_c(lower_kernel(out, View::contiguous({R, 1}), picked), "k");
+  body = body.substr(body.find("void k("));
+  EXPECT_EQ(body.find("< 37"), std::string::npos) << "a loop over the classes:\n" << body;
+  auto got = values(realize_value(picked));
+  for (int64_t i = 0; i < R; i++) {
+    float want = tv[i] >= 0 && tv[i] < C ? -xv[i * C + tv[i]] : 0.0f;
+    EXPECT_EQ(got[i], want) << i;
+  }
+}
+
+// On AVX-512, an elementwise kernel's contiguous innermost loop is vectorized 16 floats at a time (clang's
+// cost model picks 8 for a long body); a loop with a data-dependent read is left to clang.
+TEST(Kernel, AnElementwiseLoopOfContiguousReadsStepsBySixteenLanesOnAvx512) {
+  if (!wide_vectors()) GTEST_SKIP() << "this CPU has no AVX-512";
+  const int64_t N = 1000;
+  auto av = random_vec(N, 13), bv = random_vec(N, 14);
+  auto a = buffer(filled(av)), b = buffer(filled(bv));
+  auto v = alu(Ops::TANH, alu(Ops::SQRT, alu(Ops::ABS, alu(Ops::FDIV, a, b))));
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, N);
+  EXPECT_NE(render_c(lower_kernel(out, View::contiguous({N}), v), "k").find("vectorize_width(16)"), std::string::npos);
+  auto got = values(realize_value(v));
+  for (int64_t i = 0; i < N; i++)
+    EXPECT_NEAR(got[i], std::tanh(std::sqrt(std::abs(av[i] / bv[i]))), 1e-6) << i;
+  auto picked = gather(a, buffer(indices({5, 3, 999, 0, 7, 1, 2, 4, 6, 8, 9, 10, 11, 12, 13, 14, 15})));
+  auto out2 = std::make_shared<Buffer>(cpu_device(), DType::Float32, 17);
+  EXPECT_EQ(render_c(lower_kernel(out2, View::contiguous({17}), picked), "k").find("vectorize_width"),
+            std::string::npos);
+}
+
 TEST(Kernel, AScatterAddAccumulatesRepeatedIndicesInOrder) {
   auto base = buffer(filled({1, 1, 1, 1}));
   auto idx = buffer(indices({3, 0, 3, 3, 9}));

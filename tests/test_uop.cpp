@@ -102,6 +102,22 @@ TEST(Symbolic, AlignedTermsLeaveTheDivision) {
   EXPECT_EQ(graph_rewrite(imod(flat, 4), symbolic), r1);
 }
 
+TEST(Symbolic, AFlatIndexDividedByAMultipleOfItsRowKeepsTheRowDigitAlone) {
+  // (r0*784 + r1*28 + r2) / 25088 with r1*28 + r2 < 784 = 25088 / 32: r0 / 32, no division of the columns
+  // (a max pool's backward over (128, 32, 28, 28) read its (128, 32, 14, 14) indices so)
+  auto r0 = range(4096, 0), r1 = range(28, 1), r2 = range(28, 2);
+  auto flat = add(add(mul(r0, 784), mul(r1, 28)), r2);
+  EXPECT_EQ(graph_rewrite(idiv(flat, 25088), symbolic), idiv(r0, 32));
+  EXPECT_EQ(graph_rewrite(idiv(add(mul(r1, 28), r2), 56), symbolic), idiv(r1, 2));
+  // the remainder keeps the low digits whole: (r0 % 32) * 784 + r1*28 + r2
+  EXPECT_EQ(graph_rewrite(imod(flat, 25088), symbolic),
+            graph_rewrite(add(add(mul(imod(r0, 32), 784), mul(r1, 28)), r2), symbolic));
+  // a low part that can reach the factor does not split: r1*28 + r2 + 4 spans 0..787 >= 784
+  auto shifted = add(flat, idx_const(4));
+  EXPECT_EQ(graph_rewrite(idiv(shifted, 25088), symbolic)->op, Ops::IDIV);
+  EXPECT_EQ(graph_rewrite(idiv(shifted, 25088), symbolic)->src[1], idx_const(25088));
+}
+
 TEST(Symbolic, SplitDigitsRecombine) {
   // (g / 4) * 4 + g % 4 == g, and ((g / 4) % 3) * 4 + g % 4 == g % 12: a reshape round trip
   auto g = range(1000, 0);

@@ -109,7 +109,8 @@ print(torch.randn(8, 1000, device="tiny").softmax(-1).cpu().sum().item())
 
 def test_float32_softmax_computes_exp_once_per_element_over_vector_lanes_with_tails(tmp_path):
     """The row kernel's exp(x - max) is a vector of lanes (tv_float), computed once per element: in the
-    sum's loop only, the row's write reading it back from the output. A row that is not a multiple of 16
+    sum's loop only, the row's write reading it back from the output and multiplying it by the reciprocal
+    of the sum. A row that is not a multiple of 16
     reduces over lanes too, with a scalar tail."""
     if not torch.tiny.get_device_name().startswith("tiny CPU"):
         pytest.skip("the C renderer's lanes: CPU device only")
@@ -121,6 +122,10 @@ def test_float32_softmax_computes_exp_once_per_element_over_vector_lanes_with_ta
     assert len(exp_lines) == 1, f"exp computed in {len(exp_lines)} places:\n{body}"
     assert exp_lines[0].strip().startswith("const tv_float"), f"exp not over vector lanes:\n{body}"
     assert re.search(r"memcpy\(b0 \+", body), f"exp not held in the output for the row's write:\n{body}"
+    # the row's write multiplies by the sum's reciprocal, computed once per row, as torch's CPU kernel does:
+    # no division per element
+    write_loop = body[body.rindex("for (") :]
+    assert "/" not in write_loop and "*" in write_loop, f"the row's write divides per element:\n{body}"
     # a row of 1000: 62 steps of 16 lanes, then a scalar tail of 8, in both of the softmax's reductions
     tail = re.search(r"\nvoid R_8_1000\w*\(.*?\n}\n", out, re.S)
     assert tail, "no row kernel of the (8, 1000) softmax in the generated sources"

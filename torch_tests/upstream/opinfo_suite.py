@@ -393,9 +393,13 @@ def as_accurate_as_cpu(op, cpu: Sample, actual, expected, tol: Tolerance) -> boo
             continue
         if a.dtype != e.dtype or a.shape != e.shape or r.shape != e.shape or r.dtype != torch.float32:
             return False
-        a, e, r = a.detach().cpu().double(), e.detach().double(), r.detach().double()
         rtol, atol = tol(e.dtype)
+        rounded = r.detach().to(e.dtype).double()
+        a, e, r = a.detach().cpu().double(), e.detach().double(), r.detach().double()
         ok = ((a - r).abs() <= (e - r).abs() + atol + rtol * r.abs()) | (a == e) | (a.isnan() & e.isnan())
+        # a NaN of the CPU's where the float32 result is a number (its half-type intermediates overflowed, as
+        # matrix_exp's Pade terms do): tiny passes with that number, rounded
+        ok |= e.isnan() & ~r.isnan() & (((a - r).abs() <= atol + rtol * r.abs()) | (a == rounded))
         if not bool(ok.all()):
             return False
     return True
