@@ -85,8 +85,8 @@ TOLERANCES = {
     torch.complex64: (1e-4, 1e-4),
     torch.complex128: (1e-7, 1e-7),
 }
-# Dtypes that run only when TINY_UPSTREAM_DTYPES names them (run.py --dtypes complex64): the default slices
-# keep the dtypes their recorded counts and known failures were measured on.
+# Dtypes that run only when TINY_UPSTREAM_DTYPES names them (run.py's full slice does; the ci slice when
+# --dtypes names them).
 OPT_IN_DTYPES = (torch.complex64, torch.complex128)
 SEED = 1234
 # OpInfos whose results are uninitialized memory: dtype and shape are compared, not values (as upstream's

@@ -42,11 +42,14 @@ from opinfo_record import (  # noqa: E402
 
 SUITE = HERE.relative_to(ROOT) / "opinfo_suite.py"
 ALL_DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8", "bool")
-OPT_IN_DTYPES = ("complex64", "complex128")  # run only when --dtypes names them
+OPT_IN_DTYPES = ("complex64", "complex128")  # the full slice runs them; the ci slice when --dtypes names them
 REPORT_ORDER = ALL_DTYPES + OPT_IN_DTYPES
 # mode -> (kinds, dtypes), and the samples checked per test (None: all)
 SLICES = {
-    "full": {"modes": {"native": (KINDS, ALL_DTYPES), "fallback": (KINDS, ALL_DTYPES)}, "max_samples": None},
+    "full": {
+        "modes": {"native": (KINDS, ALL_DTYPES + OPT_IN_DTYPES), "fallback": (KINDS, ALL_DTYPES + OPT_IN_DTYPES)},
+        "max_samples": None,
+    },
     "ci": {
         "modes": {"native": (("forward", "backward"), ("float32",)), "fallback": (("forward",), ("float32",))},
         "max_samples": 32,
