@@ -54,6 +54,7 @@
 #include <limits>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "aten_ops/builders.h"
@@ -244,6 +245,40 @@ void store(const at::Tensor& out, const Cx& z) {
 // The first `cols` columns of the identity, complex.
 Cx complex_identity(DType dt, int64_t b, int64_t m, int64_t cols) { return real_value(identity(dt, b, m, cols)); }
 
+// The QR family's kernels are one template over the kind of values: UOpPtr (real) or Cx (complex). The real
+// adjoint is the transpose.
+UOpPtr adjoint(const UOpPtr& x) { return transposed(x); }
+template <class V> V batch_of(const at::Tensor& t) {
+  if constexpr (std::is_same_v<V, Cx>)
+    return batched_complex(t);
+  else
+    return batched(t);
+}
+// t's values (tau: one batch dim fewer than its matrices) as `shape`.
+template <class V> V values_of(const at::Tensor& t, Shape shape) {
+  if constexpr (std::is_same_v<V, Cx>) {
+    shape.push_back(2);
+    return cm::parts_of(reshape(read_complex(t), shape));
+  } else {
+    return reshape(read(t), shape);
+  }
+}
+template <class V> V real_as(const UOpPtr& x) {
+  if constexpr (std::is_same_v<V, Cx>)
+    return real_value(x);
+  else
+    return x;
+}
+// f(UOpPtr{}) or f(Cx{}) as t is real or complex.
+template <class F> void on_kind(const at::Tensor& t, F&& f) {
+  if (t.is_complex())
+    f(Cx{});
+  else
+    f(UOpPtr{});
+}
+// The real dtype of a tensor's values (a complex dtype's parts).
+DType real_dtype(const at::Tensor& t) { return to_tiny_dtype(c10::toRealValueType(t.scalar_type())); }
+
 // ---- complex Householder QR ----
 
 struct ComplexReflectors {
@@ -327,16 +362,18 @@ std::tuple<at::Tensor&, at::Tensor&> geqrf_out(const at::Tensor& self, at::Tenso
               " but got ", a.scalar_type());
   TORCH_CHECK(tau.scalar_type() == self.scalar_type(), "torch.geqrf: Expected tau to have dtype ", self.scalar_type(),
               " but got ", tau.scalar_type());
-  check_lapack_dtype(self, "geqrf_cpu");
+  check_lapack_dtype(self, "geqrf_cpu", /*complex_native=*/true);
   int64_t m = self.size(-2), n = self.size(-1);
   std::vector<int64_t> tau_sizes(self.sizes().begin(), self.sizes().end() - 2);
   tau_sizes.push_back(std::min(m, n));
   resize_column_major(a, self.sizes());
   at::native::resize_output(tau, tau_sizes);
   if (self.numel() == 0) return {a, tau};
-  Reflectors f = householder_qr(batched(self));
-  store(a, f.a);
-  store(tau, reshape(f.tau, {batch_count(self), 1, std::min(m, n)}));
+  on_kind(self, [&]<class V>(V) {
+    auto f = householder_qr(batch_of<V>(self));
+    store(a, f.a);
+    store(tau, reshape(f.tau, {batch_count(self), 1, std::min(m, n)}));
+  });
   return {a, tau};
 }
 
@@ -350,24 +387,27 @@ std::tuple<at::Tensor, at::Tensor> geqrf(const at::Tensor& self) {
 std::tuple<at::Tensor&, at::Tensor&> linalg_qr_out(const at::Tensor& A, c10::string_view mode, at::Tensor& Q,
                                                    at::Tensor& R) {
   at::meta::linalg_qr_outf(A, mode, Q, R);
-  check_lapack_dtype(A, "geqrf_cpu");
-  if (A.numel() == 0) {
-    // the Q of an empty batch of m x 0 matrices is still the identity
-    if (Q.numel() > 0) store(Q, identity(to_tiny_dtype(A.scalar_type()), batch_count(A), Q.size(-2), Q.size(-1)));
-    if (R.numel() > 0) store(R, fixed(to_tiny_dtype(A.scalar_type()), 0, {batch_count(A), R.size(-2), R.size(-1)}));
-    return {Q, R};
-  }
+  check_lapack_dtype(A, "geqrf_cpu", /*complex_native=*/true);
+  DType dt = real_dtype(A);
   int64_t m = A.size(-2), n = A.size(-1), k = std::min(m, n), b = batch_count(A);
-  Reflectors f = householder_qr(batched(A));
-  int64_t r_rows = R.size(-2);
-  Shape rs{b, r_rows, n};
-  UOpPtr upper = alu(Ops::CMPLE, coordinate(rs, 1), coordinate(rs, 2));
-  UOpPtr a = r_rows <= m ? shrink(f.a, {{0, b}, {0, r_rows}, {0, n}}) : f.a;
-  store(R, masked(upper, a));
-  if (mode != "r") {
-    int64_t q_cols = mode == "complete" ? m : k;
-    store(Q, apply_reflectors(f.a, f.tau, identity(f.a->dtype, b, m, q_cols), true));
-  }
+  on_kind(A, [&]<class V>(V) {
+    if (A.numel() == 0) {
+      // the Q of an empty batch of m x 0 matrices is still the identity
+      if (Q.numel() > 0) store(Q, real_as<V>(identity(dt, b, Q.size(-2), Q.size(-1))));
+      if (R.numel() > 0) store(R, real_as<V>(fixed(dt, 0, {b, R.size(-2), R.size(-1)})));
+      return;
+    }
+    auto f = householder_qr(batch_of<V>(A));
+    int64_t r_rows = R.size(-2);
+    Shape rs{b, r_rows, n};
+    UOpPtr upper = alu(Ops::CMPLE, coordinate(rs, 1), coordinate(rs, 2));
+    V a = r_rows <= m ? shrink(f.a, {{0, b}, {0, r_rows}, {0, n}}) : f.a;
+    store(R, masked(upper, a));
+    if (mode != "r") {
+      int64_t q_cols = mode == "complete" ? m : k;
+      store(Q, apply_reflectors(f.a, f.tau, real_as<V>(identity(dt, b, m, q_cols)), true));
+    }
+  });
   return {Q, R};
 }
 
@@ -400,12 +440,14 @@ at::Tensor& householder_product_out(const at::Tensor& input, const at::Tensor& t
   check_same_device({input, tau, out});
   TORCH_CHECK(out.scalar_type() == input.scalar_type(), name, ": Expected out tensor to have dtype ",
               input.scalar_type(), ", but got ", out.scalar_type(), " instead");
-  check_lapack_dtype(input, "orgqr_cpu");
+  check_lapack_dtype(input, "orgqr_cpu", /*complex_native=*/true);
   resize_column_major(out, input.sizes());
   if (out.numel() == 0) return out;
   int64_t b = batch_count(input), m = input.size(-2), n = input.size(-1);
-  UOpPtr taus = reshape(read(tau), {b, tau.size(-1)});
-  store(out, apply_reflectors(batched(input), taus, identity(to_tiny_dtype(input.scalar_type()), b, m, n), true));
+  on_kind(input, [&]<class V>(V) {
+    V taus = values_of<V>(tau, {b, tau.size(-1)});
+    store(out, apply_reflectors(batch_of<V>(input), taus, real_as<V>(identity(real_dtype(input), b, m, n)), true));
+  });
   return out;
 }
 
@@ -438,15 +480,16 @@ at::Tensor& ormqr_out(const at::Tensor& input, const at::Tensor& tau, const at::
   check_same_device({input, tau, other, out});
   TORCH_CHECK(out.scalar_type() == input.scalar_type(), name, ": Expected out tensor to have dtype ",
               input.scalar_type(), ", but got ", out.scalar_type(), " instead");
-  check_lapack_dtype(input, "ormqr_cpu");
+  check_lapack_dtype(input, "ormqr_cpu", /*complex_native=*/true);
   resize_column_major(out, other.sizes());
   if (out.numel() == 0) return out;
   int64_t b = batch_count(input);
-  UOpPtr a = batched(input), taus = reshape(read(tau), {b, tau.size(-1)}), c = batched(other);
-  // Q c applies H_{k-1} first; c Q = (Q^T c^T)^T
-  UOpPtr result =
-      left ? apply_reflectors(a, taus, c, !transpose) : transposed(apply_reflectors(a, taus, transposed(c), transpose));
-  store(out, result);
+  // Q c applies H_{k-1} first; c Q = (Q^H c^H)^H; `transpose` names Q^H (Q^T when real)
+  on_kind(input, [&]<class V>(V) {
+    V a = batch_of<V>(input), taus = values_of<V>(tau, {b, tau.size(-1)}), c = batch_of<V>(other);
+    store(out,
+          left ? apply_reflectors(a, taus, c, !transpose) : adjoint(apply_reflectors(a, taus, adjoint(c), transpose)));
+  });
   return out;
 }
 

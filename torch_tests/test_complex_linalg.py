@@ -1,6 +1,7 @@
-"""Complex linear algebra on tiny against CPU torch, natively (no CPU fallback): linalg.svd, svdvals and
-torch.svd; linalg.eigh and eigvalsh; and what torch composes from them (pinv, matrix_rank, matrix_norm, cond,
-polar, matrix_sqrth). Singular vectors and eigenvectors are unique only up to a phase per column, so they
+"""Complex linear algebra on tiny against CPU torch, natively (no CPU fallback): linalg.qr, geqrf,
+householder_product and ormqr (LAPACK's reflectors, so the CPU's Q and R); linalg.svd, svdvals and torch.svd;
+linalg.eigh and eigvalsh; and what torch composes from them (pinv, matrix_rank, matrix_norm, cond, polar,
+matrix_sqrth, svd_lowrank). Singular vectors and eigenvectors are unique only up to a phase per column, so they
 are compared through what does not depend on it (their magnitudes, U Vh, projectors, reconstructions), as
 the upstream OpInfos do.
 """
@@ -39,6 +40,76 @@ def gauge_free_svd(a, full_matrices=False):
     k = s.shape[-1]
     u, vh = u[..., :k], vh[..., :k, :]
     return u.abs(), s, vh.abs(), u @ vh
+
+
+def grad_of(loss_fn):
+    def fn(a):
+        a = a.clone().requires_grad_()
+        return torch.autograd.grad(loss_fn(a), a)[0]
+
+    return fn
+
+
+# ---------------------------------------------------------------------------------------------
+# QR
+
+
+@pytest.mark.parametrize("dtype", COMPLEX, ids=str)
+def test_complex_qr_is_the_cpus_for_every_mode_and_shape(native, dtype):
+    for shape in SHAPES + ((1, 3), (3, 1), (0, 3, 2), (3, 0)):
+        for mode in ("reduced", "complete", "r"):
+            check(lambda a, mode=mode: torch.linalg.qr(a, mode=mode), sample(*shape, dtype=dtype), **tolerance(dtype))
+
+
+@pytest.mark.parametrize("dtype", COMPLEX, ids=str)
+def test_complex_geqrf_householder_product_and_ormqr_match_cpu(native, dtype):
+    tol = tolerance(dtype)
+    for shape in ((5, 3), (4, 4), (3, 5), (2, 6, 4)):
+        a = sample(*shape, dtype=dtype)
+        check(torch.geqrf, a, **tol)
+        reflectors, tau = torch.geqrf(a)
+        if shape[-2] >= shape[-1]:
+            check(torch.linalg.householder_product, reflectors, tau, **tol)
+        on_left = sample(*shape[:-1], 3, dtype=dtype, seed=1)
+        on_right = sample(*shape[:-2], 3, shape[-2], dtype=dtype, seed=2)
+        for left, other in ((True, on_left), (False, on_right)):
+            for transpose in (False, True):
+                check(
+                    lambda r, t, c, left=left, transpose=transpose: torch.ormqr(r, t, c, left, transpose),
+                    reflectors,
+                    tau,
+                    other,
+                    **tol,
+                )
+
+
+def test_complex_qr_of_rank_deficient_and_conjugate_views_match_cpu(native):
+    tol = tolerance(torch.complex128)
+    b = sample(5, 2, dtype=torch.complex128)
+    # past the rank, Q's columns and R's rows are rounding noise made orthonormal: compare what is determined
+    x = torch.cat([b, 1j * b, torch.zeros(5, 1, dtype=b.dtype)], 1)
+    check(lambda a: (torch.linalg.qr(a)[0][:, :2], torch.linalg.qr(a)[1][:2]), x, **tol)
+    q, r = (t.cpu() for t in torch.linalg.qr(x.to(DEVICE), mode="complete"))
+    torch.testing.assert_close(q.mH @ q, torch.eye(5, dtype=x.dtype), **tol)
+    torch.testing.assert_close(q @ r, x, **tol)
+    check(lambda a: torch.linalg.qr(a.conj()), b, **tol)
+    check(lambda a: torch.linalg.qr(a.mH, mode="complete"), b, **tol)
+    # a real diagonal with nothing below it is left as it is; a complex one is turned real
+    check(torch.linalg.qr, torch.tensor([[2.0 + 0j, 1j], [0, -3]]), **tol)
+    check(torch.linalg.qr, torch.tensor([[1j, 2.0], [0, 1 + 1j]], dtype=torch.complex128), **tol)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX, ids=str)
+def test_complex_qr_gradients_match_cpu(dtype):
+    # the backward's triangular solve runs on the CPU fallback (tiny's is real only); the QR itself is native
+    tol = {"rtol": 1e-3, "atol": 1e-3} if dtype == torch.complex64 else {"rtol": 1e-8, "atol": 1e-8}
+
+    def loss(a):
+        q, r = torch.linalg.qr(a)
+        return (q.abs() * torch.arange(q.shape[-1], dtype=q.real.dtype, device=q.device)).sum() + r.real.sum()
+
+    for shape in ((5, 3), (4, 4)):
+        check(grad_of(loss), sample(*shape, dtype=dtype), **tol, allow_fallback=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -222,14 +293,6 @@ def test_complex_polar_and_matrix_sqrth_match_cpu(native, dtype):
 # gradients (torch's svd and eigh backward formulas on the native forward)
 
 
-def grad_of(loss_fn):
-    def fn(a):
-        a = a.clone().requires_grad_()
-        return torch.autograd.grad(loss_fn(a), a)[0]
-
-    return fn
-
-
 @pytest.mark.parametrize("dtype", COMPLEX, ids=str)
 def test_complex_svd_gradients_match_cpu(native, dtype):
     tol = {"rtol": 1e-3, "atol": 1e-3} if dtype == torch.complex64 else {"rtol": 1e-8, "atol": 1e-8}
@@ -272,3 +335,11 @@ def test_complex_polar_pinv_and_sqrth_gradients_match_cpu(native, dtype):
     a = sample(4, 4, dtype=dtype)
     spd = a @ a.mH + torch.eye(4)
     check(grad_of(lambda a: torch.linalg.matrix_sqrth(a).real.sum()), spd, **tol)
+
+
+def test_complex_low_rank_svd_runs_natively_and_reconstructs(native):
+    # svd_lowrank draws its random projection on the input's device: compare what does not depend on it
+    a = sample(2, 8, 3, dtype=torch.complex128) @ sample(2, 3, 6, dtype=torch.complex128, seed=1)
+    u, s, v = (t.cpu() for t in torch.svd_lowrank(a.to(DEVICE), q=3))
+    torch.testing.assert_close(s, torch.linalg.svdvals(a)[..., :3], rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(u * s.unsqueeze(-2).to(a.dtype) @ v.mH, a, rtol=1e-9, atol=1e-9)
