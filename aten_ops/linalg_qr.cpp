@@ -2,7 +2,8 @@
 // ormqr; the symmetric eigenproblem _linalg_eigh (linalg.eigh, linalg.eigvalsh); the singular value
 // decomposition _linalg_svd (linalg.svd, svdvals, torch.svd); what torch's CPU builds on those two, the polar
 // decomposition linalg_polar and the square root linalg_matrix_sqrth; linalg_lstsq; linalg_matrix_exp and
-// linalg_cross. float32 and float64, batched over every dim before the last two, as torch's CPU kernels.
+// linalg_cross. float32 and float64, batched over every dim before the last two, as torch's CPU kernels; the
+// QR family, eigh, svd and what is built on them (polar, matrix_sqrth, lstsq) also complex64 and complex128.
 //
 // Each factorization is a sequence of steps, and each step is a few UOp kernels over the whole batch
 // (masks from the row and column coordinates, reductions, gathers). The step's index is a runtime scalar
@@ -1009,12 +1010,12 @@ at::Tensor linalg_matrix_sqrth(const at::Tensor& A) {
 
 // ---- least squares ----
 //
-// Every driver solves through the SVD, x = V S^+ U^T b with the singular values at or below rcond * s_max
+// Every driver solves through the SVD, x = V S^+ U^H b with the singular values at or below rcond * s_max
 // dropped: the minimum-norm least-squares solution, which is LAPACK's for each driver on inputs of full rank
 // and gelsy's, gelsd's and gelss's on inputs of lower rank too (gels assumes full rank). The outputs each
 // driver fills are torch's: rank for gelsy, gelsd and gelss; singular values for gelsd and gelss; residuals
 // (the squared norms of b - A x) for tall inputs, except with gelsy, and with gelsd and gelss only when every
-// matrix has full rank.
+// matrix has full rank. Complex inputs take the complex SVD; their residuals and singular values are real.
 std::tuple<at::Tensor&, at::Tensor&, at::Tensor&, at::Tensor&>
 linalg_lstsq_out(const at::Tensor& input, const at::Tensor& other, std::optional<double> rcond,
                  std::optional<c10::string_view> driver_opt, at::Tensor& solution, at::Tensor& residuals,
@@ -1035,12 +1036,20 @@ linalg_lstsq_out(const at::Tensor& input, const at::Tensor& other, std::optional
   std::string driver(driver_opt.value_or("gelsy"));
   TORCH_CHECK(driver == "gels" || driver == "gelsy" || driver == "gelsd" || driver == "gelss", name,
               ": parameter `driver` should be one of (gels, gelsy, gelsd, gelss)");
-  if (input.is_complex()) to_tiny_dtype(input.scalar_type()); // NotNativeDtype: the CPU fallback solves it
-  TORCH_CHECK(input.scalar_type() == at::kFloat || input.scalar_type() == at::kDouble,
+  at::ScalarType st = input.scalar_type(), real = c10::toRealValueType(st);
+  bool complex = input.is_complex();
+  if (complex && st != at::kComplexFloat && st != at::kComplexDouble) to_tiny_dtype(st); // NotNativeDtype
+  TORCH_CHECK(real == at::kFloat || real == at::kDouble,
               "This function doesn't handle types other than float and double");
-  for (const at::Tensor* out : {&solution, &residuals, &singular_values})
-    TORCH_CHECK(out->scalar_type() == input.scalar_type(), name, ": Expected out tensor to have dtype ",
-                input.scalar_type(), ", but got ", out->scalar_type(), " instead");
+  // a complex input's residuals and singular values are real; out= tensors of other dtypes take the CPU's own
+  // checks and casts (NotNativeDtype)
+  if (complex && (solution.scalar_type() != st || residuals.scalar_type() != real ||
+                  singular_values.scalar_type() != real || rank.scalar_type() != at::kLong))
+    to_tiny_dtype(st);
+  if (!complex)
+    for (const at::Tensor* out : {&solution, &residuals, &singular_values})
+      TORCH_CHECK(out->scalar_type() == st, name, ": Expected out tensor to have dtype ", st, ", but got ",
+                  out->scalar_type(), " instead");
   TORCH_CHECK(rank.scalar_type() == at::kLong, name, ": Expected out tensor to have dtype Long, but got ",
               rank.scalar_type(), " instead");
   at::Tensor b = vector_case ? other.unsqueeze(-1) : other;
@@ -1053,11 +1062,11 @@ linalg_lstsq_out(const at::Tensor& input, const at::Tensor& other, std::optional
   };
   at::Tensor A = input.expand(sized({m, n})), B = b.expand(sized({m, k}));
   auto [U, S, Vh] = at::_linalg_svd(A, /*full_matrices=*/false, /*compute_uv=*/true);
-  double cut = rcond.has_value() && *rcond > 0 ? *rcond : epsilon(to_tiny_dtype(input.scalar_type())) * std::max(m, n);
+  double cut = rcond.has_value() && *rcond > 0 ? *rcond : epsilon(to_tiny_dtype(real)) * std::max(m, n);
   at::Tensor largest = std::min(m, n) > 0 ? S.narrow(-1, 0, 1) : S;
   at::Tensor kept = S.gt(largest.mul(cut));
   at::Tensor inverse = at::where(kept, S.reciprocal(), at::zeros_like(S));
-  at::Tensor x = Vh.mT().matmul(inverse.unsqueeze(-1).mul(U.mT().matmul(B)));
+  at::Tensor x = Vh.mH().matmul(inverse.unsqueeze(-1).mul(U.mH().matmul(B)));
   at::Tensor r = kept.sum(-1);
   bool has_rank = driver != "gels", has_sv = driver == "gelsd" || driver == "gelss";
   bool has_residuals = m > n && driver != "gelsy";
@@ -1077,7 +1086,8 @@ linalg_lstsq_out(const at::Tensor& input, const at::Tensor& other, std::optional
   if (has_residuals) {
     // (..., k) also for a vector b, as the CPU
     at::native::resize_output(residuals, sized({k}));
-    residuals.copy_(A.matmul(x).sub(B).square().sum(-2));
+    at::Tensor misfit = A.matmul(x).sub(B);
+    residuals.copy_((complex ? misfit.abs() : misfit).square().sum(-2));
   } else {
     at::native::resize_output(residuals, {0});
   }

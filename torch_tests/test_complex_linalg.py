@@ -275,6 +275,19 @@ def test_complex_pinv_rank_norms_and_cond_match_cpu(native, dtype):
         check(lambda a, ord=ord: torch.linalg.cond(a, ord), sample(3, 4, 4, dtype=dtype), **tol)
 
 
+@pytest.mark.parametrize("driver", ("gelsy", "gelsd", "gelss", "gels"))
+def test_complex_lstsq_matches_cpu_for_each_driver(native, driver):
+    for dtype in COMPLEX:
+        for a_shape, b_shape in (((5, 3), (5, 2)), ((2, 6, 4), (2, 6, 1)), ((4, 4), (4,)), ((3, 5), (3,))):
+            a, b = sample(*a_shape, dtype=dtype), sample(*b_shape, dtype=dtype, seed=1)
+            check(lambda a, b: torch.linalg.lstsq(a, b, driver=driver), a, b, **tolerance(dtype))
+    # rank-deficient: the minimum-norm solution, the rank, and no residuals from gelsd and gelss
+    x = sample(6, 2, dtype=torch.complex128)
+    a, b = torch.cat([x, 1j * x], 1), sample(6, 2, dtype=torch.complex128, seed=1)
+    if driver != "gels":
+        check(lambda a, b: torch.linalg.lstsq(a, b, driver=driver), a, b, **tolerance(torch.complex128))
+
+
 @pytest.mark.parametrize("dtype", COMPLEX, ids=str)
 def test_complex_polar_and_matrix_sqrth_match_cpu(native, dtype):
     tol = tolerance(dtype)
