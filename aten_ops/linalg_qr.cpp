@@ -858,16 +858,18 @@ Svd jacobi_svd_tall(const Cx& x, bool full, bool compute_uv, c10::Device device,
       Cx other{element(a.re, B, R, pC), element(a.im, B, R, pC)};
       // per column i: |a_i|^2 and a_i^H a_partner(i), reduced over the rows
       UOpPtr norms = contiguous(reshape(sum_keep(squared_abs(a), {1}), v));
-      Cx dots = reshape(sum_keep(cm::mul(cm::conj(a), other), {1}), v);
+      Cx dots = realized(reshape(sum_keep(cm::mul(cm::conj(a), other), {1}), v));
       UOpPtr pi = partner(i, step_index(round, v), N);
       UOpPtr own = norms, theirs = entry(norms, bi, pi);
       UOpPtr is_p = lt(i, pi);
-      // the pair's |a_p^H a_q| is the same number at p and at q: the same products, summed in the same order
-      UOpPtr g = cm::abs(dots);
+      // both indices of a pair take gamma = a_p^H a_q from p: the dot computed at q is conj(gamma) only up to
+      // rounding, and where gamma is rounding noise (columns orthogonal already) its phase would be another,
+      // and the rotation not unitary
+      UOpPtr p = alu(Ops::MIN, i, pi);
+      Cx gamma{entry(dots.re, bi, p), entry(dots.im, bi, p)};
+      UOpPtr g = cm::abs(gamma);
       Rotation rot = pair_rotation(i, pi, where(is_p, own, theirs), where(is_p, theirs, own), g);
-      // at q the dot is conj(gamma): e_i = e conj(dot_i / |dot_i|) at both
-      Cx phase = unit(dots, g);
-      Cx e = realized(Cx{mul(rot.e, phase.re), alu(Ops::NEG, mul(rot.e, phase.im))});
+      Cx e = with_phase(i, pi, rot.e, gamma, g);
       UOpPtr cC = entry(rot.c, B, C);
       Cx eC{entry(e.re, B, C), entry(e.im, B, C)};
       a = realized(cm::add(cm::scale(a, cC), cm::mul(eC, other)));

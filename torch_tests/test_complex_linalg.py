@@ -162,6 +162,19 @@ def test_complex_svd_of_rank_deficient_input_has_unitary_vectors(native, dtype):
     check(torch.linalg.svdvals, torch.zeros(3, 4, dtype=dtype))
 
 
+@pytest.mark.parametrize("dtype", COMPLEX, ids=str)
+def test_complex_svd_of_matrices_with_orthogonal_columns_matches_cpu(native, dtype):
+    # the columns' inner products are rounding noise from the start: their phases must not make the
+    # rotations non-unitary
+    q = torch.linalg.qr(sample(2, 6, 6, dtype=dtype))[0]
+    for x in (q, q[..., :4], q[..., :4, :] * 3, torch.eye(5, dtype=dtype) * (1 - 2j)):
+        check(torch.linalg.svdvals, x, **tolerance(dtype))
+        check(gauge_free_svd, x[..., :1, :], **tolerance(dtype))
+        u, s, vh = (t.cpu() for t in torch.linalg.svd(x.to(DEVICE), full_matrices=False))
+        torch.testing.assert_close(u * s.unsqueeze(-2).to(dtype) @ vh, x, **tolerance(dtype))
+        torch.testing.assert_close(u.mH @ u, eye_like(u, u.shape[-1]), **tolerance(dtype))
+
+
 def test_complex_svd_of_views_empty_and_out_forms_match_cpu(native):
     x = sample(2, 5, 3)
     check(lambda a: gauge_free_svd(a.mH), x, **tolerance(torch.complex64))
