@@ -67,6 +67,7 @@
 #include <vector>
 
 #include "aten_ops/builders.h"
+#include "aten_ops/complex_math.h"
 #include "aten_ops/read_on_host.h"
 #include "csrc/fallback.h"
 #include "csrc/kernel_library.h"
@@ -214,6 +215,31 @@ UOpPtr solve_triangular(const UOpPtr& t, const UOpPtr& rhs, bool upper, bool uni
     return {where(eq(i, k), xk, where(later, sub(x, mul(element(tr, b, i, k), xk)), x))};
   };
   return run_steps({state[1]}, n, upper, one_step, dev)[0];
+}
+
+// solve_triangular of complex t and rhs, each a pair of real values: the same substitution with complex
+// products and Smith's division.
+complex_math::Cx solve_triangular(const complex_math::Cx& t, const complex_math::Cx& rhs, bool upper, bool unit,
+                                  Device& dev) {
+  namespace cm = complex_math;
+  int64_t B = rhs.re->shape[0], n = rhs.re->shape[1], r = rhs.re->shape[2];
+  if (B * n * r == 0) return rhs;
+  std::vector<UOpPtr> state = realize_now({t.re, t.im, rhs.re, rhs.im}, dev);
+  Shape s{B, n, r};
+  UOpPtr b = coordinate(s, 0), i = coordinate(s, 1), j = coordinate(s, 2);
+  auto entry_of = [&](const UOpPtr& re, const UOpPtr& im, const UOpPtr& row, const UOpPtr& col) {
+    return cm::Cx{element(re, b, row, col), element(im, b, row, col)};
+  };
+  auto one_step = [&](const std::vector<UOpPtr>& st, const UOpPtr& step) -> std::vector<UOpPtr> {
+    UOpPtr k = broadcast(step, s);
+    cm::Cx x{st[0], st[1]}, xk = entry_of(st[0], st[1], k, j);
+    if (!unit) xk = cm::div(xk, entry_of(state[0], state[1], k, k));
+    cm::Cx updated = cm::sub(x, cm::mul(entry_of(state[0], state[1], i, k), xk));
+    UOpPtr here = eq(i, k), later = upper ? lt(i, k) : lt(k, i);
+    return {where(here, xk.re, where(later, updated.re, x.re)), where(here, xk.im, where(later, updated.im, x.im))};
+  };
+  std::vector<UOpPtr> x = run_steps({state[2], state[3]}, n, upper, one_step, dev);
+  return {x[0], x[1]};
 }
 
 // The lower Cholesky factor of a (B, n, n), reading its lower triangle (above it: a's values, to be
@@ -447,13 +473,14 @@ Device& device_for(const at::Tensor& t) { return runtime::device(t.device().inde
 
 // t's value for a computation that runs now (realize_now): a pending graph that writes a storage in place
 // (ASSIGN, SCATTER) realizes only at a sync, so such an input is realized by one first.
+// A complex tensor's value is its pairs (read_values).
 UOpPtr settled_read(const at::Tensor& t) {
   {
     std::lock_guard lock(runtime::graph_mutex());
-    if (runtime::evaluable_alone(read(t))) return read(t);
+    if (runtime::evaluable_alone(read_values(t))) return read_values(t);
   }
   runtime::synchronize();
-  return read(t);
+  return read_values(t);
 }
 
 // t's matrices (its last two dims) broadcast to the batch dims `batch`, as (B, rows, cols).
@@ -467,6 +494,17 @@ UOpPtr matrices(const at::Tensor& t, c10::IntArrayRef batch) {
                  {prod(Shape(batch.begin(), batch.end())), full.end()[-2], full.end()[-1]});
 }
 UOpPtr matrices(const at::Tensor& t) { return matrices(t, t.sizes().slice(0, t.dim() - 2)); }
+// A complex t's matrices broadcast to `batch`, as the parts of (B, rows, cols).
+complex_math::Cx complex_matrices(const at::Tensor& t, c10::IntArrayRef batch) {
+  Shape full(batch.begin(), batch.end());
+  full.insert(full.end(), {t.size(-2), t.size(-1), 2});
+  Shape padded(full.size(), 1);
+  std::copy(t.sizes().begin(), t.sizes().end(), padded.end() - t.dim() - 1);
+  padded.back() = 2;
+  UOpPtr pairs = reshape(expand(reshape(settled_read(t), padded), full),
+                         {prod(Shape(batch.begin(), batch.end())), t.size(-2), t.size(-1), 2});
+  return complex_math::parts_of(pairs);
+}
 
 // pivots (..., k) broadcast to `batch`, as (B, k).
 UOpPtr pivot_rows(const at::Tensor& pivots, c10::IntArrayRef batch) {
@@ -842,10 +880,31 @@ at::Tensor& linalg_solve_triangular_out(const at::Tensor& A, const at::Tensor& B
   check_same_device({A, B});
   at::native::checkInputsSolver(A, B, left, "linalg.solve_triangular");
   auto [B_, A_] = at::native::_linalg_broadcast_batch_dims(B, A, nullptr);
-  // torch's result is F-contiguous when it is (re)allocated
-  if (at::native::resize_output_check(out, B_.sizes())) {
+  // torch's result is F-contiguous when it is (re)allocated, but row-major when A is the conjugate transpose
+  // of a contiguous matrix (the CPU then solves with A's storage as it is)
+  if (A_.mT().is_contiguous() && A_.is_conj()) {
+    at::native::resize_output(out, B_.sizes());
+  } else if (at::native::resize_output_check(out, B_.sizes())) {
     out.resize_(B_.mT().sizes());
     out.transpose_(-2, -1);
+  }
+  if (A.is_complex()) {
+    // complex64 and complex128 natively; another dtype or a mix of dtypes goes to the CPU fallback
+    at::ScalarType st = A.scalar_type();
+    if ((st != at::kComplexFloat && st != at::kComplexDouble) || B.scalar_type() != st || out.scalar_type() != st)
+      to_tiny_dtype(st); // NotNativeDtype
+    if (out.numel() == 0) return out;
+    c10::IntArrayRef batch = batch_of(out);
+    complex_math::Cx a = complex_matrices(A_, batch), b = complex_matrices(B_, batch);
+    auto t = [](const complex_math::Cx& z) { return complex_math::Cx{transposed(z.re), transposed(z.im)}; };
+    Device& dev = device_for(A);
+    // X A = B  <=>  A^T X^T = B^T
+    complex_math::Cx x = left ? solve_triangular(a, b, upper, unitriangular, dev)
+                              : t(solve_triangular(t(a), t(b), !upper, unitriangular, dev));
+    Shape pairs = to_shape(out.sizes());
+    pairs.push_back(2);
+    write_complex(out, reshape(complex_math::pairs_of(x), pairs));
+    return out;
   }
   check_float<at::_ops::linalg_solve_triangular>(A, A, B, upper, left, unitriangular);
   if (out.numel() == 0) return out;

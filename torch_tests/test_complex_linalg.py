@@ -1,9 +1,9 @@
 """Complex linear algebra on tiny against CPU torch, natively (no CPU fallback): linalg.qr, geqrf,
-householder_product and ormqr (LAPACK's reflectors, so the CPU's Q and R); linalg.svd, svdvals and torch.svd;
-linalg.eigh and eigvalsh; and what torch composes from them (pinv, matrix_rank, matrix_norm, cond, polar,
-matrix_sqrth, svd_lowrank). Singular vectors and eigenvectors are unique only up to a phase per column, so they
-are compared through what does not depend on it (their magnitudes, U Vh, projectors, reconstructions), as
-the upstream OpInfos do.
+householder_product and ormqr (LAPACK's reflectors, so the CPU's Q and R); linalg.solve_triangular;
+linalg.svd, svdvals and torch.svd; linalg.eigh and eigvalsh; and what torch composes from them (pinv,
+matrix_rank, matrix_norm, cond, polar, matrix_sqrth, lstsq, svd_lowrank), gradients included. Singular vectors
+and eigenvectors are unique only up to a phase per column, so they are compared through what does not depend
+on it (their magnitudes, U Vh, reconstructions), as the upstream OpInfos do.
 """
 
 import pytest
@@ -100,8 +100,32 @@ def test_complex_qr_of_rank_deficient_and_conjugate_views_match_cpu(native):
 
 
 @pytest.mark.parametrize("dtype", COMPLEX, ids=str)
-def test_complex_qr_gradients_match_cpu(dtype):
-    # the backward's triangular solve runs on the CPU fallback (tiny's is real only); the QR itself is native
+def test_complex_solve_triangular_matches_cpu(native, dtype):
+    tol = tolerance(dtype)
+    a = sample(2, 4, 4, dtype=dtype) + 4 * torch.eye(4)
+    for upper, left, unit in ((True, True, False), (False, True, False), (True, False, False), (False, False, True)):
+        b = sample(2, 4, 3, dtype=dtype, seed=1) if left else sample(2, 3, 4, dtype=dtype, seed=1)
+        kwargs = {"upper": upper, "left": left, "unitriangular": unit}
+        check(lambda a, b, kwargs=kwargs: torch.linalg.solve_triangular(a, b, **kwargs), a, b, **tol)
+        check(lambda a, b, kwargs=kwargs: torch.linalg.solve_triangular(a.conj(), b[:1], **kwargs), a, b, **tol)
+    # a conjugate-transposed A gives a row-major result, as on the CPU
+    check(lambda a, b: torch.linalg.solve_triangular(a.mH, b, upper=True), a[0], sample(4, 2, dtype=dtype), **tol)
+    check(
+        lambda a, b: torch.linalg.solve_triangular(a.mH, b, upper=False, left=False),
+        a[0],
+        sample(2, 4, dtype=dtype),
+        **tol,
+    )
+
+    def out_form(a, b):
+        out = torch.empty(0, dtype=a.dtype, device=a.device)
+        return torch.linalg.solve_triangular(a, b, upper=True, out=out)
+
+    check(out_form, a, sample(2, 4, 3, dtype=dtype, seed=1), **tol)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX, ids=str)
+def test_complex_qr_gradients_match_cpu(native, dtype):
     tol = {"rtol": 1e-3, "atol": 1e-3} if dtype == torch.complex64 else {"rtol": 1e-8, "atol": 1e-8}
 
     def loss(a):
@@ -109,7 +133,7 @@ def test_complex_qr_gradients_match_cpu(dtype):
         return (q.abs() * torch.arange(q.shape[-1], dtype=q.real.dtype, device=q.device)).sum() + r.real.sum()
 
     for shape in ((5, 3), (4, 4)):
-        check(grad_of(loss), sample(*shape, dtype=dtype), **tol, allow_fallback=True)
+        check(grad_of(loss), sample(*shape, dtype=dtype), **tol)
 
 
 # ---------------------------------------------------------------------------------------------
