@@ -4,8 +4,8 @@
 // linalg_solve_triangular), and what torch builds on an LU: _linalg_solve_ex (linalg.solve, solve_ex),
 // linalg_inv_ex (inv), _linalg_det (det) and _linalg_slogdet (slogdet, logdet); the LDL^T factorisation of
 // symmetric matrices (linalg_ldl_factor_ex, linalg_ldl_solve). float32 and float64, as
-// torch's CPU kernels; batched over any leading dims. Their gradients are torch's formulas, made of these
-// ops and ordinary ones.
+// torch's CPU kernels, and complex64 and complex128 for the triangular solves; batched over any leading dims. Their
+// gradients are torch's formulas, made of these ops and ordinary ones.
 //
 // A factorisation or a substitution of n x n matrices is n steps, each a few kernels over the whole batch:
 // masks from the coordinates, a reduction, and gathers at the step's row and column. The step index is a
@@ -525,6 +525,25 @@ void store(const at::Tensor& out, const UOpPtr& value) {
   write(out, reshape(cast(value, to_tiny_dtype(out.scalar_type())), to_shape(out.sizes())));
 }
 
+// The (B, rows, cols) complex value z written into the complex tensor `out`.
+void store(const at::Tensor& out, const complex_math::Cx& z) {
+  if (out.numel() == 0) return;
+  Shape pairs = to_shape(out.sizes());
+  pairs.push_back(2);
+  write_complex(out, reshape(complex_math::pairs_of(z), pairs));
+}
+complex_math::Cx transposed(const complex_math::Cx& z) { return {transposed(z.re), transposed(z.im)}; }
+
+// The triangular solves of complex64 and complex128 run natively when every tensor has A's dtype; other
+// complex calls go to the CPU fallback (NotNativeDtype), whose checks and casts are torch's.
+void check_complex_solve(std::initializer_list<at::Tensor> tensors) {
+  at::ScalarType st = tensors.begin()->scalar_type();
+  bool native = st == at::kComplexFloat || st == at::kComplexDouble;
+  for (const at::Tensor& t : tensors)
+    native = native && t.scalar_type() == st;
+  if (!native) to_tiny_dtype(st);
+}
+
 at::Tensor empty_like_dtype(const at::Tensor& t, at::ScalarType dt) { return empty_tiny({0}, dt, t.device()); }
 
 // torch's CPU kernels take float32 and float64, and complex, which these kernels do not: the CPU fallback
@@ -858,6 +877,17 @@ std::tuple<at::Tensor&, at::Tensor&> triangular_solve_out(const at::Tensor& self
   MetaOuts meta{&X, &M};
   at::meta::triangular_solve_outf(meta_like(self), meta_like(A), upper, transpose, unitriangular, meta[0], meta[1]);
   meta.apply();
+  if (A.is_complex()) {
+    // `transpose` is A^T, not A^H, for complex A too
+    check_complex_solve({A, self, X, M});
+    c10::IntArrayRef batch = batch_of(X);
+    complex_math::Cx a = complex_matrices(A, batch);
+    store(M, a);
+    if (X.numel() == 0) return {X, M};
+    store(X, solve_triangular(transpose ? transposed(a) : a, complex_matrices(self, batch), upper != transpose,
+                              unitriangular, device_for(A)));
+    return {X, M};
+  }
   check_float<at::_ops::triangular_solve>(A, self, A, upper, transpose, unitriangular);
   c10::IntArrayRef batch = batch_of(X);
   UOpPtr a = matrices(A, batch);
@@ -889,21 +919,14 @@ at::Tensor& linalg_solve_triangular_out(const at::Tensor& A, const at::Tensor& B
     out.transpose_(-2, -1);
   }
   if (A.is_complex()) {
-    // complex64 and complex128 natively; another dtype or a mix of dtypes goes to the CPU fallback
-    at::ScalarType st = A.scalar_type();
-    if ((st != at::kComplexFloat && st != at::kComplexDouble) || B.scalar_type() != st || out.scalar_type() != st)
-      to_tiny_dtype(st); // NotNativeDtype
+    check_complex_solve({A, B, out});
     if (out.numel() == 0) return out;
     c10::IntArrayRef batch = batch_of(out);
     complex_math::Cx a = complex_matrices(A_, batch), b = complex_matrices(B_, batch);
-    auto t = [](const complex_math::Cx& z) { return complex_math::Cx{transposed(z.re), transposed(z.im)}; };
     Device& dev = device_for(A);
     // X A = B  <=>  A^T X^T = B^T
-    complex_math::Cx x = left ? solve_triangular(a, b, upper, unitriangular, dev)
-                              : t(solve_triangular(t(a), t(b), !upper, unitriangular, dev));
-    Shape pairs = to_shape(out.sizes());
-    pairs.push_back(2);
-    write_complex(out, reshape(complex_math::pairs_of(x), pairs));
+    store(out, left ? solve_triangular(a, b, upper, unitriangular, dev)
+                    : transposed(solve_triangular(transposed(a), transposed(b), !upper, unitriangular, dev)));
     return out;
   }
   check_float<at::_ops::linalg_solve_triangular>(A, A, B, upper, left, unitriangular);

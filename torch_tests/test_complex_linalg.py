@@ -1,9 +1,9 @@
 """Complex linear algebra on tiny against CPU torch, natively (no CPU fallback): linalg.qr, geqrf,
-householder_product and ormqr (LAPACK's reflectors, so the CPU's Q and R); linalg.solve_triangular;
-linalg.svd, svdvals and torch.svd; linalg.eigh and eigvalsh; and what torch composes from them (pinv,
-matrix_rank, matrix_norm, cond, polar, matrix_sqrth, lstsq, svd_lowrank), gradients included. Singular vectors
-and eigenvectors are unique only up to a phase per column, so they are compared through what does not depend
-on it (their magnitudes, U Vh, reconstructions), as the upstream OpInfos do.
+householder_product and ormqr (LAPACK's reflectors, so the CPU's Q and R); linalg.solve_triangular and
+triangular_solve; linalg.svd, svdvals and torch.svd; linalg.eigh and eigvalsh; and what torch composes from
+them (pinv, matrix_rank, matrix_norm, cond, polar, matrix_sqrth, lstsq, svd_lowrank), gradients included.
+Singular vectors and eigenvectors are unique only up to a phase per column, so they are compared through what
+does not depend on it (their magnitudes, U Vh, reconstructions), as the upstream OpInfos do.
 """
 
 import pytest
@@ -122,6 +122,16 @@ def test_complex_solve_triangular_matches_cpu(native, dtype):
         return torch.linalg.solve_triangular(a, b, upper=True, out=out)
 
     check(out_form, a, sample(2, 4, 3, dtype=dtype, seed=1), **tol)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX, ids=str)
+def test_complex_triangular_solve_transposes_without_conjugating_as_on_the_cpu(native, dtype):
+    tol = tolerance(dtype)
+    a = sample(2, 4, 4, dtype=dtype) + 4 * torch.eye(4)
+    b = sample(2, 4, 3, dtype=dtype, seed=1)
+    for upper, transpose, unit in ((True, False, False), (False, True, False), (True, True, True)):
+        check(lambda b, a, u=upper, t=transpose, n=unit: torch.triangular_solve(b, a, u, t, n), b, a, **tol)
+    check(lambda b, a: torch.triangular_solve(b, a.conj(), upper=False), b[:1], a, **tol)
 
 
 @pytest.mark.parametrize("dtype", COMPLEX, ids=str)
