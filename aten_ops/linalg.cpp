@@ -473,14 +473,15 @@ Device& device_for(const at::Tensor& t) { return runtime::device(t.device().inde
 
 // t's value for a computation that runs now (realize_now): a pending graph that writes a storage in place
 // (ASSIGN, SCATTER) realizes only at a sync, so such an input is realized by one first.
-// A complex tensor's value is its pairs (read_values).
-UOpPtr settled_read(const at::Tensor& t) {
+// `reader`: read, which refuses complex tensors (NotNativeDtype, so the real kernels hand them to the fallback),
+// or read_complex.
+UOpPtr settled_read(const at::Tensor& t, UOpPtr (*reader)(const at::Tensor&) = read) {
   {
     std::lock_guard lock(runtime::graph_mutex());
-    if (runtime::evaluable_alone(read_values(t))) return read_values(t);
+    if (runtime::evaluable_alone(reader(t))) return reader(t);
   }
   runtime::synchronize();
-  return read_values(t);
+  return reader(t);
 }
 
 // t's matrices (its last two dims) broadcast to the batch dims `batch`, as (B, rows, cols).
@@ -501,7 +502,7 @@ complex_math::Cx complex_matrices(const at::Tensor& t, c10::IntArrayRef batch) {
   Shape padded(full.size(), 1);
   std::copy(t.sizes().begin(), t.sizes().end(), padded.end() - t.dim() - 1);
   padded.back() = 2;
-  UOpPtr pairs = reshape(expand(reshape(settled_read(t), padded), full),
+  UOpPtr pairs = reshape(expand(reshape(settled_read(t, read_complex), padded), full),
                          {prod(Shape(batch.begin(), batch.end())), t.size(-2), t.size(-1), 2});
   return complex_math::parts_of(pairs);
 }

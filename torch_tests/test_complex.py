@@ -155,6 +155,7 @@ def test_ops_without_a_native_complex_kernel_run_on_the_cpu():
         lambda x, y: torch.cholesky_inverse(torch.linalg.cholesky(x.mH @ x + torch.eye(3, device=x.device))),
         lambda x, y: torch.linalg.inv(x[:3] + 2 * torch.eye(3, device=x.device)),
         lambda x, y: torch.linalg.lu_factor(x[:3]),
+        lambda x, y: torch.lu_unpack(*torch.linalg.lu_factor(x[:3])),
         lambda x, y: torch.linalg.matrix_exp(x[:3] / 4),
         lambda x, y: torch.linalg.slogdet(x[:3]),
         lambda x, y: x.index_fill(0, torch.tensor([1, 3], device=x.device), 1 + 2j),
