@@ -4,8 +4,8 @@
 // linalg_solve_triangular), and what torch builds on an LU: _linalg_solve_ex (linalg.solve, solve_ex),
 // linalg_inv_ex (inv), _linalg_det (det) and _linalg_slogdet (slogdet, logdet); the LDL^T factorisation of
 // symmetric matrices (linalg_ldl_factor_ex, linalg_ldl_solve). float32 and float64, as
-// torch's CPU kernels; batched over any leading dims. Their gradients are torch's formulas, made of these
-// ops and ordinary ones.
+// torch's CPU kernels, and complex64 and complex128 for the triangular solves; batched over any leading dims. Their
+// gradients are torch's formulas, made of these ops and ordinary ones.
 //
 // A factorisation or a substitution of n x n matrices is n steps, each a few kernels over the whole batch:
 // masks from the coordinates, a reduction, and gathers at the step's row and column. The step index is a
@@ -67,6 +67,7 @@
 #include <vector>
 
 #include "aten_ops/builders.h"
+#include "aten_ops/complex_math.h"
 #include "aten_ops/read_on_host.h"
 #include "csrc/fallback.h"
 #include "csrc/kernel_library.h"
@@ -214,6 +215,31 @@ UOpPtr solve_triangular(const UOpPtr& t, const UOpPtr& rhs, bool upper, bool uni
     return {where(eq(i, k), xk, where(later, sub(x, mul(element(tr, b, i, k), xk)), x))};
   };
   return run_steps({state[1]}, n, upper, one_step, dev)[0];
+}
+
+// solve_triangular of complex t and rhs, each a pair of real values: the same substitution with complex
+// products and Smith's division.
+complex_math::Cx solve_triangular(const complex_math::Cx& t, const complex_math::Cx& rhs, bool upper, bool unit,
+                                  Device& dev) {
+  namespace cm = complex_math;
+  int64_t B = rhs.re->shape[0], n = rhs.re->shape[1], r = rhs.re->shape[2];
+  if (B * n * r == 0) return rhs;
+  std::vector<UOpPtr> state = realize_now({t.re, t.im, rhs.re, rhs.im}, dev);
+  Shape s{B, n, r};
+  UOpPtr b = coordinate(s, 0), i = coordinate(s, 1), j = coordinate(s, 2);
+  auto entry_of = [&](const UOpPtr& re, const UOpPtr& im, const UOpPtr& row, const UOpPtr& col) {
+    return cm::Cx{element(re, b, row, col), element(im, b, row, col)};
+  };
+  auto one_step = [&](const std::vector<UOpPtr>& st, const UOpPtr& step) -> std::vector<UOpPtr> {
+    UOpPtr k = broadcast(step, s);
+    cm::Cx x{st[0], st[1]}, xk = entry_of(st[0], st[1], k, j);
+    if (!unit) xk = cm::div(xk, entry_of(state[0], state[1], k, k));
+    cm::Cx updated = cm::sub(x, cm::mul(entry_of(state[0], state[1], i, k), xk));
+    UOpPtr here = eq(i, k), later = upper ? lt(i, k) : lt(k, i);
+    return {where(here, xk.re, where(later, updated.re, x.re)), where(here, xk.im, where(later, updated.im, x.im))};
+  };
+  std::vector<UOpPtr> x = run_steps({state[2], state[3]}, n, upper, one_step, dev);
+  return {x[0], x[1]};
 }
 
 // The lower Cholesky factor of a (B, n, n), reading its lower triangle (above it: a's values, to be
@@ -447,13 +473,15 @@ Device& device_for(const at::Tensor& t) { return runtime::device(t.device().inde
 
 // t's value for a computation that runs now (realize_now): a pending graph that writes a storage in place
 // (ASSIGN, SCATTER) realizes only at a sync, so such an input is realized by one first.
-UOpPtr settled_read(const at::Tensor& t) {
+// `reader`: read, which refuses complex tensors (NotNativeDtype, so the real kernels hand them to the fallback),
+// or read_complex.
+UOpPtr settled_read(const at::Tensor& t, UOpPtr (*reader)(const at::Tensor&) = read) {
   {
     std::lock_guard lock(runtime::graph_mutex());
-    if (runtime::evaluable_alone(read(t))) return read(t);
+    if (runtime::evaluable_alone(reader(t))) return reader(t);
   }
   runtime::synchronize();
-  return read(t);
+  return reader(t);
 }
 
 // t's matrices (its last two dims) broadcast to the batch dims `batch`, as (B, rows, cols).
@@ -467,6 +495,17 @@ UOpPtr matrices(const at::Tensor& t, c10::IntArrayRef batch) {
                  {prod(Shape(batch.begin(), batch.end())), full.end()[-2], full.end()[-1]});
 }
 UOpPtr matrices(const at::Tensor& t) { return matrices(t, t.sizes().slice(0, t.dim() - 2)); }
+// A complex t's matrices broadcast to `batch`, as the parts of (B, rows, cols).
+complex_math::Cx complex_matrices(const at::Tensor& t, c10::IntArrayRef batch) {
+  Shape full(batch.begin(), batch.end());
+  full.insert(full.end(), {t.size(-2), t.size(-1), 2});
+  Shape padded(full.size(), 1);
+  std::copy(t.sizes().begin(), t.sizes().end(), padded.end() - t.dim() - 1);
+  padded.back() = 2;
+  UOpPtr pairs = reshape(expand(reshape(settled_read(t, read_complex), padded), full),
+                         {prod(Shape(batch.begin(), batch.end())), t.size(-2), t.size(-1), 2});
+  return complex_math::parts_of(pairs);
+}
 
 // pivots (..., k) broadcast to `batch`, as (B, k).
 UOpPtr pivot_rows(const at::Tensor& pivots, c10::IntArrayRef batch) {
@@ -485,6 +524,25 @@ c10::IntArrayRef batch_of(const at::Tensor& t, int64_t matrix_dims = 2) {
 void store(const at::Tensor& out, const UOpPtr& value) {
   if (out.numel() == 0) return;
   write(out, reshape(cast(value, to_tiny_dtype(out.scalar_type())), to_shape(out.sizes())));
+}
+
+// The (B, rows, cols) complex value z written into the complex tensor `out`.
+void store(const at::Tensor& out, const complex_math::Cx& z) {
+  if (out.numel() == 0) return;
+  Shape pairs = to_shape(out.sizes());
+  pairs.push_back(2);
+  write_complex(out, reshape(complex_math::pairs_of(z), pairs));
+}
+complex_math::Cx transposed(const complex_math::Cx& z) { return {transposed(z.re), transposed(z.im)}; }
+
+// The triangular solves of complex64 and complex128 run natively when every tensor has A's dtype; other
+// complex calls go to the CPU fallback (NotNativeDtype), whose checks and casts are torch's.
+void check_complex_solve(std::initializer_list<at::Tensor> tensors) {
+  at::ScalarType st = tensors.begin()->scalar_type();
+  bool native = st == at::kComplexFloat || st == at::kComplexDouble;
+  for (const at::Tensor& t : tensors)
+    native = native && t.scalar_type() == st;
+  if (!native) to_tiny_dtype(st);
 }
 
 at::Tensor empty_like_dtype(const at::Tensor& t, at::ScalarType dt) { return empty_tiny({0}, dt, t.device()); }
@@ -820,6 +878,17 @@ std::tuple<at::Tensor&, at::Tensor&> triangular_solve_out(const at::Tensor& self
   MetaOuts meta{&X, &M};
   at::meta::triangular_solve_outf(meta_like(self), meta_like(A), upper, transpose, unitriangular, meta[0], meta[1]);
   meta.apply();
+  if (A.is_complex()) {
+    // `transpose` is A^T, not A^H, for complex A too
+    check_complex_solve({A, self, X, M});
+    c10::IntArrayRef batch = batch_of(X);
+    complex_math::Cx a = complex_matrices(A, batch);
+    store(M, a);
+    if (X.numel() == 0) return {X, M};
+    store(X, solve_triangular(transpose ? transposed(a) : a, complex_matrices(self, batch), upper != transpose,
+                              unitriangular, device_for(A)));
+    return {X, M};
+  }
   check_float<at::_ops::triangular_solve>(A, self, A, upper, transpose, unitriangular);
   c10::IntArrayRef batch = batch_of(X);
   UOpPtr a = matrices(A, batch);
@@ -842,10 +911,24 @@ at::Tensor& linalg_solve_triangular_out(const at::Tensor& A, const at::Tensor& B
   check_same_device({A, B});
   at::native::checkInputsSolver(A, B, left, "linalg.solve_triangular");
   auto [B_, A_] = at::native::_linalg_broadcast_batch_dims(B, A, nullptr);
-  // torch's result is F-contiguous when it is (re)allocated
-  if (at::native::resize_output_check(out, B_.sizes())) {
+  // torch's result is F-contiguous when it is (re)allocated, but row-major when A is the conjugate transpose
+  // of a contiguous matrix (the CPU then solves with A's storage as it is)
+  if (A_.mT().is_contiguous() && A_.is_conj()) {
+    at::native::resize_output(out, B_.sizes());
+  } else if (at::native::resize_output_check(out, B_.sizes())) {
     out.resize_(B_.mT().sizes());
     out.transpose_(-2, -1);
+  }
+  if (A.is_complex()) {
+    check_complex_solve({A, B, out});
+    if (out.numel() == 0) return out;
+    c10::IntArrayRef batch = batch_of(out);
+    complex_math::Cx a = complex_matrices(A_, batch), b = complex_matrices(B_, batch);
+    Device& dev = device_for(A);
+    // X A = B  <=>  A^T X^T = B^T
+    store(out, left ? solve_triangular(a, b, upper, unitriangular, dev)
+                    : transposed(solve_triangular(transposed(a), transposed(b), !upper, unitriangular, dev)));
+    return out;
   }
   check_float<at::_ops::linalg_solve_triangular>(A, A, B, upper, left, unitriangular);
   if (out.numel() == 0) return out;

@@ -2,7 +2,8 @@
 // ormqr; the symmetric eigenproblem _linalg_eigh (linalg.eigh, linalg.eigvalsh); the singular value
 // decomposition _linalg_svd (linalg.svd, svdvals, torch.svd); what torch's CPU builds on those two, the polar
 // decomposition linalg_polar and the square root linalg_matrix_sqrth; linalg_lstsq; linalg_matrix_exp and
-// linalg_cross. float32 and float64, batched over every dim before the last two, as torch's CPU kernels.
+// linalg_cross. float32 and float64, batched over every dim before the last two, as torch's CPU kernels; the
+// QR family, eigh, svd and what is built on them (polar, matrix_sqrth, lstsq) also complex64 and complex128.
 //
 // Each factorization is a sequence of steps, and each step is a few UOp kernels over the whole batch
 // (masks from the row and column coordinates, reductions, gathers). The step's index is a runtime scalar
@@ -54,9 +55,11 @@
 #include <limits>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "aten_ops/builders.h"
+#include "aten_ops/complex_math.h"
 #include "csrc/fallback.h"
 #include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
@@ -195,9 +198,160 @@ UOpPtr apply_reflectors(const UOpPtr& a, const UOpPtr& tau, UOpPtr c, bool backw
   return c;
 }
 
-void check_lapack_dtype(const at::Tensor& t, const char* cpu_name) {
+// ---- complex values ----
+//
+// A complex batch is a pair of real (b, rows, cols) values (aten_ops/complex_math.h), and the working matrices
+// of the complex factorizations are pairs of real storages: the steps' kernels stay real.
+
+namespace cm = complex_math;
+using aten_ops::sum_keep; // beside the overload for complex values
+using cm::Cx;
+
+Cx select(const UOpPtr& mask, const Cx& a, const Cx& b) { return {where(mask, a.re, b.re), where(mask, a.im, b.im)}; }
+Cx realized(const Cx& z) { return {contiguous(z.re), contiguous(z.im)}; }
+Cx broadcast(const Cx& z, const Shape& shape) { return {broadcast(z.re, shape), broadcast(z.im, shape)}; }
+Cx masked(const UOpPtr& mask, const Cx& z) { return {masked(mask, z.re), masked(mask, z.im)}; }
+Cx sum_keep(const Cx& z, const std::vector<int64_t>& axes) { return {sum_keep(z.re, axes), sum_keep(z.im, axes)}; }
+Cx reshape(const Cx& z, const Shape& shape) { return {reshape(z.re, shape), reshape(z.im, shape)}; }
+Cx shrink(const Cx& z, const std::vector<std::pair<int64_t, int64_t>>& ranges) {
+  return {shrink(z.re, ranges), shrink(z.im, ranges)};
+}
+Cx real_value(const UOpPtr& re) { return {re, zeros(re)}; }
+UOpPtr squared_abs(const Cx& z) { return add(mul(z.re, z.re), mul(z.im, z.im)); }
+// The conjugate transpose of a (b, rows, cols) batch.
+Cx adjoint(const Cx& z) { return {transposed(z.re), alu(Ops::NEG, transposed(z.im))}; }
+// z / |z| (r = |z|), 1 where z is 0.
+Cx unit(const Cx& z, const UOpPtr& r) {
+  UOpPtr zero = eq(r, zeros(r)), safe = where(zero, like(r, 1), r);
+  return {where(zero, like(r, 1), div(z.re, safe)), where(zero, zeros(r), div(z.im, safe))};
+}
+
+// The batch of matrices of a complex tensor (..., m, n) as (b, m, n) parts.
+Cx batched_complex(const at::Tensor& t) {
+  return cm::parts_of(reshape(read_complex(t), {batch_count(t), t.size(-2), t.size(-1), 2}));
+}
+// A complex tensor of `st` holding z.
+at::Tensor complex_tensor(const Cx& z, at::ScalarType st, c10::Device device) {
+  at::Tensor t = empty_tiny(z.re->shape, st, device);
+  write_complex(t, cm::pairs_of(z));
+  return t;
+}
+Cx parts(const at::Tensor& t) { return cm::parts_of(read_complex(t)); }
+// The (b, m, n) complex value z written into the complex tensor `out` (..., m', n').
+void store(const at::Tensor& out, const Cx& z) {
+  if (out.numel() == 0) return;
+  Shape s = to_shape(out.sizes());
+  write_complex(out, cm::pairs_of(reshape(z, s)));
+}
+// The first `cols` columns of the identity, complex.
+Cx complex_identity(DType dt, int64_t b, int64_t m, int64_t cols) { return real_value(identity(dt, b, m, cols)); }
+
+// The QR family's kernels are one template over the kind of values: UOpPtr (real) or Cx (complex). The real
+// adjoint is the transpose.
+UOpPtr adjoint(const UOpPtr& x) { return transposed(x); }
+template <class V> V batch_of(const at::Tensor& t) {
+  if constexpr (std::is_same_v<V, Cx>)
+    return batched_complex(t);
+  else
+    return batched(t);
+}
+// t's values (tau: one batch dim fewer than its matrices) as `shape`.
+template <class V> V values_of(const at::Tensor& t, Shape shape) {
+  if constexpr (std::is_same_v<V, Cx>) {
+    shape.push_back(2);
+    return cm::parts_of(reshape(read_complex(t), shape));
+  } else {
+    return reshape(read(t), shape);
+  }
+}
+template <class V> V real_as(const UOpPtr& x) {
+  if constexpr (std::is_same_v<V, Cx>)
+    return real_value(x);
+  else
+    return x;
+}
+// f(UOpPtr{}) or f(Cx{}) as t is real or complex.
+template <class F> void on_kind(const at::Tensor& t, F&& f) {
+  if (t.is_complex())
+    f(Cx{});
+  else
+    f(UOpPtr{});
+}
+// The real dtype of a tensor's values (a complex dtype's parts).
+DType real_dtype(const at::Tensor& t) { return to_tiny_dtype(c10::toRealValueType(t.scalar_type())); }
+
+// ---- complex Householder QR ----
+
+struct ComplexReflectors {
+  Cx a;   // (b, m, n): R on and above the diagonal, the reflectors' tails below
+  Cx tau; // (b, k)
+};
+
+// LAPACK's zgeqrf on a complex batch (b, m, n): H_j = I - tau_j v_j v_j^H with H_j^H x = beta e_j for a real
+// beta = -sign(re alpha) |x[j:]| (zlarfg: tau = (beta - alpha) / beta, v = x / (alpha - beta), v_j = 1), so R's
+// diagonal is real; a column with nothing below the diagonal and a real alpha is left as it is (tau = 0).
+ComplexReflectors householder_qr(const Cx& input) {
+  int64_t b = input.re->shape[0], m = input.re->shape[1], n = input.re->shape[2], k = std::min(m, n);
+  DType dt = input.re->dtype;
+  Shape s{b, m, n}, col{b, m, 1}, one{b, 1, 1}, taus{b, k};
+  Cx a = realized(input), tau{fixed(dt, 0, taus), fixed(dt, 0, taus)};
+  UOpPtr rows = coordinate(s, 1), cols = coordinate(s, 2), r = coordinate(col, 1), t = coordinate(taus, 1);
+  UOpPtr zero = fixed(dt, 0, one);
+  for (int64_t j = 0; j < k; j++) {
+    UOpPtr at_j = eq(cols, step_index(j, s));
+    UOpPtr diag = eq(r, step_index(j, col)), below = alu(Ops::CMPLT, step_index(j, col), r);
+    Cx x = sum_keep(masked(at_j, a), {2}); // column j
+    Cx alpha = sum_keep(masked(diag, x), {1});
+    UOpPtr sigma = sum_keep(masked(below, squared_abs(x)), {1});
+    UOpPtr norm = sqrt(add(squared_abs(alpha), sigma));
+    UOpPtr beta = where(lt(alpha.re, zero), norm, alu(Ops::NEG, norm));
+    UOpPtr none = both(eq(sigma, zero), eq(alpha.im, zero));
+    Cx tau_j = masked(alu(Ops::NOT, none), Cx{div(sub(beta, alpha.re), beta), div(alu(Ops::NEG, alpha.im), beta)});
+    Cx scale = masked(alu(Ops::NOT, none), cm::reciprocal({sub(alpha.re, beta), alpha.im}));
+    beta = where(none, alpha.re, beta);
+    Cx tail = cm::mul(x, broadcast(scale, col));
+    Cx v = select(diag, real_value(fixed(dt, 1, col)), masked(below, tail));
+    // the columns after j: A - conj(tau) v (v^H A)
+    Cx vs = broadcast(v, s);
+    Cx w = broadcast(sum_keep(cm::mul(cm::conj(vs), a), {1}), s);
+    Cx updated = cm::sub(a, cm::mul(broadcast(cm::conj(tau_j), s), cm::mul(vs, w)));
+    UOpPtr after = alu(Ops::CMPLT, step_index(j, s), cols), here = eq(rows, step_index(j, s));
+    Cx column = select(here, real_value(broadcast(beta, s)), broadcast(tail, s));
+    UOpPtr lower = both(at_j, alu(Ops::OR, alu(Ops::CMPLT, step_index(j, s), rows), here));
+    a = realized(select(after, updated, select(lower, column, a)));
+    tau = realized(select(eq(t, step_index(j, taus)), broadcast(reshape(tau_j, {b, 1}), taus), tau));
+  }
+  return {a, tau};
+}
+
+// Q c (backward: H_0 H_1 ... H_{k-1} c) or Q^H c (H_{k-1}^H ... H_0^H c) for the complex reflectors of
+// householder_qr (a (b, m, *), tau (b, k)) and c (b, m, p).
+Cx apply_reflectors(const Cx& a, const Cx& tau, Cx c, bool backward) {
+  int64_t b = a.re->shape[0], m = a.re->shape[1], k = tau.re->shape[1], p = c.re->shape[2];
+  DType dt = a.re->dtype;
+  Shape s{b, m, a.re->shape[2]}, col{b, m, 1}, cs{b, m, p}, taus{b, k};
+  UOpPtr cols = coordinate(s, 2), r = coordinate(col, 1), t = coordinate(taus, 1);
+  c = realized(c);
+  for (int64_t step = 0; step < k; step++) {
+    int64_t j = backward ? k - 1 - step : step;
+    Cx x = sum_keep(masked(eq(cols, step_index(j, s)), a), {2});
+    UOpPtr diag = eq(r, step_index(j, col)), below = alu(Ops::CMPLT, step_index(j, col), r);
+    Cx v = broadcast(select(diag, real_value(fixed(dt, 1, col)), masked(below, x)), cs);
+    Cx tau_j = reshape(sum_keep(masked(eq(t, step_index(j, taus)), tau), {1}), {b, 1, 1});
+    if (!backward) tau_j = cm::conj(tau_j);
+    Cx w = broadcast(sum_keep(cm::mul(cm::conj(v), c), {1}), cs);
+    c = realized(cm::sub(c, cm::mul(broadcast(tau_j, cs), cm::mul(v, w))));
+  }
+  return c;
+}
+
+// float32 and float64, and complex64 and complex128 where the kernel has a complex path (`complex_native`);
+// other complex inputs go to the CPU fallback (NotNativeDtype).
+void check_lapack_dtype(const at::Tensor& t, const char* cpu_name, bool complex_native = false) {
   at::ScalarType st = t.scalar_type();
-  if (t.is_complex()) to_tiny_dtype(st); // NotNativeDtype: the CPU fallback computes complex inputs
+  bool native_complex = complex_native && (st == at::kComplexFloat || st == at::kComplexDouble);
+  if (t.is_complex() && !native_complex) to_tiny_dtype(st); // NotNativeDtype
+  if (native_complex) return;
   TORCH_CHECK_NOT_IMPLEMENTED(st == at::kFloat || st == at::kDouble, "\"", cpu_name, "\" not implemented for '",
                               c10::toString(st), "'");
 }
@@ -209,16 +363,18 @@ std::tuple<at::Tensor&, at::Tensor&> geqrf_out(const at::Tensor& self, at::Tenso
               " but got ", a.scalar_type());
   TORCH_CHECK(tau.scalar_type() == self.scalar_type(), "torch.geqrf: Expected tau to have dtype ", self.scalar_type(),
               " but got ", tau.scalar_type());
-  check_lapack_dtype(self, "geqrf_cpu");
+  check_lapack_dtype(self, "geqrf_cpu", /*complex_native=*/true);
   int64_t m = self.size(-2), n = self.size(-1);
   std::vector<int64_t> tau_sizes(self.sizes().begin(), self.sizes().end() - 2);
   tau_sizes.push_back(std::min(m, n));
   resize_column_major(a, self.sizes());
   at::native::resize_output(tau, tau_sizes);
   if (self.numel() == 0) return {a, tau};
-  Reflectors f = householder_qr(batched(self));
-  store(a, f.a);
-  store(tau, reshape(f.tau, {batch_count(self), 1, std::min(m, n)}));
+  on_kind(self, [&]<class V>(V) {
+    auto f = householder_qr(batch_of<V>(self));
+    store(a, f.a);
+    store(tau, reshape(f.tau, {batch_count(self), 1, std::min(m, n)}));
+  });
   return {a, tau};
 }
 
@@ -232,24 +388,27 @@ std::tuple<at::Tensor, at::Tensor> geqrf(const at::Tensor& self) {
 std::tuple<at::Tensor&, at::Tensor&> linalg_qr_out(const at::Tensor& A, c10::string_view mode, at::Tensor& Q,
                                                    at::Tensor& R) {
   at::meta::linalg_qr_outf(A, mode, Q, R);
-  check_lapack_dtype(A, "geqrf_cpu");
-  if (A.numel() == 0) {
-    // the Q of an empty batch of m x 0 matrices is still the identity
-    if (Q.numel() > 0) store(Q, identity(to_tiny_dtype(A.scalar_type()), batch_count(A), Q.size(-2), Q.size(-1)));
-    if (R.numel() > 0) store(R, fixed(to_tiny_dtype(A.scalar_type()), 0, {batch_count(A), R.size(-2), R.size(-1)}));
-    return {Q, R};
-  }
+  check_lapack_dtype(A, "geqrf_cpu", /*complex_native=*/true);
+  DType dt = real_dtype(A);
   int64_t m = A.size(-2), n = A.size(-1), k = std::min(m, n), b = batch_count(A);
-  Reflectors f = householder_qr(batched(A));
-  int64_t r_rows = R.size(-2);
-  Shape rs{b, r_rows, n};
-  UOpPtr upper = alu(Ops::CMPLE, coordinate(rs, 1), coordinate(rs, 2));
-  UOpPtr a = r_rows <= m ? shrink(f.a, {{0, b}, {0, r_rows}, {0, n}}) : f.a;
-  store(R, masked(upper, a));
-  if (mode != "r") {
-    int64_t q_cols = mode == "complete" ? m : k;
-    store(Q, apply_reflectors(f.a, f.tau, identity(f.a->dtype, b, m, q_cols), true));
-  }
+  on_kind(A, [&]<class V>(V) {
+    if (A.numel() == 0) {
+      // the Q of an empty batch of m x 0 matrices is still the identity
+      if (Q.numel() > 0) store(Q, real_as<V>(identity(dt, b, Q.size(-2), Q.size(-1))));
+      if (R.numel() > 0) store(R, real_as<V>(fixed(dt, 0, {b, R.size(-2), R.size(-1)})));
+      return;
+    }
+    auto f = householder_qr(batch_of<V>(A));
+    int64_t r_rows = R.size(-2);
+    Shape rs{b, r_rows, n};
+    UOpPtr upper = alu(Ops::CMPLE, coordinate(rs, 1), coordinate(rs, 2));
+    V a = r_rows <= m ? shrink(f.a, {{0, b}, {0, r_rows}, {0, n}}) : f.a;
+    store(R, masked(upper, a));
+    if (mode != "r") {
+      int64_t q_cols = mode == "complete" ? m : k;
+      store(Q, apply_reflectors(f.a, f.tau, real_as<V>(identity(dt, b, m, q_cols)), true));
+    }
+  });
   return {Q, R};
 }
 
@@ -282,12 +441,14 @@ at::Tensor& householder_product_out(const at::Tensor& input, const at::Tensor& t
   check_same_device({input, tau, out});
   TORCH_CHECK(out.scalar_type() == input.scalar_type(), name, ": Expected out tensor to have dtype ",
               input.scalar_type(), ", but got ", out.scalar_type(), " instead");
-  check_lapack_dtype(input, "orgqr_cpu");
+  check_lapack_dtype(input, "orgqr_cpu", /*complex_native=*/true);
   resize_column_major(out, input.sizes());
   if (out.numel() == 0) return out;
   int64_t b = batch_count(input), m = input.size(-2), n = input.size(-1);
-  UOpPtr taus = reshape(read(tau), {b, tau.size(-1)});
-  store(out, apply_reflectors(batched(input), taus, identity(to_tiny_dtype(input.scalar_type()), b, m, n), true));
+  on_kind(input, [&]<class V>(V) {
+    V taus = values_of<V>(tau, {b, tau.size(-1)});
+    store(out, apply_reflectors(batch_of<V>(input), taus, real_as<V>(identity(real_dtype(input), b, m, n)), true));
+  });
   return out;
 }
 
@@ -320,15 +481,16 @@ at::Tensor& ormqr_out(const at::Tensor& input, const at::Tensor& tau, const at::
   check_same_device({input, tau, other, out});
   TORCH_CHECK(out.scalar_type() == input.scalar_type(), name, ": Expected out tensor to have dtype ",
               input.scalar_type(), ", but got ", out.scalar_type(), " instead");
-  check_lapack_dtype(input, "ormqr_cpu");
+  check_lapack_dtype(input, "ormqr_cpu", /*complex_native=*/true);
   resize_column_major(out, other.sizes());
   if (out.numel() == 0) return out;
   int64_t b = batch_count(input);
-  UOpPtr a = batched(input), taus = reshape(read(tau), {b, tau.size(-1)}), c = batched(other);
-  // Q c applies H_{k-1} first; c Q = (Q^T c^T)^T
-  UOpPtr result =
-      left ? apply_reflectors(a, taus, c, !transpose) : transposed(apply_reflectors(a, taus, transposed(c), transpose));
-  store(out, result);
+  // Q c applies H_{k-1} first; c Q = (Q^H c^H)^H; `transpose` names Q^H (Q^T when real)
+  on_kind(input, [&]<class V>(V) {
+    V a = batch_of<V>(input), taus = values_of<V>(tau, {b, tau.size(-1)}), c = batch_of<V>(other);
+    store(out,
+          left ? apply_reflectors(a, taus, c, !transpose) : adjoint(apply_reflectors(a, taus, adjoint(c), transpose)));
+  });
   return out;
 }
 
@@ -482,22 +644,110 @@ std::pair<at::Tensor, at::Tensor> jacobi_eigh(const at::Tensor& A, bool lower, b
   return {sorted, vectors};
 }
 
+// The rotation of each pair for a complex off-diagonal gamma = a_pq (given per index i of the pair): the real
+// rotation of |gamma| (pair_rotation, (c, -s) at p and (c, s) at q) with the phase of gamma, so that the
+// unitary [[c, s e^{i phi}], [-s e^{-i phi}, c]] zeroes gamma: e_p = -s conj(gamma / |gamma|),
+// e_q = s gamma / |gamma|.
+Cx with_phase(const UOpPtr& i, const UOpPtr& partner_i, const UOpPtr& e, const Cx& gamma, const UOpPtr& g) {
+  Cx phase = unit(gamma, g);
+  UOpPtr im = mul(e, phase.im);
+  return realized(Cx{mul(e, phase.re), where(lt(i, partner_i), alu(Ops::NEG, im), im)});
+}
+
+// Hermitian eigendecomposition of a complex (b, n, n) batch by the same Jacobi sweeps as jacobi_eigh, with
+// complex rotations: eigenvalues (b, n) real and ascending, eigenvectors (b, n, n) complex (null unless
+// compute_v).
+std::pair<at::Tensor, at::Tensor> jacobi_eigh_complex(const at::Tensor& A, bool lower, bool compute_v) {
+  int64_t n = A.size(-1), b = batch_count(A), N = n + n % 2;
+  at::ScalarType real = c10::toRealValueType(A.scalar_type());
+  DType dt = to_tiny_dtype(real);
+  Shape s{b, n, n}, S{b, N, N}, v{b, N};
+  Cx x = batched_complex(A);
+  UOpPtr rows = coordinate(s, 1), cols = coordinate(s, 2), off_s = alu(Ops::CMPNE, rows, cols);
+  // the named triangle and its conjugate mirror; the diagonal's imaginary parts count as zero, as in LAPACK
+  Cx tri = masked(lower ? alu(Ops::CMPLE, cols, rows) : alu(Ops::CMPLE, rows, cols), x);
+  Cx herm{add(tri.re, masked(off_s, transposed(tri.re))), masked(off_s, sub(tri.im, transposed(tri.im)))};
+  UOpPtr scale = magnitude(alu(Ops::MAX, alu(Ops::ABS, herm.re), alu(Ops::ABS, herm.im)));
+  std::vector<std::pair<int64_t, int64_t>> padding{{0, 0}, {0, N - n}, {0, N - n}};
+  c10::Device device = A.device();
+  // the working matrices live in storages: each sweep's read realizes them, and the next sweep reads buffers
+  at::Tensor a_re = empty_tiny(S, real, device), a_im = empty_tiny(S, real, device);
+  at::Tensor v_re = empty_tiny(S, real, device), v_im = empty_tiny(S, real, device);
+  write(a_re, pad(div(herm.re, broadcast(scale, s)), padding));
+  write(a_im, pad(div(herm.im, broadcast(scale, s)), padding));
+  write(v_re, identity(dt, b, N, N));
+  write(v_im, fixed(dt, 0, S));
+  UOpPtr bi = coordinate(v, 0), i = coordinate(v, 1);
+  UOpPtr B = coordinate(S, 0), I = coordinate(S, 1), J = coordinate(S, 2);
+  UOpPtr offdiag = alu(Ops::CMPNE, I, J);
+  bool finite = sweep_until_converged(dt, b, device, [&] {
+    Cx a{read(a_re), read(a_im)}, vecs{read(v_re), read(v_im)};
+    for (int64_t round = 0; round < N - 1; round++) {
+      UOpPtr pi = partner(i, step_index(round, v), N);
+      UOpPtr p = alu(Ops::MIN, i, pi), q = alu(Ops::MAX, i, pi);
+      Cx gamma{element(a.re, bi, p, q), element(a.im, bi, p, q)};
+      UOpPtr g = cm::abs(gamma);
+      Rotation rot = pair_rotation(i, pi, element(a.re, bi, p, p), element(a.re, bi, q, q), g);
+      Cx e = with_phase(i, pi, rot.e, gamma, g);
+      UOpPtr pI = partner(I, step_index(round, S), N), pJ = partner(J, step_index(round, S), N);
+      UOpPtr cI = entry(rot.c, B, I), cJ = entry(rot.c, B, J);
+      Cx eI{entry(e.re, B, I), entry(e.im, B, I)}, eJ{entry(e.re, B, J), entry(e.im, B, J)};
+      auto entries = [&](const UOpPtr& r, const UOpPtr& c) {
+        return Cx{element(a.re, B, r, c), element(a.im, B, r, c)};
+      };
+      // J^H A J, rows then columns; the pair's off-diagonal entries are zero by construction, the diagonal real
+      Cx rotated = cm::add(
+          cm::add(cm::scale(a, mul(cI, cJ)), cm::scale(cm::mul(cm::conj(eI), entries(pI, J)), cJ)),
+          cm::add(cm::scale(cm::mul(eJ, entries(I, pJ)), cI), cm::mul(cm::mul(cm::conj(eI), eJ), entries(pI, pJ))));
+      UOpPtr zeroed = both(eq(J, pI), offdiag);
+      a = realized(Cx{where(zeroed, zeros(rotated.re), rotated.re),
+                      where(alu(Ops::OR, zeroed, eq(I, J)), zeros(rotated.im), rotated.im)});
+      if (compute_v) {
+        Cx other{element(vecs.re, B, I, pJ), element(vecs.im, B, I, pJ)};
+        vecs = realized(cm::add(cm::scale(vecs, cJ), cm::mul(eJ, other)));
+      }
+    }
+    write(a_re, a.re);
+    write(a_im, a.im);
+    if (compute_v) {
+      write(v_re, vecs.re);
+      write(v_im, vecs.im);
+    }
+    UOpPtr sq = squared_abs(a);
+    return std::pair{sum_keep(masked(offdiag, sq), {1, 2}), sum_keep(sq, {1, 2})};
+  });
+  UOpPtr a = read(a_re);
+  TORCH_CHECK_LINALG(finite, "linalg.eigh: The algorithm failed to converge because the input matrix contained "
+                             "non-finite values.");
+  UOpPtr diagonal = reshape(mul(sum_keep(masked(eq(I, J), a), {2}), broadcast(scale, {b, N, 1})), {b, N});
+  at::Tensor values = empty_tiny({b, n}, real, device);
+  write(values, shrink(diagonal, {{0, b}, {0, n}}));
+  auto [sorted, order] = at::sort(values, /*stable=*/true, -1, /*descending=*/false);
+  at::Tensor vectors;
+  if (compute_v) {
+    Cx all = shrink(Cx{read(v_re), read(v_im)}, {{0, b}, {0, n}, {0, n}});
+    vectors = complex_tensor(all, A.scalar_type(), device).gather(-1, order.unsqueeze(-2).expand({b, n, n}));
+  }
+  return {sorted, vectors};
+}
+
 std::tuple<at::Tensor&, at::Tensor&> linalg_eigh_out(const at::Tensor& A, c10::string_view uplo, bool compute_v,
                                                      at::Tensor& values, at::Tensor& vectors) {
   at::meta::_linalg_eigh_outf(A, uplo, compute_v, values, vectors);
-  check_lapack_dtype(A, "linalg_eigh_cpu");
+  check_lapack_dtype(A, "linalg_eigh_cpu", /*complex_native=*/true);
   if (A.numel() == 0) return {values, vectors};
-  auto [w, V] = jacobi_eigh(A, uplo == "L" || uplo == "l", compute_v);
+  bool lower = uplo == "L" || uplo == "l";
+  auto [w, V] = A.is_complex() ? jacobi_eigh_complex(A, lower, compute_v) : jacobi_eigh(A, lower, compute_v);
   int64_t b = batch_count(A), n = A.size(-1);
   store(values, reshape(read(w), {b, 1, n}));
-  if (compute_v) store(vectors, read(V));
+  if (compute_v && A.is_complex()) store(vectors, parts(V));
+  if (compute_v && !A.is_complex()) store(vectors, read(V));
   return {values, vectors};
 }
 
 std::tuple<at::Tensor, at::Tensor> linalg_eigh(const at::Tensor& A, c10::string_view uplo, bool compute_v) {
-  // a complex A runs on the CPU (its eigenvalues are real: the outputs here would not be)
-  if (A.is_complex()) to_tiny_dtype(A.scalar_type()); // NotNativeDtype
-  at::ScalarType real = A.scalar_type();
+  // a complex A's eigenvalues are real
+  at::ScalarType real = c10::toRealValueType(A.scalar_type());
   at::Tensor values = empty_tiny({0}, real, A.device()), vectors = empty_tiny({0}, A.scalar_type(), A.device());
   linalg_eigh_out(A, uplo, compute_v, values, vectors);
   return {values, vectors};
@@ -581,6 +831,95 @@ Svd jacobi_svd_tall(const UOpPtr& x, bool full, bool compute_uv, c10::Device dev
   return out;
 }
 
+// The SVD of a complex tall (b, m, n) batch (m >= n) by one-sided Jacobi as jacobi_svd_tall, with complex
+// rotations: for columns p, q the real rotation of |a_p^H a_q| with its phase (with_phase) makes them
+// orthogonal. U and V are complex, S real.
+Svd jacobi_svd_tall(const Cx& x, bool full, bool compute_uv, c10::Device device, at::ScalarType complex_type) {
+  int64_t b = x.re->shape[0], m = x.re->shape[1], n = x.re->shape[2], N = n + n % 2;
+  DType dt = x.re->dtype;
+  at::ScalarType st = to_scalar_type(dt);
+  Shape s{b, m, N}, S{b, N, N}, v{b, N}, gram{b, N, N}, pairs{b, N, N, m};
+  // the working matrices live in storages: each sweep's read realizes them, and the next sweep reads buffers
+  at::Tensor a_re = empty_tiny(s, st, device), a_im = empty_tiny(s, st, device);
+  at::Tensor v_re = empty_tiny(S, st, device), v_im = empty_tiny(S, st, device);
+  UOpPtr scale = magnitude(alu(Ops::MAX, alu(Ops::ABS, x.re), alu(Ops::ABS, x.im)));
+  std::vector<std::pair<int64_t, int64_t>> padding{{0, 0}, {0, 0}, {0, N - n}};
+  write(a_re, pad(div(x.re, broadcast(scale, x.re->shape)), padding));
+  write(a_im, pad(div(x.im, broadcast(scale, x.im->shape)), padding));
+  write(v_re, identity(dt, b, N, N));
+  write(v_im, fixed(dt, 0, S));
+  UOpPtr bi = coordinate(v, 0), i = coordinate(v, 1);
+  UOpPtr B = coordinate(s, 0), R = coordinate(s, 1), C = coordinate(s, 2);
+  UOpPtr VB = coordinate(S, 0), VI = coordinate(S, 1), VJ = coordinate(S, 2);
+  bool finite = sweep_until_converged(dt, b, device, [&] {
+    Cx a{read(a_re), read(a_im)}, vecs{read(v_re), read(v_im)};
+    for (int64_t round = 0; round < N - 1; round++) {
+      UOpPtr pC = partner(C, step_index(round, s), N);
+      Cx other{element(a.re, B, R, pC), element(a.im, B, R, pC)};
+      // per column i: |a_i|^2 and a_i^H a_partner(i), reduced over the rows
+      UOpPtr norms = contiguous(reshape(sum_keep(squared_abs(a), {1}), v));
+      Cx dots = realized(reshape(sum_keep(cm::mul(cm::conj(a), other), {1}), v));
+      UOpPtr pi = partner(i, step_index(round, v), N);
+      UOpPtr own = norms, theirs = entry(norms, bi, pi);
+      UOpPtr is_p = lt(i, pi);
+      // both indices of a pair take gamma = a_p^H a_q from p: the dot computed at q is conj(gamma) only up to
+      // rounding, and where gamma is rounding noise (columns orthogonal already) its phase would be another,
+      // and the rotation not unitary
+      UOpPtr p = alu(Ops::MIN, i, pi);
+      Cx gamma{entry(dots.re, bi, p), entry(dots.im, bi, p)};
+      UOpPtr g = cm::abs(gamma);
+      Rotation rot = pair_rotation(i, pi, where(is_p, own, theirs), where(is_p, theirs, own), g);
+      Cx e = with_phase(i, pi, rot.e, gamma, g);
+      UOpPtr cC = entry(rot.c, B, C);
+      Cx eC{entry(e.re, B, C), entry(e.im, B, C)};
+      a = realized(cm::add(cm::scale(a, cC), cm::mul(eC, other)));
+      if (compute_uv) {
+        UOpPtr pJ = partner(VJ, step_index(round, S), N);
+        UOpPtr cJ = entry(rot.c, VB, VJ);
+        Cx eJ{entry(e.re, VB, VJ), entry(e.im, VB, VJ)};
+        Cx others{element(vecs.re, VB, VI, pJ), element(vecs.im, VB, VI, pJ)};
+        vecs = realized(cm::add(cm::scale(vecs, cJ), cm::mul(eJ, others)));
+      }
+    }
+    write(a_re, a.re);
+    write(a_im, a.im);
+    if (compute_uv) {
+      write(v_re, vecs.re);
+      write(v_im, vecs.im);
+    }
+    // the Gram matrix A^H A's off-diagonal part against its diagonal
+    Cx columns{transposed(a.re), transposed(a.im)}; // (b, N, m)
+    Cx left = broadcast(reshape(columns, {b, N, 1, m}), pairs),
+       right = broadcast(reshape(columns, {b, 1, N, m}), pairs);
+    UOpPtr g = squared_abs(reshape(sum_keep(cm::mul(cm::conj(left), right), {3}), gram));
+    UOpPtr diagonal = eq(coordinate(gram, 1), coordinate(gram, 2));
+    return std::pair{sum_keep(masked(alu(Ops::NOT, diagonal), g), {1, 2}), sum_keep(masked(diagonal, g), {1, 2})};
+  });
+  Cx cols = shrink(Cx{read(a_re), read(a_im)}, {{0, b}, {0, m}, {0, n}});
+  at::Tensor sigma = empty_tiny({b, n}, st, device);
+  TORCH_CHECK_LINALG(finite, "linalg.svd: The algorithm failed to converge because the input matrix contained "
+                             "non-finite values.");
+  write(sigma, reshape(mul(sqrt(sum_keep(squared_abs(cols), {1})), broadcast(scale, {b, 1, n})), {b, n}));
+  auto [sorted, order] = at::sort(sigma, /*stable=*/true, -1, /*descending=*/true);
+  Svd out{at::Tensor(), sorted, at::Tensor()};
+  if (!compute_uv) return out;
+  Cx V = shrink(Cx{read(v_re), read(v_im)}, {{0, b}, {0, n}, {0, n}});
+  out.V = complex_tensor(V, complex_type, device).gather(-1, order.unsqueeze(-2).expand({b, n, n}));
+  at::Tensor ordered = complex_tensor(cols, complex_type, device).gather(-1, order.unsqueeze(-2).expand({b, m, n}));
+  // U from the QR of the ordered columns: R's diagonal is real, so Q's columns are theirs up to its signs
+  ComplexReflectors f = householder_qr(parts(ordered));
+  int64_t ucols = full ? m : n;
+  Cx q = apply_reflectors(f.a, f.tau, complex_identity(dt, b, m, ucols), true);
+  Shape us{b, m, ucols}, rd{b, n, n};
+  UOpPtr rdiag =
+      sum_keep(masked(eq(coordinate(rd, 1), coordinate(rd, 2)), shrink(f.a.re, {{0, b}, {0, n}, {0, n}})), {1});
+  UOpPtr sign = where(lt(rdiag, zeros(rdiag)), like(rdiag, -1), like(rdiag, 1)); // (b, 1, n)
+  if (ucols > n) sign = pad(sign, {{0, 0}, {0, 0}, {0, ucols - n}});
+  sign = where(alu(Ops::CMPLT, coordinate(us, 2), index_const(n, us)), broadcast(sign, us), like(q.re, 1));
+  out.U = complex_tensor(cm::scale(q, sign), complex_type, device);
+  return out;
+}
+
 std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> linalg_svd_out(const at::Tensor& A, bool full_matrices,
                                                                  bool compute_uv,
                                                                  std::optional<c10::string_view> driver, at::Tensor& U,
@@ -588,15 +927,33 @@ std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> linalg_svd_out(const at::Tenso
   at::meta::_linalg_svd_outf(A, full_matrices, compute_uv, driver, U, S, Vh);
   TORCH_CHECK(!driver.has_value(),
               "torch.linalg.svd: keyword argument `driver=` is only supported on CUDA inputs with cuSOLVER backend.");
-  check_lapack_dtype(A, "linalg_svd_cpu");
+  check_lapack_dtype(A, "linalg_svd_cpu", /*complex_native=*/true);
   int64_t m = A.size(-2), n = A.size(-1), b = batch_count(A), k = std::min(m, n);
+  DType dt = to_tiny_dtype(c10::toRealValueType(A.scalar_type()));
   if (A.numel() == 0) {
     // full_matrices of m x 0 or 0 x n matrices: the identity
-    if (compute_uv && U.numel() > 0) store(U, identity(to_tiny_dtype(A.scalar_type()), b, U.size(-2), U.size(-1)));
-    if (compute_uv && Vh.numel() > 0) store(Vh, identity(to_tiny_dtype(A.scalar_type()), b, Vh.size(-2), Vh.size(-1)));
+    for (at::Tensor* out : {&U, &Vh}) {
+      if (!compute_uv || out->numel() == 0) continue;
+      UOpPtr eye = identity(dt, b, out->size(-2), out->size(-1));
+      if (A.is_complex())
+        store(*out, real_value(eye));
+      else
+        store(*out, eye);
+    }
     return {U, S, Vh};
   }
   bool wide = m < n;
+  if (A.is_complex()) {
+    // A^H = U' S V'^H: U = V', Vh = U'^H
+    Cx x = batched_complex(A);
+    Svd r = jacobi_svd_tall(wide ? adjoint(x) : x, full_matrices, compute_uv, A.device(), A.scalar_type());
+    store(S, reshape(read(r.S), {b, 1, k}));
+    if (compute_uv) {
+      store(U, parts(wide ? r.V : r.U));
+      store(Vh, adjoint(parts(wide ? r.U : r.V)));
+    }
+    return {U, S, Vh};
+  }
   UOpPtr x = batched(A);
   Svd r = jacobi_svd_tall(wide ? transposed(x) : x, full_matrices, compute_uv, A.device());
   store(S, reshape(read(r.S), {b, 1, k}));
@@ -610,10 +967,9 @@ std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> linalg_svd_out(const at::Tenso
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> linalg_svd(const at::Tensor& A, bool full_matrices, bool compute_uv,
                                                           std::optional<c10::string_view> driver) {
-  // the Jacobi SVD is real; a complex one runs on the CPU (its S is real: the outputs here would not be)
-  if (A.is_complex()) to_tiny_dtype(A.scalar_type()); // NotNativeDtype
-  auto empty = [&] { return empty_tiny({0}, A.scalar_type(), A.device()); };
-  at::Tensor U = empty(), S = empty(), Vh = empty();
+  // a complex A's singular values are real
+  at::Tensor U = empty_tiny({0}, A.scalar_type(), A.device()), Vh = empty_tiny({0}, A.scalar_type(), A.device());
+  at::Tensor S = empty_tiny({0}, c10::toRealValueType(A.scalar_type()), A.device());
   linalg_svd_out(A, full_matrices, compute_uv, driver, U, S, Vh);
   return {U, S, Vh};
 }
@@ -624,19 +980,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> linalg_svd(const at::Tensor& A, b
 // the values agree to rounding (measured: the CPU's results equal these formulas bit for bit on its own
 // decompositions, symmetrization included). polar: A = W S Vh gives U = W Vh and H = Vh^H (S Vh), then
 // (H + H^H) / 2. matrix_sqrth: A = V diag(w) V^H (the lower triangle, as eigh's default) gives
-// V diag(sqrt(max(w, 0))) V^H, symmetrized the same way. Their gradients are torch's formulas. Complex
-// inputs run on the CPU, as the complex SVD and eigh do.
+// V diag(sqrt(max(w, 0))) V^H, symmetrized the same way. Their gradients are torch's formulas. Complex inputs
+// take the same formulas with the complex SVD and eigh.
 
-at::Tensor symmetrized(const at::Tensor& x) { return x.add(x.mT()).mul(0.5).contiguous(); }
+at::Tensor symmetrized(const at::Tensor& x) { return x.add(x.mH()).mul(0.5).contiguous(); }
 
 std::tuple<at::Tensor&, at::Tensor&> linalg_polar_out(const at::Tensor& A, at::Tensor& U, at::Tensor& H) {
   at::meta::linalg_polar_outf(A, U, H);
-  if (A.is_complex()) to_tiny_dtype(A.scalar_type()); // NotNativeDtype
-  check_lapack_dtype(A, "linalg_svd_cpu");
+  check_lapack_dtype(A, "linalg_svd_cpu", /*complex_native=*/true);
   if (A.numel() == 0) return {U, H};
   auto [W, S, Vh] = at::_linalg_svd(A, /*full_matrices=*/false, /*compute_uv=*/true);
   U.copy_(W.matmul(Vh));
-  H.copy_(symmetrized(Vh.mT().matmul(S.unsqueeze(-1).mul(Vh))));
+  H.copy_(symmetrized(Vh.mH().matmul(S.unsqueeze(-1).mul(Vh))));
   return {U, H};
 }
 
@@ -649,20 +1004,20 @@ std::tuple<at::Tensor, at::Tensor> linalg_polar(const at::Tensor& A) {
 at::Tensor linalg_matrix_sqrth(const at::Tensor& A) {
   at::native::squareCheckInputs(A, "linalg.matrix_sqrth");
   at::native::checkFloatingOrComplex(A, "linalg.matrix_sqrth", /*allow_low_precision_dtypes=*/false);
-  if (A.is_complex()) to_tiny_dtype(A.scalar_type()); // NotNativeDtype
+  if (A.is_complex()) check_lapack_dtype(A, "linalg_eigh_cpu", /*complex_native=*/true);
   if (A.numel() == 0) return empty_tiny(A.sizes(), A.scalar_type(), A.device());
   auto [w, V] = at::_linalg_eigh(A, "L", /*compute_v=*/true);
-  return symmetrized(V.mul(w.clamp_min(0).sqrt().unsqueeze(-2)).matmul(V.mT()));
+  return symmetrized(V.mul(w.clamp_min(0).sqrt().unsqueeze(-2)).matmul(V.mH()));
 }
 
 // ---- least squares ----
 //
-// Every driver solves through the SVD, x = V S^+ U^T b with the singular values at or below rcond * s_max
+// Every driver solves through the SVD, x = V S^+ U^H b with the singular values at or below rcond * s_max
 // dropped: the minimum-norm least-squares solution, which is LAPACK's for each driver on inputs of full rank
 // and gelsy's, gelsd's and gelss's on inputs of lower rank too (gels assumes full rank). The outputs each
 // driver fills are torch's: rank for gelsy, gelsd and gelss; singular values for gelsd and gelss; residuals
 // (the squared norms of b - A x) for tall inputs, except with gelsy, and with gelsd and gelss only when every
-// matrix has full rank.
+// matrix has full rank. Complex inputs take the complex SVD; their residuals and singular values are real.
 std::tuple<at::Tensor&, at::Tensor&, at::Tensor&, at::Tensor&>
 linalg_lstsq_out(const at::Tensor& input, const at::Tensor& other, std::optional<double> rcond,
                  std::optional<c10::string_view> driver_opt, at::Tensor& solution, at::Tensor& residuals,
@@ -683,12 +1038,20 @@ linalg_lstsq_out(const at::Tensor& input, const at::Tensor& other, std::optional
   std::string driver(driver_opt.value_or("gelsy"));
   TORCH_CHECK(driver == "gels" || driver == "gelsy" || driver == "gelsd" || driver == "gelss", name,
               ": parameter `driver` should be one of (gels, gelsy, gelsd, gelss)");
-  if (input.is_complex()) to_tiny_dtype(input.scalar_type()); // NotNativeDtype: the CPU fallback solves it
-  TORCH_CHECK(input.scalar_type() == at::kFloat || input.scalar_type() == at::kDouble,
+  at::ScalarType st = input.scalar_type(), real = c10::toRealValueType(st);
+  bool complex = input.is_complex();
+  if (complex && st != at::kComplexFloat && st != at::kComplexDouble) to_tiny_dtype(st); // NotNativeDtype
+  TORCH_CHECK(real == at::kFloat || real == at::kDouble,
               "This function doesn't handle types other than float and double");
-  for (const at::Tensor* out : {&solution, &residuals, &singular_values})
-    TORCH_CHECK(out->scalar_type() == input.scalar_type(), name, ": Expected out tensor to have dtype ",
-                input.scalar_type(), ", but got ", out->scalar_type(), " instead");
+  // a complex input's residuals and singular values are real; out= tensors of other dtypes take the CPU's own
+  // checks and casts (NotNativeDtype)
+  if (complex && (solution.scalar_type() != st || residuals.scalar_type() != real ||
+                  singular_values.scalar_type() != real || rank.scalar_type() != at::kLong))
+    to_tiny_dtype(st);
+  if (!complex)
+    for (const at::Tensor* out : {&solution, &residuals, &singular_values})
+      TORCH_CHECK(out->scalar_type() == st, name, ": Expected out tensor to have dtype ", st, ", but got ",
+                  out->scalar_type(), " instead");
   TORCH_CHECK(rank.scalar_type() == at::kLong, name, ": Expected out tensor to have dtype Long, but got ",
               rank.scalar_type(), " instead");
   at::Tensor b = vector_case ? other.unsqueeze(-1) : other;
@@ -701,11 +1064,11 @@ linalg_lstsq_out(const at::Tensor& input, const at::Tensor& other, std::optional
   };
   at::Tensor A = input.expand(sized({m, n})), B = b.expand(sized({m, k}));
   auto [U, S, Vh] = at::_linalg_svd(A, /*full_matrices=*/false, /*compute_uv=*/true);
-  double cut = rcond.has_value() && *rcond > 0 ? *rcond : epsilon(to_tiny_dtype(input.scalar_type())) * std::max(m, n);
+  double cut = rcond.has_value() && *rcond > 0 ? *rcond : epsilon(to_tiny_dtype(real)) * std::max(m, n);
   at::Tensor largest = std::min(m, n) > 0 ? S.narrow(-1, 0, 1) : S;
   at::Tensor kept = S.gt(largest.mul(cut));
   at::Tensor inverse = at::where(kept, S.reciprocal(), at::zeros_like(S));
-  at::Tensor x = Vh.mT().matmul(inverse.unsqueeze(-1).mul(U.mT().matmul(B)));
+  at::Tensor x = Vh.mH().matmul(inverse.unsqueeze(-1).mul(U.mH().matmul(B)));
   at::Tensor r = kept.sum(-1);
   bool has_rank = driver != "gels", has_sv = driver == "gelsd" || driver == "gelss";
   bool has_residuals = m > n && driver != "gelsy";
@@ -725,7 +1088,8 @@ linalg_lstsq_out(const at::Tensor& input, const at::Tensor& other, std::optional
   if (has_residuals) {
     // (..., k) also for a vector b, as the CPU
     at::native::resize_output(residuals, sized({k}));
-    residuals.copy_(A.matmul(x).sub(B).square().sum(-2));
+    at::Tensor misfit = A.matmul(x).sub(B);
+    residuals.copy_((complex ? misfit.abs() : misfit).square().sum(-2));
   } else {
     at::native::resize_output(residuals, {0});
   }

@@ -637,6 +637,16 @@ void write_triangle(const at::Tensor& out, const at::Tensor& self, int64_t k, bo
   UOpPtr col = expand(reshape(iota(w, DType::Int64), cols), shape);
   UOpPtr diag = alu(Ops::ADD, row, scalar_constant(at::Scalar(k), DType::Int64, shape)); // column of the diagonal
   UOpPtr keep = lower ? alu(Ops::CMPLE, col, diag) : alu(Ops::CMPLE, diag, col);
+  if (self.is_complex() || out.is_complex()) {
+    // a complex tensor's pairs, each kept or zeroed whole; a cast into another dtype goes to the CPU fallback
+    if (self.scalar_type() != out.scalar_type())
+      to_tiny_dtype(out.is_complex() ? out.scalar_type() : self.scalar_type());
+    UOpPtr x = read_values(self);
+    Shape lane = shape;
+    lane.push_back(1);
+    write_values(out, where(expand(reshape(keep, lane), x->shape), x, fixed(x->dtype, 0, x->shape)));
+    return;
+  }
   DType dt = to_tiny_dtype(out.scalar_type());
   UOpPtr x = cast(read(self), dt);
   write(out, where(keep, x, fixed(dt, 0, shape)));

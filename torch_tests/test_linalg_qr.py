@@ -453,9 +453,9 @@ def test_polar_gradients_match_cpu(native):
     check(fn, sample(4, 4, dtype=torch.float64, seed=1), rtol=1e-9, atol=1e-9)
 
 
-def test_polar_of_complex_input_runs_on_the_cpu():
+def test_polar_of_complex_input_runs_natively(native):
     z = torch.complex(sample(4, 3), sample(4, 3, seed=1))
-    check(torch.linalg.polar, z, rtol=1e-4, atol=1e-4, allow_fallback=True)
+    check(torch.linalg.polar, z, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
