@@ -13,7 +13,7 @@ with `only_for=("tiny",)` and `@ops(op_db)`):
                    sample's values wherever the op does not see layouts)
 
 Where the CPU raises, tiny must raise the same exception type. Indices of equal elements (sort, argsort,
-topk, kthvalue without stable=True) pass when they name elements equal to the CPU's (TIES). Random ops
+topk, kthvalue and mode without stable=True) pass when they name elements equal to the CPU's (TIES). Random ops
 run with the same seed on both devices; a sample that draws random numbers on the CPU (an ATen op tagged
 nondeterministic_seeded runs), and an op that returns uninitialized memory (empty), has its dtype and
 shape compared, not its values (tiny's own random kernels draw on the device, with their own algorithm).
@@ -106,6 +106,8 @@ TIES = {
     "argsort": lambda input, dim=-1, descending=False, stable=False, **kw: (dim, stable),
     "topk": lambda input, k, dim=-1, largest=True, sorted=True, **kw: (dim, False),
     "kthvalue": lambda input, k, dim=-1, keepdim=False, **kw: (dim, False),
+    # which of the positions holding the mode value: the CPU's sort of a long slice leaves it open
+    "mode": lambda input, dim=-1, keepdim=False, **kw: (dim, False),
 }
 
 
@@ -420,7 +422,7 @@ def same_up_to_ties(op, cpu: Sample, actual, expected, tol: Tolerance) -> bool:
     assert_same(actual_indices, expected_indices, tol, values=False, path="indices")
     indices = actual_indices.cpu()
     source = cpu.input.detach()
-    if indices.dim() < source.dim():  # kthvalue without keepdim
+    if indices.dim() < source.dim():  # kthvalue and mode without keepdim
         indices, expected_indices = indices.unsqueeze(dim), expected_indices.unsqueeze(dim)
     torch.testing.assert_close(
         source.gather(dim, indices),
@@ -430,7 +432,7 @@ def same_up_to_ties(op, cpu: Sample, actual, expected, tol: Tolerance) -> bool:
         equal_nan=True,
         msg=lambda m: f"indices name other values than the CPU's: {' '.join(m.split())}",
     )
-    if op.name != "kthvalue" and indices.dim() > 0 and indices.shape[dim] > 1:
+    if op.name not in ("kthvalue", "mode") and indices.dim() > 0 and indices.shape[dim] > 1:
         ordered = indices.sort(dim).values
         assert bool((ordered.diff(dim=dim) != 0).all()), "indices name an element twice"
     return True
