@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "aten_ops/builders.h"
+#include "aten_ops/complex_math.h"
 #include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
 
@@ -236,8 +237,12 @@ void check_select_range(const at::Tensor& index, int64_t dim, int64_t size, Sele
 at::Tensor flags_on_host(const at::Tensor& t) {
   if (t.is_cpu() || t.scalar_type() == at::kBool) return t.cpu();
   at::Tensor flags = empty_tiny(t.sizes(), at::kBool, t.device());
-  UOpPtr x = read(t);
-  write(flags, alu(Ops::CMPNE, x, broadcast_to(const_like(x, 0), x->shape)));
+  if (t.is_complex()) {
+    write(flags, complex_math::nonzero(complex_math::parts_of(read_complex(t))));
+  } else {
+    UOpPtr x = read(t);
+    write(flags, alu(Ops::CMPNE, x, broadcast_to(const_like(x, 0), x->shape)));
+  }
   return flags.cpu();
 }
 
@@ -648,7 +653,10 @@ at::Tensor& take_out(const at::Tensor& self, const at::Tensor& index, at::Tensor
   check_flat_range(index, self.numel());
   if (index.numel() == 0) return out;
   UOpPtr i = wrap_negative(read_index(index), self.numel());
-  write(out, gather(reshape(read(self), {self.numel()}), i));
+  if (self.is_complex()) // pairs: the parts of element i are at 2i and 2i + 1
+    write_complex(out, gather(reshape(read_complex(self), {self.numel() * 2}), pair_positions(i)));
+  else
+    write(out, gather(reshape(read(self), {self.numel()}), i));
   return out;
 }
 
@@ -664,10 +672,10 @@ at::Tensor& put_(at::Tensor& self, const at::Tensor& index, const at::Tensor& so
               "put_(): self and source expected to have the same dtype, "
               "but got self.dtype = ",
               self.scalar_type(), " and source.dtype = ", source.scalar_type());
-  TORCH_CHECK(source.numel() == index.numel(),
-              "put_(): Expected source and index to have the same number of "
-              "elements, but got source.numel() = ",
-              source.numel(), ", index.numel() = ", index.numel());
+  TORCH_CHECK_INDEX(source.numel() == index.numel(),
+                    "put_(): Expected source and index to have the same number of "
+                    "elements, but got source.numel() = ",
+                    source.numel(), ", index.numel() = ", index.numel());
   at::assert_no_internal_overlap(self);
   at::assert_no_overlap(self, index);
   at::assert_no_overlap(self, source);
@@ -684,7 +692,8 @@ at::Tensor& put_(at::Tensor& self, const at::Tensor& index, const at::Tensor& so
     pos = add(pos, mul(c, full(self.stride(d), {n})));
     suffix *= self.size(d);
   }
-  scatter_into(self, pos, reshape(read(source), {n}), accumulate ? std::optional<Ops>(Ops::ADD) : std::nullopt);
+  scatter_into(self, pos, reshape(read_values(source), value_shape(self, {n})),
+               accumulate ? std::optional<Ops>(Ops::ADD) : std::nullopt);
   return self;
 }
 

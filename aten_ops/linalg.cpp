@@ -586,21 +586,47 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> linalg_lu_factor_ex(const at::Ten
   return {LU, pivots, info};
 }
 
+// A complex tensor's matrices as their real and imaginary parts, each (B, rows, cols) as matrices() gives them.
+std::vector<UOpPtr> complex_matrices(const at::Tensor& t) {
+  UOpPtr pairs = read_complex(t);
+  std::vector<UOpPtr> parts;
+  for (const UOpPtr& part : {real_part(pairs), imag_part(pairs)})
+    parts.push_back(reshape(part, {prod(to_shape(batch_of(t))), t.size(-2), t.size(-1)}));
+  return parts;
+}
+
+// out's value from its parts: the value of a real out, (real, imaginary) of a complex one.
+void store_parts(const at::Tensor& out, const std::vector<UOpPtr>& parts) {
+  if (!out.is_complex()) return store(out, parts[0]);
+  if (out.numel() == 0) return;
+  DType dt = element_dtype(out.scalar_type());
+  Shape shape = to_shape(out.sizes());
+  shape.push_back(2);
+  write_complex(out, reshape(join_complex(cast(parts[0], dt), cast(parts[1], dt)), shape));
+}
+
 // P, L, U of lu (B, m, n) and its pivots: L (m, k) unit lower, U (k, n) upper, P[i, j] = (rows[j] == i).
-void unpack(const UOpPtr& lu, const UOpPtr& pivots, const at::Tensor& P, const at::Tensor& L, const at::Tensor& U,
-            bool unpack_data, bool unpack_pivots, Device& dev) {
-  int64_t B = lu->shape[0], m = lu->shape[1], n = lu->shape[2], k = std::min(m, n);
+// A complex lu comes as its real and imaginary parts: L's unit diagonal is 1 + 0i, P is real.
+void unpack(const std::vector<UOpPtr>& lu, const UOpPtr& pivots, const at::Tensor& P, const at::Tensor& L,
+            const at::Tensor& U, bool unpack_data, bool unpack_pivots, Device& dev) {
+  int64_t B = lu[0]->shape[0], m = lu[0]->shape[1], n = lu[0]->shape[2], k = std::min(m, n);
   if (unpack_data) {
-    UOpPtr lower = shrink(lu, {{0, B}, {0, m}, {0, k}});
-    Shape ls = lower->shape;
-    lower = where(eq(coordinate(ls, 1), coordinate(ls, 2)), like(lower, 1), triangle(lower, false, -1));
-    store(L, lower);
-    store(U, triangle(shrink(lu, {{0, B}, {0, k}, {0, n}}), true));
+    std::vector<UOpPtr> lower, upper;
+    for (size_t part = 0; part < lu.size(); part++) {
+      UOpPtr below = shrink(lu[part], {{0, B}, {0, m}, {0, k}});
+      Shape ls = below->shape;
+      lower.push_back(
+          where(eq(coordinate(ls, 1), coordinate(ls, 2)), like(below, part == 0 ? 1 : 0), triangle(below, false, -1)));
+      upper.push_back(triangle(shrink(lu[part], {{0, B}, {0, k}, {0, n}}), true));
+    }
+    store_parts(L, lower);
+    store_parts(U, upper);
   }
   if (unpack_pivots && P.numel() > 0) {
     Shape s{B, m, m};
     UOpPtr rows = expand(reshape(permutation(pivots, m, true, dev), {B, 1, m}), s);
-    store(P, cast(eq(rows, coordinate(s, 1)), lu->dtype));
+    UOpPtr p = cast(eq(rows, coordinate(s, 1)), lu[0]->dtype);
+    store_parts(P, {p, like(p, 0)});
   }
 }
 
@@ -615,7 +641,7 @@ std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> linalg_lu_out(const at::Tensor
   }
   Device& dev = device_for(A);
   LUFactors f = lu_factor(matrices(A), dev);
-  unpack(f.lu, f.pivots, P, L, U, true, pivot, dev);
+  unpack({f.lu}, f.pivots, P, L, U, true, pivot, dev);
   return {P, L, U};
 }
 
@@ -635,7 +661,8 @@ std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> lu_unpack_out(const at::Tensor
   meta.apply();
   if (unpack_pivots) check_pivots(pivots, LU.size(-2), false);
   c10::IntArrayRef batch = batch_of(LU);
-  unpack(matrices(LU), pivot_rows(pivots, batch), P, L, U, unpack_data, unpack_pivots, device_for(LU));
+  std::vector<UOpPtr> lu = LU.is_complex() ? complex_matrices(LU) : std::vector<UOpPtr>{matrices(LU)};
+  unpack(lu, pivot_rows(pivots, batch), P, L, U, unpack_data, unpack_pivots, device_for(LU));
   return {P, L, U};
 }
 

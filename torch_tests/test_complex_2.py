@@ -1,0 +1,183 @@
+"""Complex tensors on tiny (issue #16), the long tail: factories, data-dependent shapes, indexing,
+statistics and unpacking that run natively for complex64 and complex128 (TINY_FALLBACK=0), against
+PyTorch CPU."""
+
+import pytest
+import torch
+from conftest import DEVICE, assert_same, by_dtype, check, check_devices, recorded_warnings
+
+COMPLEX = (torch.complex64, torch.complex128)
+TOL = dict(rtol=1e-4, atol=1e-5)
+
+
+def crand(*shape, dtype=torch.complex64, seed=0):
+    """Seeded complex CPU values, both parts normal."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, dtype=dtype, generator=g)
+
+
+def with_zeros(*shape, dtype):
+    """Seeded values with exact zeros, purely real and purely imaginary elements among them."""
+    x = crand(*shape, dtype=dtype)
+    flat = x.view(-1)
+    flat[::3] = 0
+    flat[1::5] = flat[1::5].real
+    flat[2::7] = flat[2::7].imag * 1j
+    return x
+
+
+# ---- factories ----
+
+
+@by_dtype(COMPLEX)
+def test_eye_of_a_complex_dtype_matches_cpu(dtype, native):
+    check_devices(lambda dev: torch.eye(3, dtype=dtype, device=dev))
+    check_devices(lambda dev: torch.eye(2, 5, dtype=dtype, device=dev))
+    check_devices(lambda dev: torch.eye(0, 3, dtype=dtype, device=dev))
+    check(lambda out: torch.eye(4, 3, out=out), torch.empty(2, dtype=dtype))
+    check(lambda out: torch.eye(3, out=out[:, ::2]), torch.empty(3, 6, dtype=dtype))
+    check_devices(lambda dev: torch.eye(-1, dtype=dtype, device=dev))
+
+
+@by_dtype(COMPLEX)
+@pytest.mark.parametrize(
+    "start,end,steps,base",
+    [(0, 1, 5, 10.0), (2, 4.3, 4, 2.0), (-2.0, 1.2, 7, 1.1), (1, 3, 1, 2.0), (4.3, -3, 2, 5.0), (1 + 2j, -1j, 6, 3.0)],
+)
+def test_logspace_of_a_complex_dtype_matches_cpu(dtype, start, end, steps, base, native):
+    check_devices(lambda dev: torch.logspace(start, end, steps, base, dtype=dtype, device=dev), **TOL)
+
+
+@by_dtype(COMPLEX)
+def test_logspace_into_complex_out_matches_cpu(dtype, native):
+    check(lambda out: torch.logspace(0, 2, 5, out=out), torch.empty(5, dtype=dtype), **TOL)
+    check(lambda out: torch.logspace(1j, 2, 3, base=2, out=out), torch.empty(0, dtype=dtype), **TOL)
+    check(lambda out: torch.logspace(0, 2, 4, out=out[::2]), torch.empty(8, dtype=dtype), **TOL)
+    check(lambda out: torch.logspace(0, 1, 0, out=out), torch.empty(2, dtype=dtype))
+    check_devices(lambda dev: torch.logspace(0, 1, -1, dtype=dtype, device=dev))
+
+
+def test_logspace_of_a_complex_dtype_at_base_zero_goes_to_the_cpu():
+    check_devices(lambda dev: torch.logspace(1, 2, 3, base=0.0, dtype=torch.complex64, device=dev), allow_fallback=True)
+
+
+# ---- data-dependent shapes ----
+
+
+@by_dtype(COMPLEX)
+def test_nonzero_of_complex_values_counts_either_part(dtype, native):
+    x = with_zeros(4, 5, dtype=dtype)
+    check(torch.nonzero, x)
+    check(lambda x: torch.nonzero(x, as_tuple=True), x)
+    check(torch.argwhere, x.t())
+    check(lambda x: torch.nonzero(x.conj()), x)
+    check(torch.nonzero, torch.zeros(3, dtype=dtype))
+    check(lambda x, out: torch.nonzero(x, out=out), x, torch.empty(0, dtype=torch.long))
+    check(lambda x: torch.nonzero(x, out=torch.empty(0, dtype=torch.int32, device=x.device)), x)
+
+
+@by_dtype(COMPLEX)
+def test_count_nonzero_of_complex_values_matches_cpu(dtype, native):
+    x = with_zeros(3, 4, 5, dtype=dtype)
+    check(torch.count_nonzero, x)
+    check(lambda x: torch.count_nonzero(x, 1), x)
+    check(lambda x: torch.count_nonzero(x, (0, 2)), x.transpose(0, 2))
+    check(lambda x: torch.count_nonzero(x), torch.tensor(1j, dtype=dtype))
+    check(lambda x: torch.count_nonzero(x, 0), torch.tensor([float("nan"), 0, 1j], dtype=dtype))
+
+
+# ---- take and put_ ----
+
+
+@by_dtype(COMPLEX)
+def test_take_and_put_of_complex_values_match_cpu(dtype, native):
+    x, src = crand(3, 4, dtype=dtype), crand(5, dtype=dtype, seed=1)
+    index = torch.tensor([0, -1, 7, 2, 11])
+    check(torch.take, x, index.reshape(5, 1))
+    check(torch.take, x.t(), index)
+    check(lambda x, i: torch.take(x.conj(), i), x, index)
+    check(lambda x, i, out: torch.take(x, i, out=out), x, index, torch.empty(0, dtype=dtype))
+    check(lambda x, i, s: x.put_(i, s), x, index, src)
+    check(lambda x, i, s: x.t().put_(i, s), x, index, src)
+    check(lambda x, i, s: x.put_(i, s.conj()), x, index, src)
+    check(lambda x, i, s: x.conj().put_(i, s), x, index, src)
+    repeated = torch.tensor([1, 1, -11, 3, 1])
+    check(lambda x, i, s: x.put_(i, s, accumulate=True), x, repeated, src, **TOL)
+    check(lambda x, i, s: torch.put(x, i, s[:4], accumulate=True), x, repeated[:4], src, **TOL)
+
+
+@by_dtype(COMPLEX)
+def test_take_and_put_of_complex_values_raise_as_cpu(dtype, native):
+    x, src = crand(3, 4, dtype=dtype), crand(2, dtype=dtype)
+    check(lambda x, s: x.put_(torch.tensor([12, -13], device=x.device), s), x, src)
+    check(lambda x, s: x.put_(torch.tensor([0], device=x.device), s), x, src)
+    check(lambda x, s: x.put_(torch.tensor([0, 1], device=x.device), s.real), x, src)
+    check(lambda x: torch.take(x, torch.tensor([-13], device=x.device)), x)
+
+
+# ---- var, std, var_mean, std_mean ----
+
+
+@by_dtype(COMPLEX)
+def test_var_and_std_of_complex_values_are_real_and_match_cpu(dtype, native):
+    x = crand(4, 5, 3, dtype=dtype)
+    for fn in (torch.var, torch.std):
+        check(fn, x, **TOL)
+        check(lambda x, fn=fn: fn(x, 1), x, **TOL)
+        check(lambda x, fn=fn: fn(x, (0, 2), keepdim=True, correction=0), x, **TOL)
+        check(lambda x, fn=fn: fn(x.transpose(0, 2), 1, correction=2.5), x, **TOL)
+        check(lambda x, fn=fn: fn(x.conj(), -1), x, **TOL)
+        check(lambda x, fn=fn: fn(x, 0), torch.tensor(1 + 2j, dtype=dtype))
+
+
+@by_dtype(COMPLEX)
+def test_var_mean_and_std_mean_of_complex_values_match_cpu(dtype, native):
+    x = crand(4, 5, dtype=dtype)
+    for fn in (torch.var_mean, torch.std_mean):
+        check(fn, x, **TOL)
+        check(lambda x, fn=fn: fn(x, 0, correction=0), x, **TOL)
+        check(lambda x, fn=fn: fn(x.t(), 1, keepdim=True), x, **TOL)
+        check(lambda x, fn=fn: fn(x, [], unbiased=False), x, **TOL)
+
+
+@by_dtype(COMPLEX)
+def test_var_and_std_of_complex_values_into_out_match_cpu(dtype, native):
+    x = crand(4, 5, dtype=dtype)
+    real = torch.float32 if dtype == torch.complex64 else torch.float64
+    for fn in (torch.var, torch.std):
+        check(lambda x, out, fn=fn: fn(x, 1, out=out), x, torch.empty(0, dtype=real), **TOL)
+        check(lambda x, out, fn=fn: fn(x, 1, out=out), x, torch.empty(5, dtype=real), **TOL)  # resized, warns
+        check(lambda x, out, fn=fn: fn(x, 0, out=out), x, torch.empty(5, dtype=dtype), **TOL)
+        check(lambda x, out, fn=fn: fn(x, 0, out=out), x, torch.empty(5, dtype=torch.float64), **TOL)
+        check(lambda x, out, fn=fn: fn(x, 1, out=out), x, torch.empty(4, dtype=torch.float16), rtol=1e-3, atol=1e-3)
+        check(lambda x, out, fn=fn: fn(x, 1, out=out), x, torch.empty(4, dtype=torch.int32))
+
+
+@by_dtype(COMPLEX)
+def test_var_of_complex_values_warns_as_cpu_when_the_correction_uses_every_element(dtype, native):
+    x = crand(3, dtype=dtype)
+    expected, cpu_warnings = recorded_warnings(lambda: torch.var(x, correction=3))
+    actual, tiny_warnings = recorded_warnings(lambda: torch.var(x.to(DEVICE), correction=3))
+    assert_same(actual, expected)
+    assert any("degrees of freedom" in w for w in cpu_warnings)
+    assert any("degrees of freedom" in w for w in tiny_warnings)
+
+
+# ---- lu_unpack ----
+
+
+@by_dtype(COMPLEX)
+def test_lu_unpack_of_complex_factors_matches_cpu(dtype, native):
+    for shape in ((4, 4), (2, 5, 3), (3, 2, 6)):
+        A = crand(*shape, dtype=dtype)
+        LU, pivots = torch.linalg.lu_factor(A)
+        check(torch.lu_unpack, LU, pivots)
+        check(lambda LU, p: torch.lu_unpack(LU, p, unpack_pivots=False), LU, pivots)
+        check(lambda LU, p: torch.lu_unpack(LU, p, unpack_data=False), LU, pivots)
+        check(lambda LU, p: torch.lu_unpack(LU.conj(), p), LU, pivots)
+    A = crand(4, 4, dtype=dtype)
+    LU, pivots = torch.linalg.lu_factor(A)
+    check(lambda LU, p: torch.lu_unpack(LU.mT, p), LU, pivots)
+    outs = [torch.empty(0, dtype=dtype) for _ in range(3)]
+    check(lambda LU, p, P, L, U: torch.lu_unpack(LU, p, out=(P, L, U)), LU, pivots, *outs)
+    check(lambda LU, p: torch.lu_unpack(LU, p + 4), LU, pivots)
