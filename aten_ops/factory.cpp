@@ -136,8 +136,27 @@ UOpPtr evenly_spaced(const at::Scalar& start, const at::Scalar& end, int64_t ste
                alu(Ops::SUB, hi, alu(Ops::MUL, step, cast(from_end, step_t))));
 }
 
+// linspace of a complex dtype: in the result's complex type, the step each part's difference over steps - 1
+// (c10 divides a complex value by an integer part by part), the second half from the end.
+void complex_linspace(const at::Scalar& start, const at::Scalar& end, int64_t steps, const at::Tensor& out) {
+  namespace cm = complex_math;
+  at::ScalarType st = out.scalar_type();
+  DType dt = element_dtype(st);
+  Shape shape{steps};
+  cm::Cx lo = cm::parts_of(scalar_value(start, st, shape)), hi = cm::parts_of(scalar_value(end, st, shape));
+  UOpPtr intervals = scalar_constant(at::Scalar(steps - 1), dt, shape);
+  cm::Cx step = {alu(Ops::FDIV, alu(Ops::SUB, hi.re, lo.re), intervals),
+                 alu(Ops::FDIV, alu(Ops::SUB, hi.im, lo.im), intervals)};
+  UOpPtr i = iota(steps, DType::Int64);
+  UOpPtr from_end = alu(Ops::SUB, scalar_constant(at::Scalar(steps - 1), DType::Int64, shape), i);
+  UOpPtr first_half = alu(Ops::CMPLT, i, scalar_constant(at::Scalar(steps / 2), DType::Int64, shape));
+  cm::Cx up = cm::add(lo, cm::scale(step, cast(i, dt))), down = cm::sub(hi, cm::scale(step, cast(from_end, dt)));
+  write_complex(out, join_complex(where(first_half, up.re, down.re), where(first_half, up.im, down.im)));
+}
+
 void linspace_kernel(at::TensorIterator& iter, const at::Scalar& start, const at::Scalar& end, int64_t steps) {
   const at::Tensor& out = iter.tensor(0);
+  if (out.is_complex()) return complex_linspace(start, end, steps, out);
   DType dt = to_tiny_dtype(out.scalar_type());
   TORCH_CHECK_NOT_IMPLEMENTED(dt != DType::Bool, "\"linspace_cpu\" not implemented for 'Bool'");
   write(out, cast(evenly_spaced(start, end, steps, dt, is_float(dt) ? dt : DType::Float64), dt));

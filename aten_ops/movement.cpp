@@ -637,6 +637,13 @@ void write_triangle(const at::Tensor& out, const at::Tensor& self, int64_t k, bo
   UOpPtr col = expand(reshape(iota(w, DType::Int64), cols), shape);
   UOpPtr diag = alu(Ops::ADD, row, scalar_constant(at::Scalar(k), DType::Int64, shape)); // column of the diagonal
   UOpPtr keep = lower ? alu(Ops::CMPLE, col, diag) : alu(Ops::CMPLE, diag, col);
+  if (out.is_complex()) { // both parts of an element kept or zeroed
+    DType dt = element_dtype(out.scalar_type());
+    Shape pairs = value_shape(out, shape), one = shape;
+    one.push_back(1);
+    write_complex(out, where(expand(reshape(keep, one), pairs), cast(read_complex(self), dt), fixed(dt, 0, pairs)));
+    return;
+  }
   DType dt = to_tiny_dtype(out.scalar_type());
   UOpPtr x = cast(read(self), dt);
   write(out, where(keep, x, fixed(dt, 0, shape)));

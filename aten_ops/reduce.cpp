@@ -241,9 +241,9 @@ constexpr Fold kFolds[] = {
 
 void write_fold(Kind kind, const at::Tensor& self, const DimMask& mask, const at::Tensor& out) {
   const Fold& f = kFolds[kind];
-  if (out.is_complex() || self.is_complex()) {
-    // sum and mean of complex values fold each part alone, prod multiplies pairs; other folds of complex
-    // values run on the CPU
+  if ((out.is_complex() || self.is_complex()) && !f.truth) {
+    // sum and mean of complex values fold each part alone, prod multiplies pairs; all and any fold their
+    // truth below; other folds of complex values run on the CPU
     if (kind != Sum && kind != Mean && kind != Prod) to_tiny_dtype(self.scalar_type());
     DType dt = element_dtype(out.scalar_type());
     UOpPtr x = complex_input(self, dt);
@@ -265,7 +265,10 @@ void write_fold(Kind kind, const at::Tensor& self, const DimMask& mask, const at
     return;
   }
   DType out_dt = to_tiny_dtype(out.scalar_type());
-  UOpPtr x = input(self);
+  // a complex value is true where either part is nonzero
+  UOpPtr x = f.truth && self.is_complex()
+                 ? cm::nonzero(parts_of(complex_input(self, element_dtype(self.scalar_type()))))
+                 : input(self);
   // torch converts the input to the result dtype first (sum(int8) adds int64s; sum(x, dtype=f16)
   // rounds x to float16), then accumulates in that dtype's opmath
   if (f.truth)

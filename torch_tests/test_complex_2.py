@@ -21,7 +21,7 @@ def with_zeros(*shape, dtype):
     x = crand(*shape, dtype=dtype)
     flat = x.view(-1)
     flat[::3] = 0
-    flat[1::5] = flat[1::5].real
+    flat[1::5] = flat[1::5].real.clone()
     flat[2::7] = flat[2::7].imag * 1j
     return x
 
@@ -181,3 +181,87 @@ def test_lu_unpack_of_complex_factors_matches_cpu(dtype, native):
     outs = [torch.empty(0, dtype=dtype) for _ in range(3)]
     check(lambda LU, p, P, L, U: torch.lu_unpack(LU, p, out=(P, L, U)), LU, pivots, *outs)
     check(lambda LU, p: torch.lu_unpack(LU, p + 4), LU, pivots)
+
+
+# ---- more factories and folds ----
+
+
+@by_dtype(COMPLEX)
+def test_linspace_of_a_complex_dtype_matches_cpu(dtype, native):
+    for start, end, steps in ((0, 1, 5), (-2.0, 4.3, 8), (1 + 2j, -3j, 7), (2j, 2j, 3), (1, 2, 1)):
+        check_devices(lambda dev, s=start, e=end, n=steps: torch.linspace(s, e, n, dtype=dtype, device=dev), **TOL)
+    check(lambda out: torch.linspace(0, 1 + 1j, 4, out=out), torch.empty(2, dtype=dtype), **TOL)
+    check(lambda out: torch.linspace(0, 1j, 3, out=out[1::2]), torch.empty(6, dtype=dtype), **TOL)
+
+
+@by_dtype(COMPLEX)
+def test_tril_and_triu_of_complex_matrices_match_cpu(dtype, native):
+    x = crand(2, 4, 5, dtype=dtype)
+    for fn in (torch.tril, torch.triu):
+        check(fn, x)
+        check(lambda x, fn=fn: fn(x, 1), x)
+        check(lambda x, fn=fn: fn(x.mT, -2), x)
+        check(lambda x, fn=fn: fn(x.conj(), 0), x)
+        check(lambda x, out, fn=fn: fn(x, -1, out=out), x, torch.empty(0, dtype=dtype))
+        check(lambda x, fn=fn: fn(x.clone(), 2), x)
+    check(lambda x: x.tril_(1), x)
+    check(lambda x: x.triu_(-1), x)
+
+
+@by_dtype(COMPLEX)
+def test_all_and_any_of_complex_values_count_either_part(dtype, native):
+    x = with_zeros(3, 4, dtype=dtype)
+    ones = crand(3, 4, dtype=dtype) + 5
+    for fn in (torch.all, torch.any):
+        check(fn, x)
+        check(fn, ones)
+        check(lambda x, fn=fn: fn(x, 1), x)
+        check(lambda x, fn=fn: fn(x.t(), 0, keepdim=True), x)
+        check(lambda x, fn=fn: fn(x, (0, 1)), ones)
+        check(lambda x, out, fn=fn: fn(x, 0, out=out), x, torch.empty(0, dtype=torch.bool))
+        check(fn, torch.zeros(0, 3, dtype=dtype))
+        check(fn, torch.tensor([0j, 1j], dtype=dtype))
+
+
+# ---- elementwise ----
+
+
+@by_dtype(COMPLEX)
+def test_logical_ops_of_complex_values_count_either_part(dtype, native):
+    x, y = with_zeros(4, 5, dtype=dtype), with_zeros(5, dtype=dtype).flip(0)
+    for fn in (torch.logical_and, torch.logical_or, torch.logical_xor):
+        check(fn, x, y)
+        check(fn, x, y.real)
+        check(lambda x, y, fn=fn: fn(x.t(), y[:4]), x, y)
+        check(lambda x, y, out, fn=fn: fn(x, y, out=out), x, y, torch.empty(0, dtype=torch.bool))
+        check(lambda x, y, out, fn=fn: fn(x, y, out=out), x, y, torch.empty(4, 5, dtype=dtype))
+    check(torch.logical_not, x)
+    check(lambda x, out: torch.logical_not(x, out=out), x, torch.empty(4, 5, dtype=dtype))
+    check(lambda x, out: torch.logical_not(x, out=out), x, torch.empty(4, 5, dtype=torch.float32))
+
+
+@by_dtype(COMPLEX)
+def test_addcmul_addcdiv_and_lerp_of_complex_values_match_cpu(dtype, native):
+    x, a, b = crand(3, 4, dtype=dtype), crand(3, 4, dtype=dtype, seed=1), crand(4, dtype=dtype, seed=2)
+    check(torch.addcmul, x, a, b, **TOL)
+    check(lambda x, a, b: torch.addcmul(x, a, b, value=2 - 1j), x, a, b, **TOL)
+    check(lambda x, a, b: torch.addcdiv(x.t(), a.t(), b[:3], value=0.5), x, a, b, **TOL)
+    check(lambda x, a, b: x.addcdiv_(a, b), x, a, b, **TOL)
+    check(lambda x, a, b, out: torch.addcmul(x, a, b, out=out), x, a, b, torch.empty(0, dtype=dtype), **TOL)
+    for w in (0.25, 0.75, 1.0, 0.3 + 0.5j):
+        check(lambda x, a, w=w: torch.lerp(x, a, w), x, a, **TOL)
+    weight = crand(3, 4, dtype=dtype, seed=3)
+    check(torch.lerp, x, a, weight, **TOL)
+    check(lambda x, a, w: x.lerp_(a.conj(), w.t()[:, 0]), x, a, crand(4, 3, dtype=dtype), **TOL)
+
+
+@by_dtype(COMPLEX)
+def test_exp2_and_sinc_of_complex_values_match_cpu(dtype, native):
+    x = crand(4, 5, dtype=dtype)
+    x[0, 0] = 0
+    x[0, 1] = 2j
+    check(torch.exp2, x, **TOL)
+    check(torch.sinc, x, **TOL)
+    check(lambda x: torch.sinc(x.t().conj()), x, **TOL)
+    check(lambda x, out: torch.exp2(x, out=out), x, torch.empty(0, dtype=dtype), **TOL)
+    check(lambda x: x.sinc_(), x, **TOL)
