@@ -67,6 +67,7 @@
 #include <vector>
 
 #include "aten_ops/builders.h"
+#include "aten_ops/complex_math.h"
 #include "aten_ops/read_on_host.h"
 #include "csrc/fallback.h"
 #include "csrc/kernel_library.h"
@@ -104,6 +105,64 @@ UOpPtr element(const UOpPtr& m, const UOpPtr& b, const UOpPtr& i, const UOpPtr& 
   return gather(reshape(m, {prod(m->shape)}), at);
 }
 
+// ---- values: real, or complex as their parts ----
+//
+// The factorisations and substitutions compute on Vals: a real UOp, or a complex value's (real, imaginary)
+// parts with complex_math's arithmetic, so one algorithm serves both (a real Val builds the graph a UOp
+// would).
+namespace cm = complex_math;
+
+struct Val {
+  UOpPtr re, im; // im: a complex value's
+  bool complex() const { return im != nullptr; }
+};
+
+cm::Cx cx(const Val& v) { return {v.re, v.im}; }
+Val val(const cm::Cx& z) { return {z.re, z.im}; }
+Val operator-(const Val& a, const Val& b) {
+  return a.complex() ? val(cm::sub(cx(a), cx(b))) : Val{sub(a.re, b.re), nullptr};
+}
+Val operator*(const Val& a, const Val& b) {
+  return a.complex() ? val(cm::mul(cx(a), cx(b))) : Val{mul(a.re, b.re), nullptr};
+}
+Val operator/(const Val& a, const Val& b) {
+  return a.complex() ? val(cm::div(cx(a), cx(b))) : Val{div(a.re, b.re), nullptr};
+}
+Val conj_val(const Val& v) { return v.complex() ? Val{v.re, alu(Ops::NEG, v.im)} : v; }
+// f applied to each part (a view, a gather)
+template <class F> Val each(const Val& v, const F& f) { return {f(v.re), v.complex() ? f(v.im) : nullptr}; }
+Val where_val(const UOpPtr& c, const Val& a, const Val& b) {
+  return {where(c, a.re, b.re), a.complex() ? where(c, a.im, b.im) : nullptr};
+}
+Val like_val(const Val& v, double x) { return {like(v.re, x), v.complex() ? like(v.im, 0) : nullptr}; }
+UOpPtr is_zero(const Val& v) {
+  UOpPtr z = eq(v.re, like(v.re, 0));
+  return v.complex() ? both(z, eq(v.im, like(v.im, 0))) : z;
+}
+// The magnitude LAPACK's pivoting compares: |x|, and |re| + |im| for complex values (i?amax's cabs1).
+UOpPtr pivot_magnitude(const Val& v) {
+  UOpPtr m = alu(Ops::ABS, v.re);
+  return v.complex() ? add(m, alu(Ops::ABS, v.im)) : m;
+}
+size_t part_count(const Val& v) { return v.complex() ? 2 : 1; }
+// v's parts in dtype dt: complex (a real v with zero imaginary parts) or real.
+Val cast_val(const Val& v, DType dt, bool complex) {
+  UOpPtr re = cast(v.re, dt);
+  if (!complex) return {re, nullptr};
+  return {re, v.complex() ? cast(v.im, dt) : like(re, 0)};
+}
+// A state vector for run_steps / realize_now: v's parts, then `rest`.
+std::vector<UOpPtr> with_parts(const Val& v, std::vector<UOpPtr> rest) {
+  std::vector<UOpPtr> out{v.re};
+  if (v.complex()) out.push_back(v.im);
+  out.insert(out.end(), rest.begin(), rest.end());
+  return out;
+}
+Val first_val(const std::vector<UOpPtr>& st, bool complex) { return {st[0], complex ? st[1] : nullptr}; }
+Val element(const Val& m, const UOpPtr& b, const UOpPtr& i, const UOpPtr& j) {
+  return each(m, [&](const UOpPtr& part) { return element(part, b, i, j); });
+}
+
 // Runs `steps` steps of a loop: state = step(state, k) for k = 0, 1, ... (or down from steps - 1). kGroup
 // steps are one graph, each step's values a realize boundary (CONTIGUOUS), realized together: fewer syncs.
 // Each step's index is a runtime scalar of its own, so every step's kernels are the same programs (compiled
@@ -128,22 +187,24 @@ std::vector<UOpPtr> run_steps(std::vector<UOpPtr> state, int64_t steps, bool dow
 // ---- the factorisations and substitutions, on (B, rows, cols) values ----
 
 struct LUFactors {
-  UOpPtr lu;     // (B, m, n): L below the diagonal (its unit diagonal implied), U on and above it
+  Val lu;        // (B, m, n): L below the diagonal (its unit diagonal implied), U on and above it
   UOpPtr pivots; // (B, k) int32, 1-based: row i was swapped with row pivots[i] - 1 at step i
   UOpPtr info;   // (B) int32: 0, or the 1-based step of the first zero pivot
 };
 
-LUFactors lu_factor(UOpPtr a, Device& dev) {
-  int64_t B = a->shape[0], m = a->shape[1], n = a->shape[2], K = std::min(m, n);
+LUFactors lu_factor(const Val& a, Device& dev) {
+  int64_t B = a.re->shape[0], m = a.re->shape[1], n = a.re->shape[2], K = std::min(m, n);
   UOpPtr pivots = fixed(DType::Int32, 0, {B, K}), info = fixed(DType::Int32, 0, {B});
   if (B * m * n == 0) return {a, pivots, info};
-  std::vector<UOpPtr> state = realize_now({a, pivots, info}, dev);
+  size_t np = part_count(a);
+  std::vector<UOpPtr> state = realize_now(with_parts(a, {pivots, info}), dev);
   Shape s{B, m, n}, column{B, m, 1}, one{B, 1, 1}, ps{B, K};
   auto one_step = [&](const std::vector<UOpPtr>& st, const UOpPtr& step) -> std::vector<UOpPtr> {
-    const UOpPtr &lu = st[0], &piv = st[1], &inf = st[2];
-    // the pivot row: the first at or below k of the largest |a[i, k]| (LAPACK's idamax)
+    Val lu = first_val(st, a.complex());
+    const UOpPtr &piv = st[np], &inf = st[np + 1];
+    // the pivot row: the first at or below k of the largest |a[i, k]| (LAPACK's i?amax)
     UOpPtr cb = coordinate(column, 0), ci = coordinate(column, 1), ck = broadcast(step, column);
-    UOpPtr magnitude = alu(Ops::ABS, element(lu, cb, ci, ck));
+    UOpPtr magnitude = pivot_magnitude(element(lu, cb, ci, ck));
     UOpPtr candidate = alu(Ops::NOT, lt(ci, ck));
     UOpPtr largest = expand(reduce(where(candidate, magnitude, like(magnitude, -1)), Ops::MAX, {1}), column);
     UOpPtr p = reduce(where(both(candidate, eq(magnitude, largest)), ci, index_const(m, column)), Ops::MIN, {1});
@@ -152,21 +213,22 @@ LUFactors lu_factor(UOpPtr a, Device& dev) {
     UOpPtr b = coordinate(s, 0), i = coordinate(s, 1), j = coordinate(s, 2), k3 = broadcast(step, s);
     UOpPtr p3 = expand(p, s);
     UOpPtr source = where(eq(i, k3), p3, where(eq(i, p3), k3, i));
-    UOpPtr pivot = element(lu, b, p3, k3), x = element(lu, b, source, j), xk = element(lu, b, source, k3);
-    UOpPtr l = where(eq(pivot, like(pivot, 0)), xk, div(xk, pivot));
+    Val pivot = element(lu, b, p3, k3), x = element(lu, b, source, j), xk = element(lu, b, source, k3);
+    Val l = where_val(is_zero(pivot), xk, xk / pivot);
     UOpPtr below = lt(k3, i);
-    UOpPtr updated =
-        where(both(below, eq(j, k3)), l, where(both(below, lt(k3, j)), sub(x, mul(l, element(lu, b, p3, j))), x));
+    Val updated =
+        where_val(both(below, eq(j, k3)), l, where_val(both(below, lt(k3, j)), x - l * element(lu, b, p3, j), x));
     UOpPtr pc = coordinate(ps, 1);
     UOpPtr new_piv = where(eq(pc, broadcast(step, ps)),
                            cast(add(expand(reshape(p, {B, 1}), ps), index_const(1, ps)), DType::Int32), piv);
-    UOpPtr pv = reshape(element(lu, coordinate(one, 0), p, broadcast(step, one)), {B});
-    UOpPtr zero_pivot = both(eq(inf, fixed(DType::Int32, 0, {B})), eq(pv, like(pv, 0)));
+    Val pv = each(element(lu, coordinate(one, 0), p, broadcast(step, one)),
+                  [&](const UOpPtr& part) { return reshape(part, {B}); });
+    UOpPtr zero_pivot = both(eq(inf, fixed(DType::Int32, 0, {B})), is_zero(pv));
     UOpPtr new_info = where(zero_pivot, cast(add(broadcast(step, {B}), index_const(1, {B})), DType::Int32), inf);
-    return {updated, new_piv, new_info};
+    return with_parts(updated, {new_piv, new_info});
   };
   state = run_steps(state, K, false, one_step, dev);
-  return {state[0], state[1], state[2]};
+  return {first_val(state, a.complex()), state[np], state[np + 1]};
 }
 
 // The row each of m rows holds after the interchanges of pivots (B, k; 1-based) are applied to them in
@@ -187,10 +249,10 @@ UOpPtr permutation(const UOpPtr& pivots, int64_t m, bool forward, Device& dev) {
 }
 
 // x (B, n, r) with its rows taken from rows (B, n): out[b, i] = x[b, rows[b, i]].
-UOpPtr take_rows(const UOpPtr& x, const UOpPtr& rows, Device& dev) {
-  const Shape& s = x->shape;
+Val take_rows(const Val& x, const UOpPtr& rows, Device& dev) {
+  const Shape& s = x.re->shape;
   if (prod(s) == 0) return x;
-  UOpPtr xr = realize_now(x, dev);
+  Val xr = first_val(realize_now(with_parts(x, {}), dev), x.complex());
   UOpPtr r = expand(reshape(rows, {s[0], s[1], 1}), s);
   return element(xr, coordinate(s, 0), r, coordinate(s, 2));
 }
@@ -198,22 +260,26 @@ UOpPtr take_rows(const UOpPtr& x, const UOpPtr& rows, Device& dev) {
 // Solves t x = rhs, t (B, n, n) triangular: only its lower (or upper) triangle is read, and with unit
 // not its diagonal (taken as ones). rhs (B, n, r). Forward (or back) substitution, a row of x a step,
 // in the order of LAPACK's trsm.
-UOpPtr solve_triangular(const UOpPtr& t, const UOpPtr& rhs, bool upper, bool unit, Device& dev) {
-  int64_t B = rhs->shape[0], n = rhs->shape[1], r = rhs->shape[2];
+Val solve_triangular(const Val& t, const Val& rhs, bool upper, bool unit, Device& dev) {
+  int64_t B = rhs.re->shape[0], n = rhs.re->shape[1], r = rhs.re->shape[2];
   if (B * n * r == 0) return rhs;
-  std::vector<UOpPtr> state = realize_now({t, rhs}, dev);
-  const UOpPtr& tr = state[0];
+  std::vector<UOpPtr> given = realize_now(with_parts(t, with_parts(rhs, {})), dev);
+  Val tr = first_val(given, t.complex());
+  std::vector<UOpPtr> state(given.begin() + static_cast<std::ptrdiff_t>(part_count(t)), given.end());
   Shape s{B, n, r};
   UOpPtr b = coordinate(s, 0), i = coordinate(s, 1), j = coordinate(s, 2);
   auto one_step = [&](const std::vector<UOpPtr>& st, const UOpPtr& step) -> std::vector<UOpPtr> {
-    const UOpPtr& x = st[0];
+    Val x = first_val(st, rhs.complex());
     UOpPtr k = broadcast(step, s);
-    UOpPtr xk = element(x, b, k, j);
-    if (!unit) xk = div(xk, element(tr, b, k, k));
+    Val xk = element(x, b, k, j);
+    if (!unit) xk = xk / element(tr, b, k, k);
     UOpPtr later = upper ? lt(i, k) : lt(k, i);
-    return {where(eq(i, k), xk, where(later, sub(x, mul(element(tr, b, i, k), xk)), x))};
+    return with_parts(where_val(eq(i, k), xk, where_val(later, x - element(tr, b, i, k) * xk, x)), {});
   };
-  return run_steps({state[1]}, n, upper, one_step, dev)[0];
+  return first_val(run_steps(state, n, upper, one_step, dev), rhs.complex());
+}
+UOpPtr solve_triangular(const UOpPtr& t, const UOpPtr& rhs, bool upper, bool unit, Device& dev) {
+  return solve_triangular(Val{t, nullptr}, Val{rhs, nullptr}, upper, unit, dev).re;
 }
 
 // The lower Cholesky factor of a (B, n, n), reading its lower triangle (above it: a's values, to be
@@ -426,17 +492,19 @@ UOpPtr identity(DType dt, int64_t B, int64_t n) {
   return where(eq(coordinate(s, 1), coordinate(s, 2)), fixed(dt, 1, s), fixed(dt, 0, s));
 }
 
-// Solves a x = rhs (or a^T x = rhs) given a's LU factors (lu (B, n, n), pivots (B, n)), rhs (B, n, r).
-UOpPtr lu_solve(const UOpPtr& lu, const UOpPtr& pivots, const UOpPtr& rhs, bool adjoint, Device& dev) {
-  int64_t n = lu->shape[1];
-  if (prod(rhs->shape) == 0) return rhs;
-  if (!adjoint) { // P^T a = L U
-    UOpPtr x = take_rows(rhs, permutation(pivots, n, true, dev), dev);
+// Solves a x = rhs, or a^T x = rhs (transpose), with conj(a) for a complex a (conjugate), given a's LU
+// factors (lu (B, n, n), pivots (B, n)), rhs (B, n, r).
+Val lu_solve(const Val& lu_in, const UOpPtr& pivots, const Val& rhs, bool transpose, bool conjugate, Device& dev) {
+  Val lu = conjugate ? conj_val(lu_in) : lu_in; // conj(a) = P conj(L) conj(U)
+  int64_t n = lu.re->shape[1];
+  if (prod(rhs.re->shape) == 0) return rhs;
+  if (!transpose) { // P^T a = L U
+    Val x = take_rows(rhs, permutation(pivots, n, true, dev), dev);
     x = solve_triangular(lu, x, false, true, dev);
     return solve_triangular(lu, x, true, false, dev);
   }
-  UOpPtr lut = transposed(lu); // a^T = U^T L^T P^T
-  UOpPtr x = solve_triangular(lut, rhs, false, false, dev);
+  Val lut = each(lu, transposed); // a^T = U^T L^T P^T
+  Val x = solve_triangular(lut, rhs, false, false, dev);
   x = solve_triangular(lut, x, true, true, dev);
   return take_rows(x, permutation(pivots, n, false, dev), dev);
 }
@@ -447,24 +515,37 @@ Device& device_for(const at::Tensor& t) { return runtime::device(t.device().inde
 
 // t's value for a computation that runs now (realize_now): a pending graph that writes a storage in place
 // (ASSIGN, SCATTER) realizes only at a sync, so such an input is realized by one first.
+// (A complex t: its (real, imaginary) pairs.)
 UOpPtr settled_read(const at::Tensor& t) {
+  auto value = [&] { return t.is_complex() ? read_complex(t) : read(t); };
   {
     std::lock_guard lock(runtime::graph_mutex());
-    if (runtime::evaluable_alone(read(t))) return read(t);
+    if (runtime::evaluable_alone(value())) return value();
   }
   runtime::synchronize();
-  return read(t);
+  return value();
 }
 
-// t's matrices (its last two dims) broadcast to the batch dims `batch`, as (B, rows, cols).
-UOpPtr matrices(const at::Tensor& t, c10::IntArrayRef batch) {
+// t's matrices (its last two dims) broadcast to the batch dims `batch`, as (B, rows, cols): a real value, or
+// a complex t's parts.
+Val matrix_values(const at::Tensor& t, c10::IntArrayRef batch) {
   Shape full(batch.begin(), batch.end());
   full.push_back(t.size(-2));
   full.push_back(t.size(-1));
   Shape padded(full.size(), 1);
   std::copy(t.sizes().begin(), t.sizes().end(), padded.end() - t.dim());
-  return reshape(expand(reshape(settled_read(t), padded), full),
-                 {prod(Shape(batch.begin(), batch.end())), full.end()[-2], full.end()[-1]});
+  auto batched = [&](const UOpPtr& x) {
+    return reshape(expand(reshape(x, padded), full),
+                   {prod(Shape(batch.begin(), batch.end())), full.end()[-2], full.end()[-1]});
+  };
+  UOpPtr v = settled_read(t);
+  if (!t.is_complex()) return {batched(v), nullptr};
+  return {batched(real_part(v)), batched(imag_part(v))};
+}
+Val matrix_values(const at::Tensor& t) { return matrix_values(t, t.sizes().slice(0, t.dim() - 2)); }
+UOpPtr matrices(const at::Tensor& t, c10::IntArrayRef batch) {
+  if (t.is_complex()) to_tiny_dtype(t.scalar_type()); // NotNativeDtype: a real-only caller
+  return matrix_values(t, batch).re;
 }
 UOpPtr matrices(const at::Tensor& t) { return matrices(t, t.sizes().slice(0, t.dim() - 2)); }
 
@@ -486,6 +567,16 @@ void store(const at::Tensor& out, const UOpPtr& value) {
   if (out.numel() == 0) return;
   write(out, reshape(cast(value, to_tiny_dtype(out.scalar_type())), to_shape(out.sizes())));
 }
+// A real Val into a real out; a complex out takes a complex Val's parts (a real one's with zero imaginary parts).
+void store(const at::Tensor& out, const Val& value) {
+  if (!out.is_complex()) return store(out, value.re);
+  if (out.numel() == 0) return;
+  DType dt = element_dtype(out.scalar_type());
+  Shape shape = to_shape(out.sizes());
+  shape.push_back(2);
+  UOpPtr im = value.complex() ? value.im : like(value.re, 0);
+  write_complex(out, reshape(join_complex(cast(value.re, dt), cast(im, dt)), shape));
+}
 
 at::Tensor empty_like_dtype(const at::Tensor& t, at::ScalarType dt) { return empty_tiny({0}, dt, t.device()); }
 
@@ -497,7 +588,11 @@ template <class Op, class... Args> void check_float(const at::Tensor& t, const A
   check_cpu_accepts<Op>(args...);
   TORCH_CHECK_NOT_IMPLEMENTED(false, Op::name, " on tiny supports float32 and float64, not ", t.scalar_type());
 }
-
+// The same for the kernels that compute complex64 and complex128 too (on Vals).
+template <class Op, class... Args> void check_float_or_complex(const at::Tensor& t, const Args&... args) {
+  if (t.scalar_type() == at::kComplexFloat || t.scalar_type() == at::kComplexDouble) return;
+  check_float<Op>(t, args...);
+}
 // The pivots of an LU factorisation lie in [1, m]: torch's CPU checks a user's before it uses them (an
 // index out of range would read zeros here). One small reduction read to the host.
 void check_pivots(const at::Tensor& pivots, int64_t m, bool for_solve) {
@@ -570,8 +665,8 @@ std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> linalg_lu_factor_ex_out(const 
     return {LU, pivots, info};
   }
   TORCH_CHECK(pivot, "linalg.lu_factor: LU without pivoting is not implemented on the CPU");
-  check_float<at::_ops::linalg_lu_factor_ex>(A, A, pivot, check_errors);
-  LUFactors f = lu_factor(matrices(A), device_for(A));
+  check_float_or_complex<at::_ops::linalg_lu_factor_ex>(A, A, pivot, check_errors);
+  LUFactors f = lu_factor(matrix_values(A), device_for(A));
   store(LU, f.lu);
   store(pivots, f.pivots);
   store(info, f.info);
@@ -586,47 +681,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> linalg_lu_factor_ex(const at::Ten
   return {LU, pivots, info};
 }
 
-// A complex tensor's matrices as their real and imaginary parts, each (B, rows, cols) as matrices() gives them.
-std::vector<UOpPtr> complex_matrices(const at::Tensor& t) {
-  UOpPtr pairs = read_complex(t);
-  std::vector<UOpPtr> parts;
-  for (const UOpPtr& part : {real_part(pairs), imag_part(pairs)})
-    parts.push_back(reshape(part, {prod(to_shape(batch_of(t))), t.size(-2), t.size(-1)}));
-  return parts;
-}
-
-// out's value from its parts: the value of a real out, (real, imaginary) of a complex one.
-void store_parts(const at::Tensor& out, const std::vector<UOpPtr>& parts) {
-  if (!out.is_complex()) return store(out, parts[0]);
-  if (out.numel() == 0) return;
-  DType dt = element_dtype(out.scalar_type());
-  Shape shape = to_shape(out.sizes());
-  shape.push_back(2);
-  write_complex(out, reshape(join_complex(cast(parts[0], dt), cast(parts[1], dt)), shape));
-}
-
 // P, L, U of lu (B, m, n) and its pivots: L (m, k) unit lower, U (k, n) upper, P[i, j] = (rows[j] == i).
-// A complex lu comes as its real and imaginary parts: L's unit diagonal is 1 + 0i, P is real.
-void unpack(const std::vector<UOpPtr>& lu, const UOpPtr& pivots, const at::Tensor& P, const at::Tensor& L,
-            const at::Tensor& U, bool unpack_data, bool unpack_pivots, Device& dev) {
-  int64_t B = lu[0]->shape[0], m = lu[0]->shape[1], n = lu[0]->shape[2], k = std::min(m, n);
+// A complex lu: L's unit diagonal is 1 + 0i, P is real.
+void unpack(const Val& lu, const UOpPtr& pivots, const at::Tensor& P, const at::Tensor& L, const at::Tensor& U,
+            bool unpack_data, bool unpack_pivots, Device& dev) {
+  int64_t B = lu.re->shape[0], m = lu.re->shape[1], n = lu.re->shape[2], k = std::min(m, n);
   if (unpack_data) {
-    std::vector<UOpPtr> lower, upper;
-    for (size_t part = 0; part < lu.size(); part++) {
-      UOpPtr below = shrink(lu[part], {{0, B}, {0, m}, {0, k}});
-      Shape ls = below->shape;
-      lower.push_back(
-          where(eq(coordinate(ls, 1), coordinate(ls, 2)), like(below, part == 0 ? 1 : 0), triangle(below, false, -1)));
-      upper.push_back(triangle(shrink(lu[part], {{0, B}, {0, k}, {0, n}}), true));
-    }
-    store_parts(L, lower);
-    store_parts(U, upper);
+    Val below = each(lu, [&](const UOpPtr& part) { return shrink(part, {{0, B}, {0, m}, {0, k}}); });
+    Shape ls = below.re->shape;
+    store(L, where_val(eq(coordinate(ls, 1), coordinate(ls, 2)), like_val(below, 1),
+                       each(below, [](const UOpPtr& part) { return triangle(part, false, -1); })));
+    store(U, each(lu, [&](const UOpPtr& part) { return triangle(shrink(part, {{0, B}, {0, k}, {0, n}}), true); }));
   }
   if (unpack_pivots && P.numel() > 0) {
     Shape s{B, m, m};
     UOpPtr rows = expand(reshape(permutation(pivots, m, true, dev), {B, 1, m}), s);
-    UOpPtr p = cast(eq(rows, coordinate(s, 1)), lu[0]->dtype);
-    store_parts(P, {p, like(p, 0)});
+    store(P, Val{cast(eq(rows, coordinate(s, 1)), lu.re->dtype), nullptr}); // real, also for a complex P
   }
 }
 
@@ -637,11 +707,11 @@ std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> linalg_lu_out(const at::Tensor
   meta.apply();
   if (A.numel() > 0) {
     TORCH_CHECK(pivot, "linalg.lu_factor: LU without pivoting is not implemented on the CPU");
-    check_float<at::_ops::linalg_lu>(A, A, pivot);
+    check_float_or_complex<at::_ops::linalg_lu>(A, A, pivot);
   }
   Device& dev = device_for(A);
-  LUFactors f = lu_factor(matrices(A), dev);
-  unpack({f.lu}, f.pivots, P, L, U, true, pivot, dev);
+  LUFactors f = lu_factor(matrix_values(A), dev);
+  unpack(f.lu, f.pivots, P, L, U, true, pivot, dev);
   return {P, L, U};
 }
 
@@ -661,8 +731,7 @@ std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> lu_unpack_out(const at::Tensor
   meta.apply();
   if (unpack_pivots) check_pivots(pivots, LU.size(-2), false);
   c10::IntArrayRef batch = batch_of(LU);
-  std::vector<UOpPtr> lu = LU.is_complex() ? complex_matrices(LU) : std::vector<UOpPtr>{matrices(LU)};
-  unpack(lu, pivot_rows(pivots, batch), P, L, U, unpack_data, unpack_pivots, device_for(LU));
+  unpack(matrix_values(LU), pivot_rows(pivots, batch), P, L, U, unpack_data, unpack_pivots, device_for(LU));
   return {P, L, U};
 }
 
@@ -680,13 +749,12 @@ void solve_with_lu(const at::Tensor& result, const at::Tensor& LU, const at::Ten
                    bool left, bool adjoint) {
   if (result.numel() == 0) return;
   c10::IntArrayRef batch = batch_of(result);
-  UOpPtr rhs = matrices(B, batch);
-  if (!left) { // X A = B  <=>  A^T X^T = B^T
-    rhs = transposed(rhs);
-    adjoint = !adjoint;
-  }
-  UOpPtr x = lu_solve(matrices(LU, batch), pivot_rows(pivots, batch), rhs, adjoint, device_for(LU));
-  store(result, left ? x : transposed(x));
+  Val rhs = matrix_values(B, batch);
+  // X A = B  <=>  A^T X^T = B^T, and X A^H = B  <=>  conj(A) X^T = B^T
+  if (!left) rhs = each(rhs, transposed);
+  bool transpose = left ? adjoint : !adjoint;
+  Val x = lu_solve(matrix_values(LU, batch), pivot_rows(pivots, batch), rhs, transpose, adjoint, device_for(LU));
+  store(result, left ? x : each(x, transposed));
 }
 
 at::Tensor& linalg_lu_solve_out(const at::Tensor& LU, const at::Tensor& pivots, const at::Tensor& B, bool left,
@@ -696,7 +764,7 @@ at::Tensor& linalg_lu_solve_out(const at::Tensor& LU, const at::Tensor& pivots, 
   at::meta::linalg_lu_solve_outf(meta_like(LU), meta_like(pivots), meta_like(B), left, adjoint, meta[0]);
   meta.apply();
   if (result.numel() == 0) return result;
-  check_float<at::_ops::linalg_lu_solve>(LU, LU, pivots, B, left, adjoint);
+  check_float_or_complex<at::_ops::linalg_lu_solve>(LU, LU, pivots, B, left, adjoint);
   check_pivots(pivots, LU.size(-2), true);
   solve_with_lu(result, LU, pivots, B, left, adjoint);
   return result;
@@ -721,8 +789,8 @@ linalg_solve_ex_out(const at::Tensor& A, const at::Tensor& B, bool left, bool ch
   MetaOuts meta{&result, &LU, &pivots, &info};
   at::meta::_linalg_solve_ex_outf(meta_like(A), meta_like(B), left, check_errors, meta[0], meta[1], meta[2], meta[3]);
   meta.apply();
-  check_float<at::_ops::_linalg_solve_ex>(A, A, B, left, check_errors);
-  LUFactors f = lu_factor(matrices(A), device_for(A));
+  check_float_or_complex<at::_ops::_linalg_solve_ex>(A, A, B, left, check_errors);
+  LUFactors f = lu_factor(matrix_values(A), device_for(A));
   store(LU, f.lu);
   store(pivots, f.pivots);
   store(info, f.info);
@@ -746,12 +814,13 @@ std::tuple<at::Tensor&, at::Tensor&> linalg_inv_ex_out(const at::Tensor& A, bool
   MetaOuts meta{&inverse, &info};
   at::meta::linalg_inv_ex_outf(meta_like(A), check_errors, meta[0], meta[1]);
   meta.apply();
-  check_float<at::_ops::linalg_inv_ex>(A, A, check_errors);
+  check_float_or_complex<at::_ops::linalg_inv_ex>(A, A, check_errors);
   Device& dev = device_for(A);
-  LUFactors f = lu_factor(matrices(A), dev);
+  LUFactors f = lu_factor(matrix_values(A), dev);
   store(info, f.info);
   int64_t n = A.size(-1);
-  store(inverse, lu_solve(f.lu, f.pivots, identity(f.lu->dtype, f.lu->shape[0], n), false, dev));
+  UOpPtr eye = identity(f.lu.re->dtype, f.lu.re->shape[0], n);
+  store(inverse, lu_solve(f.lu, f.pivots, {eye, f.lu.complex() ? like(eye, 0) : nullptr}, false, false, dev));
   if (check_errors) at::_linalg_check_errors(info, "linalg.inv_ex", A.dim() == 2);
   return {inverse, info};
 }
@@ -765,15 +834,16 @@ std::tuple<at::Tensor, at::Tensor> linalg_inv_ex(const at::Tensor& A, bool check
 // The diagonal of lu (B, n) and the sign of the permutation of its pivots (B, 1): -1 for an odd number of
 // interchanges.
 std::pair<UOpPtr, UOpPtr> diagonal_and_sign(const LUFactors& f) {
-  int64_t B = f.lu->shape[0], n = f.lu->shape[1];
+  const UOpPtr& lu = f.lu.re; // real factors
+  int64_t B = lu->shape[0], n = lu->shape[1];
   Shape d{B, n};
   // a 0 x 0 matrix: one 1 on the diagonal keeps det 1 and logabsdet 0
   UOpPtr diag =
-      n == 0 ? fixed(f.lu->dtype, 1, {B, 1}) : element(f.lu, coordinate(d, 0), coordinate(d, 1), coordinate(d, 1));
+      n == 0 ? fixed(lu->dtype, 1, {B, 1}) : element(lu, coordinate(d, 0), coordinate(d, 1), coordinate(d, 1));
   Shape ps = f.pivots->shape;
   UOpPtr swapped = cast(alu(Ops::CMPNE, cast(f.pivots, kIndex), add(coordinate(ps, 1), index_const(1, ps))), kIndex);
   UOpPtr odd = alu(Ops::MOD, sum_keep(swapped, {1}), index_const(2, {B, 1}));
-  UOpPtr sign = sub(fixed(f.lu->dtype, 1, {B, 1}), mul(fixed(f.lu->dtype, 2, {B, 1}), cast(odd, f.lu->dtype)));
+  UOpPtr sign = sub(fixed(lu->dtype, 1, {B, 1}), mul(fixed(lu->dtype, 2, {B, 1}), cast(odd, lu->dtype)));
   return {diag, sign};
 }
 
@@ -784,7 +854,7 @@ UOpPtr product_keep(const UOpPtr& x) { // over axis 1; 1 for none
 // The LU factors det and slogdet compute (of A or A^T, as torch does: the backward reads them), stored
 // into their LU and pivots outputs.
 LUFactors det_factors(const at::Tensor& A, at::Tensor& LU, at::Tensor& pivots) {
-  LUFactors f = lu_factor(matrices(factors_transpose(A) ? A.mT() : A), device_for(A));
+  LUFactors f = lu_factor(Val{matrices(factors_transpose(A) ? A.mT() : A), nullptr}, device_for(A));
   store(LU, f.lu);
   store(pivots, f.pivots);
   return f;
@@ -797,7 +867,7 @@ std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> linalg_det_out(const at::Tenso
   meta.apply();
   check_float<at::_ops::_linalg_det>(A, A);
   LUFactors f = det_factors(A, LU, pivots);
-  if (f.lu->shape[0] > 0) {
+  if (f.lu.re->shape[0] > 0) {
     auto [diag, sign] = diagonal_and_sign(f);
     store(result, mul(sign, product_keep(diag)));
   }
@@ -818,7 +888,7 @@ linalg_slogdet_out(const at::Tensor& A, at::Tensor& sign, at::Tensor& logabsdet,
   meta.apply();
   check_float<at::_ops::_linalg_slogdet>(A, A);
   LUFactors f = det_factors(A, LU, pivots);
-  if (f.lu->shape[0] > 0) {
+  if (f.lu.re->shape[0] > 0) {
     auto [diag, perm_sign] = diagonal_and_sign(f);
     UOpPtr zero = like(diag, 0);
     // torch's sgn: 0 for 0 and NaN
@@ -847,13 +917,14 @@ std::tuple<at::Tensor&, at::Tensor&> triangular_solve_out(const at::Tensor& self
   MetaOuts meta{&X, &M};
   at::meta::triangular_solve_outf(meta_like(self), meta_like(A), upper, transpose, unitriangular, meta[0], meta[1]);
   meta.apply();
-  check_float<at::_ops::triangular_solve>(A, self, A, upper, transpose, unitriangular);
+  check_float_or_complex<at::_ops::triangular_solve>(A, self, A, upper, transpose, unitriangular);
   c10::IntArrayRef batch = batch_of(X);
-  UOpPtr a = matrices(A, batch);
+  Val a = matrix_values(A, batch);
   store(M, a);
   if (X.numel() == 0) return {X, M};
-  store(X, solve_triangular(transpose ? transposed(a) : a, matrices(self, batch), upper != transpose, unitriangular,
-                            device_for(A)));
+  // transpose= is A^T, for complex A too
+  Val b = cast_val(matrix_values(self, batch), a.re->dtype, a.complex());
+  store(X, solve_triangular(transpose ? each(a, transposed) : a, b, upper != transpose, unitriangular, device_for(A)));
   return {X, M};
 }
 
@@ -874,15 +945,16 @@ at::Tensor& linalg_solve_triangular_out(const at::Tensor& A, const at::Tensor& B
     out.resize_(B_.mT().sizes());
     out.transpose_(-2, -1);
   }
-  check_float<at::_ops::linalg_solve_triangular>(A, A, B, upper, left, unitriangular);
+  check_float_or_complex<at::_ops::linalg_solve_triangular>(A, A, B, upper, left, unitriangular);
   if (out.numel() == 0) return out;
   c10::IntArrayRef batch = batch_of(out);
-  DType dt = to_tiny_dtype(A.scalar_type());
-  UOpPtr a = matrices(A_, batch), b = cast(matrices(B_, batch), dt);
+  DType dt = value_dtype(A.scalar_type());
+  Val a = matrix_values(A_, batch), b = cast_val(matrix_values(B_, batch), dt, A.is_complex());
   Device& dev = device_for(A);
-  // X A = B  <=>  A^T X^T = B^T
-  UOpPtr x = left ? solve_triangular(a, b, upper, unitriangular, dev)
-                  : transposed(solve_triangular(transposed(a), transposed(b), !upper, unitriangular, dev));
+  // X A = B  <=>  A^T X^T = B^T (a transpose, for complex A too)
+  Val x =
+      left ? solve_triangular(a, b, upper, unitriangular, dev)
+           : each(solve_triangular(each(a, transposed), each(b, transposed), !upper, unitriangular, dev), transposed);
   store(out, x);
   return out;
 }

@@ -330,9 +330,22 @@ UOpPtr baddbmm_value(const at::Tensor& self, const at::Tensor& b1, const at::Ten
   return with_epilogue(p, self, beta, alpha, dt);
 }
 
+// A complex baddbmm (addbmm: the products summed over the batch) from complex_product's bmm.
+at::Tensor complex_baddbmm(const at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2, const at::Scalar& beta,
+                           const at::Scalar& alpha, bool reduce_batch) {
+  check_same_device({self, b1, b2});
+  check_same_dtype(self, b1, "self and batch1");
+  at::Tensor p = complex_product(b1, b2, "batch1 and batch2", bmm_of);
+  if (reduce_batch) p = p.sum(0);
+  TORCH_CHECK(at::is_expandable_to(self.sizes(), p.sizes()), "self of shape ", self.sizes(),
+              " cannot be broadcast to the result's shape ", p.sizes());
+  return complex_epilogue(self, p, beta, alpha);
+}
+
 template <bool ReduceBatch>
 at::Tensor baddbmm(const at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2, const at::Scalar& beta,
                    const at::Scalar& alpha) {
+  if (any_complex({self, b1, b2})) return complex_baddbmm(self, b1, b2, beta, alpha, ReduceBatch);
   UOpPtr v = baddbmm_value(self, b1, b2, beta, alpha, ReduceBatch);
   at::Tensor out = fresh(b1, v->shape);
   return store(out, v, b1.scalar_type());
@@ -341,12 +354,19 @@ at::Tensor baddbmm(const at::Tensor& self, const at::Tensor& b1, const at::Tenso
 template <bool ReduceBatch>
 at::Tensor& baddbmm_out(const at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2, const at::Scalar& beta,
                         const at::Scalar& alpha, at::Tensor& out) {
+  if (any_complex({self, b1, b2, out}))
+    return complex_out(out, complex_baddbmm(self, b1, b2, beta, alpha, ReduceBatch), b1.scalar_type());
   return store(out, baddbmm_value(self, b1, b2, beta, alpha, ReduceBatch), b1.scalar_type());
 }
 
 template <bool ReduceBatch>
 at::Tensor& baddbmm_(at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2, const at::Scalar& beta,
                      const at::Scalar& alpha) {
+  if (any_complex({self, b1, b2})) {
+    at::Tensor r = complex_baddbmm(self, b1, b2, beta, alpha, ReduceBatch);
+    TORCH_CHECK(self.sizes() == r.sizes(), "self must have the result's shape ", r.sizes(), ", got ", self.sizes());
+    return self.copy_(r);
+  }
   UOpPtr v = baddbmm_value(self, b1, b2, beta, alpha, ReduceBatch);
   TORCH_CHECK(self.sizes() == c10::IntArrayRef(v->shape), "self must have the result's shape ",
               c10::IntArrayRef(v->shape), ", got ", self.sizes());

@@ -265,3 +265,128 @@ def test_exp2_and_sinc_of_complex_values_match_cpu(dtype, native):
     check(lambda x: torch.sinc(x.t().conj()), x, **TOL)
     check(lambda x, out: torch.exp2(x, out=out), x, torch.empty(0, dtype=dtype), **TOL)
     check(lambda x: x.sinc_(), x, **TOL)
+
+
+# ---- index_add, index_copy, index_fill, masked_select ----
+
+
+@by_dtype(COMPLEX)
+def test_index_add_copy_and_fill_of_complex_values_match_cpu(dtype, native):
+    x, src = crand(5, 3, dtype=dtype), crand(4, 3, dtype=dtype, seed=1)
+    index = torch.tensor([4, 0, 4, 2])
+    check(lambda x, i, s: x.index_add(0, i, s), x, index, src, **TOL)
+    check(lambda x, i, s: x.index_add(0, i, s, alpha=2 - 1j), x, index, src, **TOL)
+    check(lambda x, i, s: x.t().index_add_(1, i, s.t().conj()), x, index, src, **TOL)
+    check(lambda x, i, s, out: torch.index_add(x, 0, i, s, out=out), x, index, src, torch.empty(0, dtype=dtype), **TOL)
+    distinct = torch.tensor([3, 0, 1, 4])
+    check(lambda x, i, s: x.index_copy(0, i, s), x, distinct, src)
+    check(lambda x, i, s: x.t().index_copy_(1, i, s.t()), x, distinct, src)
+    check(lambda x, i: x.index_fill(1, i, 2 - 3j), x, torch.tensor([0, 2]))
+    check(lambda x, i: x.index_fill(0, i, -1.5), x, torch.tensor([-1, 1]))
+    check(lambda x, i, v: x.index_fill(0, i, v), x, torch.tensor([2]), torch.tensor(1j, dtype=dtype))
+    check(lambda x, i, v: x.t().index_fill_(0, i, v), x, torch.tensor([2]), torch.tensor(0.5))
+    check(lambda x, i: x.real.index_fill(0, i, 1j), x, torch.tensor([2]))
+    check(lambda x, i, s: x.index_add(0, i, s), x, torch.tensor([0, 5, 1, 2]), src)
+
+
+@by_dtype(COMPLEX)
+def test_masked_select_of_complex_values_matches_cpu(dtype, native):
+    x = crand(4, 5, dtype=dtype)
+    mask = x.real > 0
+    check(torch.masked_select, x, mask)
+    check(torch.masked_select, x.t(), mask.t())
+    check(lambda x, m: torch.masked_select(x.conj(), m[0]), x, mask)
+    check(lambda x, m, out: torch.masked_select(x, m, out=out), x, mask, torch.empty(0, dtype=dtype))
+    check(lambda x: x[x.imag < 0], x)
+
+
+# ---- batched products ----
+
+
+@by_dtype(COMPLEX)
+def test_baddbmm_and_addbmm_of_complex_values_match_cpu(dtype, native):
+    a, b = crand(3, 4, 5, dtype=dtype), crand(3, 5, 2, dtype=dtype, seed=1)
+    self3, self2 = crand(3, 4, 2, dtype=dtype, seed=2), crand(4, 2, dtype=dtype, seed=3)
+    check(torch.baddbmm, self3, a, b, **TOL)
+    check(lambda s, a, b: torch.baddbmm(s[0, 0], a, b, beta=0.5, alpha=1 - 2j), self3, a, b, **TOL)
+    check(lambda s, a, b: s.baddbmm_(a.conj(), b, beta=0), self3, a, b, **TOL)
+    check(torch.addbmm, self2, a, b, **TOL)
+    check(lambda s, a, b: torch.addbmm(s, a.transpose(1, 2).conj().transpose(1, 2), b, alpha=2j), self2, a, b, **TOL)
+    check(lambda s, a, b: s.addbmm_(a, b, beta=2), self2, a, b, **TOL)
+    check(lambda s, a, b, out: torch.addbmm(s, a, b, out=out), self2, a, b, torch.empty(0, dtype=dtype), **TOL)
+    check(lambda s, a, b, out: torch.baddbmm(s, a, b, out=out), self3, a, b, torch.empty(0, dtype=dtype), **TOL)
+    check(lambda s, a, b: torch.baddbmm(s[:2], a, b), self3, a, b)
+    check(lambda s, a, b: torch.addbmm(s, a, b[:2]), self2, a, b)
+
+
+# ---- LU factorisations and solves ----
+
+LINALG_TOL = {torch.complex64: dict(rtol=2e-4, atol=2e-4), torch.complex128: dict(rtol=1e-9, atol=1e-9)}
+
+
+@by_dtype(COMPLEX)
+def test_lu_factor_of_complex_matrices_gives_the_cpus_factors_and_pivots(dtype, native):
+    tol = LINALG_TOL[dtype]
+    for shape in ((1, 1), (4, 4), (2, 6, 6), (3, 5), (2, 5, 3), (17, 17)):
+        check(torch.linalg.lu_factor_ex, crand(*shape, dtype=dtype, seed=shape[-1]), **tol)
+    check(torch.linalg.lu_factor, crand(5, 5, dtype=dtype).mT, **tol)
+    check(lambda a: torch.linalg.lu_factor(a.conj()), crand(5, 5, dtype=dtype), **tol)
+    check(torch.linalg.lu, crand(2, 4, 6, dtype=dtype), **tol)
+    check(torch.linalg.lu, crand(6, 4, dtype=dtype), **tol)
+    outs = (torch.empty(0, dtype=dtype), torch.empty(0, dtype=torch.int32), torch.empty(0, dtype=torch.int32))
+    check(lambda a, *o: torch.linalg.lu_factor_ex(a, out=o), crand(3, 3, dtype=dtype), *outs, **tol)
+
+
+@by_dtype(COMPLEX)
+def test_lu_factor_of_singular_complex_matrices_reports_info_as_the_cpu(dtype, native):
+    a = crand(3, 4, 4, dtype=dtype)
+    a[1, :, 2] = 0
+    a[2] = 0
+    check(torch.linalg.lu_factor_ex, a)
+    check(torch.linalg.lu_factor, a)  # raises: the CPU's error
+    check(torch.linalg.inv, a)
+
+
+@by_dtype(COMPLEX)
+@pytest.mark.parametrize("left", [True, False])
+@pytest.mark.parametrize("adjoint", [False, True])
+def test_lu_solve_of_complex_factors_matches_cpu(dtype, left, adjoint, native):
+    lu, piv = torch.linalg.lu_factor(crand(3, 5, 5, dtype=dtype, seed=5))
+    b = crand(*((2, 1, 5, 4) if left else (2, 1, 4, 5)), dtype=dtype, seed=6)
+    check(lambda lu, p, b: torch.linalg.lu_solve(lu, p, b, left=left, adjoint=adjoint), lu, piv, b, **LINALG_TOL[dtype])
+
+
+@by_dtype(COMPLEX)
+def test_solve_and_inv_of_complex_matrices_match_cpu(dtype, native):
+    tol = LINALG_TOL[dtype]
+    for shape in ((1, 1), (4, 4), (2, 9, 9)):
+        a, b = crand(*shape, dtype=dtype, seed=shape[-1]), crand(*shape[:-1], 3, dtype=dtype, seed=9)
+        check(torch.linalg.solve, a, b, **tol)
+        check(torch.linalg.solve_ex, a, b, **tol)
+        check(lambda a, b: torch.linalg.solve(a, b.mT, left=False), a, b, **tol)
+        check(torch.linalg.inv, a, **tol)
+        check(lambda a: torch.linalg.inv_ex(a.mT.conj()), a, **tol)
+    a = crand(4, 4, dtype=dtype)
+    check(torch.linalg.solve, a, crand(4, dtype=dtype, seed=1), **tol)  # a vector
+    check(lambda a, out: torch.linalg.inv(a, out=out), a, torch.empty(0, dtype=dtype), **tol)
+    check(torch.linalg.solve, a, crand(4, 2, dtype=torch.complex64 if dtype == torch.complex128 else torch.complex128))
+
+
+@by_dtype(COMPLEX)
+@pytest.mark.parametrize("upper", [True, False])
+@pytest.mark.parametrize("left", [True, False])
+def test_solve_triangular_of_complex_matrices_matches_cpu(dtype, upper, left, native):
+    tol = LINALG_TOL[dtype]
+    a = crand(2, 5, 5, dtype=dtype) + 3 * torch.eye(5, dtype=dtype)
+    b = crand(2, 5, 3, dtype=dtype, seed=1) if left else crand(2, 3, 5, dtype=dtype, seed=1)
+    for unit in (False, True):
+        check(
+            lambda a, b, u=unit: torch.linalg.solve_triangular(a, b, upper=upper, left=left, unitriangular=u),
+            a,
+            b,
+            **tol,
+        )
+    check(lambda a, b: torch.linalg.solve_triangular(a.conj(), b.mT.mT, upper=upper, left=left), a, b, **tol)
+    if left:
+        for transpose in (False, True):
+            check(lambda b, a, t=transpose: torch.triangular_solve(b, a, upper=upper, transpose=t), b, a, **tol)
