@@ -833,13 +833,17 @@ std::tuple<at::Tensor, at::Tensor> linalg_inv_ex(const at::Tensor& A, bool check
 
 // The diagonal of lu (B, n) and the sign of the permutation of its pivots (B, 1): -1 for an odd number of
 // interchanges.
-std::pair<UOpPtr, UOpPtr> diagonal_and_sign(const LUFactors& f) {
-  const UOpPtr& lu = f.lu.re; // real factors
+std::pair<Val, UOpPtr> diagonal_and_sign(const LUFactors& f) {
+  const UOpPtr& lu = f.lu.re;
   int64_t B = lu->shape[0], n = lu->shape[1];
   Shape d{B, n};
   // a 0 x 0 matrix: one 1 on the diagonal keeps det 1 and logabsdet 0
-  UOpPtr diag =
-      n == 0 ? fixed(lu->dtype, 1, {B, 1}) : element(lu, coordinate(d, 0), coordinate(d, 1), coordinate(d, 1));
+  Val diag = n == 0 ? like_val(each(f.lu,
+                                    [&](const UOpPtr& part) {
+                                      return fixed(part->dtype, 0, {B, 1});
+                                    }),
+                               1)
+                    : element(f.lu, coordinate(d, 0), coordinate(d, 1), coordinate(d, 1));
   Shape ps = f.pivots->shape;
   UOpPtr swapped = cast(alu(Ops::CMPNE, cast(f.pivots, kIndex), add(coordinate(ps, 1), index_const(1, ps))), kIndex);
   UOpPtr odd = alu(Ops::MOD, sum_keep(swapped, {1}), index_const(2, {B, 1}));
@@ -850,11 +854,28 @@ std::pair<UOpPtr, UOpPtr> diagonal_and_sign(const LUFactors& f) {
 UOpPtr product_keep(const UOpPtr& x) { // over axis 1; 1 for none
   return x->shape[1] == 0 ? fixed(x->dtype, 1, {x->shape[0], 1}) : reduce(x, Ops::MUL, {1});
 }
+// The same for Vals: complex values multiplied in order, column after column.
+Val product_keep(const Val& x) {
+  if (!x.complex()) return {product_keep(x.re), nullptr};
+  int64_t B = x.re->shape[0], n = x.re->shape[1];
+  if (n == 0) return {fixed(x.re->dtype, 1, {B, 1}), fixed(x.re->dtype, 0, {B, 1})};
+  auto column = [&](int64_t c) {
+    return each(x, [&](const UOpPtr& part) { return shrink(part, {{0, B}, {c, c + 1}}); });
+  };
+  Val p = column(0);
+  for (int64_t c = 1; c < n; c++)
+    p = p * column(c);
+  return p;
+}
+// A Val times a real value (the permutation's sign): each part scaled.
+Val scaled(const UOpPtr& s, const Val& v) {
+  return each(v, [&](const UOpPtr& part) { return mul(s, part); });
+}
 
 // The LU factors det and slogdet compute (of A or A^T, as torch does: the backward reads them), stored
 // into their LU and pivots outputs.
 LUFactors det_factors(const at::Tensor& A, at::Tensor& LU, at::Tensor& pivots) {
-  LUFactors f = lu_factor(Val{matrices(factors_transpose(A) ? A.mT() : A), nullptr}, device_for(A));
+  LUFactors f = lu_factor(matrix_values(factors_transpose(A) ? A.mT() : A), device_for(A));
   store(LU, f.lu);
   store(pivots, f.pivots);
   return f;
@@ -865,11 +886,11 @@ std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> linalg_det_out(const at::Tenso
   MetaOuts meta{&result, &LU, &pivots};
   at::meta::_linalg_det_outf(meta_like(A), meta[0], meta[1], meta[2]);
   meta.apply();
-  check_float<at::_ops::_linalg_det>(A, A);
+  check_float_or_complex<at::_ops::_linalg_det>(A, A);
   LUFactors f = det_factors(A, LU, pivots);
   if (f.lu.re->shape[0] > 0) {
     auto [diag, sign] = diagonal_and_sign(f);
-    store(result, mul(sign, product_keep(diag)));
+    store(result, scaled(sign, product_keep(diag)));
   }
   return {result, LU, pivots};
 }
@@ -886,23 +907,29 @@ linalg_slogdet_out(const at::Tensor& A, at::Tensor& sign, at::Tensor& logabsdet,
   MetaOuts meta{&sign, &logabsdet, &LU, &pivots};
   at::meta::_linalg_slogdet_outf(meta_like(A), meta[0], meta[1], meta[2], meta[3]);
   meta.apply();
-  check_float<at::_ops::_linalg_slogdet>(A, A);
+  check_float_or_complex<at::_ops::_linalg_slogdet>(A, A);
   LUFactors f = det_factors(A, LU, pivots);
   if (f.lu.re->shape[0] > 0) {
     auto [diag, perm_sign] = diagonal_and_sign(f);
-    UOpPtr zero = like(diag, 0);
-    // torch's sgn: 0 for 0 and NaN
-    UOpPtr sgn = where(lt(zero, diag), like(diag, 1), where(lt(diag, zero), like(diag, -1), zero));
-    store(sign, mul(perm_sign, product_keep(sgn)));
-    store(logabsdet, sum_keep(alu(Ops::LOG, alu(Ops::ABS, diag)), {1}));
+    if (diag.complex()) {
+      // sign: the product of the diagonal's z / |z| (torch's sgn, 0 at 0); logabsdet: the sum of log |z|, real
+      store(sign, scaled(perm_sign, product_keep(val(cm::sgn(cx(diag))))));
+      store(logabsdet, sum_keep(alu(Ops::LOG, cm::abs(cx(diag))), {1}));
+    } else {
+      UOpPtr zero = like(diag.re, 0);
+      // torch's sgn: 0 for 0 and NaN
+      UOpPtr sgn = where(lt(zero, diag.re), like(diag.re, 1), where(lt(diag.re, zero), like(diag.re, -1), zero));
+      store(sign, mul(perm_sign, product_keep(sgn)));
+      store(logabsdet, sum_keep(alu(Ops::LOG, alu(Ops::ABS, diag.re)), {1}));
+    }
   }
   return {sign, logabsdet, LU, pivots};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> linalg_slogdet(const at::Tensor& A) {
-  // a complex A runs on the CPU (its logabsdet is real: the outputs here would not be)
-  if (A.is_complex()) to_tiny_dtype(A.scalar_type()); // NotNativeDtype
-  at::Tensor sign = empty_like_dtype(A, A.scalar_type()), logabsdet = empty_like_dtype(A, A.scalar_type()),
+  // the logabsdet of a complex A is real
+  at::Tensor sign = empty_like_dtype(A, A.scalar_type()),
+             logabsdet = empty_like_dtype(A, c10::toRealValueType(A.scalar_type())),
              LU = empty_like_dtype(A, A.scalar_type()), pivots = empty_like_dtype(A, at::kInt);
   linalg_slogdet_out(A, sign, logabsdet, LU, pivots);
   return {sign, logabsdet, LU, pivots};

@@ -390,3 +390,22 @@ def test_solve_triangular_of_complex_matrices_matches_cpu(dtype, upper, left, na
     if left:
         for transpose in (False, True):
             check(lambda b, a, t=transpose: torch.triangular_solve(b, a, upper=upper, transpose=t), b, a, **tol)
+
+
+@by_dtype(COMPLEX)
+def test_det_and_slogdet_of_complex_matrices_match_cpu(dtype, native):
+    tol = LINALG_TOL[dtype]
+    for shape in ((1, 1), (4, 4), (2, 9, 9), (0, 0), (2, 0, 0)):
+        a = crand(*shape, dtype=dtype, seed=shape[-1])
+        check(torch.linalg.det, a, rtol=tol["rtol"] * 10, atol=tol["atol"])
+        check(torch.linalg.slogdet, a, **tol)
+        check(torch.logdet, a, **tol)
+    singular = crand(3, 3, dtype=dtype)
+    singular[:, 1] = 0
+    check(torch.linalg.det, singular)
+    check(torch.linalg.slogdet, singular)
+    a = crand(4, 4, dtype=dtype)
+    check(lambda a: torch.linalg.det(a.mT), a, **tol)
+    outs = (torch.empty(0, dtype=dtype), torch.empty(0, dtype=a.real.dtype))
+    check(lambda a, s, logabs: torch.linalg.slogdet(a, out=(s, logabs)), a, *outs, **tol)
+    check(lambda a: torch.linalg.slogdet(a, out=(torch.empty(0, dtype=dtype, device=a.device),) * 2), a)
