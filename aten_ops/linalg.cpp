@@ -145,6 +145,8 @@ UOpPtr pivot_magnitude(const Val& v) {
   return v.complex() ? add(m, alu(Ops::ABS, v.im)) : m;
 }
 size_t part_count(const Val& v) { return v.complex() ? 2 : 1; }
+// The conjugate transpose of matrices (B, rows, cols): the transpose of real ones.
+Val adjoint(const Val& v) { return conj_val(each(v, transposed)); }
 // v's parts in dtype dt: complex (a real v with zero imaginary parts) or real.
 Val cast_val(const Val& v, DType dt, bool complex) {
   UOpPtr re = cast(v.re, dt);
@@ -278,47 +280,53 @@ Val solve_triangular(const Val& t, const Val& rhs, bool upper, bool unit, Device
   };
   return first_val(run_steps(state, n, upper, one_step, dev), rhs.complex());
 }
-UOpPtr solve_triangular(const UOpPtr& t, const UOpPtr& rhs, bool upper, bool unit, Device& dev) {
-  return solve_triangular(Val{t, nullptr}, Val{rhs, nullptr}, upper, unit, dev).re;
-}
 
-// The lower Cholesky factor of a (B, n, n), reading its lower triangle (above it: a's values, to be
-// masked), and info (B) int32: 0, or the order of the first leading minor that is not positive-definite.
-std::pair<UOpPtr, UOpPtr> cholesky(const UOpPtr& a, Device& dev) {
-  int64_t B = a->shape[0], n = a->shape[1];
+// The lower Cholesky factor of a (B, n, n), L L^H = a, reading its lower triangle (above it: a's values, to
+// be masked; of a complex diagonal only the real part, as LAPACK's potrf), and info (B) int32: 0, or the
+// order of the first leading minor that is not positive-definite.
+std::pair<Val, UOpPtr> cholesky(const Val& a, Device& dev) {
+  int64_t B = a.re->shape[0], n = a.re->shape[1];
   UOpPtr info = fixed(DType::Int32, 0, {B});
   if (B * n == 0) return {a, info};
-  std::vector<UOpPtr> state = realize_now({a, info}, dev);
+  size_t np = part_count(a);
+  std::vector<UOpPtr> state = realize_now(with_parts(a, {info}), dev);
   Shape s{B, n, n}, one{B, 1, 1};
   UOpPtr b = coordinate(s, 0), i = coordinate(s, 1), j = coordinate(s, 2);
   Shape column{B, n, 1}, row{B, 1, n};
+  auto sum_last = [](const Val& v) { return each(v, [](const UOpPtr& part) { return reduce(part, Ops::ADD, {2}); }); };
   auto one_step = [&](const std::vector<UOpPtr>& st, const UOpPtr& step) -> std::vector<UOpPtr> {
-    const UOpPtr &m = st[0], &inf = st[1];
+    Val m = first_val(st, a.complex());
+    const UOpPtr& inf = st[np];
     UOpPtr k3 = broadcast(step, s);
-    // column k: c[i] = a[i, k] - sum over p < k of L[i, p] L[k, p]
-    UOpPtr lk = element(m, b, k3, j); // L[k, p], p along the last axis
-    UOpPtr c = sub(element(m, coordinate(column, 0), coordinate(column, 1), broadcast(step, column)),
-                   reduce(where(lt(j, k3), mul(m, lk), like(m, 0)), Ops::ADD, {2}));
-    // its diagonal element, a[k, k] - sum over p < k of L[k, p]^2
+    // column k: c[i] = a[i, k] - sum over p < k of L[i, p] conj(L[k, p])
+    Val lk = element(m, b, k3, j); // L[k, p], p along the last axis
+    Val c = element(m, coordinate(column, 0), coordinate(column, 1), broadcast(step, column)) -
+            sum_last(where_val(lt(j, k3), m * conj_val(lk), like_val(m, 0)));
+    // its diagonal element, re(a[k, k]) - sum over p < k of |L[k, p]|^2
     UOpPtr rp = coordinate(row, 2), rk = broadcast(step, row);
-    UOpPtr lkr = element(m, coordinate(row, 0), rk, rp);
+    Val lkr = element(m, coordinate(row, 0), rk, rp);
+    UOpPtr squares = mul(lkr.re, lkr.re);
+    if (lkr.complex()) squares = add(squares, mul(lkr.im, lkr.im));
     UOpPtr kk = broadcast(step, one);
-    UOpPtr ajj = sub(element(m, coordinate(one, 0), kk, kk),
-                     reduce(where(lt(rp, rk), mul(lkr, lkr), like(lkr, 0)), Ops::ADD, {2}));
+    UOpPtr ajj = sub(element(m.re, coordinate(one, 0), kk, kk),
+                     reduce(where(lt(rp, rk), squares, like(squares, 0)), Ops::ADD, {2}));
     UOpPtr live = eq(reshape(inf, {B, 1, 1}), fixed(DType::Int32, 0, one));
     UOpPtr positive = lt(like(ajj, 0), ajj); // false for NaN, as LAPACK's check
     UOpPtr fails = both(live, alu(Ops::NOT, positive));
     UOpPtr d = expand(alu(Ops::SQRT, ajj), s), on_column = eq(j, k3);
-    UOpPtr done = where(eq(i, k3), d, where(lt(k3, i), div(expand(c, s), d), m));
+    Val real_d = {d, a.complex() ? like(d, 0) : nullptr};
+    Val below = each(c, [&](const UOpPtr& part) { return div(expand(part, s), d); });
+    Val done = where_val(eq(i, k3), real_d, where_val(lt(k3, i), below, m));
     // a failing step stores the value that was not positive on the diagonal and stops there
-    UOpPtr updated = where(both(on_column, expand(both(live, positive), s)), done,
-                           where(both(both(on_column, eq(i, k3)), expand(fails, s)), expand(ajj, s), m));
+    Val failed = {expand(ajj, s), a.complex() ? like(d, 0) : nullptr};
+    Val updated = where_val(both(on_column, expand(both(live, positive), s)), done,
+                            where_val(both(both(on_column, eq(i, k3)), expand(fails, s)), failed, m));
     UOpPtr new_info =
         where(reshape(fails, {B}), cast(add(broadcast(step, {B}), index_const(1, {B})), DType::Int32), inf);
-    return {updated, new_info};
+    return with_parts(updated, {new_info});
   };
   state = run_steps(state, n, false, one_step, dev);
-  return {state[0], state[1]};
+  return {first_val(state, a.complex()), state[np]};
 }
 
 // ---- LDL^T with Bunch-Kaufman pivoting ----
@@ -1051,12 +1059,12 @@ std::tuple<at::Tensor&, at::Tensor&> linalg_cholesky_ex_out(const at::Tensor& A,
     store(info, fixed(DType::Int32, 0, to_shape(info.sizes())));
     return {L, info};
   }
-  check_float<at::_ops::linalg_cholesky_ex>(A, A, upper, check_errors);
-  UOpPtr a = matrices(A);
-  // upper: U^T U = A, the lower factor of A^T (A's upper triangle)
-  auto [l, inf] = cholesky(upper ? transposed(a) : a, device_for(A));
-  l = triangle(l, false);
-  store(L, upper ? transposed(l) : l);
+  check_float_or_complex<at::_ops::linalg_cholesky_ex>(A, A, upper, check_errors);
+  Val a = matrix_values(A);
+  // upper: U^H U = A, U = L^H for the lower factor L of A^H (A's upper triangle)
+  auto [l, inf] = cholesky(upper ? adjoint(a) : a, device_for(A));
+  l = each(l, [](const UOpPtr& part) { return triangle(part, false); });
+  store(L, upper ? adjoint(l) : l);
   store(info, inf);
   if (check_errors) at::_linalg_check_errors(info, "linalg.cholesky_ex", A.dim() == 2);
   return {L, info};
@@ -1068,22 +1076,22 @@ std::tuple<at::Tensor, at::Tensor> linalg_cholesky_ex(const at::Tensor& A, bool 
   return {L, info};
 }
 
-// x of L L^T x = b (or U^T U x = b), the factor's batch broadcast to b's
-UOpPtr cholesky_solve(const UOpPtr& factor, const UOpPtr& b, bool upper, Device& dev) {
-  UOpPtr lower = upper ? transposed(factor) : factor;
-  UOpPtr y = solve_triangular(lower, b, false, false, dev);
-  return solve_triangular(transposed(lower), y, true, false, dev);
+// x of L L^H x = b (or U^H U x = b), the factor's batch broadcast to b's
+Val cholesky_solve(const Val& factor, const Val& b, bool upper, Device& dev) {
+  Val lower = upper ? adjoint(factor) : factor;
+  Val y = solve_triangular(lower, b, false, false, dev);
+  return solve_triangular(adjoint(lower), y, true, false, dev);
 }
 
 // cholesky_solve (CompositeExplicitAutograd) broadcasts and checks, then calls this helper; its result is
 // F-contiguous as the CPU's.
 at::Tensor cholesky_solve_helper(const at::Tensor& self, const at::Tensor& A, bool upper) {
   check_same_device({self, A});
-  check_float<at::_ops::_cholesky_solve_helper>(self, self, A, upper);
+  check_float_or_complex<at::_ops::_cholesky_solve_helper>(self, self, A, upper);
   auto strides = at::native::batched_matrix_contiguous_strides(self.sizes(), /*f_contig=*/true);
   at::Tensor result = empty_tiny(self.sizes(), strides, self.scalar_type(), self.device());
   if (result.numel() == 0) return result;
-  store(result, cholesky_solve(matrices(A), matrices(self), upper, device_for(self)));
+  store(result, cholesky_solve(matrix_values(A), matrix_values(self), upper, device_for(self)));
   return result;
 }
 
@@ -1091,7 +1099,7 @@ at::Tensor& cholesky_inverse_out(const at::Tensor& input, bool upper, at::Tensor
   at::native::squareCheckInputs(input, "cholesky_inverse");
   at::native::checkSameDevice("cholesky_inverse", result, input);
   at::native::checkLinalgCompatibleDtype("cholesky_inverse", result, input);
-  check_float<at::_ops::cholesky_inverse>(input, input, upper);
+  check_float_or_complex<at::_ops::cholesky_inverse>(input, input, upper);
   if (result.numel() == 0) { // a new result is F-contiguous, as the CPU's
     result.resize_(input.mT().sizes());
     result.transpose_(-2, -1);
@@ -1099,11 +1107,12 @@ at::Tensor& cholesky_inverse_out(const at::Tensor& input, bool upper, at::Tensor
     at::native::resize_output(result, input.sizes());
   }
   if (input.numel() == 0) return result;
-  UOpPtr factor = realize_now(matrices(input), device_for(input));
-  int64_t B = factor->shape[0], n = factor->shape[1];
+  Val given = matrix_values(input);
+  Val factor = first_val(realize_now(with_parts(given, {}), device_for(input)), given.complex());
+  int64_t B = factor.re->shape[0], n = factor.re->shape[1];
   // LAPACK's potri refuses a factor with a zero on its diagonal: info is the first one (1-based)
   Shape d{B, n};
-  UOpPtr zero = eq(element(factor, coordinate(d, 0), coordinate(d, 1), coordinate(d, 1)), fixed(factor->dtype, 0, d));
+  UOpPtr zero = is_zero(element(factor, coordinate(d, 0), coordinate(d, 1), coordinate(d, 1)));
   UOpPtr first = reduce(where(zero, coordinate(d, 1), index_const(n, d)), Ops::MIN, {1});
   UOpPtr info_value =
       cast(where(eq(first, index_const(n, {B, 1})), index_const(0, {B, 1}), add(first, index_const(1, {B, 1}))),
@@ -1112,7 +1121,8 @@ at::Tensor& cholesky_inverse_out(const at::Tensor& input, bool upper, at::Tensor
   store(info, info_value);
   at::_linalg_check_errors(info, "cholesky_inverse", result.dim() == 2);
   Device& dev = device_for(input);
-  store(result, cholesky_solve(factor, identity(factor->dtype, B, n), upper, dev));
+  UOpPtr eye = identity(factor.re->dtype, B, n);
+  store(result, cholesky_solve(factor, {eye, factor.complex() ? like(eye, 0) : nullptr}, upper, dev));
   return result;
 }
 

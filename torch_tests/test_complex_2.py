@@ -409,3 +409,43 @@ def test_det_and_slogdet_of_complex_matrices_match_cpu(dtype, native):
     outs = (torch.empty(0, dtype=dtype), torch.empty(0, dtype=a.real.dtype))
     check(lambda a, s, logabs: torch.linalg.slogdet(a, out=(s, logabs)), a, *outs, **tol)
     check(lambda a: torch.linalg.slogdet(a, out=(torch.empty(0, dtype=dtype, device=a.device),) * 2), a)
+
+
+# ---- Cholesky ----
+
+
+def hpd(*shape, dtype, seed=0):
+    """A Hermitian positive-definite matrix (batch)."""
+    a = crand(*shape, dtype=dtype, seed=seed)
+    return a @ a.mH + shape[-1] * torch.eye(shape[-1], dtype=dtype)
+
+
+@by_dtype(COMPLEX)
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky_of_hermitian_matrices_matches_cpu(dtype, upper, native):
+    tol = LINALG_TOL[dtype]
+    for shape in ((1, 1), (4, 4), (2, 9, 9)):
+        a = hpd(*shape, dtype=dtype, seed=shape[-1])
+        check(lambda a: torch.linalg.cholesky(a, upper=upper), a, **tol)
+        check(lambda a: torch.linalg.cholesky_ex(a.mT, upper=upper), a, **tol)
+        factor = torch.linalg.cholesky(a, upper=upper)
+        b = crand(*shape[:-1], 3, dtype=dtype, seed=1)
+        check(lambda b, f: torch.cholesky_solve(b, f, upper=upper), b, factor, **tol)
+        check(lambda f: torch.cholesky_inverse(f, upper=upper), factor, **tol)
+    # only the triangle named is read; the diagonal's imaginary part is ignored
+    a = hpd(4, 4, dtype=dtype)
+    noise = crand(4, 4, dtype=dtype, seed=3)
+    junk = a + (noise.tril(-1) if upper else noise.triu(1))
+    junk.diagonal().imag.fill_(0.5)
+    check(lambda a: torch.linalg.cholesky_ex(a, upper=upper), junk, **tol)
+
+
+@by_dtype(COMPLEX)
+def test_cholesky_of_a_complex_matrix_that_is_not_positive_definite_reports_as_the_cpu(dtype, native):
+    a = hpd(3, 4, 4, dtype=dtype)
+    a[1, 2, 2] = -50
+    check(torch.linalg.cholesky_ex, a, **LINALG_TOL[dtype])
+    check(torch.linalg.cholesky, a)
+    singular = torch.linalg.cholesky(hpd(3, 3, dtype=dtype))
+    singular[1, 1] = 0
+    check(torch.cholesky_inverse, singular)
