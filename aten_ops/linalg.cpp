@@ -975,8 +975,15 @@ at::Tensor& linalg_solve_triangular_out(const at::Tensor& A, const at::Tensor& B
   check_same_device({A, B});
   at::native::checkInputsSolver(A, B, left, "linalg.solve_triangular");
   auto [B_, A_] = at::native::_linalg_broadcast_batch_dims(B, A, nullptr);
-  // torch's result is F-contiguous when it is (re)allocated
-  if (at::native::resize_output_check(out, B_.sizes())) {
+  // complex calls run natively when A, B and out share one dtype; the CPU fallback casts (or refuses) the others
+  bool any_complex = A.is_complex() || B.is_complex() || out.is_complex();
+  if (any_complex && (B.scalar_type() != A.scalar_type() || out.scalar_type() != A.scalar_type()))
+    to_tiny_dtype(A.is_complex() ? A.scalar_type() : B.is_complex() ? B.scalar_type() : out.scalar_type());
+  if (A_.is_conj() && A_.mT().is_contiguous()) {
+    // the CPU solves with the storage of a conjugate transpose as it is: its result is row-major then
+    at::native::resize_output(out, B_.sizes());
+  } else if (at::native::resize_output_check(out, B_.sizes())) {
+    // torch's result is F-contiguous when it is (re)allocated
     out.resize_(B_.mT().sizes());
     out.transpose_(-2, -1);
   }

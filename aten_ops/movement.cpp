@@ -637,11 +637,14 @@ void write_triangle(const at::Tensor& out, const at::Tensor& self, int64_t k, bo
   UOpPtr col = expand(reshape(iota(w, DType::Int64), cols), shape);
   UOpPtr diag = alu(Ops::ADD, row, scalar_constant(at::Scalar(k), DType::Int64, shape)); // column of the diagonal
   UOpPtr keep = lower ? alu(Ops::CMPLE, col, diag) : alu(Ops::CMPLE, diag, col);
-  if (out.is_complex()) { // both parts of an element kept or zeroed
-    DType dt = element_dtype(out.scalar_type());
-    Shape pairs = value_shape(out, shape), one = shape;
-    one.push_back(1);
-    write_complex(out, where(expand(reshape(keep, one), pairs), cast(read_complex(self), dt), fixed(dt, 0, pairs)));
+  if (self.is_complex() || out.is_complex()) {
+    // a complex tensor's pairs, each kept or zeroed whole; a cast into another dtype goes to the CPU fallback
+    if (self.scalar_type() != out.scalar_type())
+      to_tiny_dtype(out.is_complex() ? out.scalar_type() : self.scalar_type());
+    UOpPtr x = read_values(self);
+    Shape lane = shape;
+    lane.push_back(1);
+    write_values(out, where(expand(reshape(keep, lane), x->shape), x, fixed(x->dtype, 0, x->shape)));
     return;
   }
   DType dt = to_tiny_dtype(out.scalar_type());

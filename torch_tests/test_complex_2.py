@@ -387,6 +387,10 @@ def test_solve_triangular_of_complex_matrices_matches_cpu(dtype, upper, left, na
             **tol,
         )
     check(lambda a, b: torch.linalg.solve_triangular(a.conj(), b.mT.mT, upper=upper, left=left), a, b, **tol)
+    # the conjugate transpose of a contiguous A: the CPU's result is row-major then
+    check(lambda a, b: torch.linalg.solve_triangular(a.mH, b, upper=not upper, left=left), a, b, **tol)
+    check(lambda a, b, out: torch.linalg.solve_triangular(a, b, upper=upper, left=left, out=out), a, b, b[:0], **tol)
+    check(lambda a, b: torch.linalg.solve_triangular(a, b, upper=upper, left=left, out=b.real[:0].clone()), a, b)
     if left:
         for transpose in (False, True):
             check(lambda b, a, t=transpose: torch.triangular_solve(b, a, upper=upper, transpose=t), b, a, **tol)
@@ -449,3 +453,16 @@ def test_cholesky_of_a_complex_matrix_that_is_not_positive_definite_reports_as_t
     singular = torch.linalg.cholesky(hpd(3, 3, dtype=dtype))
     singular[1, 1] = 0
     check(torch.cholesky_inverse, singular)
+
+
+def test_solve_triangular_of_mixed_complex_dtypes_goes_to_the_cpu():
+    a = crand(4, 4, dtype=torch.complex64).triu() + 3 * torch.eye(4)
+    check(lambda a, b: torch.linalg.solve_triangular(a, b, upper=True), a, torch.randn(4, 2), allow_fallback=True)
+    check(
+        lambda a, b: torch.linalg.solve_triangular(a, b, upper=True),
+        a,
+        crand(4, 2, dtype=torch.complex128),
+        allow_fallback=True,
+        rtol=1e-5,
+        atol=1e-5,
+    )
