@@ -1027,6 +1027,33 @@ cm::Cx complex_lerp(const std::vector<cm::Cx>& in, const Call&) {
   return {where(near_self, from_self.re, from_end.re), where(near_self, from_self.im, from_end.im)};
 }
 
+// torch's logaddexp of complex values (its helper for logcumsumexp): min and max by real part (a NaN in either
+// part of b, then of a, taken as both), log1p(exp(min - max)) + max; NaN for a NaN, min where both real parts
+// are -inf, log(exp(min) + exp(max)) where both are +inf.
+cm::Cx complex_log_add_exp(const std::vector<cm::Cx>& in, const Call&) {
+  const cm::Cx &a = in.at(0), &b = in.at(1);
+  auto pick = [](const UOpPtr& c, const cm::Cx& x, const cm::Cx& y) {
+    return cm::Cx{where(c, x.re, y.re), where(c, x.im, y.im)};
+  };
+  UOpPtr nan_b = cm::isnan(b), nan_a = cm::isnan(a), a_first = alu(Ops::CMPLT, a.re, b.re);
+  cm::Cx lo = pick(nan_b, b, pick(nan_a, a, pick(a_first, a, b)));
+  cm::Cx hi = pick(nan_b, b, pick(nan_a, a, pick(a_first, b, a)));
+  // C's cexp: e^(-inf + iy) is 0 for every y, an infinite or NaN one too
+  auto cexp = [&](const cm::Cx& z) {
+    cm::Cx e = cm::exp(z);
+    UOpPtr vanishes = alu(Ops::CMPEQ, z.re, cm::like(z.re, -INFINITY)), zero = cm::like(z.re, 0.0);
+    return pick(vanishes, cm::Cx{zero, zero}, e);
+  };
+  cm::Cx v = cm::add(cm::log1p(cexp(cm::sub(lo, hi))), hi);
+  UOpPtr inf = cm::like(lo.re, INFINITY);
+  UOpPtr same_infinity = cm::both(alu(Ops::CMPEQ, alu(Ops::ABS, lo.re), inf), alu(Ops::CMPEQ, lo.re, hi.re));
+  cm::Cx at_infinity =
+      pick(alu(Ops::CMPLT, lo.re, cm::like(lo.re, 0.0)), lo, cm::log(cm::add(cm::exp(lo), cm::exp(hi))));
+  v = pick(same_infinity, at_infinity, v);
+  UOpPtr nan = cm::like(lo.re, NAN);
+  return pick(cm::isnan(lo), cm::Cx{nan, nan}, v);
+}
+
 // torch's CPU pow of complex tensors to a Scalar exponent computes 2 and 3 as products, 0.5 as sqrt and -1,
 // -2 as reciprocals (as for floats); other exponents as exp(w log z).
 cm::Cx complex_power(const std::vector<cm::Cx>& in, const Call& c) {
@@ -1124,6 +1151,7 @@ const std::unordered_map<std::string, ComplexOp>& complex_table() {
       {"addcmul", {K::Binary, complex_pointwise_combine(false)}},
       {"addcdiv", {K::Binary, complex_pointwise_combine(true)}},
       {"lerp", {K::Binary, complex_lerp}},
+      {"logaddexp", {K::Binary, complex_log_add_exp}},
       // 2^z = exp(ln 2 z), a real factor (c10's exp2 of a complex value)
       {"exp2",
        {K::UnaryFloat, [](In in, const Call&) { return cm::exp(cm::scale(in.at(0), cm::like(in.at(0).re, M_LN2))); }}},

@@ -466,3 +466,14 @@ def test_solve_triangular_of_mixed_complex_dtypes_goes_to_the_cpu():
         rtol=1e-5,
         atol=1e-5,
     )
+
+
+@by_dtype(COMPLEX)
+def test_logaddexp_of_complex_values_matches_cpu_at_infinities_and_nans_too(dtype, native):
+    parts = [0.0, -1.5, 2.0, 30.0, -30.0, float("inf"), -float("inf"), float("nan")]
+    values = torch.tensor([complex(r, i) for r in parts for i in parts], dtype=dtype)
+    a, b = torch.meshgrid(values, values, indexing="ij")
+    check(torch.logaddexp, a, b, **TOL)
+    x, y = crand(3, 4, dtype=dtype), crand(4, dtype=dtype, seed=1)
+    check(torch.logaddexp, x, y, **TOL)
+    check(lambda x, y, out: torch.logaddexp(x.t(), y[:3], out=out), x, y, torch.empty(0, dtype=dtype), **TOL)
