@@ -10,6 +10,7 @@
 
 #include <optional>
 
+#include "aten_ops/complex_math.h"
 #include "aten_ops/window_read.h"
 #include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
@@ -381,6 +382,24 @@ void check_addr_scalar(at::ScalarType dtype, const at::Scalar& scalar, const cha
               "For integral input tensors, argument ", name, " must not be a floating point number.");
 }
 
+// addr of complex values as (n, m, 2) pairs: alpha * vec1 * vec2, plus beta * self unless beta is 0 (as the
+// CPU's kernel: self's NaNs are ignored then). The operands are converted to dtype first.
+UOpPtr complex_addr_value(const at::Tensor& self, const at::Tensor& vec1, const at::Tensor& vec2,
+                          const at::Scalar& beta, const at::Scalar& alpha, at::ScalarType dtype) {
+  namespace cm = complex_math;
+  int64_t n = vec1.size(0), m = vec2.size(0);
+  Shape pairs{n, m, 2};
+  DType dt = element_dtype(dtype);
+  auto values = [&](const at::Tensor& t, const Shape& as) {
+    return cm::parts_of(expand(reshape(cast(read_complex(t), dt), as), pairs));
+  };
+  cm::Cx a = values(vec1, {n, 1, 2}), b = values(vec2, {1, m, 2});
+  cm::Cx r = cm::mul(cm::mul(cm::parts_of(scalar_value(alpha, dtype, {n, m})), a), b);
+  if (beta.toComplexDouble() != c10::complex<double>(0.0))
+    r = cm::add(cm::mul(cm::parts_of(scalar_value(beta, dtype, {n, m})), values(self, pairs)), r);
+  return cm::pairs_of(r);
+}
+
 // The value of addr in dtype (torch's promotion of the three tensors), self expanded to (n, m) unless
 // inplace (self then must be (n, m) itself).
 UOpPtr addr_value(const at::Tensor& self, const at::Tensor& vec1, const at::Tensor& vec2, const at::Scalar& beta,
@@ -395,6 +414,7 @@ UOpPtr addr_value(const at::Tensor& self, const at::Tensor& vec1, const at::Tens
               " doesn't match the broadcast shape [", n, ", ", m, "]");
   at::Tensor s = inplace ? self : self.expand({n, m}); // torch's error for a self that does not expand
   Shape full{n, m};
+  if (at::isComplexType(dtype)) return complex_addr_value(s, vec1, vec2, beta, alpha, dtype);
   DType dt = to_tiny_dtype(dtype), ct = dtype == at::kBool ? dt : opmath(dt);
   UOpPtr a = expand(reshape(read_as(vec1, ct), {n, 1}), full), b = expand(reshape(read_as(vec2, ct), {1, m}), full);
   if (dtype != at::kBool) return with_epilogue(alu(Ops::MUL, a, b), s, beta, alpha, ct);
@@ -410,6 +430,11 @@ at::ScalarType addr_dtype(const at::Tensor& self, const at::Tensor& vec1, const 
 at::Tensor& addr_into(at::Tensor& out, const UOpPtr& value, at::ScalarType dtype) {
   TORCH_CHECK(at::canCast(dtype, out.scalar_type()), "result type ", dtype,
               " can't be cast to the desired output type ", out.scalar_type());
+  if (at::isComplexType(dtype)) { // pairs, into a complex out (canCast refuses a real one)
+    at::native::resize_output(out, c10::IntArrayRef(value->shape).slice(0, 2));
+    write_complex(out, cast(value, element_dtype(out.scalar_type())));
+    return out;
+  }
   at::native::resize_output(out, c10::IntArrayRef(value->shape));
   write(out, cast(value, to_tiny_dtype(out.scalar_type())));
   return out;
@@ -419,7 +444,7 @@ at::Tensor addr(const at::Tensor& self, const at::Tensor& vec1, const at::Tensor
                 const at::Scalar& alpha) {
   at::ScalarType dtype = addr_dtype(self, vec1, vec2);
   UOpPtr v = addr_value(self, vec1, vec2, beta, alpha, dtype, false);
-  at::Tensor out = empty_tiny(c10::IntArrayRef(v->shape), dtype, vec1.device());
+  at::Tensor out = empty_tiny(c10::IntArrayRef(v->shape).slice(0, 2), dtype, vec1.device());
   return addr_into(out, v, dtype);
 }
 

@@ -477,3 +477,16 @@ def test_logaddexp_of_complex_values_matches_cpu_at_infinities_and_nans_too(dtyp
     x, y = crand(3, 4, dtype=dtype), crand(4, dtype=dtype, seed=1)
     check(torch.logaddexp, x, y, **TOL)
     check(lambda x, y, out: torch.logaddexp(x.t(), y[:3], out=out), x, y, torch.empty(0, dtype=dtype), **TOL)
+
+
+@by_dtype(COMPLEX)
+def test_addr_of_complex_vectors_matches_cpu(dtype, native):
+    x, a, b = crand(3, 4, dtype=dtype), crand(3, dtype=dtype, seed=1), crand(4, dtype=dtype, seed=2)
+    check(torch.addr, x, a, b, **TOL)
+    check(lambda x, a, b: torch.addr(x[0], a, b, beta=2 - 1j, alpha=0.5j), x, a, b, **TOL)
+    check(lambda x, a, b: torch.addr(x * float("nan"), a.conj(), b, beta=0), x, a, b, **TOL)
+    check(lambda x, a, b: torch.addr(x, a.real, b.real), x, a, b, **TOL)
+    check(lambda x, a, b: torch.addr(x.real, a, b.real, alpha=2), x, a, b, **TOL)
+    check(lambda x, a, b: x.addr_(a, b, alpha=1 + 1j), x, a, b, **TOL)
+    check(lambda x, a, b, out: torch.addr(x, a, b, out=out), x, a, b, torch.empty(0, dtype=dtype), **TOL)
+    check(lambda x, a, b: torch.addr(x, a, b, out=torch.empty(0, device=x.device)), x, a, b)
