@@ -490,3 +490,25 @@ def test_addr_of_complex_vectors_matches_cpu(dtype, native):
     check(lambda x, a, b: x.addr_(a, b, alpha=1 + 1j), x, a, b, **TOL)
     check(lambda x, a, b, out: torch.addr(x, a, b, out=out), x, a, b, torch.empty(0, dtype=dtype), **TOL)
     check(lambda x, a, b: torch.addr(x, a, b, out=torch.empty(0, device=x.device)), x, a, b)
+
+
+@by_dtype(COMPLEX)
+def test_renorm_of_complex_values_matches_cpu(dtype, native):
+    x = crand(3, 4, 5, dtype=dtype) * 3
+    for p in (1, 2, 3.5, float("inf")):
+        check(lambda x, p=p: torch.renorm(x, p, 1, 2.0), x, **TOL)
+    check(lambda x: x.transpose(0, 2).renorm_(2, 0, 1.5), x, **TOL)
+    check(lambda x, out: torch.renorm(x, 2, -1, 0.5, out=out), x, torch.empty(0, dtype=dtype), **TOL)
+
+
+@by_dtype(COMPLEX)
+def test_unfold_backward_of_complex_gradients_matches_cpu(dtype, native):
+    g = crand(2, 3, 4, dtype=dtype)  # 3 windows of 4 elements from a dim of 8, step 2
+    check(lambda g: torch.ops.aten.unfold_backward(g, [2, 8], 1, 4, 2), g, **TOL)
+    check(lambda g: torch.ops.aten.unfold_backward(g.conj(), [2, 9], 1, 4, 2), g, **TOL)
+    check(lambda g: torch.ops.aten.unfold_backward(g[:, :2, :3], [2, 9], 1, 3, 4), g, **TOL)
+    x = crand(2, 9, dtype=dtype).requires_grad_()
+    y = x.to(DEVICE).unfold(1, 4, 2)
+    (grad,) = torch.autograd.grad(y, x, torch.ones_like(y))
+    (expected,) = torch.autograd.grad(x.unfold(1, 4, 2), x, torch.ones(2, 3, 4, dtype=dtype))
+    assert_same(grad.to(DEVICE), expected)
