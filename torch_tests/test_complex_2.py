@@ -512,3 +512,12 @@ def test_unfold_backward_of_complex_gradients_matches_cpu(dtype, native):
     (grad,) = torch.autograd.grad(y, x, torch.ones_like(y))
     (expected,) = torch.autograd.grad(x.unfold(1, 4, 2), x, torch.ones(2, 3, 4, dtype=dtype))
     assert_same(grad.to(DEVICE), expected)
+
+
+@by_dtype(COMPLEX)
+def test_silu_of_complex_values_matches_cpu(dtype, native):
+    x = crand(3, 4, dtype=dtype) * 2
+    check(torch.nn.functional.silu, x, **TOL)
+    check(lambda x: torch.nn.functional.silu(x.t().conj()), x, **TOL)
+    check(lambda x: torch.nn.functional.silu(x, inplace=True), x, **TOL)
+    check(lambda x, out: torch.ops.aten.silu.out(x, out=out), x, torch.empty(0, dtype=dtype), **TOL)
