@@ -119,6 +119,9 @@ struct Val {
 
 cm::Cx cx(const Val& v) { return {v.re, v.im}; }
 Val val(const cm::Cx& z) { return {z.re, z.im}; }
+Val operator+(const Val& a, const Val& b) {
+  return a.complex() ? val(cm::add(cx(a), cx(b))) : Val{add(a.re, b.re), nullptr};
+}
 Val operator-(const Val& a, const Val& b) {
   return a.complex() ? val(cm::sub(cx(a), cx(b))) : Val{sub(a.re, b.re), nullptr};
 }
@@ -344,31 +347,36 @@ std::pair<Val, UOpPtr> cholesky(const Val& a, Device& dev) {
 constexpr double kBunchKaufmanAlpha = 0.64038820320220756872767623199676;
 
 struct LDLFactors {
-  UOpPtr ld;     // (B, n, n): L below the diagonal, D's blocks on it and the subdiagonal, zeros above
+  Val ld;        // (B, n, n): L below the diagonal, D's blocks on it and the subdiagonal, zeros above
   UOpPtr pivots; // (B, n) int32, sytrf's: k + 1 for a 1 x 1 pivot, -(p + 1) twice for a 2 x 2 one
   UOpPtr info;   // (B) int32: 0, or the 1-based step of the first zero column
 };
 
 UOpPtr either(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::OR, a, b); }
 UOpPtr negation(const UOpPtr& a) { return alu(Ops::NOT, a); }
-UOpPtr magnitude_of(const UOpPtr& a) { return alu(Ops::ABS, a); }
+// The magnitude sytf2 compares: |x|, and |re| + |im| (cabs1) for a complex symmetric matrix.
+UOpPtr magnitude_of(const Val& a) { return pivot_magnitude(a); }
 
-LDLFactors ldl_factor(const UOpPtr& lower, Device& dev) {
-  int64_t B = lower->shape[0], n = lower->shape[1];
+// (A complex `lower`: the complex symmetric factorisation, zsytf2, with cabs1 magnitudes; no conjugates.)
+LDLFactors ldl_factor(const Val& lower, Device& dev) {
+  int64_t B = lower.re->shape[0], n = lower.re->shape[1];
   Shape s{B, n, n}, one{B, 1, 1}, column{B, n, 1}, row{B, 1, n}, ps{B, n};
   UOpPtr b = coordinate(s, 0), i = coordinate(s, 1), j = coordinate(s, 2);
   UOpPtr pivots = fixed(DType::Int32, 0, ps), info = fixed(DType::Int32, 0, {B});
   if (B * n == 0) return {lower, pivots, info};
-  std::vector<UOpPtr> state = realize_now({where(le(j, i), lower, transposed(lower)), pivots, info}, dev);
+  size_t np = part_count(lower);
+  std::vector<UOpPtr> state =
+      realize_now(with_parts(where_val(le(j, i), lower, each(lower, transposed)), {pivots, info}), dev);
   auto one_step = [&](const std::vector<UOpPtr>& st, const UOpPtr& step) -> std::vector<UOpPtr> {
-    const UOpPtr &a = st[0], &piv = st[1], &inf = st[2];
+    Val a = first_val(st, lower.complex());
+    const UOpPtr &piv = st[np], &inf = st[np + 1];
     UOpPtr b1 = coordinate(one, 0), k1 = broadcast(step, one), zero1 = index_const(0, one);
     UOpPtr live = eq(element(reshape(piv, {B, 1, n}), b1, zero1, k1), fixed(DType::Int32, 0, one));
     UOpPtr absakk = magnitude_of(element(a, b1, k1, k1));
     // column k below the diagonal: its largest magnitude, at the first row that holds it (idamax)
     UOpPtr cb = coordinate(column, 0), ci = coordinate(column, 1), ck = broadcast(step, column);
     UOpPtr below = lt(ck, ci);
-    UOpPtr cmag = where(below, magnitude_of(element(a, cb, ci, ck)), fixed(a->dtype, 0, column));
+    UOpPtr cmag = where(below, magnitude_of(element(a, cb, ci, ck)), fixed(a.re->dtype, 0, column));
     UOpPtr colmax = reduce(cmag, Ops::MAX, {1});
     UOpPtr imax =
         reduce(where(both(below, eq(cmag, expand(colmax, column))), ci, index_const(n, column)), Ops::MIN, {1});
@@ -376,7 +384,8 @@ LDLFactors ldl_factor(const UOpPtr& lower, Device& dev) {
     // row imax of the trailing block without its diagonal element
     UOpPtr rb = coordinate(row, 0), rj = coordinate(row, 2), ri = expand(imax, row);
     UOpPtr in_row = both(le(broadcast(step, row), rj), alu(Ops::CMPNE, rj, ri));
-    UOpPtr rowmax = reduce(where(in_row, magnitude_of(element(a, rb, ri, rj)), fixed(a->dtype, 0, row)), Ops::MAX, {2});
+    UOpPtr rowmax =
+        reduce(where(in_row, magnitude_of(element(a, rb, ri, rj)), fixed(a.re->dtype, 0, row)), Ops::MAX, {2});
     UOpPtr alpha = like(absakk, kBunchKaufmanAlpha), zero = like(absakk, 0);
     UOpPtr zero_column = either(eq(alu(Ops::MAX, absakk, colmax), zero), alu(Ops::CMPNE, absakk, absakk));
     UOpPtr alpha_colmax = mul(alpha, colmax);
@@ -392,21 +401,22 @@ LDLFactors ldl_factor(const UOpPtr& lower, Device& dev) {
     auto swapped = [&](const UOpPtr& x) { return where(eq(x, kk3), kp3, where(eq(x, kp3), kk3, x)); };
     auto a1 = [&](const UOpPtr& x, const UOpPtr& y) { return element(a, b, swapped(x), swapped(y)); };
     UOpPtr r = alu(Ops::MAX, i, j), c = alu(Ops::MIN, i, j);
-    UOpPtr akk = a1(k3, k3);
+    Val akk = a1(k3, k3);
     // 1 x 1: the trailing block minus d11 x x^T (syr's order), column k scaled by d11
-    UOpPtr d11 = div(like(akk, 1), akk);
-    UOpPtr single = where(lt(k3, c), add(a1(r, c), mul(a1(r, k3), mul(alu(Ops::NEG, d11), a1(c, k3)))),
-                          where(lt(k3, r), mul(d11, a1(r, k3)), akk));
+    Val d11 = like_val(akk, 1) / akk, minus_d11 = each(d11, [](const UOpPtr&part) { return alu(Ops::NEG, part); });
+    Val single = where_val(lt(k3, c), a1(r, c) + a1(r, k3) * (minus_d11 * a1(c, k3)),
+                           where_val(lt(k3, r), d11 * a1(r, k3), akk));
     // 2 x 2: sytf2's update through the inverse of the block [[a_kk, d21], [d21, a_k+1,k+1]]
-    UOpPtr d21 = a1(next3, k3), e11 = div(a1(next3, next3), d21), e22 = div(akk, d21);
-    UOpPtr t = div(like(akk, 1), sub(mul(e11, e22), like(akk, 1))), scale = div(t, d21);
-    auto wk = [&](const UOpPtr& x) { return mul(scale, sub(mul(e11, a1(x, k3)), a1(x, next3))); };
-    auto wkp1 = [&](const UOpPtr& x) { return mul(scale, sub(mul(e22, a1(x, next3)), a1(x, k3))); };
+    Val d21 = a1(next3, k3), e11 = a1(next3, next3) / d21, e22 = akk / d21;
+    Val t = like_val(akk, 1) / (e11 * e22 - like_val(akk, 1)), scale = t / d21;
+    auto wk = [&](const UOpPtr& x) { return scale * (e11 * a1(x, k3) - a1(x, next3)); };
+    auto wkp1 = [&](const UOpPtr& x) { return scale * (e22 * a1(x, next3) - a1(x, k3)); };
     UOpPtr after = lt(next3, c), r_after = lt(next3, r);
-    UOpPtr pair = where(after, sub(a1(r, c), add(mul(a1(r, k3), wk(c)), mul(a1(r, next3), wkp1(c)))),
-                        where(both(eq(c, k3), r_after), wk(r), where(both(eq(c, next3), r_after), wkp1(r), a1(r, c))));
+    Val pair = where_val(
+        after, a1(r, c) - (a1(r, k3) * wk(c) + a1(r, next3) * wkp1(c)),
+        where_val(both(eq(c, k3), r_after), wk(r), where_val(both(eq(c, next3), r_after), wkp1(r), a1(r, c))));
     UOpPtr eliminate = expand(both(live, negation(zero_column)), s);
-    UOpPtr updated = where(both(eliminate, le(k3, c)), where(expand(two, s), pair, single), a);
+    Val updated = where_val(both(eliminate, le(k3, c)), where_val(expand(two, s), pair, single), a);
     UOpPtr pp = coordinate(ps, 1), pk = broadcast(step, ps);
     UOpPtr kp1 = cast(add(reshape(kp, {B, 1}), index_const(1, {B, 1})), DType::Int32);
     UOpPtr entry = where(reshape(two, {B, 1}), alu(Ops::NEG, kp1), kp1);
@@ -415,27 +425,31 @@ LDLFactors ldl_factor(const UOpPtr& lower, Device& dev) {
     UOpPtr new_piv = where(mine, expand(entry, ps), piv);
     UOpPtr first_zero = both(both(reshape(live, {B}), reshape(zero_column, {B})), eq(inf, fixed(DType::Int32, 0, {B})));
     UOpPtr new_info = where(first_zero, cast(add(broadcast(step, {B}), index_const(1, {B})), DType::Int32), inf);
-    return {updated, new_piv, new_info};
+    return with_parts(updated, {new_piv, new_info});
   };
   state = run_steps(state, n, false, one_step, dev);
-  return {where(le(j, i), state[0], like(state[0], 0)), state[1], state[2]};
+  Val ld = first_val(state, lower.complex());
+  return {where_val(le(j, i), ld, like_val(ld, 0)), state[np], state[np + 1]};
 }
 
 // Solves A x = rhs from A's factors (ld (B, n, n), pivots (B, n)), rhs (B, n, r): LAPACK's sytrs, L D y = rhs
 // forward, then L^T x = y backward, each a block of D a step; a (B) flag carries the second row of a 2 x 2
 // block past its step.
-UOpPtr ldl_solve(const UOpPtr& ld_in, const UOpPtr& pivots_in, const UOpPtr& rhs, Device& dev) {
-  int64_t B = rhs->shape[0], n = rhs->shape[1], r = rhs->shape[2];
+// (Complex factors: the complex symmetric solve, zsytrs, L^T not conjugated.)
+Val ldl_solve(const Val& ld_in, const UOpPtr& pivots_in, const Val& rhs, Device& dev) {
+  int64_t B = rhs.re->shape[0], n = rhs.re->shape[1], r = rhs.re->shape[2];
   if (B * n * r == 0) return rhs;
-  std::vector<UOpPtr> given = realize_now({ld_in, pivots_in}, dev);
-  const UOpPtr& ld = given[0];
-  UOpPtr piv = reshape(given[1], {B, 1, n});
+  size_t np = part_count(rhs);
+  std::vector<UOpPtr> given = realize_now(with_parts(ld_in, {pivots_in}), dev);
+  Val ld = first_val(given, ld_in.complex());
+  UOpPtr piv = reshape(given[part_count(ld_in)], {B, 1, n});
   Shape s{B, n, r}, one{B, 1, 1}, line{B, 1, r};
   UOpPtr b = coordinate(s, 0), i = coordinate(s, 1), j = coordinate(s, 2);
   UOpPtr b1 = coordinate(one, 0), zero1 = index_const(0, one);
   UOpPtr lb = coordinate(line, 0), lj = coordinate(line, 2);
   auto solve_step = [&](const std::vector<UOpPtr>& st, const UOpPtr& step, bool forward) -> std::vector<UOpPtr> {
-    const UOpPtr &x = st[0], &skip = st[1];
+    Val x = first_val(st, rhs.complex());
+    const UOpPtr& skip = st[np];
     UOpPtr k1 = broadcast(step, one);
     UOpPtr live = eq(reshape(skip, {B, 1, 1}), fixed(DType::Int32, 0, one));
     UOpPtr p = cast(element(piv, b1, zero1, k1), kIndex);
@@ -446,45 +460,46 @@ UOpPtr ldl_solve(const UOpPtr& ld_in, const UOpPtr& pivots_in, const UOpPtr& rhs
                            : alu(Ops::MAX, sub(k1, index_const(1, one)), zero1);
     UOpPtr k3 = broadcast(step, s), kp3 = expand(kp, s), o3 = expand(other, s), two3 = expand(two, s);
     UOpPtr new_skip = cast(reshape(two, {B}), DType::Int32);
-    UOpPtr updated;
+    Val updated;
     if (forward) {
       // interchange row kp with row k (1 x 1) or k + 1 (2 x 2), then eliminate below the block
       UOpPtr sw = where(two3, o3, k3);
       auto x1 = [&](const UOpPtr& row) {
         return element(x, b, where(eq(row, sw), kp3, where(eq(row, kp3), sw, row)), j);
       };
-      UOpPtr xk = x1(k3), xo = x1(o3), dkk = element(ld, b, k3, k3);
-      UOpPtr single =
-          where(eq(i, k3), div(xk, dkk), where(lt(k3, i), sub(x1(i), mul(element(ld, b, i, k3), xk)), x1(i)));
-      UOpPtr akm1k = element(ld, b, o3, k3), akm1 = div(dkk, akm1k), ak = div(element(ld, b, o3, o3), akm1k);
-      UOpPtr denom = sub(mul(akm1, ak), like(ak, 1));
-      UOpPtr bkm1 = div(xk, akm1k), bk = div(xo, akm1k);
-      UOpPtr rest = sub(sub(x1(i), mul(element(ld, b, i, k3), xk)), mul(element(ld, b, i, o3), xo));
-      UOpPtr pair = where(eq(i, k3), div(sub(mul(ak, bkm1), bk), denom),
-                          where(eq(i, o3), div(sub(mul(akm1, bk), bkm1), denom), where(lt(o3, i), rest, x1(i))));
-      updated = where(two3, pair, single);
+      Val xk = x1(k3), xo = x1(o3), dkk = element(ld, b, k3, k3);
+      Val single = where_val(eq(i, k3), xk / dkk, where_val(lt(k3, i), x1(i) - element(ld, b, i, k3) * xk, x1(i)));
+      Val akm1k = element(ld, b, o3, k3), akm1 = dkk / akm1k, ak = element(ld, b, o3, o3) / akm1k;
+      Val denom = akm1 * ak - like_val(ak, 1);
+      Val bkm1 = xk / akm1k, bk = xo / akm1k;
+      Val rest = x1(i) - element(ld, b, i, k3) * xk - element(ld, b, i, o3) * xo;
+      Val pair = where_val(eq(i, k3), (ak * bkm1 - bk) / denom,
+                           where_val(eq(i, o3), (akm1 * bk - bkm1) / denom, where_val(lt(o3, i), rest, x1(i))));
+      updated = where_val(two3, pair, single);
     } else {
       // row k (and k - 1 of a 2 x 2 block) less L^T's terms below the block, then the interchange of k and kp
       auto reduced = [&](const UOpPtr& col) {
-        UOpPtr terms = where(lt(k3, i), mul(element(ld, b, i, expand(col, s)), x), like(x, 0));
-        return sub(element(x, lb, expand(col, line), lj), reduce(terms, Ops::ADD, {1}));
+        Val terms = where_val(lt(k3, i), element(ld, b, i, expand(col, s)) * x, like_val(x, 0));
+        return element(x, lb, expand(col, line), lj) -
+               each(terms, [](const UOpPtr& part) { return reduce(part, Ops::ADD, {1}); });
       };
-      UOpPtr yk = expand(reduced(k1), s), yo = expand(reduced(other), s);
+      auto spread = [&](const Val& v) { return each(v, [&](const UOpPtr& part) { return expand(part, s); }); };
+      Val yk = spread(reduced(k1)), yo = spread(reduced(other));
       UOpPtr src = where(eq(i, k3), kp3, where(eq(i, kp3), k3, i));
-      updated = where(eq(src, k3), yk, where(both(two3, eq(src, o3)), yo, element(x, b, src, j)));
+      updated = where_val(eq(src, k3), yk, where_val(both(two3, eq(src, o3)), yo, element(x, b, src, j)));
     }
-    UOpPtr kept = where(expand(live, s), updated, x);
+    Val kept = where_val(expand(live, s), updated, x);
     UOpPtr skip_next = where(reshape(live, {B}), new_skip, fixed(DType::Int32, 0, {B}));
-    return {kept, skip_next};
+    return with_parts(kept, {skip_next});
   };
   UOpPtr none = fixed(DType::Int32, 0, {B});
-  std::vector<UOpPtr> state = realize_now({rhs, none}, dev);
+  std::vector<UOpPtr> state = realize_now(with_parts(rhs, {none}), dev);
   state = run_steps(
       state, n, false, [&](const auto& st, const UOpPtr& k) { return solve_step(st, k, true); }, dev);
-  state[1] = none;
+  state[np] = none;
   state = run_steps(
       state, n, true, [&](const auto& st, const UOpPtr& k) { return solve_step(st, k, false); }, dev);
-  return state[0];
+  return first_val(state, rhs.complex());
 }
 
 // m (B, rows, cols) with the elements above diagonal d (lower) or below it (upper) set to zero.
@@ -551,11 +566,6 @@ Val matrix_values(const at::Tensor& t, c10::IntArrayRef batch) {
   return {batched(real_part(v)), batched(imag_part(v))};
 }
 Val matrix_values(const at::Tensor& t) { return matrix_values(t, t.sizes().slice(0, t.dim() - 2)); }
-UOpPtr matrices(const at::Tensor& t, c10::IntArrayRef batch) {
-  if (t.is_complex()) to_tiny_dtype(t.scalar_type()); // NotNativeDtype: a real-only caller
-  return matrix_values(t, batch).re;
-}
-UOpPtr matrices(const at::Tensor& t) { return matrices(t, t.sizes().slice(0, t.dim() - 2)); }
 
 // pivots (..., k) broadcast to `batch`, as (B, k).
 UOpPtr pivot_rows(const at::Tensor& pivots, c10::IntArrayRef batch) {
@@ -1010,16 +1020,17 @@ at::Tensor linalg_solve_triangular(const at::Tensor& A, const at::Tensor& B, boo
 
 // ---- LDL ----
 
-// hermitian= changes nothing for real matrices (sytrf and hetrf agree there); complex ones run on the CPU.
+// hermitian= changes nothing for real matrices (sytrf and hetrf agree there); complex symmetric ones (hermitian=False)
+// factor natively, complex Hermitian ones (hetrf) run on the CPU.
 std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> linalg_ldl_factor_ex_out(const at::Tensor& A, bool hermitian,
                                                                            bool check_errors, at::Tensor& LD,
                                                                            at::Tensor& pivots, at::Tensor& info) {
   MetaOuts meta{&LD, &pivots, &info};
   at::meta::linalg_ldl_factor_ex_outf(meta_like(A), hermitian, check_errors, meta[0], meta[1], meta[2]);
-  if (A.is_complex()) to_tiny_dtype(A.scalar_type()); // NotNativeDtype
+  if (A.is_complex() && hermitian) to_tiny_dtype(A.scalar_type()); // NotNativeDtype
   meta.apply();
-  check_float<at::_ops::linalg_ldl_factor_ex>(A, A, hermitian, check_errors);
-  LDLFactors f = ldl_factor(matrices(A), device_for(A));
+  check_float_or_complex<at::_ops::linalg_ldl_factor_ex>(A, A, hermitian, check_errors);
+  LDLFactors f = ldl_factor(matrix_values(A), device_for(A));
   store(LD, f.ld);
   store(pivots, f.pivots);
   store(info, f.info);
@@ -1040,12 +1051,16 @@ at::Tensor& linalg_ldl_solve_out(const at::Tensor& LD, const at::Tensor& pivots,
   check_same_device({LD, pivots, B});
   MetaOuts meta{&result};
   at::meta::linalg_ldl_solve_outf(meta_like(LD), meta_like(pivots), meta_like(B), hermitian, meta[0]);
-  if (LD.is_complex()) to_tiny_dtype(LD.scalar_type()); // NotNativeDtype
+  // complex symmetric factors solve natively when LD, B and result share their dtype; Hermitian ones on the CPU
+  if ((LD.is_complex() || B.is_complex()) &&
+      (hermitian || B.scalar_type() != LD.scalar_type() || result.scalar_type() != LD.scalar_type()))
+    to_tiny_dtype(LD.is_complex() ? LD.scalar_type() : B.scalar_type()); // NotNativeDtype
   meta.apply();
   if (result.numel() == 0) return result;
-  check_float<at::_ops::linalg_ldl_solve>(LD, LD, pivots, B, hermitian);
+  check_float_or_complex<at::_ops::linalg_ldl_solve>(LD, LD, pivots, B, hermitian);
   c10::IntArrayRef batch = batch_of(result);
-  store(result, ldl_solve(matrices(LD, batch), pivot_rows(pivots, batch), matrices(B, batch), device_for(LD)));
+  store(result,
+        ldl_solve(matrix_values(LD, batch), pivot_rows(pivots, batch), matrix_values(B, batch), device_for(LD)));
   return result;
 }
 

@@ -521,3 +521,30 @@ def test_silu_of_complex_values_matches_cpu(dtype, native):
     check(lambda x: torch.nn.functional.silu(x.t().conj()), x, **TOL)
     check(lambda x: torch.nn.functional.silu(x, inplace=True), x, **TOL)
     check(lambda x, out: torch.ops.aten.silu.out(x, out=out), x, torch.empty(0, dtype=dtype), **TOL)
+
+
+# ---- LDL of complex symmetric matrices ----
+
+
+@by_dtype(COMPLEX)
+def test_ldl_factor_and_solve_of_complex_symmetric_matrices_match_cpu(dtype, native):
+    tol = LINALG_TOL[dtype]
+    for shape in ((1, 1), (5, 5), (2, 6, 6)):
+        a = crand(*shape, dtype=dtype, seed=shape[-1])
+        sym = a + a.mT  # symmetric, not Hermitian, indefinite: 2 x 2 pivots too
+        check(torch.linalg.ldl_factor_ex, sym, **tol)
+        check(lambda a: torch.linalg.ldl_factor(a), sym.tril(), **tol)  # only the lower triangle is read
+        LD, pivots = torch.linalg.ldl_factor(sym)
+        b = crand(*shape[:-1], 3, dtype=dtype, seed=1)
+        check(torch.linalg.ldl_solve, LD, pivots, b, **tol)
+    check(torch.linalg.ldl_factor_ex, torch.zeros(0, 2, 2, dtype=dtype))
+    singular = torch.zeros(3, 3, dtype=dtype)
+    check(torch.linalg.ldl_factor_ex, singular)
+
+
+def test_ldl_of_complex_hermitian_matrices_goes_to_the_cpu():
+    a = crand(4, 4)
+    h = a @ a.mH + 4 * torch.eye(4)
+    check(lambda h: torch.linalg.ldl_factor(h, hermitian=True), h, allow_fallback=True, **TOL)
+    LD, pivots = torch.linalg.ldl_factor(h, hermitian=True)
+    check(lambda *x: torch.linalg.ldl_solve(*x, hermitian=True), LD, pivots, crand(4, 2), allow_fallback=True, **TOL)
