@@ -548,3 +548,13 @@ def test_ldl_of_complex_hermitian_matrices_goes_to_the_cpu():
     check(lambda h: torch.linalg.ldl_factor(h, hermitian=True), h, allow_fallback=True, **TOL)
     LD, pivots = torch.linalg.ldl_factor(h, hermitian=True)
     check(lambda *x: torch.linalg.ldl_solve(*x, hermitian=True), LD, pivots, crand(4, 2), allow_fallback=True, **TOL)
+
+
+@by_dtype(COMPLEX)
+def test_cross_of_complex_vectors_matches_cpu(dtype, native):
+    a, b = crand(4, 3, dtype=dtype), crand(4, 3, dtype=dtype, seed=1)
+    check(torch.linalg.cross, a, b, **TOL)
+    check(lambda a, b: torch.linalg.cross(a.t(), b.t().conj(), dim=0), a, b, **TOL)
+    check(lambda a, b: torch.linalg.cross(a, b[:1]), a, b, **TOL)
+    check(lambda a, b, out: torch.linalg.cross(a, b, out=out), a, b, torch.empty(0, dtype=dtype), **TOL)
+    check(torch.linalg.cross, a, b.to(torch.complex128 if dtype == torch.complex64 else torch.complex64))
