@@ -1161,7 +1161,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
   m.impl("linalg_lu_factor_ex", TORCH_FN(linalg_lu_factor_ex));
   m.impl("linalg_lu_factor_ex.out", TORCH_FN(linalg_lu_factor_ex_out));
   m.impl("linalg_lu", TORCH_FN(linalg_lu));
-  m.impl("linalg_lu.P", TORCH_FN(linalg_lu_out));
+  m.impl("linalg_lu.out", TORCH_FN(linalg_lu_out));
   m.impl("lu_unpack", TORCH_FN(lu_unpack));
   m.impl("lu_unpack.out", TORCH_FN(lu_unpack_out));
   m.impl("linalg_lu_solve", TORCH_FN(linalg_lu_solve));

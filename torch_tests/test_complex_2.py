@@ -558,3 +558,10 @@ def test_cross_of_complex_vectors_matches_cpu(dtype, native):
     check(lambda a, b: torch.linalg.cross(a, b[:1]), a, b, **TOL)
     check(lambda a, b, out: torch.linalg.cross(a, b, out=out), a, b, torch.empty(0, dtype=dtype), **TOL)
     check(torch.linalg.cross, a, b.to(torch.complex128 if dtype == torch.complex64 else torch.complex64))
+
+
+@by_dtype(COMPLEX + (torch.float32,))
+def test_linalg_lu_into_out_tensors_runs_natively(dtype, native):
+    outs = [torch.empty(0, dtype=dtype) for _ in range(3)]
+    a = crand(2, 4, 3, dtype=dtype) if dtype.is_complex else torch.randn(2, 4, 3)
+    check(lambda a, P, L, U: torch.linalg.lu(a, out=(P, L, U)), a, *outs)
