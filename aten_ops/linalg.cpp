@@ -3,9 +3,9 @@
 // (linalg_cholesky_ex, cholesky_solve, cholesky_inverse), triangular solves (triangular_solve,
 // linalg_solve_triangular), and what torch builds on an LU: _linalg_solve_ex (linalg.solve, solve_ex),
 // linalg_inv_ex (inv), _linalg_det (det) and _linalg_slogdet (slogdet, logdet); the LDL^T factorisation of
-// symmetric matrices (linalg_ldl_factor_ex, linalg_ldl_solve). float32 and float64, as
-// torch's CPU kernels; batched over any leading dims. Their gradients are torch's formulas, made of these
-// ops and ordinary ones.
+// symmetric matrices (linalg_ldl_factor_ex, linalg_ldl_solve). float32 and float64, as torch's CPU kernels,
+// and complex64 and complex128 (the algorithms compute on Vals, below; Hermitian LDL runs on the CPU);
+// batched over any leading dims. Their gradients are torch's formulas, made of these ops and ordinary ones.
 //
 // A factorisation or a substitution of n x n matrices is n steps, each a few kernels over the whole batch:
 // masks from the coordinates, a reduction, and gathers at the step's row and column. The step index is a
