@@ -366,12 +366,20 @@ void activation_kernel(const c10::OperatorHandle& handle, torch::jit::Stack* sta
   at::Tensor result = iter.output();
   at::ScalarType dtype = op.kind == Kind::Binary ? iter.common_dtype() : tensors.at(0).scalar_type();
   std::string name = family(schema);
-  if ((name == "sigmoid_backward" || name == "tanh_backward") &&
-      (dtype == at::kComplexFloat || dtype == at::kComplexDouble)) {
-    // torch's complex gradients of sigmoid and tanh: the derivative conjugated, from native complex ops
-    const at::Tensor &grad = tensors.at(0), &y = tensors.at(1);
-    at::Tensor d = name == "sigmoid_backward" ? at::rsub(y, 1).mul(y) : at::rsub(y.mul(y), 1);
-    if (result.numel() > 0) result.copy_(grad.mul(d.conj()));
+  bool complex = dtype == at::kComplexFloat || dtype == at::kComplexDouble;
+  if ((name == "sigmoid_backward" || name == "tanh_backward" || name == "silu") && complex) {
+    // torch's complex gradients of sigmoid and tanh: the derivative conjugated; its complex silu:
+    // x / (1 + exp(-x)); from native complex ops
+    if (result.numel() > 0) {
+      if (name == "silu") {
+        const at::Tensor& x = tensors.at(0);
+        result.copy_(x.div(x.neg().exp().add(1)));
+      } else {
+        const at::Tensor &grad = tensors.at(0), &y = tensors.at(1);
+        at::Tensor d = name == "sigmoid_backward" ? at::rsub(y, 1).mul(y) : at::rsub(y.mul(y), 1);
+        result.copy_(grad.mul(d.conj()));
+      }
+    }
     torch::jit::drop(*stack, nargs);
     torch::jit::push(*stack, inplace ? tensors.at(0) : out.defined() ? out : result);
     return;

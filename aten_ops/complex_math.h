@@ -123,6 +123,10 @@ inline Cx pow(const Cx& z, const Cx& w) {
 
 inline UOpPtr eq(const Cx& a, const Cx& b) { return both(alu(Ops::CMPEQ, a.re, b.re), alu(Ops::CMPEQ, a.im, b.im)); }
 inline UOpPtr isnan(const Cx& z) { return either(is_nan(z.re), is_nan(z.im)); }
+// z != 0: either part nonzero (a NaN part counts), as torch's truth of a complex value.
+inline UOpPtr nonzero(const Cx& z) {
+  return either(alu(Ops::CMPNE, z.re, like(z.re, 0.0)), alu(Ops::CMPNE, z.im, like(z.im, 0.0)));
+}
 
 // sin(a + bi) = sin a cosh b + i cos a sinh b; cos(a + bi) = cos a cosh b - i sin a sinh b.
 inline Cx sin(const Cx& z) {

@@ -1000,6 +1000,60 @@ std::function<cm::Cx(const std::vector<cm::Cx>&, const Call&)> complex_with_alph
   };
 }
 
+// logical_and/or/xor: each operand's truth (either part nonzero), combined.
+std::function<cm::Cx(const std::vector<cm::Cx>&, const Call&)> complex_logical(Ops op) {
+  return [op](const std::vector<cm::Cx>& in, const Call&) {
+    return cm::Cx{alu(op, cm::nonzero(in.at(0)), cm::nonzero(in.at(1))), nullptr};
+  };
+}
+
+// addcmul and addcdiv: self + (value * t1) * t2 or self + (value * t1) / t2.
+std::function<cm::Cx(const std::vector<cm::Cx>&, const Call&)> complex_pointwise_combine(bool divide) {
+  return [divide](const std::vector<cm::Cx>& in, const Call& c) {
+    cm::Cx t1 = in.at(1);
+    if (c.has("value")) t1 = cm::mul(complex_constant(c.param("value").toScalar(), c), t1);
+    return cm::add(in.at(0), divide ? cm::div(t1, in.at(2)) : cm::mul(t1, in.at(2)));
+  };
+}
+
+// torch's lerp of complex values: from whichever end is nearer (|weight| < 0.5: from self), so that weight 1
+// gives `end` exactly.
+cm::Cx complex_lerp(const std::vector<cm::Cx>& in, const Call&) {
+  const cm::Cx &self = in.at(0), &end = in.at(1), &w = in.at(2);
+  cm::Cx diff = cm::sub(end, self);
+  UOpPtr near_self = alu(Ops::CMPLT, cm::abs(w), cm::like(w.re, 0.5));
+  cm::Cx from_self = cm::add(self, cm::mul(w, diff));
+  cm::Cx from_end = cm::sub(end, cm::mul(diff, cm::sub({cm::like(w.re, 1.0), cm::like(w.re, 0.0)}, w)));
+  return {where(near_self, from_self.re, from_end.re), where(near_self, from_self.im, from_end.im)};
+}
+
+// torch's logaddexp of complex values (its helper for logcumsumexp): min and max by real part (a NaN in either
+// part of b, then of a, taken as both), log1p(exp(min - max)) + max; NaN for a NaN, min where both real parts
+// are -inf, log(exp(min) + exp(max)) where both are +inf.
+cm::Cx complex_log_add_exp(const std::vector<cm::Cx>& in, const Call&) {
+  const cm::Cx &a = in.at(0), &b = in.at(1);
+  auto pick = [](const UOpPtr& c, const cm::Cx& x, const cm::Cx& y) {
+    return cm::Cx{where(c, x.re, y.re), where(c, x.im, y.im)};
+  };
+  UOpPtr nan_b = cm::isnan(b), nan_a = cm::isnan(a), a_first = alu(Ops::CMPLT, a.re, b.re);
+  cm::Cx lo = pick(nan_b, b, pick(nan_a, a, pick(a_first, a, b)));
+  cm::Cx hi = pick(nan_b, b, pick(nan_a, a, pick(a_first, b, a)));
+  // C's cexp: e^(-inf + iy) is 0 for every y, an infinite or NaN one too
+  auto cexp = [&](const cm::Cx& z) {
+    cm::Cx e = cm::exp(z);
+    UOpPtr vanishes = alu(Ops::CMPEQ, z.re, cm::like(z.re, -INFINITY)), zero = cm::like(z.re, 0.0);
+    return pick(vanishes, cm::Cx{zero, zero}, e);
+  };
+  cm::Cx v = cm::add(cm::log1p(cexp(cm::sub(lo, hi))), hi);
+  UOpPtr inf = cm::like(lo.re, INFINITY);
+  UOpPtr same_infinity = cm::both(alu(Ops::CMPEQ, alu(Ops::ABS, lo.re), inf), alu(Ops::CMPEQ, lo.re, hi.re));
+  cm::Cx at_infinity =
+      pick(alu(Ops::CMPLT, lo.re, cm::like(lo.re, 0.0)), lo, cm::log(cm::add(cm::exp(lo), cm::exp(hi))));
+  v = pick(same_infinity, at_infinity, v);
+  UOpPtr nan = cm::like(lo.re, NAN);
+  return pick(cm::isnan(lo), cm::Cx{nan, nan}, v);
+}
+
 // torch's CPU pow of complex tensors to a Scalar exponent computes 2 and 3 as products, 0.5 as sqrt and -1,
 // -2 as reciprocals (as for floats); other exponents as exp(w log z).
 cm::Cx complex_power(const std::vector<cm::Cx>& in, const Call& c) {
@@ -1085,6 +1139,31 @@ const std::unordered_map<std::string, ComplexOp>& complex_table() {
         [](In in, const Call&) {
           return cm::Cx{cm::isnan(in.at(0)), nullptr};
         }}},
+      {"logical_and", {K::Comparison, complex_logical(Ops::AND)}},
+      {"logical_or", {K::Comparison, complex_logical(Ops::OR)}},
+      {"logical_xor", {K::Comparison, complex_logical(Ops::XOR)}},
+      {"logical_not",
+       {K::UnaryBool,
+        [](In in, const Call&) {
+          return cm::Cx{alu(Ops::NOT, cm::nonzero(in.at(0))), nullptr};
+        }}},
+      // self + value * t1 * t2 and self + value * t1 / t2, in the CPU's order
+      {"addcmul", {K::Binary, complex_pointwise_combine(false)}},
+      {"addcdiv", {K::Binary, complex_pointwise_combine(true)}},
+      {"lerp", {K::Binary, complex_lerp}},
+      {"logaddexp", {K::Binary, complex_log_add_exp}},
+      // 2^z = exp(ln 2 z), a real factor (c10's exp2 of a complex value)
+      {"exp2",
+       {K::UnaryFloat, [](In in, const Call&) { return cm::exp(cm::scale(in.at(0), cm::like(in.at(0).re, M_LN2))); }}},
+      // sin(pi z) / (pi z), 1 at 0
+      {"sinc",
+       {K::UnaryFloat,
+        [](In in, const Call&) {
+          const cm::Cx& z = in.at(0);
+          cm::Cx pz = cm::scale(z, cm::like(z.re, M_PI)), v = cm::div(cm::sin(pz), pz);
+          UOpPtr at_zero = alu(Ops::NOT, cm::nonzero(z));
+          return cm::Cx{where(at_zero, cm::like(z.re, 1.0), v.re), where(at_zero, cm::like(z.re, 0.0), v.im)};
+        }}},
   };
   return t;
 }
@@ -1156,7 +1235,8 @@ void complex_elementwise(const c10::OperatorHandle& handle, torch::jit::Stack* s
     cm::Cx v = op.build(in, call);
     if (result.is_complex()) {
       DType dt = element_dtype(result.scalar_type());
-      write_complex(result, join_complex(cast(v.re, dt), cast(v.im, dt)));
+      UOpPtr re = cast(v.re, dt); // a real value (a comparison's) into a complex out= has no imaginary part
+      write_complex(result, join_complex(re, v.im ? cast(v.im, dt) : cm::like(re, 0.0)));
     } else {
       // a real result: abs, angle, comparisons; a complex value into a real out= keeps its real part
       write(result, cast(v.re, to_tiny_dtype(result.scalar_type())));

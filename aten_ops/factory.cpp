@@ -11,7 +11,9 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <complex>
 
+#include "aten_ops/complex_math.h"
 #include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
 
@@ -134,8 +136,27 @@ UOpPtr evenly_spaced(const at::Scalar& start, const at::Scalar& end, int64_t ste
                alu(Ops::SUB, hi, alu(Ops::MUL, step, cast(from_end, step_t))));
 }
 
+// linspace of a complex dtype: in the result's complex type, the step each part's difference over steps - 1
+// (c10 divides a complex value by an integer part by part), the second half from the end.
+void complex_linspace(const at::Scalar& start, const at::Scalar& end, int64_t steps, const at::Tensor& out) {
+  namespace cm = complex_math;
+  at::ScalarType st = out.scalar_type();
+  DType dt = element_dtype(st);
+  Shape shape{steps};
+  cm::Cx lo = cm::parts_of(scalar_value(start, st, shape)), hi = cm::parts_of(scalar_value(end, st, shape));
+  UOpPtr intervals = scalar_constant(at::Scalar(steps - 1), dt, shape);
+  cm::Cx step = {alu(Ops::FDIV, alu(Ops::SUB, hi.re, lo.re), intervals),
+                 alu(Ops::FDIV, alu(Ops::SUB, hi.im, lo.im), intervals)};
+  UOpPtr i = iota(steps, DType::Int64);
+  UOpPtr from_end = alu(Ops::SUB, scalar_constant(at::Scalar(steps - 1), DType::Int64, shape), i);
+  UOpPtr first_half = alu(Ops::CMPLT, i, scalar_constant(at::Scalar(steps / 2), DType::Int64, shape));
+  cm::Cx up = cm::add(lo, cm::scale(step, cast(i, dt))), down = cm::sub(hi, cm::scale(step, cast(from_end, dt)));
+  write_complex(out, join_complex(where(first_half, up.re, down.re), where(first_half, up.im, down.im)));
+}
+
 void linspace_kernel(at::TensorIterator& iter, const at::Scalar& start, const at::Scalar& end, int64_t steps) {
   const at::Tensor& out = iter.tensor(0);
+  if (out.is_complex()) return complex_linspace(start, end, steps, out);
   DType dt = to_tiny_dtype(out.scalar_type());
   TORCH_CHECK_NOT_IMPLEMENTED(dt != DType::Bool, "\"linspace_cpu\" not implemented for 'Bool'");
   write(out, cast(evenly_spaced(start, end, steps, dt, is_float(dt) ? dt : DType::Float64), dt));
@@ -149,6 +170,36 @@ at::Tensor& linspace_out(const at::Scalar& start, const at::Scalar& end, int64_t
   return at::native::linspace_out(start, end, steps, out);
 }
 
+// torch's logspace of a complex dtype: base ** (start + step * i) in the result's complex type (complex<float>
+// for complex64), step = (end - start) / (steps - 1) by c10's division, from the end for the second half
+// as linspace; the power is glibc's cpow, exp(w log base). One step is std::pow(double base, complex<double>
+// start), as the CPU fills it.
+void complex_logspace(const at::Scalar& start, const at::Scalar& end, int64_t steps, double base,
+                      const at::Tensor& out) {
+  namespace cm = complex_math;
+  at::ScalarType st = out.scalar_type();
+  if (steps == 1) {
+    std::complex<double> v = std::pow(base, static_cast<std::complex<double>>(start.toComplexDouble()));
+    write_complex(out, scalar_value(at::Scalar(c10::complex<double>(v)), st, {1}));
+    return;
+  }
+  // at base 0 cpow multiplies infinities by C's rules for complex products: the CPU fallback computes it
+  if (base == 0) to_tiny_dtype(st); // NotNativeDtype
+  DType dt = element_dtype(st);
+  Shape shape{steps};
+  cm::Cx lo = cm::parts_of(scalar_value(start, st, shape)), hi = cm::parts_of(scalar_value(end, st, shape));
+  UOpPtr zero = cm::like(lo.re, 0.0);
+  cm::Cx step = cm::div(cm::sub(hi, lo), {scalar_constant(at::Scalar(steps - 1), dt, shape), zero});
+  UOpPtr i = iota(steps, DType::Int64);
+  UOpPtr from_end = alu(Ops::SUB, scalar_constant(at::Scalar(steps - 1), DType::Int64, shape), i);
+  UOpPtr first_half = alu(Ops::CMPLT, i, scalar_constant(at::Scalar(steps / 2), DType::Int64, shape));
+  cm::Cx up = cm::add(lo, cm::mul(step, {cast(i, dt), zero}));
+  cm::Cx down = cm::sub(hi, cm::mul(step, {cast(from_end, dt), zero}));
+  cm::Cx exponent = {where(first_half, up.re, down.re), where(first_half, up.im, down.im)};
+  cm::Cx b = {scalar_constant(at::Scalar(base), dt, shape), zero};
+  write_complex(out, cm::pairs_of(cm::exp(cm::mul(exponent, cm::log(b)))));
+}
+
 // torch's logspace_out (a CPU function, not a stub): base ** (start + step * i) in double, from the end
 // for the second half as linspace, start and end converted to the result dtype first; one step fills
 // base ** start. Integer results truncate; bool takes only zero or one step.
@@ -156,6 +207,10 @@ at::Tensor& logspace_out(const at::Scalar& start, const at::Scalar& end, int64_t
   TORCH_CHECK(steps >= 0, "number of steps must be non-negative");
   if (out.numel() != steps) out.resize_({steps});
   if (steps == 0) return out;
+  if (out.is_complex()) {
+    complex_logspace(start, end, steps, base, out);
+    return out;
+  }
   DType dt = to_tiny_dtype(out.scalar_type()), f64 = DType::Float64;
   Shape shape{steps};
   UOpPtr b = scalar_constant(at::Scalar(base), f64, shape);
@@ -176,7 +231,13 @@ at::Tensor& eye_m_out(int64_t n, int64_t m, at::Tensor& out) {
   if (out.numel() == 0) return out;
   UOpPtr row = expand(reshape(iota(n, DType::Int64), {n, 1}), {n, m});
   UOpPtr col = expand(reshape(iota(m, DType::Int64), {1, m}), {n, m});
-  write(out, cast(alu(Ops::CMPEQ, row, col), to_tiny_dtype(out.scalar_type())));
+  UOpPtr diagonal = alu(Ops::CMPEQ, row, col);
+  if (out.is_complex()) {
+    DType dt = element_dtype(out.scalar_type());
+    write_complex(out, join_complex(cast(diagonal, dt), expand(reshape(const_float(dt, 0), {1, 1}), {n, m})));
+  } else {
+    write(out, cast(diagonal, to_tiny_dtype(out.scalar_type())));
+  }
   return out;
 }
 

@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "aten_ops/builders.h"
+#include "aten_ops/complex_math.h"
 #include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
 
@@ -132,6 +133,13 @@ UOpPtr pair_positions(const UOpPtr& positions) {
 // Storage positions of t's elements (an int64 UOp) as positions in storage_of(t) of its values.
 UOpPtr value_positions(const at::Tensor& t, const UOpPtr& positions) {
   return t.is_complex() ? pair_positions(positions) : positions;
+}
+
+// t's elements at flat row-major positions `flat` (an int64 UOp): pairs for a complex t.
+UOpPtr flat_elements(const at::Tensor& t, const UOpPtr& flat) {
+  int64_t n = t.numel();
+  if (t.is_complex()) return gather(reshape(read_complex(t), {n * 2}), pair_positions(flat));
+  return gather(reshape(read(t), {n}), flat);
 }
 
 // t's values at storage positions `positions` (pairs for a complex t, conjugate bit resolved).
@@ -236,8 +244,12 @@ void check_select_range(const at::Tensor& index, int64_t dim, int64_t size, Sele
 at::Tensor flags_on_host(const at::Tensor& t) {
   if (t.is_cpu() || t.scalar_type() == at::kBool) return t.cpu();
   at::Tensor flags = empty_tiny(t.sizes(), at::kBool, t.device());
-  UOpPtr x = read(t);
-  write(flags, alu(Ops::CMPNE, x, broadcast_to(const_like(x, 0), x->shape)));
+  if (t.is_complex()) {
+    write(flags, complex_math::nonzero(complex_math::parts_of(read_complex(t))));
+  } else {
+    UOpPtr x = read(t);
+    write(flags, alu(Ops::CMPNE, x, broadcast_to(const_like(x, 0), x->shape)));
+  }
   return flags.cpu();
 }
 
@@ -551,20 +563,26 @@ at::Tensor& index_add_out(const at::Tensor& self, int64_t dim, const at::Tensor&
   at::meta::index_add_outf(self, dim, index, source, alpha, out);
   dim = at::maybe_wrap_dim(dim, self.dim());
   check_index_dtype(index, "index_add_");
-  if (!out.is_same(self)) write(out, read(self));
+  if (!out.is_same(self)) write_values(out, read_values(self));
   // torch's CPU kernel returns before checking indices when a tensor of 2+ dims is empty
   if (self.dim() > 1 && (index.numel() == 0 || self.numel() == 0)) return out;
   check_select_range(index, dim, self.dim() == 0 ? 1 : self.size(dim),
                      self.dim() > 1 ? SelectPath::Slices : SelectPath::Plain);
   if (index.numel() == 0 || source.numel() == 0) return out;
   Shape shape = nonempty_sizes(source);
-  DType dt = to_tiny_dtype(out.scalar_type());
   UOpPtr along = place(reshape(read_index(index), {index.numel()}), shape, dim);
-  UOpPtr value = reshape(read(source), shape);
-  bool one = alpha.isBoolean()         ? alpha.toBool()
-             : alpha.isIntegral(false) ? alpha.toLong() == 1
-                                       : alpha.toDouble() == 1.0;
-  if (!one) value = alu(dt == DType::Bool ? Ops::AND : Ops::MUL, value, scalar_constant(alpha, dt, shape));
+  UOpPtr value = reshape(read_values(source), value_shape(out, shape));
+  if (out.is_complex()) { // source * alpha, a complex product
+    if (alpha.toComplexDouble() != c10::complex<double>(1.0))
+      value = complex_math::pairs_of(complex_math::mul(
+          complex_math::parts_of(value), complex_math::parts_of(scalar_value(alpha, out.scalar_type(), shape))));
+  } else {
+    DType dt = to_tiny_dtype(out.scalar_type());
+    bool one = alpha.isBoolean()         ? alpha.toBool()
+               : alpha.isIntegral(false) ? alpha.toLong() == 1
+                                         : alpha.toDouble() == 1.0;
+    if (!one) value = alu(dt == DType::Bool ? Ops::AND : Ops::MUL, value, scalar_constant(alpha, dt, shape));
+  }
   scatter_into(out, positions_along(out, shape, dim, along), value, Ops::ADD);
   return out;
 }
@@ -594,34 +612,38 @@ at::Tensor& index_fill_with(at::Tensor& self, int64_t dim, const at::Tensor& ind
                     " is out of bounds for dimension ", dim, " with size ", size);
   if (index.numel() == 0 || self.numel() == 0) return self;
   UOpPtr pos = slice_positions(self, dim, index, true);
-  scatter_into(self, pos, broadcast_to(cast(scalar, dtype_of(self)), pos->shape), std::nullopt);
+  // `scalar`: one value of self (a complex self's pair, shape (2,))
+  scatter_into(self, pos, broadcast_to(cast(scalar, value_dtype(self.scalar_type())), value_shape(self, pos->shape)),
+               std::nullopt);
   return self;
 }
 
 at::Tensor& index_fill_scalar(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Scalar& value) {
-  if (self.is_complex()) to_tiny_dtype(self.scalar_type()); // NotNativeDtype: the CPU fallback fills it
-  TORCH_CHECK(!value.isComplex(), "index_fill_(): Converting complex Scalar to non-complex type is not supported");
-  return index_fill_with(self, dim, index, scalar_constant(value, dtype_of(self)));
+  TORCH_CHECK(self.is_complex() || !value.isComplex(),
+              "index_fill_(): Converting complex Scalar to non-complex type is not supported");
+  return index_fill_with(self, dim, index, scalar_value(value, self.scalar_type(), {}));
 }
 
 at::Tensor& index_fill_tensor(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& value) {
   TORCH_CHECK(value.dim() == 0, "index_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
               value.dim(), " dimension(s).");
-  return index_fill_with(self, dim, index, read(value.device() == self.device() ? value : value.to(self.device())));
+  const at::Tensor& v = value.device() == self.device() ? value : value.to(self.device());
+  // a complex value for a real self: read() sends it to the CPU fallback, which raises torch's error
+  return index_fill_with(self, dim, index, self.is_complex() ? reshape(read_complex(v), {2}) : read(v));
 }
 
 at::Tensor& index_copy_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source,
                            at::Tensor& out) {
   at::meta::index_copy_outf(self, dim, index, source, out);
   dim = at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1));
-  if (!out.is_same(self)) write(out, read(self));
+  if (!out.is_same(self)) write_values(out, read_values(self));
   int64_t size = self.dim() == 0 ? 1 : self.size(dim);
   IndexRange r = index_range(index);
   TORCH_CHECK_INDEX(r.empty || (r.min >= 0 && r.max < size), "index_copy_(): index ", offender(r, 0, size),
                     " is out of bounds for dimension ", dim, " with size ", size);
   if (index.numel() == 0 || out.numel() == 0) return out;
   UOpPtr pos = slice_positions(out, dim, index, false);
-  scatter_into(out, pos, reshape(read(source), pos->shape), std::nullopt);
+  scatter_into(out, pos, reshape(read_values(source), value_shape(out, pos->shape)), std::nullopt);
   return out;
 }
 
@@ -648,7 +670,7 @@ at::Tensor& take_out(const at::Tensor& self, const at::Tensor& index, at::Tensor
   check_flat_range(index, self.numel());
   if (index.numel() == 0) return out;
   UOpPtr i = wrap_negative(read_index(index), self.numel());
-  write(out, gather(reshape(read(self), {self.numel()}), i));
+  write_values(out, flat_elements(self, i));
   return out;
 }
 
@@ -664,10 +686,10 @@ at::Tensor& put_(at::Tensor& self, const at::Tensor& index, const at::Tensor& so
               "put_(): self and source expected to have the same dtype, "
               "but got self.dtype = ",
               self.scalar_type(), " and source.dtype = ", source.scalar_type());
-  TORCH_CHECK(source.numel() == index.numel(),
-              "put_(): Expected source and index to have the same number of "
-              "elements, but got source.numel() = ",
-              source.numel(), ", index.numel() = ", index.numel());
+  TORCH_CHECK_INDEX(source.numel() == index.numel(),
+                    "put_(): Expected source and index to have the same number of "
+                    "elements, but got source.numel() = ",
+                    source.numel(), ", index.numel() = ", index.numel());
   at::assert_no_internal_overlap(self);
   at::assert_no_overlap(self, index);
   at::assert_no_overlap(self, source);
@@ -684,7 +706,8 @@ at::Tensor& put_(at::Tensor& self, const at::Tensor& index, const at::Tensor& so
     pos = add(pos, mul(c, full(self.stride(d), {n})));
     suffix *= self.size(d);
   }
-  scatter_into(self, pos, reshape(read(source), {n}), accumulate ? std::optional<Ops>(Ops::ADD) : std::nullopt);
+  scatter_into(self, pos, reshape(read_values(source), value_shape(self, {n})),
+               accumulate ? std::optional<Ops>(Ops::ADD) : std::nullopt);
   return self;
 }
 
@@ -957,7 +980,7 @@ at::Tensor& masked_select_out(const at::Tensor& self, const at::Tensor& mask, at
   at::Tensor picked = nonzero_on_host(bm->reshape({n})).reshape({-1}).to(self.device());
   at::native::resize_output(out, {picked.numel()});
   if (picked.numel() == 0) return out;
-  write(out, gather(reshape(read(*bs), {n}), read_index(picked)));
+  write_values(out, flat_elements(*bs, read_index(picked)));
   return out;
 }
 

@@ -3,9 +3,9 @@
 // (linalg_cholesky_ex, cholesky_solve, cholesky_inverse), triangular solves (triangular_solve,
 // linalg_solve_triangular), and what torch builds on an LU: _linalg_solve_ex (linalg.solve, solve_ex),
 // linalg_inv_ex (inv), _linalg_det (det) and _linalg_slogdet (slogdet, logdet); the LDL^T factorisation of
-// symmetric matrices (linalg_ldl_factor_ex, linalg_ldl_solve). float32 and float64, as
-// torch's CPU kernels, and complex64 and complex128 for the triangular solves; batched over any leading dims. Their
-// gradients are torch's formulas, made of these ops and ordinary ones.
+// symmetric matrices (linalg_ldl_factor_ex, linalg_ldl_solve). float32 and float64, as torch's CPU kernels,
+// and complex64 and complex128 (the algorithms compute on Vals, below; Hermitian LDL runs on the CPU);
+// batched over any leading dims. Their gradients are torch's formulas, made of these ops and ordinary ones.
 //
 // A factorisation or a substitution of n x n matrices is n steps, each a few kernels over the whole batch:
 // masks from the coordinates, a reduction, and gathers at the step's row and column. The step index is a
@@ -105,6 +105,69 @@ UOpPtr element(const UOpPtr& m, const UOpPtr& b, const UOpPtr& i, const UOpPtr& 
   return gather(reshape(m, {prod(m->shape)}), at);
 }
 
+// ---- values: real, or complex as their parts ----
+//
+// The factorisations and substitutions compute on Vals: a real UOp, or a complex value's (real, imaginary)
+// parts with complex_math's arithmetic, so one algorithm serves both (a real Val builds the graph a UOp
+// would).
+namespace cm = complex_math;
+
+struct Val {
+  UOpPtr re, im; // im: a complex value's
+  bool complex() const { return im != nullptr; }
+};
+
+cm::Cx cx(const Val& v) { return {v.re, v.im}; }
+Val val(const cm::Cx& z) { return {z.re, z.im}; }
+Val operator+(const Val& a, const Val& b) {
+  return a.complex() ? val(cm::add(cx(a), cx(b))) : Val{add(a.re, b.re), nullptr};
+}
+Val operator-(const Val& a, const Val& b) {
+  return a.complex() ? val(cm::sub(cx(a), cx(b))) : Val{sub(a.re, b.re), nullptr};
+}
+Val operator*(const Val& a, const Val& b) {
+  return a.complex() ? val(cm::mul(cx(a), cx(b))) : Val{mul(a.re, b.re), nullptr};
+}
+Val operator/(const Val& a, const Val& b) {
+  return a.complex() ? val(cm::div(cx(a), cx(b))) : Val{div(a.re, b.re), nullptr};
+}
+Val conj_val(const Val& v) { return v.complex() ? Val{v.re, alu(Ops::NEG, v.im)} : v; }
+// f applied to each part (a view, a gather)
+template <class F> Val each(const Val& v, const F& f) { return {f(v.re), v.complex() ? f(v.im) : nullptr}; }
+Val where_val(const UOpPtr& c, const Val& a, const Val& b) {
+  return {where(c, a.re, b.re), a.complex() ? where(c, a.im, b.im) : nullptr};
+}
+Val like_val(const Val& v, double x) { return {like(v.re, x), v.complex() ? like(v.im, 0) : nullptr}; }
+UOpPtr is_zero(const Val& v) {
+  UOpPtr z = eq(v.re, like(v.re, 0));
+  return v.complex() ? both(z, eq(v.im, like(v.im, 0))) : z;
+}
+// The magnitude LAPACK's pivoting compares: |x|, and |re| + |im| for complex values (i?amax's cabs1).
+UOpPtr pivot_magnitude(const Val& v) {
+  UOpPtr m = alu(Ops::ABS, v.re);
+  return v.complex() ? add(m, alu(Ops::ABS, v.im)) : m;
+}
+size_t part_count(const Val& v) { return v.complex() ? 2 : 1; }
+// The conjugate transpose of matrices (B, rows, cols): the transpose of real ones.
+Val adjoint(const Val& v) { return conj_val(each(v, transposed)); }
+// v's parts in dtype dt: complex (a real v with zero imaginary parts) or real.
+Val cast_val(const Val& v, DType dt, bool complex) {
+  UOpPtr re = cast(v.re, dt);
+  if (!complex) return {re, nullptr};
+  return {re, v.complex() ? cast(v.im, dt) : like(re, 0)};
+}
+// A state vector for run_steps / realize_now: v's parts, then `rest`.
+std::vector<UOpPtr> with_parts(const Val& v, std::vector<UOpPtr> rest) {
+  std::vector<UOpPtr> out{v.re};
+  if (v.complex()) out.push_back(v.im);
+  out.insert(out.end(), rest.begin(), rest.end());
+  return out;
+}
+Val first_val(const std::vector<UOpPtr>& st, bool complex) { return {st[0], complex ? st[1] : nullptr}; }
+Val element(const Val& m, const UOpPtr& b, const UOpPtr& i, const UOpPtr& j) {
+  return each(m, [&](const UOpPtr& part) { return element(part, b, i, j); });
+}
+
 // Runs `steps` steps of a loop: state = step(state, k) for k = 0, 1, ... (or down from steps - 1). kGroup
 // steps are one graph, each step's values a realize boundary (CONTIGUOUS), realized together: fewer syncs.
 // Each step's index is a runtime scalar of its own, so every step's kernels are the same programs (compiled
@@ -129,22 +192,24 @@ std::vector<UOpPtr> run_steps(std::vector<UOpPtr> state, int64_t steps, bool dow
 // ---- the factorisations and substitutions, on (B, rows, cols) values ----
 
 struct LUFactors {
-  UOpPtr lu;     // (B, m, n): L below the diagonal (its unit diagonal implied), U on and above it
+  Val lu;        // (B, m, n): L below the diagonal (its unit diagonal implied), U on and above it
   UOpPtr pivots; // (B, k) int32, 1-based: row i was swapped with row pivots[i] - 1 at step i
   UOpPtr info;   // (B) int32: 0, or the 1-based step of the first zero pivot
 };
 
-LUFactors lu_factor(UOpPtr a, Device& dev) {
-  int64_t B = a->shape[0], m = a->shape[1], n = a->shape[2], K = std::min(m, n);
+LUFactors lu_factor(const Val& a, Device& dev) {
+  int64_t B = a.re->shape[0], m = a.re->shape[1], n = a.re->shape[2], K = std::min(m, n);
   UOpPtr pivots = fixed(DType::Int32, 0, {B, K}), info = fixed(DType::Int32, 0, {B});
   if (B * m * n == 0) return {a, pivots, info};
-  std::vector<UOpPtr> state = realize_now({a, pivots, info}, dev);
+  size_t np = part_count(a);
+  std::vector<UOpPtr> state = realize_now(with_parts(a, {pivots, info}), dev);
   Shape s{B, m, n}, column{B, m, 1}, one{B, 1, 1}, ps{B, K};
   auto one_step = [&](const std::vector<UOpPtr>& st, const UOpPtr& step) -> std::vector<UOpPtr> {
-    const UOpPtr &lu = st[0], &piv = st[1], &inf = st[2];
-    // the pivot row: the first at or below k of the largest |a[i, k]| (LAPACK's idamax)
+    Val lu = first_val(st, a.complex());
+    const UOpPtr &piv = st[np], &inf = st[np + 1];
+    // the pivot row: the first at or below k of the largest |a[i, k]| (LAPACK's i?amax)
     UOpPtr cb = coordinate(column, 0), ci = coordinate(column, 1), ck = broadcast(step, column);
-    UOpPtr magnitude = alu(Ops::ABS, element(lu, cb, ci, ck));
+    UOpPtr magnitude = pivot_magnitude(element(lu, cb, ci, ck));
     UOpPtr candidate = alu(Ops::NOT, lt(ci, ck));
     UOpPtr largest = expand(reduce(where(candidate, magnitude, like(magnitude, -1)), Ops::MAX, {1}), column);
     UOpPtr p = reduce(where(both(candidate, eq(magnitude, largest)), ci, index_const(m, column)), Ops::MIN, {1});
@@ -153,21 +218,22 @@ LUFactors lu_factor(UOpPtr a, Device& dev) {
     UOpPtr b = coordinate(s, 0), i = coordinate(s, 1), j = coordinate(s, 2), k3 = broadcast(step, s);
     UOpPtr p3 = expand(p, s);
     UOpPtr source = where(eq(i, k3), p3, where(eq(i, p3), k3, i));
-    UOpPtr pivot = element(lu, b, p3, k3), x = element(lu, b, source, j), xk = element(lu, b, source, k3);
-    UOpPtr l = where(eq(pivot, like(pivot, 0)), xk, div(xk, pivot));
+    Val pivot = element(lu, b, p3, k3), x = element(lu, b, source, j), xk = element(lu, b, source, k3);
+    Val l = where_val(is_zero(pivot), xk, xk / pivot);
     UOpPtr below = lt(k3, i);
-    UOpPtr updated =
-        where(both(below, eq(j, k3)), l, where(both(below, lt(k3, j)), sub(x, mul(l, element(lu, b, p3, j))), x));
+    Val updated =
+        where_val(both(below, eq(j, k3)), l, where_val(both(below, lt(k3, j)), x - l * element(lu, b, p3, j), x));
     UOpPtr pc = coordinate(ps, 1);
     UOpPtr new_piv = where(eq(pc, broadcast(step, ps)),
                            cast(add(expand(reshape(p, {B, 1}), ps), index_const(1, ps)), DType::Int32), piv);
-    UOpPtr pv = reshape(element(lu, coordinate(one, 0), p, broadcast(step, one)), {B});
-    UOpPtr zero_pivot = both(eq(inf, fixed(DType::Int32, 0, {B})), eq(pv, like(pv, 0)));
+    Val pv = each(element(lu, coordinate(one, 0), p, broadcast(step, one)),
+                  [&](const UOpPtr& part) { return reshape(part, {B}); });
+    UOpPtr zero_pivot = both(eq(inf, fixed(DType::Int32, 0, {B})), is_zero(pv));
     UOpPtr new_info = where(zero_pivot, cast(add(broadcast(step, {B}), index_const(1, {B})), DType::Int32), inf);
-    return {updated, new_piv, new_info};
+    return with_parts(updated, {new_piv, new_info});
   };
   state = run_steps(state, K, false, one_step, dev);
-  return {state[0], state[1], state[2]};
+  return {first_val(state, a.complex()), state[np], state[np + 1]};
 }
 
 // The row each of m rows holds after the interchanges of pivots (B, k; 1-based) are applied to them in
@@ -188,10 +254,10 @@ UOpPtr permutation(const UOpPtr& pivots, int64_t m, bool forward, Device& dev) {
 }
 
 // x (B, n, r) with its rows taken from rows (B, n): out[b, i] = x[b, rows[b, i]].
-UOpPtr take_rows(const UOpPtr& x, const UOpPtr& rows, Device& dev) {
-  const Shape& s = x->shape;
+Val take_rows(const Val& x, const UOpPtr& rows, Device& dev) {
+  const Shape& s = x.re->shape;
   if (prod(s) == 0) return x;
-  UOpPtr xr = realize_now(x, dev);
+  Val xr = first_val(realize_now(with_parts(x, {}), dev), x.complex());
   UOpPtr r = expand(reshape(rows, {s[0], s[1], 1}), s);
   return element(xr, coordinate(s, 0), r, coordinate(s, 2));
 }
@@ -199,86 +265,71 @@ UOpPtr take_rows(const UOpPtr& x, const UOpPtr& rows, Device& dev) {
 // Solves t x = rhs, t (B, n, n) triangular: only its lower (or upper) triangle is read, and with unit
 // not its diagonal (taken as ones). rhs (B, n, r). Forward (or back) substitution, a row of x a step,
 // in the order of LAPACK's trsm.
-UOpPtr solve_triangular(const UOpPtr& t, const UOpPtr& rhs, bool upper, bool unit, Device& dev) {
-  int64_t B = rhs->shape[0], n = rhs->shape[1], r = rhs->shape[2];
-  if (B * n * r == 0) return rhs;
-  std::vector<UOpPtr> state = realize_now({t, rhs}, dev);
-  const UOpPtr& tr = state[0];
-  Shape s{B, n, r};
-  UOpPtr b = coordinate(s, 0), i = coordinate(s, 1), j = coordinate(s, 2);
-  auto one_step = [&](const std::vector<UOpPtr>& st, const UOpPtr& step) -> std::vector<UOpPtr> {
-    const UOpPtr& x = st[0];
-    UOpPtr k = broadcast(step, s);
-    UOpPtr xk = element(x, b, k, j);
-    if (!unit) xk = div(xk, element(tr, b, k, k));
-    UOpPtr later = upper ? lt(i, k) : lt(k, i);
-    return {where(eq(i, k), xk, where(later, sub(x, mul(element(tr, b, i, k), xk)), x))};
-  };
-  return run_steps({state[1]}, n, upper, one_step, dev)[0];
-}
-
-// solve_triangular of complex t and rhs, each a pair of real values: the same substitution with complex
-// products and Smith's division.
-complex_math::Cx solve_triangular(const complex_math::Cx& t, const complex_math::Cx& rhs, bool upper, bool unit,
-                                  Device& dev) {
-  namespace cm = complex_math;
+Val solve_triangular(const Val& t, const Val& rhs, bool upper, bool unit, Device& dev) {
   int64_t B = rhs.re->shape[0], n = rhs.re->shape[1], r = rhs.re->shape[2];
   if (B * n * r == 0) return rhs;
-  std::vector<UOpPtr> state = realize_now({t.re, t.im, rhs.re, rhs.im}, dev);
+  std::vector<UOpPtr> given = realize_now(with_parts(t, with_parts(rhs, {})), dev);
+  Val tr = first_val(given, t.complex());
+  std::vector<UOpPtr> state(given.begin() + static_cast<std::ptrdiff_t>(part_count(t)), given.end());
   Shape s{B, n, r};
   UOpPtr b = coordinate(s, 0), i = coordinate(s, 1), j = coordinate(s, 2);
-  auto entry_of = [&](const UOpPtr& re, const UOpPtr& im, const UOpPtr& row, const UOpPtr& col) {
-    return cm::Cx{element(re, b, row, col), element(im, b, row, col)};
-  };
   auto one_step = [&](const std::vector<UOpPtr>& st, const UOpPtr& step) -> std::vector<UOpPtr> {
+    Val x = first_val(st, rhs.complex());
     UOpPtr k = broadcast(step, s);
-    cm::Cx x{st[0], st[1]}, xk = entry_of(st[0], st[1], k, j);
-    if (!unit) xk = cm::div(xk, entry_of(state[0], state[1], k, k));
-    cm::Cx updated = cm::sub(x, cm::mul(entry_of(state[0], state[1], i, k), xk));
-    UOpPtr here = eq(i, k), later = upper ? lt(i, k) : lt(k, i);
-    return {where(here, xk.re, where(later, updated.re, x.re)), where(here, xk.im, where(later, updated.im, x.im))};
+    Val xk = element(x, b, k, j);
+    if (!unit) xk = xk / element(tr, b, k, k);
+    UOpPtr later = upper ? lt(i, k) : lt(k, i);
+    return with_parts(where_val(eq(i, k), xk, where_val(later, x - element(tr, b, i, k) * xk, x)), {});
   };
-  std::vector<UOpPtr> x = run_steps({state[2], state[3]}, n, upper, one_step, dev);
-  return {x[0], x[1]};
+  return first_val(run_steps(state, n, upper, one_step, dev), rhs.complex());
 }
 
-// The lower Cholesky factor of a (B, n, n), reading its lower triangle (above it: a's values, to be
-// masked), and info (B) int32: 0, or the order of the first leading minor that is not positive-definite.
-std::pair<UOpPtr, UOpPtr> cholesky(const UOpPtr& a, Device& dev) {
-  int64_t B = a->shape[0], n = a->shape[1];
+// The lower Cholesky factor of a (B, n, n), L L^H = a, reading its lower triangle (above it: a's values, to
+// be masked; of a complex diagonal only the real part, as LAPACK's potrf), and info (B) int32: 0, or the
+// order of the first leading minor that is not positive-definite.
+std::pair<Val, UOpPtr> cholesky(const Val& a, Device& dev) {
+  int64_t B = a.re->shape[0], n = a.re->shape[1];
   UOpPtr info = fixed(DType::Int32, 0, {B});
   if (B * n == 0) return {a, info};
-  std::vector<UOpPtr> state = realize_now({a, info}, dev);
+  size_t np = part_count(a);
+  std::vector<UOpPtr> state = realize_now(with_parts(a, {info}), dev);
   Shape s{B, n, n}, one{B, 1, 1};
   UOpPtr b = coordinate(s, 0), i = coordinate(s, 1), j = coordinate(s, 2);
   Shape column{B, n, 1}, row{B, 1, n};
+  auto sum_last = [](const Val& v) { return each(v, [](const UOpPtr& part) { return reduce(part, Ops::ADD, {2}); }); };
   auto one_step = [&](const std::vector<UOpPtr>& st, const UOpPtr& step) -> std::vector<UOpPtr> {
-    const UOpPtr &m = st[0], &inf = st[1];
+    Val m = first_val(st, a.complex());
+    const UOpPtr& inf = st[np];
     UOpPtr k3 = broadcast(step, s);
-    // column k: c[i] = a[i, k] - sum over p < k of L[i, p] L[k, p]
-    UOpPtr lk = element(m, b, k3, j); // L[k, p], p along the last axis
-    UOpPtr c = sub(element(m, coordinate(column, 0), coordinate(column, 1), broadcast(step, column)),
-                   reduce(where(lt(j, k3), mul(m, lk), like(m, 0)), Ops::ADD, {2}));
-    // its diagonal element, a[k, k] - sum over p < k of L[k, p]^2
+    // column k: c[i] = a[i, k] - sum over p < k of L[i, p] conj(L[k, p])
+    Val lk = element(m, b, k3, j); // L[k, p], p along the last axis
+    Val c = element(m, coordinate(column, 0), coordinate(column, 1), broadcast(step, column)) -
+            sum_last(where_val(lt(j, k3), m * conj_val(lk), like_val(m, 0)));
+    // its diagonal element, re(a[k, k]) - sum over p < k of |L[k, p]|^2
     UOpPtr rp = coordinate(row, 2), rk = broadcast(step, row);
-    UOpPtr lkr = element(m, coordinate(row, 0), rk, rp);
+    Val lkr = element(m, coordinate(row, 0), rk, rp);
+    UOpPtr squares = mul(lkr.re, lkr.re);
+    if (lkr.complex()) squares = add(squares, mul(lkr.im, lkr.im));
     UOpPtr kk = broadcast(step, one);
-    UOpPtr ajj = sub(element(m, coordinate(one, 0), kk, kk),
-                     reduce(where(lt(rp, rk), mul(lkr, lkr), like(lkr, 0)), Ops::ADD, {2}));
+    UOpPtr ajj = sub(element(m.re, coordinate(one, 0), kk, kk),
+                     reduce(where(lt(rp, rk), squares, like(squares, 0)), Ops::ADD, {2}));
     UOpPtr live = eq(reshape(inf, {B, 1, 1}), fixed(DType::Int32, 0, one));
     UOpPtr positive = lt(like(ajj, 0), ajj); // false for NaN, as LAPACK's check
     UOpPtr fails = both(live, alu(Ops::NOT, positive));
     UOpPtr d = expand(alu(Ops::SQRT, ajj), s), on_column = eq(j, k3);
-    UOpPtr done = where(eq(i, k3), d, where(lt(k3, i), div(expand(c, s), d), m));
+    Val real_d = {d, a.complex() ? like(d, 0) : nullptr};
+    Val below = each(c, [&](const UOpPtr& part) { return div(expand(part, s), d); });
+    Val done = where_val(eq(i, k3), real_d, where_val(lt(k3, i), below, m));
     // a failing step stores the value that was not positive on the diagonal and stops there
-    UOpPtr updated = where(both(on_column, expand(both(live, positive), s)), done,
-                           where(both(both(on_column, eq(i, k3)), expand(fails, s)), expand(ajj, s), m));
+    Val failed = {expand(ajj, s), a.complex() ? like(d, 0) : nullptr};
+    Val updated = where_val(both(on_column, expand(both(live, positive), s)), done,
+                            where_val(both(both(on_column, eq(i, k3)), expand(fails, s)), failed, m));
     UOpPtr new_info =
         where(reshape(fails, {B}), cast(add(broadcast(step, {B}), index_const(1, {B})), DType::Int32), inf);
-    return {updated, new_info};
+    return with_parts(updated, {new_info});
   };
   state = run_steps(state, n, false, one_step, dev);
-  return {state[0], state[1]};
+  return {first_val(state, a.complex()), state[np]};
 }
 
 // ---- LDL^T with Bunch-Kaufman pivoting ----
@@ -296,31 +347,36 @@ std::pair<UOpPtr, UOpPtr> cholesky(const UOpPtr& a, Device& dev) {
 constexpr double kBunchKaufmanAlpha = 0.64038820320220756872767623199676;
 
 struct LDLFactors {
-  UOpPtr ld;     // (B, n, n): L below the diagonal, D's blocks on it and the subdiagonal, zeros above
+  Val ld;        // (B, n, n): L below the diagonal, D's blocks on it and the subdiagonal, zeros above
   UOpPtr pivots; // (B, n) int32, sytrf's: k + 1 for a 1 x 1 pivot, -(p + 1) twice for a 2 x 2 one
   UOpPtr info;   // (B) int32: 0, or the 1-based step of the first zero column
 };
 
 UOpPtr either(const UOpPtr& a, const UOpPtr& b) { return alu(Ops::OR, a, b); }
 UOpPtr negation(const UOpPtr& a) { return alu(Ops::NOT, a); }
-UOpPtr magnitude_of(const UOpPtr& a) { return alu(Ops::ABS, a); }
+// The magnitude sytf2 compares: |x|, and |re| + |im| (cabs1) for a complex symmetric matrix.
+UOpPtr magnitude_of(const Val& a) { return pivot_magnitude(a); }
 
-LDLFactors ldl_factor(const UOpPtr& lower, Device& dev) {
-  int64_t B = lower->shape[0], n = lower->shape[1];
+// (A complex `lower`: the complex symmetric factorisation, zsytf2, with cabs1 magnitudes; no conjugates.)
+LDLFactors ldl_factor(const Val& lower, Device& dev) {
+  int64_t B = lower.re->shape[0], n = lower.re->shape[1];
   Shape s{B, n, n}, one{B, 1, 1}, column{B, n, 1}, row{B, 1, n}, ps{B, n};
   UOpPtr b = coordinate(s, 0), i = coordinate(s, 1), j = coordinate(s, 2);
   UOpPtr pivots = fixed(DType::Int32, 0, ps), info = fixed(DType::Int32, 0, {B});
   if (B * n == 0) return {lower, pivots, info};
-  std::vector<UOpPtr> state = realize_now({where(le(j, i), lower, transposed(lower)), pivots, info}, dev);
+  size_t np = part_count(lower);
+  std::vector<UOpPtr> state =
+      realize_now(with_parts(where_val(le(j, i), lower, each(lower, transposed)), {pivots, info}), dev);
   auto one_step = [&](const std::vector<UOpPtr>& st, const UOpPtr& step) -> std::vector<UOpPtr> {
-    const UOpPtr &a = st[0], &piv = st[1], &inf = st[2];
+    Val a = first_val(st, lower.complex());
+    const UOpPtr &piv = st[np], &inf = st[np + 1];
     UOpPtr b1 = coordinate(one, 0), k1 = broadcast(step, one), zero1 = index_const(0, one);
     UOpPtr live = eq(element(reshape(piv, {B, 1, n}), b1, zero1, k1), fixed(DType::Int32, 0, one));
     UOpPtr absakk = magnitude_of(element(a, b1, k1, k1));
     // column k below the diagonal: its largest magnitude, at the first row that holds it (idamax)
     UOpPtr cb = coordinate(column, 0), ci = coordinate(column, 1), ck = broadcast(step, column);
     UOpPtr below = lt(ck, ci);
-    UOpPtr cmag = where(below, magnitude_of(element(a, cb, ci, ck)), fixed(a->dtype, 0, column));
+    UOpPtr cmag = where(below, magnitude_of(element(a, cb, ci, ck)), fixed(a.re->dtype, 0, column));
     UOpPtr colmax = reduce(cmag, Ops::MAX, {1});
     UOpPtr imax =
         reduce(where(both(below, eq(cmag, expand(colmax, column))), ci, index_const(n, column)), Ops::MIN, {1});
@@ -328,7 +384,8 @@ LDLFactors ldl_factor(const UOpPtr& lower, Device& dev) {
     // row imax of the trailing block without its diagonal element
     UOpPtr rb = coordinate(row, 0), rj = coordinate(row, 2), ri = expand(imax, row);
     UOpPtr in_row = both(le(broadcast(step, row), rj), alu(Ops::CMPNE, rj, ri));
-    UOpPtr rowmax = reduce(where(in_row, magnitude_of(element(a, rb, ri, rj)), fixed(a->dtype, 0, row)), Ops::MAX, {2});
+    UOpPtr rowmax =
+        reduce(where(in_row, magnitude_of(element(a, rb, ri, rj)), fixed(a.re->dtype, 0, row)), Ops::MAX, {2});
     UOpPtr alpha = like(absakk, kBunchKaufmanAlpha), zero = like(absakk, 0);
     UOpPtr zero_column = either(eq(alu(Ops::MAX, absakk, colmax), zero), alu(Ops::CMPNE, absakk, absakk));
     UOpPtr alpha_colmax = mul(alpha, colmax);
@@ -344,21 +401,22 @@ LDLFactors ldl_factor(const UOpPtr& lower, Device& dev) {
     auto swapped = [&](const UOpPtr& x) { return where(eq(x, kk3), kp3, where(eq(x, kp3), kk3, x)); };
     auto a1 = [&](const UOpPtr& x, const UOpPtr& y) { return element(a, b, swapped(x), swapped(y)); };
     UOpPtr r = alu(Ops::MAX, i, j), c = alu(Ops::MIN, i, j);
-    UOpPtr akk = a1(k3, k3);
+    Val akk = a1(k3, k3);
     // 1 x 1: the trailing block minus d11 x x^T (syr's order), column k scaled by d11
-    UOpPtr d11 = div(like(akk, 1), akk);
-    UOpPtr single = where(lt(k3, c), add(a1(r, c), mul(a1(r, k3), mul(alu(Ops::NEG, d11), a1(c, k3)))),
-                          where(lt(k3, r), mul(d11, a1(r, k3)), akk));
+    Val d11 = like_val(akk, 1) / akk, minus_d11 = each(d11, [](const UOpPtr&part) { return alu(Ops::NEG, part); });
+    Val single = where_val(lt(k3, c), a1(r, c) + a1(r, k3) * (minus_d11 * a1(c, k3)),
+                           where_val(lt(k3, r), d11 * a1(r, k3), akk));
     // 2 x 2: sytf2's update through the inverse of the block [[a_kk, d21], [d21, a_k+1,k+1]]
-    UOpPtr d21 = a1(next3, k3), e11 = div(a1(next3, next3), d21), e22 = div(akk, d21);
-    UOpPtr t = div(like(akk, 1), sub(mul(e11, e22), like(akk, 1))), scale = div(t, d21);
-    auto wk = [&](const UOpPtr& x) { return mul(scale, sub(mul(e11, a1(x, k3)), a1(x, next3))); };
-    auto wkp1 = [&](const UOpPtr& x) { return mul(scale, sub(mul(e22, a1(x, next3)), a1(x, k3))); };
+    Val d21 = a1(next3, k3), e11 = a1(next3, next3) / d21, e22 = akk / d21;
+    Val t = like_val(akk, 1) / (e11 * e22 - like_val(akk, 1)), scale = t / d21;
+    auto wk = [&](const UOpPtr& x) { return scale * (e11 * a1(x, k3) - a1(x, next3)); };
+    auto wkp1 = [&](const UOpPtr& x) { return scale * (e22 * a1(x, next3) - a1(x, k3)); };
     UOpPtr after = lt(next3, c), r_after = lt(next3, r);
-    UOpPtr pair = where(after, sub(a1(r, c), add(mul(a1(r, k3), wk(c)), mul(a1(r, next3), wkp1(c)))),
-                        where(both(eq(c, k3), r_after), wk(r), where(both(eq(c, next3), r_after), wkp1(r), a1(r, c))));
+    Val pair = where_val(
+        after, a1(r, c) - (a1(r, k3) * wk(c) + a1(r, next3) * wkp1(c)),
+        where_val(both(eq(c, k3), r_after), wk(r), where_val(both(eq(c, next3), r_after), wkp1(r), a1(r, c))));
     UOpPtr eliminate = expand(both(live, negation(zero_column)), s);
-    UOpPtr updated = where(both(eliminate, le(k3, c)), where(expand(two, s), pair, single), a);
+    Val updated = where_val(both(eliminate, le(k3, c)), where_val(expand(two, s), pair, single), a);
     UOpPtr pp = coordinate(ps, 1), pk = broadcast(step, ps);
     UOpPtr kp1 = cast(add(reshape(kp, {B, 1}), index_const(1, {B, 1})), DType::Int32);
     UOpPtr entry = where(reshape(two, {B, 1}), alu(Ops::NEG, kp1), kp1);
@@ -367,27 +425,31 @@ LDLFactors ldl_factor(const UOpPtr& lower, Device& dev) {
     UOpPtr new_piv = where(mine, expand(entry, ps), piv);
     UOpPtr first_zero = both(both(reshape(live, {B}), reshape(zero_column, {B})), eq(inf, fixed(DType::Int32, 0, {B})));
     UOpPtr new_info = where(first_zero, cast(add(broadcast(step, {B}), index_const(1, {B})), DType::Int32), inf);
-    return {updated, new_piv, new_info};
+    return with_parts(updated, {new_piv, new_info});
   };
   state = run_steps(state, n, false, one_step, dev);
-  return {where(le(j, i), state[0], like(state[0], 0)), state[1], state[2]};
+  Val ld = first_val(state, lower.complex());
+  return {where_val(le(j, i), ld, like_val(ld, 0)), state[np], state[np + 1]};
 }
 
 // Solves A x = rhs from A's factors (ld (B, n, n), pivots (B, n)), rhs (B, n, r): LAPACK's sytrs, L D y = rhs
 // forward, then L^T x = y backward, each a block of D a step; a (B) flag carries the second row of a 2 x 2
 // block past its step.
-UOpPtr ldl_solve(const UOpPtr& ld_in, const UOpPtr& pivots_in, const UOpPtr& rhs, Device& dev) {
-  int64_t B = rhs->shape[0], n = rhs->shape[1], r = rhs->shape[2];
+// (Complex factors: the complex symmetric solve, zsytrs, L^T not conjugated.)
+Val ldl_solve(const Val& ld_in, const UOpPtr& pivots_in, const Val& rhs, Device& dev) {
+  int64_t B = rhs.re->shape[0], n = rhs.re->shape[1], r = rhs.re->shape[2];
   if (B * n * r == 0) return rhs;
-  std::vector<UOpPtr> given = realize_now({ld_in, pivots_in}, dev);
-  const UOpPtr& ld = given[0];
-  UOpPtr piv = reshape(given[1], {B, 1, n});
+  size_t np = part_count(rhs);
+  std::vector<UOpPtr> given = realize_now(with_parts(ld_in, {pivots_in}), dev);
+  Val ld = first_val(given, ld_in.complex());
+  UOpPtr piv = reshape(given[part_count(ld_in)], {B, 1, n});
   Shape s{B, n, r}, one{B, 1, 1}, line{B, 1, r};
   UOpPtr b = coordinate(s, 0), i = coordinate(s, 1), j = coordinate(s, 2);
   UOpPtr b1 = coordinate(one, 0), zero1 = index_const(0, one);
   UOpPtr lb = coordinate(line, 0), lj = coordinate(line, 2);
   auto solve_step = [&](const std::vector<UOpPtr>& st, const UOpPtr& step, bool forward) -> std::vector<UOpPtr> {
-    const UOpPtr &x = st[0], &skip = st[1];
+    Val x = first_val(st, rhs.complex());
+    const UOpPtr& skip = st[np];
     UOpPtr k1 = broadcast(step, one);
     UOpPtr live = eq(reshape(skip, {B, 1, 1}), fixed(DType::Int32, 0, one));
     UOpPtr p = cast(element(piv, b1, zero1, k1), kIndex);
@@ -398,45 +460,46 @@ UOpPtr ldl_solve(const UOpPtr& ld_in, const UOpPtr& pivots_in, const UOpPtr& rhs
                            : alu(Ops::MAX, sub(k1, index_const(1, one)), zero1);
     UOpPtr k3 = broadcast(step, s), kp3 = expand(kp, s), o3 = expand(other, s), two3 = expand(two, s);
     UOpPtr new_skip = cast(reshape(two, {B}), DType::Int32);
-    UOpPtr updated;
+    Val updated;
     if (forward) {
       // interchange row kp with row k (1 x 1) or k + 1 (2 x 2), then eliminate below the block
       UOpPtr sw = where(two3, o3, k3);
       auto x1 = [&](const UOpPtr& row) {
         return element(x, b, where(eq(row, sw), kp3, where(eq(row, kp3), sw, row)), j);
       };
-      UOpPtr xk = x1(k3), xo = x1(o3), dkk = element(ld, b, k3, k3);
-      UOpPtr single =
-          where(eq(i, k3), div(xk, dkk), where(lt(k3, i), sub(x1(i), mul(element(ld, b, i, k3), xk)), x1(i)));
-      UOpPtr akm1k = element(ld, b, o3, k3), akm1 = div(dkk, akm1k), ak = div(element(ld, b, o3, o3), akm1k);
-      UOpPtr denom = sub(mul(akm1, ak), like(ak, 1));
-      UOpPtr bkm1 = div(xk, akm1k), bk = div(xo, akm1k);
-      UOpPtr rest = sub(sub(x1(i), mul(element(ld, b, i, k3), xk)), mul(element(ld, b, i, o3), xo));
-      UOpPtr pair = where(eq(i, k3), div(sub(mul(ak, bkm1), bk), denom),
-                          where(eq(i, o3), div(sub(mul(akm1, bk), bkm1), denom), where(lt(o3, i), rest, x1(i))));
-      updated = where(two3, pair, single);
+      Val xk = x1(k3), xo = x1(o3), dkk = element(ld, b, k3, k3);
+      Val single = where_val(eq(i, k3), xk / dkk, where_val(lt(k3, i), x1(i) - element(ld, b, i, k3) * xk, x1(i)));
+      Val akm1k = element(ld, b, o3, k3), akm1 = dkk / akm1k, ak = element(ld, b, o3, o3) / akm1k;
+      Val denom = akm1 * ak - like_val(ak, 1);
+      Val bkm1 = xk / akm1k, bk = xo / akm1k;
+      Val rest = x1(i) - element(ld, b, i, k3) * xk - element(ld, b, i, o3) * xo;
+      Val pair = where_val(eq(i, k3), (ak * bkm1 - bk) / denom,
+                           where_val(eq(i, o3), (akm1 * bk - bkm1) / denom, where_val(lt(o3, i), rest, x1(i))));
+      updated = where_val(two3, pair, single);
     } else {
       // row k (and k - 1 of a 2 x 2 block) less L^T's terms below the block, then the interchange of k and kp
       auto reduced = [&](const UOpPtr& col) {
-        UOpPtr terms = where(lt(k3, i), mul(element(ld, b, i, expand(col, s)), x), like(x, 0));
-        return sub(element(x, lb, expand(col, line), lj), reduce(terms, Ops::ADD, {1}));
+        Val terms = where_val(lt(k3, i), element(ld, b, i, expand(col, s)) * x, like_val(x, 0));
+        return element(x, lb, expand(col, line), lj) -
+               each(terms, [](const UOpPtr& part) { return reduce(part, Ops::ADD, {1}); });
       };
-      UOpPtr yk = expand(reduced(k1), s), yo = expand(reduced(other), s);
+      auto spread = [&](const Val& v) { return each(v, [&](const UOpPtr& part) { return expand(part, s); }); };
+      Val yk = spread(reduced(k1)), yo = spread(reduced(other));
       UOpPtr src = where(eq(i, k3), kp3, where(eq(i, kp3), k3, i));
-      updated = where(eq(src, k3), yk, where(both(two3, eq(src, o3)), yo, element(x, b, src, j)));
+      updated = where_val(eq(src, k3), yk, where_val(both(two3, eq(src, o3)), yo, element(x, b, src, j)));
     }
-    UOpPtr kept = where(expand(live, s), updated, x);
+    Val kept = where_val(expand(live, s), updated, x);
     UOpPtr skip_next = where(reshape(live, {B}), new_skip, fixed(DType::Int32, 0, {B}));
-    return {kept, skip_next};
+    return with_parts(kept, {skip_next});
   };
   UOpPtr none = fixed(DType::Int32, 0, {B});
-  std::vector<UOpPtr> state = realize_now({rhs, none}, dev);
+  std::vector<UOpPtr> state = realize_now(with_parts(rhs, {none}), dev);
   state = run_steps(
       state, n, false, [&](const auto& st, const UOpPtr& k) { return solve_step(st, k, true); }, dev);
-  state[1] = none;
+  state[np] = none;
   state = run_steps(
       state, n, true, [&](const auto& st, const UOpPtr& k) { return solve_step(st, k, false); }, dev);
-  return state[0];
+  return first_val(state, rhs.complex());
 }
 
 // m (B, rows, cols) with the elements above diagonal d (lower) or below it (upper) set to zero.
@@ -452,17 +515,19 @@ UOpPtr identity(DType dt, int64_t B, int64_t n) {
   return where(eq(coordinate(s, 1), coordinate(s, 2)), fixed(dt, 1, s), fixed(dt, 0, s));
 }
 
-// Solves a x = rhs (or a^T x = rhs) given a's LU factors (lu (B, n, n), pivots (B, n)), rhs (B, n, r).
-UOpPtr lu_solve(const UOpPtr& lu, const UOpPtr& pivots, const UOpPtr& rhs, bool adjoint, Device& dev) {
-  int64_t n = lu->shape[1];
-  if (prod(rhs->shape) == 0) return rhs;
-  if (!adjoint) { // P^T a = L U
-    UOpPtr x = take_rows(rhs, permutation(pivots, n, true, dev), dev);
+// Solves a x = rhs, or a^T x = rhs (transpose), with conj(a) for a complex a (conjugate), given a's LU
+// factors (lu (B, n, n), pivots (B, n)), rhs (B, n, r).
+Val lu_solve(const Val& lu_in, const UOpPtr& pivots, const Val& rhs, bool transpose, bool conjugate, Device& dev) {
+  Val lu = conjugate ? conj_val(lu_in) : lu_in; // conj(a) = P conj(L) conj(U)
+  int64_t n = lu.re->shape[1];
+  if (prod(rhs.re->shape) == 0) return rhs;
+  if (!transpose) { // P^T a = L U
+    Val x = take_rows(rhs, permutation(pivots, n, true, dev), dev);
     x = solve_triangular(lu, x, false, true, dev);
     return solve_triangular(lu, x, true, false, dev);
   }
-  UOpPtr lut = transposed(lu); // a^T = U^T L^T P^T
-  UOpPtr x = solve_triangular(lut, rhs, false, false, dev);
+  Val lut = each(lu, transposed); // a^T = U^T L^T P^T
+  Val x = solve_triangular(lut, rhs, false, false, dev);
   x = solve_triangular(lut, x, true, true, dev);
   return take_rows(x, permutation(pivots, n, false, dev), dev);
 }
@@ -473,39 +538,34 @@ Device& device_for(const at::Tensor& t) { return runtime::device(t.device().inde
 
 // t's value for a computation that runs now (realize_now): a pending graph that writes a storage in place
 // (ASSIGN, SCATTER) realizes only at a sync, so such an input is realized by one first.
-// `reader`: read, which refuses complex tensors (NotNativeDtype, so the real kernels hand them to the fallback),
-// or read_complex.
-UOpPtr settled_read(const at::Tensor& t, UOpPtr (*reader)(const at::Tensor&) = read) {
+// (A complex t: its (real, imaginary) pairs.)
+UOpPtr settled_read(const at::Tensor& t) {
+  auto value = [&] { return t.is_complex() ? read_complex(t) : read(t); };
   {
     std::lock_guard lock(runtime::graph_mutex());
-    if (runtime::evaluable_alone(reader(t))) return reader(t);
+    if (runtime::evaluable_alone(value())) return value();
   }
   runtime::synchronize();
-  return reader(t);
+  return value();
 }
 
-// t's matrices (its last two dims) broadcast to the batch dims `batch`, as (B, rows, cols).
-UOpPtr matrices(const at::Tensor& t, c10::IntArrayRef batch) {
+// t's matrices (its last two dims) broadcast to the batch dims `batch`, as (B, rows, cols): a real value, or
+// a complex t's parts.
+Val matrix_values(const at::Tensor& t, c10::IntArrayRef batch) {
   Shape full(batch.begin(), batch.end());
   full.push_back(t.size(-2));
   full.push_back(t.size(-1));
   Shape padded(full.size(), 1);
   std::copy(t.sizes().begin(), t.sizes().end(), padded.end() - t.dim());
-  return reshape(expand(reshape(settled_read(t), padded), full),
-                 {prod(Shape(batch.begin(), batch.end())), full.end()[-2], full.end()[-1]});
+  auto batched = [&](const UOpPtr& x) {
+    return reshape(expand(reshape(x, padded), full),
+                   {prod(Shape(batch.begin(), batch.end())), full.end()[-2], full.end()[-1]});
+  };
+  UOpPtr v = settled_read(t);
+  if (!t.is_complex()) return {batched(v), nullptr};
+  return {batched(real_part(v)), batched(imag_part(v))};
 }
-UOpPtr matrices(const at::Tensor& t) { return matrices(t, t.sizes().slice(0, t.dim() - 2)); }
-// A complex t's matrices broadcast to `batch`, as the parts of (B, rows, cols).
-complex_math::Cx complex_matrices(const at::Tensor& t, c10::IntArrayRef batch) {
-  Shape full(batch.begin(), batch.end());
-  full.insert(full.end(), {t.size(-2), t.size(-1), 2});
-  Shape padded(full.size(), 1);
-  std::copy(t.sizes().begin(), t.sizes().end(), padded.end() - t.dim() - 1);
-  padded.back() = 2;
-  UOpPtr pairs = reshape(expand(reshape(settled_read(t, read_complex), padded), full),
-                         {prod(Shape(batch.begin(), batch.end())), t.size(-2), t.size(-1), 2});
-  return complex_math::parts_of(pairs);
-}
+Val matrix_values(const at::Tensor& t) { return matrix_values(t, t.sizes().slice(0, t.dim() - 2)); }
 
 // pivots (..., k) broadcast to `batch`, as (B, k).
 UOpPtr pivot_rows(const at::Tensor& pivots, c10::IntArrayRef batch) {
@@ -525,24 +585,15 @@ void store(const at::Tensor& out, const UOpPtr& value) {
   if (out.numel() == 0) return;
   write(out, reshape(cast(value, to_tiny_dtype(out.scalar_type())), to_shape(out.sizes())));
 }
-
-// The (B, rows, cols) complex value z written into the complex tensor `out`.
-void store(const at::Tensor& out, const complex_math::Cx& z) {
+// A real Val into a real out; a complex out takes a complex Val's parts (a real one's with zero imaginary parts).
+void store(const at::Tensor& out, const Val& value) {
+  if (!out.is_complex()) return store(out, value.re);
   if (out.numel() == 0) return;
-  Shape pairs = to_shape(out.sizes());
-  pairs.push_back(2);
-  write_complex(out, reshape(complex_math::pairs_of(z), pairs));
-}
-complex_math::Cx transposed(const complex_math::Cx& z) { return {transposed(z.re), transposed(z.im)}; }
-
-// The triangular solves of complex64 and complex128 run natively when every tensor has A's dtype; other
-// complex calls go to the CPU fallback (NotNativeDtype), whose checks and casts are torch's.
-void check_complex_solve(std::initializer_list<at::Tensor> tensors) {
-  at::ScalarType st = tensors.begin()->scalar_type();
-  bool native = st == at::kComplexFloat || st == at::kComplexDouble;
-  for (const at::Tensor& t : tensors)
-    native = native && t.scalar_type() == st;
-  if (!native) to_tiny_dtype(st);
+  DType dt = element_dtype(out.scalar_type());
+  Shape shape = to_shape(out.sizes());
+  shape.push_back(2);
+  UOpPtr im = value.complex() ? value.im : like(value.re, 0);
+  write_complex(out, reshape(join_complex(cast(value.re, dt), cast(im, dt)), shape));
 }
 
 at::Tensor empty_like_dtype(const at::Tensor& t, at::ScalarType dt) { return empty_tiny({0}, dt, t.device()); }
@@ -555,7 +606,11 @@ template <class Op, class... Args> void check_float(const at::Tensor& t, const A
   check_cpu_accepts<Op>(args...);
   TORCH_CHECK_NOT_IMPLEMENTED(false, Op::name, " on tiny supports float32 and float64, not ", t.scalar_type());
 }
-
+// The same for the kernels that compute complex64 and complex128 too (on Vals).
+template <class Op, class... Args> void check_float_or_complex(const at::Tensor& t, const Args&... args) {
+  if (t.scalar_type() == at::kComplexFloat || t.scalar_type() == at::kComplexDouble) return;
+  check_float<Op>(t, args...);
+}
 // The pivots of an LU factorisation lie in [1, m]: torch's CPU checks a user's before it uses them (an
 // index out of range would read zeros here). One small reduction read to the host.
 void check_pivots(const at::Tensor& pivots, int64_t m, bool for_solve) {
@@ -628,8 +683,8 @@ std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> linalg_lu_factor_ex_out(const 
     return {LU, pivots, info};
   }
   TORCH_CHECK(pivot, "linalg.lu_factor: LU without pivoting is not implemented on the CPU");
-  check_float<at::_ops::linalg_lu_factor_ex>(A, A, pivot, check_errors);
-  LUFactors f = lu_factor(matrices(A), device_for(A));
+  check_float_or_complex<at::_ops::linalg_lu_factor_ex>(A, A, pivot, check_errors);
+  LUFactors f = lu_factor(matrix_values(A), device_for(A));
   store(LU, f.lu);
   store(pivots, f.pivots);
   store(info, f.info);
@@ -645,20 +700,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> linalg_lu_factor_ex(const at::Ten
 }
 
 // P, L, U of lu (B, m, n) and its pivots: L (m, k) unit lower, U (k, n) upper, P[i, j] = (rows[j] == i).
-void unpack(const UOpPtr& lu, const UOpPtr& pivots, const at::Tensor& P, const at::Tensor& L, const at::Tensor& U,
+// A complex lu: L's unit diagonal is 1 + 0i, P is real.
+void unpack(const Val& lu, const UOpPtr& pivots, const at::Tensor& P, const at::Tensor& L, const at::Tensor& U,
             bool unpack_data, bool unpack_pivots, Device& dev) {
-  int64_t B = lu->shape[0], m = lu->shape[1], n = lu->shape[2], k = std::min(m, n);
+  int64_t B = lu.re->shape[0], m = lu.re->shape[1], n = lu.re->shape[2], k = std::min(m, n);
   if (unpack_data) {
-    UOpPtr lower = shrink(lu, {{0, B}, {0, m}, {0, k}});
-    Shape ls = lower->shape;
-    lower = where(eq(coordinate(ls, 1), coordinate(ls, 2)), like(lower, 1), triangle(lower, false, -1));
-    store(L, lower);
-    store(U, triangle(shrink(lu, {{0, B}, {0, k}, {0, n}}), true));
+    Val below = each(lu, [&](const UOpPtr& part) { return shrink(part, {{0, B}, {0, m}, {0, k}}); });
+    Shape ls = below.re->shape;
+    store(L, where_val(eq(coordinate(ls, 1), coordinate(ls, 2)), like_val(below, 1),
+                       each(below, [](const UOpPtr& part) { return triangle(part, false, -1); })));
+    store(U, each(lu, [&](const UOpPtr& part) { return triangle(shrink(part, {{0, B}, {0, k}, {0, n}}), true); }));
   }
   if (unpack_pivots && P.numel() > 0) {
     Shape s{B, m, m};
     UOpPtr rows = expand(reshape(permutation(pivots, m, true, dev), {B, 1, m}), s);
-    store(P, cast(eq(rows, coordinate(s, 1)), lu->dtype));
+    store(P, Val{cast(eq(rows, coordinate(s, 1)), lu.re->dtype), nullptr}); // real, also for a complex P
   }
 }
 
@@ -669,10 +725,10 @@ std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> linalg_lu_out(const at::Tensor
   meta.apply();
   if (A.numel() > 0) {
     TORCH_CHECK(pivot, "linalg.lu_factor: LU without pivoting is not implemented on the CPU");
-    check_float<at::_ops::linalg_lu>(A, A, pivot);
+    check_float_or_complex<at::_ops::linalg_lu>(A, A, pivot);
   }
   Device& dev = device_for(A);
-  LUFactors f = lu_factor(matrices(A), dev);
+  LUFactors f = lu_factor(matrix_values(A), dev);
   unpack(f.lu, f.pivots, P, L, U, true, pivot, dev);
   return {P, L, U};
 }
@@ -693,7 +749,7 @@ std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> lu_unpack_out(const at::Tensor
   meta.apply();
   if (unpack_pivots) check_pivots(pivots, LU.size(-2), false);
   c10::IntArrayRef batch = batch_of(LU);
-  unpack(matrices(LU), pivot_rows(pivots, batch), P, L, U, unpack_data, unpack_pivots, device_for(LU));
+  unpack(matrix_values(LU), pivot_rows(pivots, batch), P, L, U, unpack_data, unpack_pivots, device_for(LU));
   return {P, L, U};
 }
 
@@ -711,13 +767,12 @@ void solve_with_lu(const at::Tensor& result, const at::Tensor& LU, const at::Ten
                    bool left, bool adjoint) {
   if (result.numel() == 0) return;
   c10::IntArrayRef batch = batch_of(result);
-  UOpPtr rhs = matrices(B, batch);
-  if (!left) { // X A = B  <=>  A^T X^T = B^T
-    rhs = transposed(rhs);
-    adjoint = !adjoint;
-  }
-  UOpPtr x = lu_solve(matrices(LU, batch), pivot_rows(pivots, batch), rhs, adjoint, device_for(LU));
-  store(result, left ? x : transposed(x));
+  Val rhs = matrix_values(B, batch);
+  // X A = B  <=>  A^T X^T = B^T, and X A^H = B  <=>  conj(A) X^T = B^T
+  if (!left) rhs = each(rhs, transposed);
+  bool transpose = left ? adjoint : !adjoint;
+  Val x = lu_solve(matrix_values(LU, batch), pivot_rows(pivots, batch), rhs, transpose, adjoint, device_for(LU));
+  store(result, left ? x : each(x, transposed));
 }
 
 at::Tensor& linalg_lu_solve_out(const at::Tensor& LU, const at::Tensor& pivots, const at::Tensor& B, bool left,
@@ -727,7 +782,7 @@ at::Tensor& linalg_lu_solve_out(const at::Tensor& LU, const at::Tensor& pivots, 
   at::meta::linalg_lu_solve_outf(meta_like(LU), meta_like(pivots), meta_like(B), left, adjoint, meta[0]);
   meta.apply();
   if (result.numel() == 0) return result;
-  check_float<at::_ops::linalg_lu_solve>(LU, LU, pivots, B, left, adjoint);
+  check_float_or_complex<at::_ops::linalg_lu_solve>(LU, LU, pivots, B, left, adjoint);
   check_pivots(pivots, LU.size(-2), true);
   solve_with_lu(result, LU, pivots, B, left, adjoint);
   return result;
@@ -752,8 +807,8 @@ linalg_solve_ex_out(const at::Tensor& A, const at::Tensor& B, bool left, bool ch
   MetaOuts meta{&result, &LU, &pivots, &info};
   at::meta::_linalg_solve_ex_outf(meta_like(A), meta_like(B), left, check_errors, meta[0], meta[1], meta[2], meta[3]);
   meta.apply();
-  check_float<at::_ops::_linalg_solve_ex>(A, A, B, left, check_errors);
-  LUFactors f = lu_factor(matrices(A), device_for(A));
+  check_float_or_complex<at::_ops::_linalg_solve_ex>(A, A, B, left, check_errors);
+  LUFactors f = lu_factor(matrix_values(A), device_for(A));
   store(LU, f.lu);
   store(pivots, f.pivots);
   store(info, f.info);
@@ -777,12 +832,13 @@ std::tuple<at::Tensor&, at::Tensor&> linalg_inv_ex_out(const at::Tensor& A, bool
   MetaOuts meta{&inverse, &info};
   at::meta::linalg_inv_ex_outf(meta_like(A), check_errors, meta[0], meta[1]);
   meta.apply();
-  check_float<at::_ops::linalg_inv_ex>(A, A, check_errors);
+  check_float_or_complex<at::_ops::linalg_inv_ex>(A, A, check_errors);
   Device& dev = device_for(A);
-  LUFactors f = lu_factor(matrices(A), dev);
+  LUFactors f = lu_factor(matrix_values(A), dev);
   store(info, f.info);
   int64_t n = A.size(-1);
-  store(inverse, lu_solve(f.lu, f.pivots, identity(f.lu->dtype, f.lu->shape[0], n), false, dev));
+  UOpPtr eye = identity(f.lu.re->dtype, f.lu.re->shape[0], n);
+  store(inverse, lu_solve(f.lu, f.pivots, {eye, f.lu.complex() ? like(eye, 0) : nullptr}, false, false, dev));
   if (check_errors) at::_linalg_check_errors(info, "linalg.inv_ex", A.dim() == 2);
   return {inverse, info};
 }
@@ -795,27 +851,49 @@ std::tuple<at::Tensor, at::Tensor> linalg_inv_ex(const at::Tensor& A, bool check
 
 // The diagonal of lu (B, n) and the sign of the permutation of its pivots (B, 1): -1 for an odd number of
 // interchanges.
-std::pair<UOpPtr, UOpPtr> diagonal_and_sign(const LUFactors& f) {
-  int64_t B = f.lu->shape[0], n = f.lu->shape[1];
+std::pair<Val, UOpPtr> diagonal_and_sign(const LUFactors& f) {
+  const UOpPtr& lu = f.lu.re;
+  int64_t B = lu->shape[0], n = lu->shape[1];
   Shape d{B, n};
   // a 0 x 0 matrix: one 1 on the diagonal keeps det 1 and logabsdet 0
-  UOpPtr diag =
-      n == 0 ? fixed(f.lu->dtype, 1, {B, 1}) : element(f.lu, coordinate(d, 0), coordinate(d, 1), coordinate(d, 1));
+  Val diag = n == 0 ? like_val(each(f.lu,
+                                    [&](const UOpPtr& part) {
+                                      return fixed(part->dtype, 0, {B, 1});
+                                    }),
+                               1)
+                    : element(f.lu, coordinate(d, 0), coordinate(d, 1), coordinate(d, 1));
   Shape ps = f.pivots->shape;
   UOpPtr swapped = cast(alu(Ops::CMPNE, cast(f.pivots, kIndex), add(coordinate(ps, 1), index_const(1, ps))), kIndex);
   UOpPtr odd = alu(Ops::MOD, sum_keep(swapped, {1}), index_const(2, {B, 1}));
-  UOpPtr sign = sub(fixed(f.lu->dtype, 1, {B, 1}), mul(fixed(f.lu->dtype, 2, {B, 1}), cast(odd, f.lu->dtype)));
+  UOpPtr sign = sub(fixed(lu->dtype, 1, {B, 1}), mul(fixed(lu->dtype, 2, {B, 1}), cast(odd, lu->dtype)));
   return {diag, sign};
 }
 
 UOpPtr product_keep(const UOpPtr& x) { // over axis 1; 1 for none
   return x->shape[1] == 0 ? fixed(x->dtype, 1, {x->shape[0], 1}) : reduce(x, Ops::MUL, {1});
 }
+// The same for Vals: complex values multiplied in order, column after column.
+Val product_keep(const Val& x) {
+  if (!x.complex()) return {product_keep(x.re), nullptr};
+  int64_t B = x.re->shape[0], n = x.re->shape[1];
+  if (n == 0) return {fixed(x.re->dtype, 1, {B, 1}), fixed(x.re->dtype, 0, {B, 1})};
+  auto column = [&](int64_t c) {
+    return each(x, [&](const UOpPtr& part) { return shrink(part, {{0, B}, {c, c + 1}}); });
+  };
+  Val p = column(0);
+  for (int64_t c = 1; c < n; c++)
+    p = p * column(c);
+  return p;
+}
+// A Val times a real value (the permutation's sign): each part scaled.
+Val scaled(const UOpPtr& s, const Val& v) {
+  return each(v, [&](const UOpPtr& part) { return mul(s, part); });
+}
 
 // The LU factors det and slogdet compute (of A or A^T, as torch does: the backward reads them), stored
 // into their LU and pivots outputs.
 LUFactors det_factors(const at::Tensor& A, at::Tensor& LU, at::Tensor& pivots) {
-  LUFactors f = lu_factor(matrices(factors_transpose(A) ? A.mT() : A), device_for(A));
+  LUFactors f = lu_factor(matrix_values(factors_transpose(A) ? A.mT() : A), device_for(A));
   store(LU, f.lu);
   store(pivots, f.pivots);
   return f;
@@ -826,11 +904,11 @@ std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> linalg_det_out(const at::Tenso
   MetaOuts meta{&result, &LU, &pivots};
   at::meta::_linalg_det_outf(meta_like(A), meta[0], meta[1], meta[2]);
   meta.apply();
-  check_float<at::_ops::_linalg_det>(A, A);
+  check_float_or_complex<at::_ops::_linalg_det>(A, A);
   LUFactors f = det_factors(A, LU, pivots);
-  if (f.lu->shape[0] > 0) {
+  if (f.lu.re->shape[0] > 0) {
     auto [diag, sign] = diagonal_and_sign(f);
-    store(result, mul(sign, product_keep(diag)));
+    store(result, scaled(sign, product_keep(diag)));
   }
   return {result, LU, pivots};
 }
@@ -847,23 +925,29 @@ linalg_slogdet_out(const at::Tensor& A, at::Tensor& sign, at::Tensor& logabsdet,
   MetaOuts meta{&sign, &logabsdet, &LU, &pivots};
   at::meta::_linalg_slogdet_outf(meta_like(A), meta[0], meta[1], meta[2], meta[3]);
   meta.apply();
-  check_float<at::_ops::_linalg_slogdet>(A, A);
+  check_float_or_complex<at::_ops::_linalg_slogdet>(A, A);
   LUFactors f = det_factors(A, LU, pivots);
-  if (f.lu->shape[0] > 0) {
+  if (f.lu.re->shape[0] > 0) {
     auto [diag, perm_sign] = diagonal_and_sign(f);
-    UOpPtr zero = like(diag, 0);
-    // torch's sgn: 0 for 0 and NaN
-    UOpPtr sgn = where(lt(zero, diag), like(diag, 1), where(lt(diag, zero), like(diag, -1), zero));
-    store(sign, mul(perm_sign, product_keep(sgn)));
-    store(logabsdet, sum_keep(alu(Ops::LOG, alu(Ops::ABS, diag)), {1}));
+    if (diag.complex()) {
+      // sign: the product of the diagonal's z / |z| (torch's sgn, 0 at 0); logabsdet: the sum of log |z|, real
+      store(sign, scaled(perm_sign, product_keep(val(cm::sgn(cx(diag))))));
+      store(logabsdet, sum_keep(alu(Ops::LOG, cm::abs(cx(diag))), {1}));
+    } else {
+      UOpPtr zero = like(diag.re, 0);
+      // torch's sgn: 0 for 0 and NaN
+      UOpPtr sgn = where(lt(zero, diag.re), like(diag.re, 1), where(lt(diag.re, zero), like(diag.re, -1), zero));
+      store(sign, mul(perm_sign, product_keep(sgn)));
+      store(logabsdet, sum_keep(alu(Ops::LOG, alu(Ops::ABS, diag.re)), {1}));
+    }
   }
   return {sign, logabsdet, LU, pivots};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> linalg_slogdet(const at::Tensor& A) {
-  // a complex A runs on the CPU (its logabsdet is real: the outputs here would not be)
-  if (A.is_complex()) to_tiny_dtype(A.scalar_type()); // NotNativeDtype
-  at::Tensor sign = empty_like_dtype(A, A.scalar_type()), logabsdet = empty_like_dtype(A, A.scalar_type()),
+  // the logabsdet of a complex A is real
+  at::Tensor sign = empty_like_dtype(A, A.scalar_type()),
+             logabsdet = empty_like_dtype(A, c10::toRealValueType(A.scalar_type())),
              LU = empty_like_dtype(A, A.scalar_type()), pivots = empty_like_dtype(A, at::kInt);
   linalg_slogdet_out(A, sign, logabsdet, LU, pivots);
   return {sign, logabsdet, LU, pivots};
@@ -878,24 +962,14 @@ std::tuple<at::Tensor&, at::Tensor&> triangular_solve_out(const at::Tensor& self
   MetaOuts meta{&X, &M};
   at::meta::triangular_solve_outf(meta_like(self), meta_like(A), upper, transpose, unitriangular, meta[0], meta[1]);
   meta.apply();
-  if (A.is_complex()) {
-    // `transpose` is A^T, not A^H, for complex A too
-    check_complex_solve({A, self, X, M});
-    c10::IntArrayRef batch = batch_of(X);
-    complex_math::Cx a = complex_matrices(A, batch);
-    store(M, a);
-    if (X.numel() == 0) return {X, M};
-    store(X, solve_triangular(transpose ? transposed(a) : a, complex_matrices(self, batch), upper != transpose,
-                              unitriangular, device_for(A)));
-    return {X, M};
-  }
-  check_float<at::_ops::triangular_solve>(A, self, A, upper, transpose, unitriangular);
+  check_float_or_complex<at::_ops::triangular_solve>(A, self, A, upper, transpose, unitriangular);
   c10::IntArrayRef batch = batch_of(X);
-  UOpPtr a = matrices(A, batch);
+  Val a = matrix_values(A, batch);
   store(M, a);
   if (X.numel() == 0) return {X, M};
-  store(X, solve_triangular(transpose ? transposed(a) : a, matrices(self, batch), upper != transpose, unitriangular,
-                            device_for(A)));
+  // transpose= is A^T, for complex A too
+  Val b = cast_val(matrix_values(self, batch), a.re->dtype, a.complex());
+  store(X, solve_triangular(transpose ? each(a, transposed) : a, b, upper != transpose, unitriangular, device_for(A)));
   return {X, M};
 }
 
@@ -911,34 +985,28 @@ at::Tensor& linalg_solve_triangular_out(const at::Tensor& A, const at::Tensor& B
   check_same_device({A, B});
   at::native::checkInputsSolver(A, B, left, "linalg.solve_triangular");
   auto [B_, A_] = at::native::_linalg_broadcast_batch_dims(B, A, nullptr);
-  // torch's result is F-contiguous when it is (re)allocated, but row-major when A is the conjugate transpose
-  // of a contiguous matrix (the CPU then solves with A's storage as it is)
-  if (A_.mT().is_contiguous() && A_.is_conj()) {
+  // complex calls run natively when A, B and out share one dtype; the CPU fallback casts (or refuses) the others
+  bool any_complex = A.is_complex() || B.is_complex() || out.is_complex();
+  if (any_complex && (B.scalar_type() != A.scalar_type() || out.scalar_type() != A.scalar_type()))
+    to_tiny_dtype(A.is_complex() ? A.scalar_type() : B.is_complex() ? B.scalar_type() : out.scalar_type());
+  if (A_.is_conj() && A_.mT().is_contiguous()) {
+    // the CPU solves with the storage of a conjugate transpose as it is: its result is row-major then
     at::native::resize_output(out, B_.sizes());
   } else if (at::native::resize_output_check(out, B_.sizes())) {
+    // torch's result is F-contiguous when it is (re)allocated
     out.resize_(B_.mT().sizes());
     out.transpose_(-2, -1);
   }
-  if (A.is_complex()) {
-    check_complex_solve({A, B, out});
-    if (out.numel() == 0) return out;
-    c10::IntArrayRef batch = batch_of(out);
-    complex_math::Cx a = complex_matrices(A_, batch), b = complex_matrices(B_, batch);
-    Device& dev = device_for(A);
-    // X A = B  <=>  A^T X^T = B^T
-    store(out, left ? solve_triangular(a, b, upper, unitriangular, dev)
-                    : transposed(solve_triangular(transposed(a), transposed(b), !upper, unitriangular, dev)));
-    return out;
-  }
-  check_float<at::_ops::linalg_solve_triangular>(A, A, B, upper, left, unitriangular);
+  check_float_or_complex<at::_ops::linalg_solve_triangular>(A, A, B, upper, left, unitriangular);
   if (out.numel() == 0) return out;
   c10::IntArrayRef batch = batch_of(out);
-  DType dt = to_tiny_dtype(A.scalar_type());
-  UOpPtr a = matrices(A_, batch), b = cast(matrices(B_, batch), dt);
+  DType dt = value_dtype(A.scalar_type());
+  Val a = matrix_values(A_, batch), b = cast_val(matrix_values(B_, batch), dt, A.is_complex());
   Device& dev = device_for(A);
-  // X A = B  <=>  A^T X^T = B^T
-  UOpPtr x = left ? solve_triangular(a, b, upper, unitriangular, dev)
-                  : transposed(solve_triangular(transposed(a), transposed(b), !upper, unitriangular, dev));
+  // X A = B  <=>  A^T X^T = B^T (a transpose, for complex A too)
+  Val x =
+      left ? solve_triangular(a, b, upper, unitriangular, dev)
+           : each(solve_triangular(each(a, transposed), each(b, transposed), !upper, unitriangular, dev), transposed);
   store(out, x);
   return out;
 }
@@ -952,16 +1020,17 @@ at::Tensor linalg_solve_triangular(const at::Tensor& A, const at::Tensor& B, boo
 
 // ---- LDL ----
 
-// hermitian= changes nothing for real matrices (sytrf and hetrf agree there); complex ones run on the CPU.
+// hermitian= changes nothing for real matrices (sytrf and hetrf agree there); complex symmetric ones (hermitian=False)
+// factor natively, complex Hermitian ones (hetrf) run on the CPU.
 std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> linalg_ldl_factor_ex_out(const at::Tensor& A, bool hermitian,
                                                                            bool check_errors, at::Tensor& LD,
                                                                            at::Tensor& pivots, at::Tensor& info) {
   MetaOuts meta{&LD, &pivots, &info};
   at::meta::linalg_ldl_factor_ex_outf(meta_like(A), hermitian, check_errors, meta[0], meta[1], meta[2]);
-  if (A.is_complex()) to_tiny_dtype(A.scalar_type()); // NotNativeDtype
+  if (A.is_complex() && hermitian) to_tiny_dtype(A.scalar_type()); // NotNativeDtype
   meta.apply();
-  check_float<at::_ops::linalg_ldl_factor_ex>(A, A, hermitian, check_errors);
-  LDLFactors f = ldl_factor(matrices(A), device_for(A));
+  check_float_or_complex<at::_ops::linalg_ldl_factor_ex>(A, A, hermitian, check_errors);
+  LDLFactors f = ldl_factor(matrix_values(A), device_for(A));
   store(LD, f.ld);
   store(pivots, f.pivots);
   store(info, f.info);
@@ -982,12 +1051,16 @@ at::Tensor& linalg_ldl_solve_out(const at::Tensor& LD, const at::Tensor& pivots,
   check_same_device({LD, pivots, B});
   MetaOuts meta{&result};
   at::meta::linalg_ldl_solve_outf(meta_like(LD), meta_like(pivots), meta_like(B), hermitian, meta[0]);
-  if (LD.is_complex()) to_tiny_dtype(LD.scalar_type()); // NotNativeDtype
+  // complex symmetric factors solve natively when LD, B and result share their dtype; Hermitian ones on the CPU
+  if ((LD.is_complex() || B.is_complex()) &&
+      (hermitian || B.scalar_type() != LD.scalar_type() || result.scalar_type() != LD.scalar_type()))
+    to_tiny_dtype(LD.is_complex() ? LD.scalar_type() : B.scalar_type()); // NotNativeDtype
   meta.apply();
   if (result.numel() == 0) return result;
-  check_float<at::_ops::linalg_ldl_solve>(LD, LD, pivots, B, hermitian);
+  check_float_or_complex<at::_ops::linalg_ldl_solve>(LD, LD, pivots, B, hermitian);
   c10::IntArrayRef batch = batch_of(result);
-  store(result, ldl_solve(matrices(LD, batch), pivot_rows(pivots, batch), matrices(B, batch), device_for(LD)));
+  store(result,
+        ldl_solve(matrix_values(LD, batch), pivot_rows(pivots, batch), matrix_values(B, batch), device_for(LD)));
   return result;
 }
 
@@ -1008,12 +1081,12 @@ std::tuple<at::Tensor&, at::Tensor&> linalg_cholesky_ex_out(const at::Tensor& A,
     store(info, fixed(DType::Int32, 0, to_shape(info.sizes())));
     return {L, info};
   }
-  check_float<at::_ops::linalg_cholesky_ex>(A, A, upper, check_errors);
-  UOpPtr a = matrices(A);
-  // upper: U^T U = A, the lower factor of A^T (A's upper triangle)
-  auto [l, inf] = cholesky(upper ? transposed(a) : a, device_for(A));
-  l = triangle(l, false);
-  store(L, upper ? transposed(l) : l);
+  check_float_or_complex<at::_ops::linalg_cholesky_ex>(A, A, upper, check_errors);
+  Val a = matrix_values(A);
+  // upper: U^H U = A, U = L^H for the lower factor L of A^H (A's upper triangle)
+  auto [l, inf] = cholesky(upper ? adjoint(a) : a, device_for(A));
+  l = each(l, [](const UOpPtr& part) { return triangle(part, false); });
+  store(L, upper ? adjoint(l) : l);
   store(info, inf);
   if (check_errors) at::_linalg_check_errors(info, "linalg.cholesky_ex", A.dim() == 2);
   return {L, info};
@@ -1025,22 +1098,22 @@ std::tuple<at::Tensor, at::Tensor> linalg_cholesky_ex(const at::Tensor& A, bool 
   return {L, info};
 }
 
-// x of L L^T x = b (or U^T U x = b), the factor's batch broadcast to b's
-UOpPtr cholesky_solve(const UOpPtr& factor, const UOpPtr& b, bool upper, Device& dev) {
-  UOpPtr lower = upper ? transposed(factor) : factor;
-  UOpPtr y = solve_triangular(lower, b, false, false, dev);
-  return solve_triangular(transposed(lower), y, true, false, dev);
+// x of L L^H x = b (or U^H U x = b), the factor's batch broadcast to b's
+Val cholesky_solve(const Val& factor, const Val& b, bool upper, Device& dev) {
+  Val lower = upper ? adjoint(factor) : factor;
+  Val y = solve_triangular(lower, b, false, false, dev);
+  return solve_triangular(adjoint(lower), y, true, false, dev);
 }
 
 // cholesky_solve (CompositeExplicitAutograd) broadcasts and checks, then calls this helper; its result is
 // F-contiguous as the CPU's.
 at::Tensor cholesky_solve_helper(const at::Tensor& self, const at::Tensor& A, bool upper) {
   check_same_device({self, A});
-  check_float<at::_ops::_cholesky_solve_helper>(self, self, A, upper);
+  check_float_or_complex<at::_ops::_cholesky_solve_helper>(self, self, A, upper);
   auto strides = at::native::batched_matrix_contiguous_strides(self.sizes(), /*f_contig=*/true);
   at::Tensor result = empty_tiny(self.sizes(), strides, self.scalar_type(), self.device());
   if (result.numel() == 0) return result;
-  store(result, cholesky_solve(matrices(A), matrices(self), upper, device_for(self)));
+  store(result, cholesky_solve(matrix_values(A), matrix_values(self), upper, device_for(self)));
   return result;
 }
 
@@ -1048,7 +1121,7 @@ at::Tensor& cholesky_inverse_out(const at::Tensor& input, bool upper, at::Tensor
   at::native::squareCheckInputs(input, "cholesky_inverse");
   at::native::checkSameDevice("cholesky_inverse", result, input);
   at::native::checkLinalgCompatibleDtype("cholesky_inverse", result, input);
-  check_float<at::_ops::cholesky_inverse>(input, input, upper);
+  check_float_or_complex<at::_ops::cholesky_inverse>(input, input, upper);
   if (result.numel() == 0) { // a new result is F-contiguous, as the CPU's
     result.resize_(input.mT().sizes());
     result.transpose_(-2, -1);
@@ -1056,11 +1129,12 @@ at::Tensor& cholesky_inverse_out(const at::Tensor& input, bool upper, at::Tensor
     at::native::resize_output(result, input.sizes());
   }
   if (input.numel() == 0) return result;
-  UOpPtr factor = realize_now(matrices(input), device_for(input));
-  int64_t B = factor->shape[0], n = factor->shape[1];
+  Val given = matrix_values(input);
+  Val factor = first_val(realize_now(with_parts(given, {}), device_for(input)), given.complex());
+  int64_t B = factor.re->shape[0], n = factor.re->shape[1];
   // LAPACK's potri refuses a factor with a zero on its diagonal: info is the first one (1-based)
   Shape d{B, n};
-  UOpPtr zero = eq(element(factor, coordinate(d, 0), coordinate(d, 1), coordinate(d, 1)), fixed(factor->dtype, 0, d));
+  UOpPtr zero = is_zero(element(factor, coordinate(d, 0), coordinate(d, 1), coordinate(d, 1)));
   UOpPtr first = reduce(where(zero, coordinate(d, 1), index_const(n, d)), Ops::MIN, {1});
   UOpPtr info_value =
       cast(where(eq(first, index_const(n, {B, 1})), index_const(0, {B, 1}), add(first, index_const(1, {B, 1}))),
@@ -1069,7 +1143,8 @@ at::Tensor& cholesky_inverse_out(const at::Tensor& input, bool upper, at::Tensor
   store(info, info_value);
   at::_linalg_check_errors(info, "cholesky_inverse", result.dim() == 2);
   Device& dev = device_for(input);
-  store(result, cholesky_solve(factor, identity(factor->dtype, B, n), upper, dev));
+  UOpPtr eye = identity(factor.re->dtype, B, n);
+  store(result, cholesky_solve(factor, {eye, factor.complex() ? like(eye, 0) : nullptr}, upper, dev));
   return result;
 }
 
@@ -1086,7 +1161,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
   m.impl("linalg_lu_factor_ex", TORCH_FN(linalg_lu_factor_ex));
   m.impl("linalg_lu_factor_ex.out", TORCH_FN(linalg_lu_factor_ex_out));
   m.impl("linalg_lu", TORCH_FN(linalg_lu));
-  m.impl("linalg_lu.P", TORCH_FN(linalg_lu_out));
+  m.impl("linalg_lu.out", TORCH_FN(linalg_lu_out));
   m.impl("lu_unpack", TORCH_FN(lu_unpack));
   m.impl("lu_unpack.out", TORCH_FN(lu_unpack_out));
   m.impl("linalg_lu_solve", TORCH_FN(linalg_lu_solve));

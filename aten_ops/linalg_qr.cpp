@@ -1157,6 +1157,17 @@ at::Tensor& linalg_cross_out(const at::Tensor& self, const at::Tensor& other, in
   if (out.numel() == 0) return out;
   Shape shape = to_shape(out.sizes());
   int64_t d = at::maybe_wrap_dim(dim, out.dim());
+  if (out.is_complex()) { // the same products of complex parts
+    namespace cx = complex_math;
+    DType dt = element_dtype(out.scalar_type());
+    Shape pairs = shape;
+    pairs.push_back(2);
+    auto parts = [&](const at::Tensor& t) { return cx::parts_of(cast(expand(read_complex(t), pairs), dt)); };
+    auto turned = [&](const cx::Cx& z, int64_t k) { return cx::Cx{rotated(z.re, d, k), rotated(z.im, d, k)}; };
+    cx::Cx a = parts(self), b = parts(other);
+    write_complex(out, cx::pairs_of(cx::sub(cx::mul(turned(a, 1), turned(b, 2)), cx::mul(turned(a, 2), turned(b, 1)))));
+    return out;
+  }
   DType dt = to_tiny_dtype(out.scalar_type());
   UOpPtr a = cast(expand(read(self), shape), dt), b = cast(expand(read(other), shape), dt);
   write(out, sub(mul(rotated(a, d, 1), rotated(b, d, 2)), mul(rotated(a, d, 2), rotated(b, d, 1))));

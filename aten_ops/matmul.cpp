@@ -10,6 +10,7 @@
 
 #include <optional>
 
+#include "aten_ops/complex_math.h"
 #include "aten_ops/window_read.h"
 #include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
@@ -330,9 +331,22 @@ UOpPtr baddbmm_value(const at::Tensor& self, const at::Tensor& b1, const at::Ten
   return with_epilogue(p, self, beta, alpha, dt);
 }
 
+// A complex baddbmm (addbmm: the products summed over the batch) from complex_product's bmm.
+at::Tensor complex_baddbmm(const at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2, const at::Scalar& beta,
+                           const at::Scalar& alpha, bool reduce_batch) {
+  check_same_device({self, b1, b2});
+  check_same_dtype(self, b1, "self and batch1");
+  at::Tensor p = complex_product(b1, b2, "batch1 and batch2", bmm_of);
+  if (reduce_batch) p = p.sum(0);
+  TORCH_CHECK(at::is_expandable_to(self.sizes(), p.sizes()), "self of shape ", self.sizes(),
+              " cannot be broadcast to the result's shape ", p.sizes());
+  return complex_epilogue(self, p, beta, alpha);
+}
+
 template <bool ReduceBatch>
 at::Tensor baddbmm(const at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2, const at::Scalar& beta,
                    const at::Scalar& alpha) {
+  if (any_complex({self, b1, b2})) return complex_baddbmm(self, b1, b2, beta, alpha, ReduceBatch);
   UOpPtr v = baddbmm_value(self, b1, b2, beta, alpha, ReduceBatch);
   at::Tensor out = fresh(b1, v->shape);
   return store(out, v, b1.scalar_type());
@@ -341,12 +355,19 @@ at::Tensor baddbmm(const at::Tensor& self, const at::Tensor& b1, const at::Tenso
 template <bool ReduceBatch>
 at::Tensor& baddbmm_out(const at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2, const at::Scalar& beta,
                         const at::Scalar& alpha, at::Tensor& out) {
+  if (any_complex({self, b1, b2, out}))
+    return complex_out(out, complex_baddbmm(self, b1, b2, beta, alpha, ReduceBatch), b1.scalar_type());
   return store(out, baddbmm_value(self, b1, b2, beta, alpha, ReduceBatch), b1.scalar_type());
 }
 
 template <bool ReduceBatch>
 at::Tensor& baddbmm_(at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2, const at::Scalar& beta,
                      const at::Scalar& alpha) {
+  if (any_complex({self, b1, b2})) {
+    at::Tensor r = complex_baddbmm(self, b1, b2, beta, alpha, ReduceBatch);
+    TORCH_CHECK(self.sizes() == r.sizes(), "self must have the result's shape ", r.sizes(), ", got ", self.sizes());
+    return self.copy_(r);
+  }
   UOpPtr v = baddbmm_value(self, b1, b2, beta, alpha, ReduceBatch);
   TORCH_CHECK(self.sizes() == c10::IntArrayRef(v->shape), "self must have the result's shape ",
               c10::IntArrayRef(v->shape), ", got ", self.sizes());
@@ -359,6 +380,24 @@ void check_addr_scalar(at::ScalarType dtype, const at::Scalar& scalar, const cha
   TORCH_CHECK(!scalar.isBoolean() || dtype == at::kBool, "Boolean ", name, " only supported for Boolean results.");
   TORCH_CHECK(at::isFloatingType(dtype) || at::isComplexType(dtype) || scalar.isIntegral(true),
               "For integral input tensors, argument ", name, " must not be a floating point number.");
+}
+
+// addr of complex values as (n, m, 2) pairs: alpha * vec1 * vec2, plus beta * self unless beta is 0 (as the
+// CPU's kernel: self's NaNs are ignored then). The operands are converted to dtype first.
+UOpPtr complex_addr_value(const at::Tensor& self, const at::Tensor& vec1, const at::Tensor& vec2,
+                          const at::Scalar& beta, const at::Scalar& alpha, at::ScalarType dtype) {
+  namespace cm = complex_math;
+  int64_t n = vec1.size(0), m = vec2.size(0);
+  Shape pairs{n, m, 2};
+  DType dt = element_dtype(dtype);
+  auto values = [&](const at::Tensor& t, const Shape& as) {
+    return cm::parts_of(expand(reshape(cast(read_complex(t), dt), as), pairs));
+  };
+  cm::Cx a = values(vec1, {n, 1, 2}), b = values(vec2, {1, m, 2});
+  cm::Cx r = cm::mul(cm::mul(cm::parts_of(scalar_value(alpha, dtype, {n, m})), a), b);
+  if (beta.toComplexDouble() != c10::complex<double>(0.0))
+    r = cm::add(cm::mul(cm::parts_of(scalar_value(beta, dtype, {n, m})), values(self, pairs)), r);
+  return cm::pairs_of(r);
 }
 
 // The value of addr in dtype (torch's promotion of the three tensors), self expanded to (n, m) unless
@@ -375,6 +414,7 @@ UOpPtr addr_value(const at::Tensor& self, const at::Tensor& vec1, const at::Tens
               " doesn't match the broadcast shape [", n, ", ", m, "]");
   at::Tensor s = inplace ? self : self.expand({n, m}); // torch's error for a self that does not expand
   Shape full{n, m};
+  if (at::isComplexType(dtype)) return complex_addr_value(s, vec1, vec2, beta, alpha, dtype);
   DType dt = to_tiny_dtype(dtype), ct = dtype == at::kBool ? dt : opmath(dt);
   UOpPtr a = expand(reshape(read_as(vec1, ct), {n, 1}), full), b = expand(reshape(read_as(vec2, ct), {1, m}), full);
   if (dtype != at::kBool) return with_epilogue(alu(Ops::MUL, a, b), s, beta, alpha, ct);
@@ -390,6 +430,11 @@ at::ScalarType addr_dtype(const at::Tensor& self, const at::Tensor& vec1, const 
 at::Tensor& addr_into(at::Tensor& out, const UOpPtr& value, at::ScalarType dtype) {
   TORCH_CHECK(at::canCast(dtype, out.scalar_type()), "result type ", dtype,
               " can't be cast to the desired output type ", out.scalar_type());
+  if (at::isComplexType(dtype)) { // pairs, into a complex out (canCast refuses a real one)
+    at::native::resize_output(out, c10::IntArrayRef(value->shape).slice(0, 2));
+    write_complex(out, cast(value, element_dtype(out.scalar_type())));
+    return out;
+  }
   at::native::resize_output(out, c10::IntArrayRef(value->shape));
   write(out, cast(value, to_tiny_dtype(out.scalar_type())));
   return out;
@@ -399,7 +444,7 @@ at::Tensor addr(const at::Tensor& self, const at::Tensor& vec1, const at::Tensor
                 const at::Scalar& alpha) {
   at::ScalarType dtype = addr_dtype(self, vec1, vec2);
   UOpPtr v = addr_value(self, vec1, vec2, beta, alpha, dtype, false);
-  at::Tensor out = empty_tiny(c10::IntArrayRef(v->shape), dtype, vec1.device());
+  at::Tensor out = empty_tiny(c10::IntArrayRef(v->shape).slice(0, 2), dtype, vec1.device());
   return addr_into(out, v, dtype);
 }
 

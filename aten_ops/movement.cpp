@@ -463,19 +463,12 @@ at::Tensor pad_backward(const at::Tensor& grad_output, const at::Tensor& self, c
 
 // ---- unfold's backward ----
 
-// grad has the input's shape with dim d holding the windows, plus a trailing dim of each window's
-// `size` elements; element k of window w came from input position w * step + k. The gradient sums,
+// The gradient g (real) has the input's shape with dim d holding the windows, plus a trailing dim of each
+// window's `size` elements; element k of window w came from input position w * step + k. The gradient sums,
 // for each k, the k-th elements spread `step` apart and shifted by k (views with masks: no scatter).
-at::Tensor unfold_backward(const at::Tensor& grad, c10::SymIntArrayRef input_sizes, int64_t dim, int64_t size,
-                           int64_t step) {
-  Shape in = to_shape(C10_AS_INTARRAYREF_SLOW(input_sizes));
-  size_t d = at::maybe_wrap_dim(dim, static_cast<int64_t>(in.size()));
-  TORCH_CHECK(step > 0, "step is ", step, " but must be > 0");
-  at::Tensor out = empty_tiny(c10::IntArrayRef(in), grad.scalar_type(), grad.device());
-  if (out.numel() == 0) return out;
-  DType dt = to_tiny_dtype(grad.scalar_type()), compute = opmath(dt);
+UOpPtr unfold_sum(UOpPtr g, const Shape& in, size_t d, int64_t size, int64_t step) {
+  DType compute = g->dtype;
   Shape work = in.empty() ? Shape{1} : in; // a 0-dim input unfolds as one element
-  UOpPtr g = cast(read(grad), compute);
   Shape windows = work;
   windows[d] = in.empty() ? (size > 0 ? 1 : 0) : g->shape[d]; // a 0-dim input's unfold has no window dim
   windows.push_back(size);
@@ -496,7 +489,26 @@ at::Tensor unfold_backward(const at::Tensor& grad, c10::SymIntArrayRef input_siz
     gk = after >= 0 ? pad_dim(gk, d, k, after) : shrink_dim(pad_dim(gk, d, k, 0), d, 0, length);
     total = alu(Ops::ADD, total, gk);
   }
-  write(out, cast(reshape(total, in), dt));
+  return reshape(total, in);
+}
+
+// A complex gradient sums its real and imaginary parts each as a real one.
+at::Tensor unfold_backward(const at::Tensor& grad, c10::SymIntArrayRef input_sizes, int64_t dim, int64_t size,
+                           int64_t step) {
+  Shape in = to_shape(C10_AS_INTARRAYREF_SLOW(input_sizes));
+  size_t d = at::maybe_wrap_dim(dim, static_cast<int64_t>(in.size()));
+  TORCH_CHECK(step > 0, "step is ", step, " but must be > 0");
+  at::Tensor out = empty_tiny(c10::IntArrayRef(in), grad.scalar_type(), grad.device());
+  if (out.numel() == 0) return out;
+  DType dt = value_dtype(grad.scalar_type()), compute = opmath(dt);
+  if (grad.is_complex()) {
+    UOpPtr pairs = read_complex(grad);
+    UOpPtr re = unfold_sum(cast(real_part(pairs), compute), in, d, size, step);
+    UOpPtr im = unfold_sum(cast(imag_part(pairs), compute), in, d, size, step);
+    write_complex(out, join_complex(cast(re, dt), cast(im, dt)));
+  } else {
+    write(out, cast(unfold_sum(cast(read(grad), compute), in, d, size, step), dt));
+  }
   return out;
 }
 

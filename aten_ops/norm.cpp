@@ -577,7 +577,12 @@ void write_renorm(const at::Tensor& self, const at::Scalar& p, int64_t dim, cons
   UOpPtr cap = scalar_constant(maxnorm, n->dtype, n->shape);
   UOpPtr factor = where(lt(cap, n), div(cap, add(n, like(n, 1e-7))), like(n, 1));
   at::Tensor f = empty_tiny(norm.sizes(), self.scalar_type(), self.device());
-  write(f, cast(factor, to_tiny_dtype(self.scalar_type())));
+  if (self.is_complex()) { // the norm is real: a complex self is scaled by (factor, 0)
+    DType dt = element_dtype(self.scalar_type());
+    write_complex(f, join_complex(cast(factor, dt), like(cast(factor, dt), 0)));
+  } else {
+    write(f, cast(factor, to_tiny_dtype(self.scalar_type())));
+  }
   at::mul_outf(self, f, const_cast<at::Tensor&>(out));
 }
 

@@ -241,9 +241,9 @@ constexpr Fold kFolds[] = {
 
 void write_fold(Kind kind, const at::Tensor& self, const DimMask& mask, const at::Tensor& out) {
   const Fold& f = kFolds[kind];
-  if (out.is_complex() || self.is_complex()) {
-    // sum and mean of complex values fold each part alone, prod multiplies pairs; other folds of complex
-    // values run on the CPU
+  if ((out.is_complex() || self.is_complex()) && !f.truth) {
+    // sum and mean of complex values fold each part alone, prod multiplies pairs; all and any fold their
+    // truth below; other folds of complex values run on the CPU
     if (kind != Sum && kind != Mean && kind != Prod) to_tiny_dtype(self.scalar_type());
     DType dt = element_dtype(out.scalar_type());
     UOpPtr x = complex_input(self, dt);
@@ -265,7 +265,10 @@ void write_fold(Kind kind, const at::Tensor& self, const DimMask& mask, const at
     return;
   }
   DType out_dt = to_tiny_dtype(out.scalar_type());
-  UOpPtr x = input(self);
+  // a complex value is true where either part is nonzero
+  UOpPtr x = f.truth && self.is_complex()
+                 ? cm::nonzero(parts_of(complex_input(self, element_dtype(self.scalar_type()))))
+                 : input(self);
   // torch converts the input to the result dtype first (sum(int8) adds int64s; sum(x, dtype=f16)
   // rounds x to float16), then accumulates in that dtype's opmath
   if (f.truth)
@@ -589,15 +592,43 @@ void write_std_var(const StdVar& f, const at::Tensor& self, at::OptionalIntArray
               "std and var only support floating point and complex dtypes");
   at::ScalarType dtype = at::native::get_dtype_from_result(result, {});
   DimMask mask = mask_of(self, dim);
+  // torch computes a complex input's var (and mean) as its real and imaginary parts' in the result's real
+  // dtype: var = var(re) + var(im), mean = mean(re) + i mean(im)
+  at::ScalarType part_dtype = c10::toRealValueType(dtype), self_part = c10::toRealValueType(self.scalar_type());
   at::native::resize_reduction_result(result, self, mask, keepdim, dtype);
-  if (mean_result.defined()) at::native::resize_reduction_result(mean_result, self, mask, keepdim, dtype);
-  TORCH_CHECK(at::canCast(self.scalar_type(), result.scalar_type()), "result type ", self.scalar_type(),
-              " can't be cast to the desired output type ", result.scalar_type());
+  if (mean_result.defined())
+    at::native::resize_reduction_result(mean_result, self, mask, keepdim, mean_result.scalar_type());
+  TORCH_CHECK(at::canCast(self_part, part_dtype), "result type ", self_part,
+              " can't be cast to the desired output type ", part_dtype);
   double correction = correction_opt.value_or(1).toDouble();
   int64_t reducing = result.numel() == 0 ? 0 : self.numel() / result.numel();
   if (static_cast<double>(reducing) - correction <= 0)
     TORCH_WARN(f.name, "(): degrees of freedom is <= 0. Correction should be strictly less than the reduction factor "
                        "(input numel divided by output numel).");
+  if (self.is_complex()) {
+    DType dt = to_tiny_dtype(part_dtype);
+    UOpPtr pairs = complex_input(self, dt);
+    UOpPtr re = real_part(pairs), im = imag_part(pairs);
+    Axes axes = axes_of(mask, re);
+    Moments mr = moments(re, axes, correction), mi = moments(im, axes, correction);
+    // each part's variance is rounded to the result's dtype, then added (and the square root taken) in it
+    auto rounded = [&](const UOpPtr& v) { return cast(cast(v, dt), opmath(dt)); };
+    UOpPtr var = rounded(alu(Ops::ADD, rounded(mr.var), rounded(mi.var)));
+    UOpPtr value = f.sqrt ? alu(Ops::SQRT, var) : var;
+    if (result.is_complex()) {
+      if (result.numel() > 0)
+        write_complex(result, reshape(join_complex(cast(value, dt), like(cast(value, dt), 0)),
+                                      value_shape(result, to_shape(result.sizes()))));
+    } else {
+      finish(result, value);
+    }
+    if (mean_result.defined() && mean_result.numel() > 0) {
+      UOpPtr mean = join_complex(cast(welford_mean(re, axes, mr.mean), dt), cast(welford_mean(im, axes, mi.mean), dt));
+      write_complex(mean_result, reshape(cast(mean, element_dtype(mean_result.scalar_type())),
+                                         value_shape(mean_result, to_shape(mean_result.sizes()))));
+    }
+    return;
+  }
   DType dt = to_tiny_dtype(dtype);
   UOpPtr x = cast(cast(input(self), dt), opmath(dt));
   Moments m = moments(x, axes_of(mask, x), correction);
@@ -608,7 +639,8 @@ void write_std_var(const StdVar& f, const at::Tensor& self, at::OptionalIntArray
 template <const StdVar& F>
 at::Tensor std_var(const at::Tensor& self, at::OptionalIntArrayRef dim, const std::optional<at::Scalar>& correction,
                    bool keepdim) {
-  at::Tensor result = empty_tiny({0}, self.scalar_type(), self.device());
+  // std and var of complex values are real
+  at::Tensor result = empty_tiny({0}, c10::toRealValueType(self.scalar_type()), self.device());
   write_std_var(F, self, dim, correction, keepdim, result, at::Tensor());
   return result;
 }
@@ -623,7 +655,7 @@ at::Tensor& std_var_out(const at::Tensor& self, at::OptionalIntArrayRef dim,
 template <const StdVar& F>
 std::tuple<at::Tensor, at::Tensor> std_var_mean(const at::Tensor& self, at::OptionalIntArrayRef dim,
                                                 const std::optional<at::Scalar>& correction, bool keepdim) {
-  at::Tensor result = empty_tiny({0}, self.scalar_type(), self.device());
+  at::Tensor result = empty_tiny({0}, c10::toRealValueType(self.scalar_type()), self.device());
   at::Tensor mean = empty_tiny({0}, self.scalar_type(), self.device());
   write_std_var(F, self, dim, correction, keepdim, result, mean);
   return {result, mean};
@@ -862,7 +894,9 @@ at::Tensor count_nonzero(const at::Tensor& self, at::IntArrayRef dims) {
   for (int64_t d = 0; d < self.dim(); d++)
     if (!mask[d]) sizes.push_back(self.size(d));
   at::Tensor out = empty_tiny(sizes, at::kLong, self.device());
-  UOpPtr x = cast(truth(input(self)), DType::Int64);
+  UOpPtr flags = self.is_complex() ? cm::nonzero(parts_of(complex_input(self, element_dtype(self.scalar_type()))))
+                                   : truth(input(self));
+  UOpPtr x = cast(flags, DType::Int64);
   finish(out, fold(x, Ops::ADD, axes_of(mask, x), to_shape(out.sizes())));
   return out;
 }
