@@ -150,6 +150,9 @@ bool is_c(const UOpPtr& n, int64_t v) { return n->op == Ops::CONST && n->const_i
 bool index_math(const UOpPtr& n) { return n->dtype == kIndex && n->shape.empty(); }
 
 UOpPtr fold_const(const UOpPtr& n) {
+  // index math whose bounds leave one value (a product with a loop of one iteration): that value, so that
+  // equal indices are equal nodes and nothing names a loop it does not need
+  if (index_math(n) && is_alu(n->op) && n->vmin == n->vmax) return idx_const(n->vmin);
   if (n->op == Ops::WHERE && is_c(n->src[0])) return n->src[0]->const_i() ? n->src[1] : n->src[2];
   if (n->dtype != kIndex && n->dtype != DType::Bool) return nullptr;
   for (const UOpPtr& s : n->src)

@@ -89,6 +89,13 @@ TEST(Symbolic, ConstantsFold) {
   EXPECT_EQ(graph_rewrite(e, symbolic), idx_const(17));
 }
 
+TEST(Symbolic, IndexMathOfALoopOfOneIterationIsItsOneValue) {
+  auto r = range(1, 0), s = range(7, 1);
+  EXPECT_EQ(graph_rewrite(mul(r, 2), symbolic), idx_const(0));
+  EXPECT_EQ(graph_rewrite(add(add(mul(r, 2), s), idx_const(3)), symbolic),
+            graph_rewrite(add(s, idx_const(3)), symbolic));
+}
+
 TEST(Symbolic, DivAndModOfInRangeValuesFold) {
   auto r = range(8, 0);
   EXPECT_EQ(graph_rewrite(idiv(r, 8), symbolic), idx_const(0));

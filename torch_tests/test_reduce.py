@@ -222,6 +222,14 @@ def test_logsumexp():
     check(lambda t: torch.logsumexp(t, 0), sample((0, 3)))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_logsumexp_beside_a_dim_of_one_compiles_and_matches_cpu(dtype):
+    # the max read at two places that differ only along the dim of one: its index once named a loop the
+    # kernel's block of accumulators did not open ("undeclared identifier" from the C compiler)
+    for shape, dim in (((3, 1, 2), -1), ((3, 2, 1, 2), -1), ((3, 2, 1, 2), 3)):
+        check(lambda t, dim=dim: torch.logsumexp(t, dim), sample(shape, dtype), **tolerance(dtype))
+
+
 def test_nansum_trace_and_equal():
     x = torch.tensor([[1.0, NAN, 2.0], [NAN, NAN, NAN], [INF, 1.0, -INF]])
     for dim in (None, 0, 1):
