@@ -365,9 +365,19 @@ private:
     return false;
   }
 
+  // The nodes of an index as the symbolic pass leaves it, and the loops of one iteration it names (the pass
+  // folds them away, but a value read at them still sits inside their loop: a statistic at a kernel's
+  // channel loop of one iteration, the channels a block, is recomputed for every batch element around it).
+  static std::vector<UOpPtr> index_nodes(const UOpPtr& i) {
+    std::vector<UOpPtr> nodes = toposort(graph_rewrite(i, symbolic));
+    for (const UOpPtr& n : toposort(i))
+      if (n->op == Ops::RANGE && n->vmax == 0 && std::ranges::find(nodes, n) == nodes.end()) nodes.push_back(n);
+    return nodes;
+  }
+
   static bool varies_with(const std::vector<UOpPtr>& idx, const std::vector<const UOp*>& ranges) {
     for (const UOpPtr& i : idx)
-      for (const UOpPtr& n : toposort(graph_rewrite(i, symbolic)))
+      for (const UOpPtr& n : index_nodes(i))
         if (n->op == Ops::RANGE && std::find(ranges.begin(), ranges.end(), n.get()) != ranges.end()) return true;
     return false;
   }
@@ -383,7 +393,7 @@ private:
     std::vector<bool> dep(kernel_loops.size(), false);
     bool divided = false;
     for (const UOpPtr& i : idx)
-      for (const UOpPtr& n : toposort(graph_rewrite(i, symbolic))) {
+      for (const UOpPtr& n : index_nodes(i)) {
         if (n->op == Ops::RANGE && std::get<int64_t>(n->arg) < static_cast<int64_t>(dep.size()))
           dep[std::get<int64_t>(n->arg)] = true;
         divided = divided || n->op == Ops::IDIV;
@@ -403,7 +413,7 @@ private:
   bool recomputed_by_threads(const std::vector<UOpPtr>& idx) const {
     std::array<bool, kGpuRanges> dep{};
     for (const UOpPtr& i : idx)
-      for (const UOpPtr& n : toposort(graph_rewrite(i, symbolic)))
+      for (const UOpPtr& n : index_nodes(i))
         if (n->op == Ops::RANGE && std::get<int64_t>(n->arg) < kGpuRanges) dep[std::get<int64_t>(n->arg)] = true;
     int64_t repeats = 1;
     for (int64_t r = 0; r < kGpuRanges; r++)
