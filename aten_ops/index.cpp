@@ -47,6 +47,8 @@
 
 #include "aten_ops/builders.h"
 #include "aten_ops/complex_math.h"
+#include "aten_ops/read_on_host.h"
+#include "csrc/fallback.h"
 #include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
 
@@ -711,6 +713,34 @@ at::Tensor& put_(at::Tensor& self, const at::Tensor& index, const at::Tensor& so
   return self;
 }
 
+// bincount: each value's count (or the sum of its weights), in input order as the CPU adds them (one ordered
+// scatter pass). The result's length, max(input) + 1 or minlength, is read to the host (one small kernel).
+at::Tensor bincount(const at::Tensor& self, const std::optional<at::Tensor>& weights_opt, int64_t minlength) {
+  const at::Tensor weights = weights_opt.value_or(at::Tensor());
+  check_same_device(weights.defined() ? std::vector<at::Tensor>{self, weights} : std::vector<at::Tensor>{self});
+  check_cpu_accepts<at::_ops::bincount>(self, weights_opt, minlength); // the CPU's dtype errors
+  TORCH_CHECK(minlength >= 0, "minlength should be >= 0");
+  TORCH_CHECK(self.dim() == 1, "bincount only supports 1-d non-negative integral inputs.");
+  TORCH_CHECK(!weights.defined() || (weights.dim() == 1 && weights.size(0) == self.size(0)),
+              "weights should be 1-d and have the same length as input");
+  at::ScalarType dt = !weights.defined() ? at::kLong : weights.scalar_type() == at::kFloat ? at::kFloat : at::kDouble;
+  int64_t n = self.numel(), size = minlength;
+  if (n > 0) {
+    UOpPtr v = read_index(self);
+    // max(v) and max(~v) = ~min(v): one read
+    std::vector<int64_t> r =
+        read_on_host({reduce(v, Ops::MAX, {0}), reduce(alu(Ops::BITNOT, v), Ops::MAX, {0})}, self.device());
+    TORCH_CHECK(~r[1] >= 0, "bincount only supports 1-d non-negative integral inputs.");
+    size = std::max(size, r[0] + 1);
+  }
+  at::Tensor out = empty_tiny({size}, dt, self.device());
+  if (size > 0) write(out, fixed(to_tiny_dtype(dt), 0, {size}));
+  if (n == 0) return out;
+  UOpPtr value = weights.defined() ? cast(read(weights), to_tiny_dtype(dt)) : fixed(DType::Int64, 1, {n});
+  scatter_into(out, read_index(self), value, Ops::ADD);
+  return out;
+}
+
 // ---- gather and the scatter family ----
 
 at::Tensor& gather_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, bool sparse_grad,
@@ -1105,6 +1135,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
   m.impl("take", TORCH_FN(take));
   m.impl("take.out", TORCH_FN(take_out));
   m.impl("put_", TORCH_FN(put_));
+  m.impl("bincount", TORCH_FN(bincount));
   m.impl("gather.out", TORCH_FN(gather_out), UnsignedPolicy::Native);
   m.impl("scatter.src_out", TORCH_FN(scatter_src_out), UnsignedPolicy::Native);
   m.impl("scatter.value_out", TORCH_FN(scatter_value_out), UnsignedPolicy::Native);

@@ -249,3 +249,26 @@ def test_antialiased_resize_of_saturated_uint8_images_clamps_like_cpu(mode):
 def test_a_tiny_result_stays_on_tiny():
     r = torch.repeat_interleave(torch.tensor([2, 1], device=DEVICE))
     assert r.device.type == DEVICE
+
+
+# ---- bincount ----
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8], ids=str)
+def test_bincount_counts_and_sums_weights_as_the_cpu(native, dtype):
+    g = torch.Generator().manual_seed(5)
+    x = torch.randint(0, 9, (50,), generator=g).to(dtype)
+    check(torch.bincount, x)
+    check(lambda t: torch.bincount(t, minlength=20), x)
+    for wdtype in (torch.float32, torch.float64, torch.int32):
+        check(lambda t, w: torch.bincount(t, w), x, (torch.randn(50, generator=g) * 4).to(wdtype))
+    check(lambda t: torch.bincount(t, minlength=3), torch.tensor([], dtype=dtype))
+
+
+def test_bincount_refuses_what_the_cpu_refuses(native):
+    x = torch.tensor([1, 2])
+    check(torch.bincount, torch.tensor([-1, 2]))
+    check(lambda t, w: torch.bincount(t, w), x, torch.ones(3))
+    check(lambda t: torch.bincount(t, minlength=-1), x)
+    check(torch.bincount, torch.ones(2, 2, dtype=torch.long))
+    check(torch.bincount, torch.ones(2))
