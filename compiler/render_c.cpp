@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <deque>
 #include <functional>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
@@ -204,6 +205,52 @@ constexpr const char* kVectorPrelude = R"C(static inline tv_int32_t tiny_f2bf_v(
 static inline tv_float tiny_rbf_v(tv_float f) { return (tv_float)(tiny_f2bf_v(f) * 65536); }
 )C";
 constexpr const char* kVectorHelpers[] = {"tiny_f2bf_v", "tiny_rbf_v"};
+
+// Sixteen rows of up to 8 contiguous floats from 8 float32 vectors (a block of 8 x 16, transposed in
+// registers): row l holds lane l of r0, r1, ... and is stored at o + s * l, its first n floats. A kernel
+// whose lanes stride through its output (a convolution's NCHW result, lanes along the channels) and whose
+// register block holds consecutive positions stores 16 rows instead of 16 * n scalars (the demo's conv2d
+// kernel: 12.4 -> 11.1 ms, one thread).
+constexpr const char* kStoreRows = R"C(typedef float tv_float8 __attribute__((ext_vector_type(8)));
+static inline __attribute__((always_inline)) void tiny_store_rows(float* o, int64_t s, int n, tv_float r0,
+    tv_float r1, tv_float r2, tv_float r3, tv_float r4, tv_float r5, tv_float r6, tv_float r7) {
+  /* pairs of rows interleaved by lanes, then by pairs of lanes, then by quads */
+  tv_float a0 = __builtin_shufflevector(r0, r1, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+  tv_float a1 = __builtin_shufflevector(r0, r1, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+  tv_float a2 = __builtin_shufflevector(r2, r3, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+  tv_float a3 = __builtin_shufflevector(r2, r3, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+  tv_float a4 = __builtin_shufflevector(r4, r5, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+  tv_float a5 = __builtin_shufflevector(r4, r5, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+  tv_float a6 = __builtin_shufflevector(r6, r7, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+  tv_float a7 = __builtin_shufflevector(r6, r7, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+  tv_float b0 = __builtin_shufflevector(a0, a2, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+  tv_float b1 = __builtin_shufflevector(a0, a2, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+  tv_float b2 = __builtin_shufflevector(a1, a3, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+  tv_float b3 = __builtin_shufflevector(a1, a3, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+  tv_float b4 = __builtin_shufflevector(a4, a6, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+  tv_float b5 = __builtin_shufflevector(a4, a6, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+  tv_float b6 = __builtin_shufflevector(a5, a7, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+  tv_float b7 = __builtin_shufflevector(a5, a7, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+  /* c[q] holds two rows, lanes 0-7 and 8-15: rows (0, 4), (8, 12), (1, 5), (9, 13), (2, 6), (10, 14), (3, 7), (11, 15) */
+  tv_float c[8] = {
+      __builtin_shufflevector(b0, b4, 0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23),
+      __builtin_shufflevector(b0, b4, 8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31),
+      __builtin_shufflevector(b2, b6, 0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23),
+      __builtin_shufflevector(b2, b6, 8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31),
+      __builtin_shufflevector(b1, b5, 0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23),
+      __builtin_shufflevector(b1, b5, 8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31),
+      __builtin_shufflevector(b3, b7, 0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23),
+      __builtin_shufflevector(b3, b7, 8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31)};
+  static const int row[8][2] = {{0, 4}, {8, 12}, {1, 5}, {9, 13}, {2, 6}, {10, 14}, {3, 7}, {11, 15}};
+  for (int q = 0; q < 8; q++) {
+    tv_float8 lo = __builtin_shufflevector(c[q], c[q], 0, 1, 2, 3, 4, 5, 6, 7);
+    tv_float8 hi = __builtin_shufflevector(c[q], c[q], 8, 9, 10, 11, 12, 13, 14, 15);
+    memcpy(o + s * row[q][0], &lo, (size_t)n * sizeof(float));
+    memcpy(o + s * row[q][1], &hi, (size_t)n * sizeof(float));
+  }
+}
+)C";
+constexpr const char* kStoreRowsNames[] = {"tv_float8", "tiny_store_rows"};
 
 std::string lane_elem(DType dt) { return dt == DType::Bool ? "uint8_t" : reg_type(dt); }
 std::string vec_type(DType dt) { return "tv_" + lane_elem(dt); }
@@ -435,6 +482,7 @@ public:
       for (auto [t, name] : kUnsignedVectorTypes)
         os << "typedef " << t << " " << name << " __attribute__((ext_vector_type(" << k_.lanes << ")));\n";
     if (k_.lane_range >= 0) os << kVectorPrelude;
+    if (store_rows_) os << kStoreRows;
     if (pair_dots_) os << "#if defined(__AVX512BF16__)\n#include <immintrin.h>\n#endif\n";
     if (!tile_config_.empty())
       os << "#if !defined(__AMXBF16__) && !defined(__AMX_BF16__)\n#error \"tiny: this kernel computes in AMX tiles "
@@ -531,8 +579,10 @@ private:
   std::unordered_set<const UOp*> stored_in_reduce_loops_; // those emitted
   std::vector<size_t> open_;                              // scopes enclosing the code being emitted, outermost first
   int next_ = 0;
-  bool pair_dots_ = false;  // some reduction steps by bfloat16 pair dot products (see pair_dot)
-  size_t copy_stores_ = 0;  // stores of a value as it was loaded (bits copied)
+  bool pair_dots_ = false;                        // some reduction steps by bfloat16 pair dot products (see pair_dot)
+  size_t copy_stores_ = 0;                        // stores of a value as it was loaded (bits copied)
+  bool store_rows_ = false;                       // some stores go through tiny_store_rows (see emit_store_rows)
+  std::unordered_set<const UOp*> stored_as_rows_; // the stores emitted by emit_store_rows
   std::string tile_config_; // the AMX tile configuration of the kernel's tile blocks (see emit_tiles)
   const UOp* lane_node_ = nullptr;
   std::vector<UOpPtr> keep_;
@@ -829,6 +879,7 @@ private:
   }
 
   void emit_vector_store(const UOpPtr& n) {
+    if (stored_as_rows_.count(n.get())) return; // emitted with its block (emit_store_rows)
     const UOpPtr &buf = n->src[0], &value = n->src[2], *valid = n->src.size() > 3 ? &n->src[3] : nullptr;
     DType dt = value->dtype;
     // bfloat16 lanes convert as one vector, then their bits are stored (a convolution's output, strided by
@@ -866,11 +917,91 @@ private:
       }
       return;
     }
+    if (stride > 1 && !valid && dt == DType::Float32 && vec(value) && emit_store_rows(n, stride)) return;
     for (int64_t l = 0; l < k_.lanes; l++) {
       sc.code << ind;
       if (valid) sc.code << "if (" << lane(*valid, l) << ") ";
       sc.code << ref(buf) << "[" << at(l) << "] = " << to_storage(dt, lane(value, l)) << ";\n";
     }
+  }
+
+  // Float32 vector stores whose lanes stride through the output by `stride` and whose bases are consecutive
+  // elements (the positions of a register block: a convolution's NCHW result, lanes along its channels) go
+  // out together, up to 8 at a time, as 16 rows of contiguous floats (tiny_store_rows) instead of a scalar
+  // store per lane. The group is the run of such stores into the same buffer, in the same scope, whose
+  // bases differ from n's by constants; its rows must not overlap (stride >= the run's length), and no load
+  // of the buffer may see the stores' order. Returns false (nothing emitted) where that does not hold.
+  bool emit_store_rows(const UOpPtr& n, int64_t stride) {
+    if (k_.lanes != 16 || !wide_vectors()) return false; // measured on AVX-512 only
+    const UOpPtr& buf = n->src[0];
+    for (const UOpPtr& m : toposort(k_.ast))
+      if (m->op == Ops::LOAD && m->src[0] == buf) return false;
+    auto base_of = [&](const UOpPtr& st) -> UOpPtr {
+      auto split = lane_split(st->src[1], lane_node());
+      return split && split->second == stride ? split->first : nullptr;
+    };
+    UOpPtr base = base_of(n);
+    if (!base) return false;
+    std::map<int64_t, UOpPtr> run;
+    for (const UOpPtr& st : k_.ast->src) {
+      if (st->op != Ops::STORE || st->src[0] != buf || st->src.size() > 3 || st->src[2]->dtype != DType::Float32 ||
+          !vec(st->src[2]) || stored_as_rows_.count(st.get()))
+        continue;
+      UOpPtr b = base_of(st);
+      if (auto d = b ? constant_offset(b, base) : std::nullopt) run.emplace(*d, st);
+    }
+    int64_t lo = 0, hi = 0;
+    while (run.count(lo - 1))
+      lo--;
+    while (run.count(hi + 1))
+      hi++;
+    if (hi == lo || stride < hi - lo + 1) return false;
+    std::vector<UOpPtr> stores;
+    for (int64_t d = lo; d <= hi; d++)
+      stores.push_back(run.at(d));
+    for (const UOpPtr& st : stores)
+      emit(st->src[2]);
+    size_t at = home(n);
+    for (const UOpPtr& st : stores)
+      if (home(st) != at) return false;
+    Scope& sc = scopes_[open_[at]];
+    std::string ind = indent(sc.depth);
+    for (size_t first = 0; first < stores.size(); first += 8) {
+      size_t count = std::min<size_t>(8, stores.size() - first);
+      int64_t s;
+      auto start = lane_index(stores[first]->src[1], lane_node(), &s);
+      sc.code << ind << "tiny_store_rows(" << ref(buf) << " + " << start(0) << ", " << stride << ", " << count;
+      for (size_t r = 0; r < 8; r++)
+        sc.code << ", " << (r < count ? ref(stores[first + r]->src[2]) : std::string("(tv_float)0"));
+      sc.code << ");\n";
+    }
+    for (const UOpPtr& st : stores)
+      stored_as_rows_.insert(st.get());
+    store_rows_ = true;
+    return true;
+  }
+
+  // d where a == b + d for a constant d, both sums of index terms (UOps are interned: equal terms are
+  // one node).
+  static std::optional<int64_t> constant_offset(const UOpPtr& a, const UOpPtr& b) {
+    auto terms = [](const UOpPtr& x, int64_t& constant) {
+      std::map<const UOp*, int64_t> t;
+      std::vector<UOpPtr> stack{x};
+      while (!stack.empty()) {
+        UOpPtr y = stack.back();
+        stack.pop_back();
+        if (y->op == Ops::ADD && y->dtype == kIndex)
+          stack.insert(stack.end(), y->src.begin(), y->src.end());
+        else if (y->is_const())
+          constant += y->const_i();
+        else
+          t[y.get()]++;
+      }
+      return t;
+    };
+    int64_t ca = 0, cb = 0;
+    if (terms(a, ca) != terms(b, cb)) return std::nullopt;
+    return ca - cb;
   }
 
   const UOp* lane_node() {
@@ -1183,6 +1314,9 @@ std::string render_c_bundle(const std::vector<std::string>& sources, const std::
     for (const char* name : kVectorHelpers)
       names.emplace_back(name);
     if (sources[i].find("void tiny_copy(") != std::string::npos) names.emplace_back("tiny_copy");
+    if (sources[i].find("void tiny_store_rows(") != std::string::npos)
+      for (const char* name : kStoreRowsNames)
+        names.emplace_back(name);
     os << "\n";
     for (const std::string& name : names)
       os << "#define " << name << " " << name << suffix << "\n";

@@ -322,6 +322,31 @@ TEST(Kernel, AOneHotSumReadsTheElementItPicksWithoutALoop) {
   }
 }
 
+// A reduction whose lanes stride through its output (out[n, k, x] = sum_c w[k, c] * in[n, c, x], lanes along
+// k: 28 positions do not fill 16 lanes) and whose register block holds consecutive positions stores each
+// block as 16 rows of contiguous floats (tiny_store_rows), not a scalar per lane; the values are the sums'.
+TEST(Kernel, LanesThatStrideThroughTheOutputStoreTheirBlockAsRows) {
+  if (!wide_vectors()) GTEST_SKIP() << "this CPU has no AVX-512 (the rows are emitted there only)";
+  const int64_t N = 4, K = 32, X = 28, C = 20;
+  auto wv = random_vec(K * C, 21), iv = random_vec(N * C * X, 22);
+  // w (K, C) read from a (C, K) buffer: contiguous along the lanes, as a convolution's filter copy
+  auto w = expand(reshape(permute(reshape(buffer(filled(wv)), {C, K}), {1, 0}), {1, K, 1, C}), {N, K, X, C});
+  auto in = expand(reshape(permute(reshape(buffer(filled(iv)), {N, C, X}), {0, 2, 1}), {N, 1, X, C}), {N, K, X, C});
+  auto v = reduce(alu(Ops::MUL, w, in), Ops::ADD, {3});
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, N * K * X);
+  std::string src = render_c(lower_kernel(out, View::contiguous({N, K, X, 1}), v), "k");
+  EXPECT_NE(src.find("  tiny_store_rows("), std::string::npos) << src;
+  auto got = values(realize_value(v));
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t k = 0; k < K; k++)
+      for (int64_t x = 0; x < X; x++) {
+        double want = 0;
+        for (int64_t c = 0; c < C; c++)
+          want += static_cast<double>(wv[c * K + k]) * iv[(n * C + c) * X + x];
+        EXPECT_NEAR(got[(n * K + k) * X + x], want, 1e-4) << n << ", " << k << ", " << x;
+      }
+}
+
 // On AVX-512, an elementwise kernel's contiguous innermost loop is vectorized 16 floats at a time (clang's
 // cost model picks 8 for a long body); a loop with a data-dependent read is left to clang.
 TEST(Kernel, AnElementwiseLoopOfContiguousReadsStepsBySixteenLanesOnAvx512) {
