@@ -3,12 +3,13 @@
 // A sparse tiny tensor is torch's own SparseTensorImpl: sizes, sparse_dim, dense_dim, the coalesced flag
 // and two ordinary dense tiny tensors, indices (sparse_dim x nnz, int64) and values (nnz x dense sizes).
 // torch's device-generic sparse kernels only touch that metadata or move the two tensors with dense ops
-// (construction, _indices/_values, clone, copy_ and _to_copy, resize, zero_), so they are registered as they
-// are, as OpenReg (PyTorch's reference PrivateUse1 backend) does. What torch computes with CPU- or
-// CUDA-only code is written here with dense tiny ops on indices and values: coalesce, to_dense and
-// sparse_mask (to_sparse's gradient). The conversion from dense (to_sparse) is torch's dense_to_sparse
-// (nonzero, unique_dim, index: tiny kernels). A sparse op with no kernel here raises torch's
-// NotImplementedError naming the op and the 'Sparsetiny' backend.
+// (construction, _indices/_values, clone, copy_ and _to_copy, resize, zero_, unsqueeze, permute), so they
+// are registered as they are, as OpenReg (PyTorch's reference PrivateUse1 backend) does. What torch
+// computes with CPU- or CUDA-only code is written here with dense tiny ops on indices and values:
+// coalesce, to_dense and sparse_mask (to_sparse's gradient). The conversion from dense (to_sparse) is
+// torch's dense_to_sparse (nonzero, unique_dim, index: tiny kernels). Any other sparse op (add, mul, mm,
+// sum, softmax...) runs on the CPU's sparse kernel through the CPU fallback (csrc/fallback.cpp), which
+// under TINY_FALLBACK=0 refuses it naming the op.
 
 #include <ATen/ATen.h>
 #include <ATen/ops/_coalesced_native.h>
@@ -25,10 +26,12 @@
 #include <ATen/ops/empty_native.h>
 #include <ATen/ops/indices_native.h>
 #include <ATen/ops/is_coalesced_native.h>
+#include <ATen/ops/permute_native.h>
 #include <ATen/ops/resize_as_sparse_native.h>
 #include <ATen/ops/sparse_dim_native.h>
 #include <ATen/ops/sparse_resize_and_clear_native.h>
 #include <ATen/ops/sparse_resize_native.h>
+#include <ATen/ops/unsqueeze_native.h>
 #include <ATen/ops/values_native.h>
 #include <ATen/ops/zero_native.h>
 #include <torch/library.h>
@@ -158,6 +161,8 @@ TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
   m.impl("sparse_resize_and_clear_", TORCH_FN(at::native::sparse_resize_and_clear_));
   m.impl("resize_as_sparse_", TORCH_FN(at::native::resize_as_sparse_));
   m.impl("zero_", TORCH_FN(at::native::zero_sparse_));
+  m.impl("unsqueeze", TORCH_FN(at::native::unsqueeze_sparse));
+  m.impl("permute", TORCH_FN(at::native::permute_sparse_coo));
   m.impl("_to_sparse.sparse_dim",
          TORCH_FN(static_cast<at::Tensor (*)(const at::Tensor&, int64_t)>(at::native::sparse_coo_to_sparse)));
   m.impl("_to_sparse",
