@@ -19,15 +19,19 @@
 #include <ATen/ops/_sparse_coo_tensor_with_dims_native.h>
 #include <ATen/ops/_to_sparse_native.h>
 #include <ATen/ops/_values_native.h>
+#include <ATen/ops/ccol_indices_native.h>
 #include <ATen/ops/clone_native.h>
+#include <ATen/ops/col_indices_native.h>
 #include <ATen/ops/copy_native.h>
 #include <ATen/ops/copy_sparse_to_sparse_native.h>
+#include <ATen/ops/crow_indices_native.h>
 #include <ATen/ops/dense_dim_native.h>
 #include <ATen/ops/empty_native.h>
 #include <ATen/ops/indices_native.h>
 #include <ATen/ops/is_coalesced_native.h>
 #include <ATen/ops/permute_native.h>
 #include <ATen/ops/resize_as_sparse_native.h>
+#include <ATen/ops/row_indices_native.h>
 #include <ATen/ops/sparse_dim_native.h>
 #include <ATen/ops/sparse_resize_and_clear_native.h>
 #include <ATen/ops/sparse_resize_native.h>
@@ -36,7 +40,11 @@
 #include <ATen/ops/zero_native.h>
 #include <torch/library.h>
 
+#include <optional>
+#include <string>
 #include <vector>
+
+#include "csrc/fallback.h"
 
 namespace tiny::aten_ops {
 
@@ -173,5 +181,43 @@ TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
   m.impl("_to_dense", TORCH_FN(to_dense));
   m.impl("sparse_mask", TORCH_FN(sparse_mask));
 }
+
+// Compressed layouts (CSR, CSC, BSR, BSC: the SparseCsrPrivateUse1 key) are held as torch's SparseCsrTensorImpl
+// over dense tiny index and value tensors, with torch's device-generic kernels: construction, the structure,
+// clone and copy_ (so `.cpu()` and `.to("tiny")` move them); every op on them runs on the CPU's kernels through
+// the fallback.
+TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
+  m.impl("empty.memory_format", TORCH_FN(at::native::empty_sparse_compressed));
+  m.impl("_nnz", TORCH_FN(at::native::_nnz_sparse_csr));
+  m.impl("sparse_dim", TORCH_FN(at::native::sparse_dim_sparse_csr));
+  m.impl("dense_dim", TORCH_FN(at::native::dense_dim_sparse_csr));
+  m.impl("values", TORCH_FN(at::native::values_sparse_csr));
+  m.impl("crow_indices", TORCH_FN(at::native::crow_indices_sparse_csr));
+  m.impl("col_indices", TORCH_FN(at::native::col_indices_sparse_csr));
+  m.impl("ccol_indices", TORCH_FN(at::native::ccol_indices_sparse_csr));
+  m.impl("row_indices", TORCH_FN(at::native::row_indices_sparse_csr));
+  m.impl("clone", TORCH_FN(at::native::clone_sparse_compressed));
+  m.impl("copy_", TORCH_FN(at::native::copy_sparse_compressed_));
+  m.impl("resize_as_sparse_", TORCH_FN(at::native::resize_as_sparse_compressed_));
+}
+
+// torch's structured ops (add, mul, ...) have a CompositeExplicitAutogradNonFunctional kernel, which covers the
+// compressed keys (not the COO one) and outranks a backend fallback: the fallback would never see them, and
+// their meta function would refuse the layout. So every op the CPU has a compressed-layout kernel for, and
+// tiny none (those above, registered first in this file), gets the fallback as its kernel.
+const bool compressed_ops_fall_back = [] {
+  static auto* library = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::SparseCsrPrivateUse1,
+                                            __FILE__, __LINE__); // never destroyed: registrations live on
+  c10::Dispatcher& dispatcher = c10::Dispatcher::singleton();
+  for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
+    std::optional<c10::OperatorHandle> op = dispatcher.findOp(name);
+    if (!op || !name.name.starts_with("aten::") || !op->hasKernelForDispatchKey(c10::DispatchKey::SparseCsrCPU) ||
+        op->hasKernelForDispatchKey(c10::DispatchKey::SparseCsrPrivateUse1))
+      continue;
+    std::string qualified = name.name.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name);
+    library->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&fallback>());
+  }
+  return true;
+}();
 
 } // namespace tiny::aten_ops

@@ -8,8 +8,8 @@
 // a mutated argument is that tiny argument. Around it, tiny:
 // - refuses view ops: a CPU copy cannot alias tiny storage, and a copy silently breaks in-place writes
 //   through the "view";
-// - runs a sparse COO op (one with a sparse tiny argument) on the CPU's sparse kernel, a sparse argument it
-//   mutates written back with copy_ (its indices and values replaced);
+// - runs a sparse op (one with a sparse COO or compressed tiny argument) on the CPU's sparse kernel, a sparse
+//   argument it mutates written back with copy_ (its indices and values replaced);
 // - refuses everything when TINY_FALLBACK=0 (to see what runs natively);
 // - warns once per op, and counts calls per op for torch.tiny.stats();
 // - hands random ops a CPU generator carrying the tiny generator's state, and stores the state back, so
@@ -153,7 +153,7 @@ c10::IValue result_to_tiny(const c10::IValue& v, c10::Device device) {
 void write_back(const c10::IValue& cpu, const c10::IValue& tiny) {
   if (tiny.isTensor()) {
     const at::Tensor& t = tiny.toTensor();
-    if (t.defined() && t.is_sparse()) // its indices and values replaced by the CPU's, moved to tiny
+    if (t.defined() && (t.is_sparse() || t.is_sparse_csr())) // its indices and values replaced by the CPU's
       t.copy_(cpu.toTensor());
     else if (t.defined() && t.device().is_privateuseone())
       at::_copy_from_and_resize(cpu.toTensor(), t);
@@ -177,15 +177,19 @@ void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     (*stack)[first + i] = arguments_to_cpu(tiny_args[i]);
   std::vector<c10::IValue> cpu_args(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
 
-  // a sparse tiny tensor among the arguments: the CPU's sparse kernel
-  bool sparse = false;
+  // a sparse tiny tensor among the arguments: the CPU's sparse (COO or compressed) kernel
+  c10::DispatchKey key = c10::DispatchKey::CPU;
+  auto see = [&key](const at::Tensor& t) {
+    if (t.is_sparse_csr()) key = c10::DispatchKey::SparseCsrCPU;
+    if (t.is_sparse() && key == c10::DispatchKey::CPU) key = c10::DispatchKey::SparseCPU;
+  };
   for (const c10::IValue& v : tiny_args) {
-    sparse = sparse || (v.isTensor() && v.toTensor().is_sparse());
+    if (v.isTensor()) see(v.toTensor());
     if (v.isTensorList())
       for (const at::Tensor& t : v.toTensorList().vec())
-        sparse = sparse || t.is_sparse();
+        see(t);
   }
-  op.redispatchBoxed(c10::DispatchKeySet(sparse ? c10::DispatchKey::SparseCPU : c10::DispatchKey::CPU), stack);
+  op.redispatchBoxed(c10::DispatchKeySet(key), stack);
 
   for (size_t i = 0; i < args.size(); ++i) {
     const c10::AliasInfo* alias = args[i].alias_info();
@@ -370,7 +374,8 @@ void reset_fallback_op_counts() {
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>()); }
-// Sparse COO tensors (aten_ops/sparse.cpp): the ops tiny has no sparse kernel for run on the CPU's sparse kernels.
+// Sparse tensors (aten_ops/sparse.cpp): the ops tiny has no sparse kernel for run on the CPU's sparse kernels.
 TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>()); }
+TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>()); }
 
 } // namespace tiny

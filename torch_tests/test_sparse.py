@@ -4,7 +4,9 @@ structure (indices, values, _nnz, sparse_dim, dense_dim, the coalesced flag), co
 tiny and the CPU, clone, copy_, zero_, unsqueeze, permute, sparse_mask, to_sparse's gradient, every dtype, and bad
 input raising the CPU's kind of error; a sparse op without a tiny kernel is refused naming the op. With the CPU
 fallback: sparse arithmetic, sums, matrix products and their gradients, shape ops, in-place and out= forms run on
-the CPU's sparse kernels and give its results, sparse results back on tiny."""
+the CPU's sparse kernels and give its results, sparse results back on tiny. Compressed layouts (CSR, CSC, BSR,
+BSC) move between tiny and the CPU natively; their ops (to_dense, arithmetic, products, sampled_addmm) run on
+the CPU's kernels."""
 
 import pytest
 import torch
@@ -317,3 +319,44 @@ def test_unsqueeze_and_permute_of_a_sparse_tensor_run_natively():
     both(lambda d: torch.sparse_coo_tensor(INDICES.to(d), v.to(d), (3, 3, 2)).permute(1, 0, 2))
     both(lambda d: torch.sparse_coo_tensor(INDICES.to(d), v.to(d), (3, 3, 2)).permute(1, 0, 2).coalesce())
     both(lambda d: torch.sparse_coo_tensor(INDICES.to(d), v.to(d), (3, 3, 2)).permute(2, 0, 1))  # dense dim moved
+
+
+# ---- compressed layouts (CSR, CSC, BSR, BSC): held and moved natively, their ops on the CPU's kernels ----
+
+DENSE = torch.tensor([[0.0, 1, 0, 0], [2, 0, 3, 0], [0, 0, 0, 4], [5, 0, 0, 6]])
+COMPRESSED = {
+    "csr": lambda x: x.to_sparse_csr(),
+    "csc": lambda x: x.to_sparse_csc(),
+    "bsr": lambda x: x.to_sparse_bsr((2, 2)),
+    "bsc": lambda x: x.to_sparse_bsc((2, 2)),
+}
+
+
+@native
+@pytest.mark.parametrize("layout", COMPRESSED)
+def test_compressed_tensors_move_between_tiny_and_cpu_keeping_their_structure(layout):
+    c = COMPRESSED[layout](DENSE)
+    t = c.to(DEVICE)
+    assert (t.layout, t.device.type, t._nnz(), t.shape) == (c.layout, DEVICE, c._nnz(), c.shape)
+    assert t.values().device.type == DEVICE
+    back = t.cpu()
+    assert back.layout == c.layout and back.device.type == "cpu"
+    torch.testing.assert_close(back, c, rtol=0, atol=0)
+    torch.testing.assert_close(t.clone().cpu(), c, rtol=0, atol=0)
+    compressed, plain = (
+        (t.crow_indices(), t.col_indices()) if layout in ("csr", "bsr") else (t.ccol_indices(), t.row_indices())
+    )
+    expected = (c.crow_indices(), c.col_indices()) if layout in ("csr", "bsr") else (c.ccol_indices(), c.row_indices())
+    assert compressed.device.type == DEVICE
+    torch.testing.assert_close((compressed.cpu(), plain.cpu()), expected, rtol=0, atol=0)
+
+
+def test_csr_ops_run_on_the_cpu_and_match_it():
+    x = torch.arange(8.0).reshape(4, 2)
+    both(lambda d: DENSE.to(d).to_sparse_csr())
+    both(lambda d: DENSE.to_sparse_csr().to(d).to_dense())
+    both(lambda d: DENSE.to_sparse_csr().to(d) * 2)
+    both(lambda d: DENSE.to_sparse_csr().to(d) + DENSE.to_sparse_csr().to(d))
+    both(lambda d: DENSE.to_sparse_csr().to(d).sin())
+    both(lambda d: DENSE.to_sparse_csr().to(d) @ x.to(d))
+    both(lambda d: torch.sparse.sampled_addmm(DENSE.to_sparse_csr().to(d), x.to(d), x.t().to(d), alpha=0.5))
