@@ -360,3 +360,34 @@ def test_csr_ops_run_on_the_cpu_and_match_it():
     both(lambda d: DENSE.to_sparse_csr().to(d).sin())
     both(lambda d: DENSE.to_sparse_csr().to(d) @ x.to(d))
     both(lambda d: torch.sparse.sampled_addmm(DENSE.to_sparse_csr().to(d), x.to(d), x.t().to(d), alpha=0.5))
+
+
+@native
+@by_dtype((torch.bool, torch.complex64, torch.int32, torch.float16))
+def test_no_sparse_dims_in_other_dtypes_match_cpu(dtype):
+    v = torch.tensor([[1, 0], [2, 1], [0, 0], [3, 1], [1, 1]]).to(dtype)
+    both(lambda d: torch.sparse_coo_tensor(torch.zeros(0, 5, dtype=torch.long, device=d), v.to(d), (2,)).to_dense())
+    both(lambda d: torch.sparse_coo_tensor(torch.zeros(0, 5, dtype=torch.long, device=d), v.to(d), (2,)).coalesce())
+
+
+@native
+def test_sparse_mask_edge_cases_match_cpu():
+    empty = torch.sparse_coo_tensor(torch.zeros(2, 0, dtype=torch.long), torch.zeros(0), (3, 3))
+    x = torch.arange(9.0).reshape(3, 3)
+    both(lambda d: x.to(d).sparse_mask(empty.to(d)))
+    both(lambda d: x.to(d).sparse_mask(empty.to(d).coalesce()))
+    # a sparse self (another tensor than the mask): its duplicates summed at each of the mask's indices
+    both(lambda d: sparse(d).sparse_mask(sparse(d)))
+    both(lambda d: sparse(d).sparse_mask(sparse(d, True)))
+    s = sparse(DEVICE)
+    assert s.sparse_mask(s) is s  # the mask itself: torch returns it
+    mask = torch.sparse_coo_tensor(INDICES, torch.ones(6, 2), (3, 3, 2))
+    both(lambda d: torch.arange(18.0).reshape(3, 3, 2).to(d).sparse_mask(mask.to(d)))
+
+
+@native
+def test_coalesce_of_many_random_entries_matches_cpu():
+    g = torch.Generator().manual_seed(0)
+    indices, v = torch.randint(0, 50, (3, 3000), generator=g), torch.randn(3000, generator=g)
+    both(lambda d: torch.sparse_coo_tensor(indices.to(d), v.to(d), (50, 50, 50)).coalesce())
+    both(lambda d: torch.sparse_coo_tensor(indices.to(d), v.to(d), (50, 50, 50)).to_dense())
