@@ -11,6 +11,7 @@
 #include <ATen/TensorIterator.h>
 #include <ATen/native/BinaryOps.h>
 #include <ATen/native/TypeProperties.h>
+#include <ATen/ops/mvlgamma_native.h>
 #include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
@@ -1807,6 +1808,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
   m.impl("complex.out", TORCH_FN(complex_from_parts_out<false>));
   m.impl("polar.out", TORCH_FN(complex_from_parts_out<true>));
   m.impl("frexp.Tensor_out", TORCH_FN(frexp_out));
+  m.impl("mvlgamma.out", TORCH_FN(at::native::mvlgamma_out)); // torch's own: mvlgamma (tiny ops) copied into out
 }
 
 } // namespace tiny

@@ -1,5 +1,5 @@
-// Factories and fills: empty, empty_strided, fill_, zero_, and the range factories (arange, linspace, logspace,
-// eye).
+// Factories and fills: empty, empty_strided, fill_, zero_, the range factories (arange, linspace, logspace,
+// eye), and tril_indices/triu_indices.
 // zeros/ones/full/*_like/scalar_tensor are CompositeExplicitAutograd in torch and reach these kernels.
 
 #include <ATen/TensorIterator.h>
@@ -12,7 +12,9 @@
 
 #include <algorithm>
 #include <complex>
+#include <type_traits>
 
+#include "aten_ops/builders.h"
 #include "aten_ops/complex_math.h"
 #include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
@@ -243,6 +245,79 @@ at::Tensor& eye_m_out(int64_t n, int64_t m, at::Tensor& out) {
 
 at::Tensor& eye_out(int64_t n, at::Tensor& out) { return eye_m_out(n, n, out); }
 
+// tril_indices and triu_indices: the coordinates (a 2 x N tensor, rows then columns) of a row x col matrix's
+// lower (j <= i + offset) or upper (j >= i + offset) triangle in row-major order, each computed from its position
+// k alone. Rows before i hold before(i) elements, a closed form in int64; an element's row is the last i with
+// before(i) <= k, found by a binary search unrolled over the bits of `row`, and its column follows from k -
+// before(i). Exact for every size, no sync, one kernel.
+//
+// with_lengths(x) is the sum of clamp(u, 0, col) over u <= x: the elements of the rows whose lower triangle
+// ends at column u - 1.
+int64_t with_lengths(int64_t x, int64_t col) {
+  if (x <= 0) return 0;
+  if (x <= col) return x * (x + 1) / 2;
+  return col * (col + 1) / 2 + (x - col) * col;
+}
+
+UOpPtr with_lengths(const UOpPtr& x, int64_t col) {
+  auto c = [&](int64_t v) { return expand(reshape(const_int(DType::Int64, v), {1}), x->shape); };
+  UOpPtr below = alu(Ops::IDIV, mul(x, add(x, c(1))), c(2));
+  UOpPtr past = add(c(col * (col + 1) / 2), mul(sub(x, c(col)), c(col)));
+  return where(le(x, c(0)), c(0), where(le(x, c(col)), below, past));
+}
+
+// The elements in rows [0, i) of the triangle (i of any shape; an int64 value or UOp).
+template <bool lower, class I> I before_row(const I& i, int64_t col, int64_t offset) {
+  if constexpr (std::is_same_v<I, int64_t>) {
+    if (lower) return with_lengths(offset + i, col) - with_lengths(offset, col);
+    return i * col - with_lengths(offset + i - 1, col) + with_lengths(offset - 1, col);
+  } else {
+    auto c = [&](int64_t v) { return expand(reshape(const_int(DType::Int64, v), {1}), i->shape); };
+    if (lower) return sub(with_lengths(add(c(offset), i), col), c(with_lengths(offset, col)));
+    return add(sub(mul(i, c(col)), with_lengths(add(c(offset - 1), i), col)), c(with_lengths(offset - 1, col)));
+  }
+}
+
+template <bool lower>
+at::Tensor triangle_indices(int64_t row, int64_t col, int64_t offset, std::optional<at::ScalarType> dtype,
+                            std::optional<at::Layout> layout, std::optional<at::Device> device,
+                            std::optional<bool> pin_memory) {
+  const char* name = lower ? "tril_indices" : "triu_indices";
+  TORCH_CHECK(row >= 0, "row must be non-negative, got", row);
+  TORCH_CHECK(col >= 0, "col must be non-negative, got", col);
+  TORCH_CHECK(c10::layout_or_default(layout) == at::kStrided, "only support layout=torch.strided, got",
+              c10::layout_or_default(layout));
+  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), "Only dense CPU tensors can be pinned");
+  at::ScalarType st = dtype.value_or(at::kLong);
+  TORCH_CHECK_NOT_IMPLEMENTED(st == at::kLong || st == at::kInt, "\"", name, "\" not implemented for '",
+                              c10::toString(st), "'");
+  // an offset past either end means the same triangle as the end (and keeps the closed forms small)
+  offset = std::clamp<int64_t>(offset, -row, col);
+  const int64_t n = before_row<lower>(row, col, offset);
+  at::Tensor out = empty_tiny({2, n}, st, c10::device_or_default(device));
+  if (n == 0) return out;
+  Shape flat{n};
+  auto c = [&](int64_t v) { return expand(reshape(const_int(DType::Int64, v), {1}), flat); };
+  UOpPtr k = iota(n, DType::Int64), i = c(0);
+  int64_t step = 1;
+  while (step * 2 < row)
+    step *= 2;
+  for (; step > 0; step /= 2) { // i: the last row whose elements start at or before k
+    UOpPtr next = add(i, c(step));
+    i = where(both(lt(next, c(row)), le(before_row<lower>(next, col, offset), k)), next, i);
+  }
+  UOpPtr j = sub(k, before_row<lower>(i, col, offset));
+  if (!lower) { // an upper row starts at column max(i + offset, 0)
+    UOpPtr first = add(i, c(offset));
+    j = add(j, where(lt(first, c(0)), c(0), first));
+  }
+  Shape two{2, n};
+  UOpPtr is_row = expand(reshape(eq(iota(2, DType::Int64), fixed(DType::Int64, 0, {2})), {2, 1}), two);
+  UOpPtr coords = where(is_row, expand(reshape(i, {1, n}), two), expand(reshape(j, {1, n}), two));
+  write(out, cast(coords, to_tiny_dtype(st)));
+  return out;
+}
+
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
@@ -257,6 +332,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
   m.impl("logspace.out", logspace_out);
   m.impl("eye.out", eye_out);
   m.impl("eye.m_out", eye_m_out);
+  m.impl("tril_indices", triangle_indices<true>);
+  m.impl("triu_indices", triangle_indices<false>);
 }
 
 } // namespace tiny::aten_ops

@@ -1,5 +1,6 @@
 // Movement ATen ops that make new tensors: cat, constant/reflection/replication padding (and the
-// backward of the latter two), flip, roll, repeat, repeat_interleave's indices, tril/triu, masked_fill_.
+// backward of the latter two), flip, roll, repeat, repeat_interleave's indices, tril/triu, masked_fill_,
+// narrow_copy.out.
 //
 // None of them copies. Each result is a UOp expression of views of its inputs: a shifted, flipped,
 // cropped or broadcast view, and for results made of several parts (cat, pads, roll) one masked view
@@ -745,6 +746,30 @@ at::Tensor channel_shuffle(const at::Tensor& self, int64_t groups) {
   return out;
 }
 
+// narrow_copy's out= form: the narrowed view copied into out (resized without a warning, its strides kept when
+// its shape is right), with the CPU kernel's checks in its order: a 0-dim self, out's dtype, the dim (a negative
+// one wrapped as everywhere, one past the last not), start (wrapped, IndexError past the size), the length.
+at::Tensor& narrow_copy_out(const at::Tensor& self, int64_t dim, int64_t start, int64_t length, at::Tensor& out) {
+  TORCH_CHECK(self.dim() > 0, "narrow() cannot be applied to a 0-dim tensor.");
+  TORCH_CHECK(self.scalar_type() == out.scalar_type(), "narrow_copy(): expected out to have dtype ", self.scalar_type(),
+              ", but got ", out.scalar_type());
+  check_same_device({self, out});
+  if (dim < 0) dim = at::maybe_wrap_dim(dim, self.dim());
+  TORCH_CHECK(dim < self.dim(), "narrow_copy(): dim ", dim, " is out of range for a tensor of ", self.dim(),
+              " dimensions");
+  const int64_t size = self.size(dim);
+  TORCH_CHECK_INDEX(start >= -size && start <= size, "start out of range (expected to be in range of [", -size, ", ",
+                    size, "], but got ", start, ")");
+  if (start < 0) start += size;
+  TORCH_CHECK(length >= 0 && start <= size - length, "start (", start, ") + length (", length,
+              ") exceeds dimension size (", size, ").");
+  std::vector<int64_t> sizes = self.sizes().vec();
+  sizes[static_cast<size_t>(dim)] = length;
+  out.resize_(sizes);
+  if (out.numel() > 0) out.copy_(self.narrow(dim, start, length));
+  return out;
+}
+
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
@@ -799,6 +824,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
   m.impl("triu.out", triangle_out<false>);
   m.impl("masked_fill_.Scalar", masked_fill_scalar);
   m.impl("masked_fill_.Tensor", masked_fill_tensor);
+  m.impl("narrow_copy.out", narrow_copy_out, UnsignedPolicy::Native);
 }
 
 } // namespace tiny::aten_ops

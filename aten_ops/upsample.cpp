@@ -19,14 +19,16 @@
 // temporary; unused taps are left out (where), not weighted by 0, so that an inf or NaN outside the window
 // stays out. Its backward scatter-adds weight * grad into each output's window, dim by dim.
 //
+// uint8 images (bilinear and bicubic 2d, with or without antialiasing) take torch's fixed-point path: the same
+// separable passes with int16 weights, each pass rounding to uint8 (interpolate_uint8_separably); without
+// antialiasing the taps are the float path's, folded at the borders as torch's uint8 kernel folds them.
+//
 // torch's checks, result sizes and memory formats come from the structured ops' meta functions.
 
 #include <ATen/core/Tensor.h>
 #include <ATen/native/UpSample.h>
-#include <ATen/ops/_upsample_bicubic2d_aa.h>
 #include <ATen/ops/_upsample_bicubic2d_aa_backward_meta_dispatch.h>
 #include <ATen/ops/_upsample_bicubic2d_aa_meta_dispatch.h>
-#include <ATen/ops/_upsample_bilinear2d_aa.h>
 #include <ATen/ops/_upsample_bilinear2d_aa_backward_meta_dispatch.h>
 #include <ATen/ops/_upsample_bilinear2d_aa_meta_dispatch.h>
 #include <ATen/ops/_upsample_nearest_exact1d_backward_meta_dispatch.h>
@@ -35,10 +37,8 @@
 #include <ATen/ops/_upsample_nearest_exact2d_meta_dispatch.h>
 #include <ATen/ops/_upsample_nearest_exact3d_backward_meta_dispatch.h>
 #include <ATen/ops/_upsample_nearest_exact3d_meta_dispatch.h>
-#include <ATen/ops/upsample_bicubic2d.h>
 #include <ATen/ops/upsample_bicubic2d_backward_meta_dispatch.h>
 #include <ATen/ops/upsample_bicubic2d_meta_dispatch.h>
-#include <ATen/ops/upsample_bilinear2d.h>
 #include <ATen/ops/upsample_bilinear2d_backward_meta_dispatch.h>
 #include <ATen/ops/upsample_bilinear2d_meta_dispatch.h>
 #include <ATen/ops/upsample_linear1d_backward_meta_dispatch.h>
@@ -62,7 +62,6 @@
 #include "aten_ops/builders.h"
 #include "aten_ops/read_on_host.h"
 #include "aten_ops/sliding_window.h"
-#include "csrc/fallback.h"
 #include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
 
@@ -112,6 +111,8 @@ struct DimMap {
   int64_t repeat = 0; // > 0: output o reads input o / repeat
   bool identity = false;
   std::vector<Tap> taps;
+  UOpPtr wt_max =
+      nullptr; // (out,) float64: what torch takes the uint8 weights' precision from, when not the largest tap
 };
 
 // torch's nearest index of output o (UpSample.h: nearest_idx / nearest_exact_idx), on the host.
@@ -259,6 +260,56 @@ DimMap aa_map(Mode m, int64_t in, int64_t out, bool align_corners, Scale scale, 
   return d;
 }
 
+// torch's uint8 taps without antialiasing (_compute_indices_min_size_weights, in double): the float path's
+// source index and lambda, then interp_size taps (2 or 4) from input_index - interp_size / 2 + 1, those before
+// the first input or past the last folded into the first or last input's weight (the float path reads those
+// clamped instead), the filter a triangle or Keys' cubic with a = -0.75. The precision comes from the largest
+// weight any slot holds while the taps add up (its running sums, as torch updates it).
+DimMap uint8_map(Mode m, int64_t in, int64_t out, bool align_corners, Scale scale) {
+  if (in == out) return identity_map(out); // torch leaves the dim as it is
+  DimMap d{in, out, 0, false, {}};
+  const DType f64 = DType::Float64;
+  const bool cubic = m == Mode::Cubic;
+  const int64_t interp = cubic ? 4 : 2, support = interp / 2;
+  auto k = [&](double v) { return fconst(f64, v, out); };
+  UOpPtr real = source_index(out, ratio(in, out, align_corners, scale, f64), align_corners, cubic, f64);
+  UOpPtr i = bin(Ops::MIN, floor_index(real), iconst(in - 1, out));
+  UOpPtr lambda = bin(Ops::MIN, bin(Ops::MAX, bin(Ops::SUB, real, cast(i, f64)), k(0)), k(1));
+  UOpPtr first = bin(Ops::ADD, i, iconst(1 - support, out));
+  UOpPtr index_min = bin(Ops::MAX, first, iconst(0, out));
+  UOpPtr index_size =
+      bin(Ops::SUB, bin(Ops::MIN, bin(Ops::ADD, i, iconst(support + 1, out)), iconst(in, out)), index_min);
+  index_size = bin(Ops::MIN, bin(Ops::MAX, index_size, iconst(0, out)), iconst(interp, out));
+  auto filter = [&](const UOpPtr& x0) {
+    UOpPtr x = alu(Ops::ABS, x0);
+    if (!cubic) return where(bin(Ops::CMPLT, x, k(1)), bin(Ops::SUB, k(1), x), k(0));
+    constexpr double A = -0.75;
+    return where(bin(Ops::CMPLT, x, k(1)), cubic_near(x, A), where(bin(Ops::CMPLT, x, k(2)), cubic_far(x, A), k(0)));
+  };
+  std::vector<UOpPtr> w, slot;
+  for (int64_t j = 0; j < interp; j++) {
+    w.push_back(filter(bin(Ops::SUB, k(static_cast<double>(j + 1 - support)), lambda)));
+    UOpPtr at = bin(Ops::MIN, bin(Ops::MAX, bin(Ops::ADD, first, iconst(j, out)), iconst(0, out)), iconst(in - 1, out));
+    slot.push_back(bin(Ops::SUB, at, index_min));
+  }
+  UOpPtr wt_max = k(0);
+  for (size_t j = 0; j < w.size(); j++) { // slot j's running sum once tap j is added
+    UOpPtr running = w[j];
+    for (size_t e = 0; e < j; e++)
+      running = bin(Ops::ADD, running, where(bin(Ops::CMPEQ, slot[e], slot[j]), w[e], k(0)));
+    wt_max = bin(Ops::MAX, wt_max, running);
+  }
+  d.wt_max = wt_max;
+  for (int64_t t = 0; t < interp; t++) {
+    UOpPtr weight = k(0);
+    for (size_t j = 0; j < w.size(); j++)
+      weight = bin(Ops::ADD, weight, where(bin(Ops::CMPEQ, slot[j], iconst(t, out)), w[j], k(0)));
+    UOpPtr at = bin(Ops::MIN, bin(Ops::ADD, index_min, iconst(t, out)), iconst(in - 1, out));
+    d.taps.push_back({at, weight, t == 0 ? nullptr : bin(Ops::CMPLT, iconst(t, out), index_size)});
+  }
+  return d;
+}
+
 DimMap dim_map(Mode m, int64_t in, int64_t out, bool align_corners, Scale scale, DType dt) {
   switch (m) {
   case Mode::LinearAA:
@@ -388,8 +439,11 @@ UOpPtr interpolate_uint8_separably(const UOpPtr& x, std::vector<DimMap> maps, c1
     DimMap& d = maps[i];
     if (d.identity) continue;
     UOpPtr zero = fconst(DType::Float64, 0, d.out), m = zero; // torch's largest starts at 0
-    for (const Tap& t : d.taps)
-      m = bin(Ops::MAX, m, t.valid ? where(t.valid, t.weight, zero) : t.weight);
+    if (d.wt_max)
+      m = d.wt_max;
+    else
+      for (const Tap& t : d.taps)
+        m = bin(Ops::MAX, m, t.valid ? where(t.valid, t.weight, zero) : t.weight);
     int64_t bits = aten_ops::read_on_host({bitcast(reduce(m, Ops::MAX, {0}), DType::Int64)}, device)[0];
     double wt_max = std::bit_cast<double>(bits);
     int p = 0;
@@ -465,13 +519,13 @@ struct Request {
 void check_dtype(const at::Tensor& t, Mode m, size_t nd, bool backward) {
   at::ScalarType st = t.scalar_type();
   bool nearest = m == Mode::Nearest || m == Mode::NearestExact;
-  // torch's CPU kernels also take uint8: nearest (an exact gather) here, bilinear and bicubic through the
-  // CPU (upsample_aligned_or_uint8_on_cpu).
-  // antialiased: float and double (torch computes the weights in the input's dtype), and uint8 with its
-  // fixed-point weights (interpolate_uint8_separably)
+  // torch's CPU kernels also take uint8: nearest (an exact gather), and bilinear and bicubic 2d with and without
+  // antialiasing, with fixed-point weights (interpolate_uint8_separably).
+  // antialiased: float and double (torch computes the weights in the input's dtype), and uint8
   TORCH_CHECK_NOT_IMPLEMENTED(!antialiased(m) || st == at::kFloat || st == at::kDouble || st == at::kByte,
                               "\"compute_index_ranges_weights\" not implemented for '", st, "'");
-  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(st) || (!backward && (nearest || antialiased(m)) && st == at::kByte),
+  bool fixed_point = antialiased(m) || (nd == 2 && (m == Mode::Linear || m == Mode::Cubic));
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(st) || (!backward && (nearest || fixed_point) && st == at::kByte),
                               "\"", mode_name(m, nd), backward ? "_backward" : "", "\" not implemented for '", st,
                               "' on tiny");
 }
@@ -497,9 +551,13 @@ void write_upsample(const at::Tensor& self, const at::Tensor& out, const Request
   size_t lead = s.size() - nd;
   std::vector<DimMap> m = maps(r, Shape(s.begin() + static_cast<std::ptrdiff_t>(lead), s.end()),
                                Shape(o.begin() + static_cast<std::ptrdiff_t>(lead), o.end()), opmath(dt));
-  if (antialiased(r.mode) && dt == DType::UInt8) {
-    m = maps(r, Shape(s.begin() + static_cast<std::ptrdiff_t>(lead), s.end()),
-             Shape(o.begin() + static_cast<std::ptrdiff_t>(lead), o.end()), DType::Float64);
+  if (dt == DType::UInt8 && r.mode != Mode::Nearest && r.mode != Mode::NearestExact) {
+    m.clear();
+    for (size_t i = 0; i < nd; i++) {
+      int64_t in = s[lead + i], to = o[lead + i];
+      m.push_back(antialiased(r.mode) ? dim_map(r.mode, in, to, r.align_corners, r.scales[i], DType::Float64)
+                                      : uint8_map(r.mode, in, to, r.align_corners, r.scales[i]));
+    }
     return write(out, interpolate_uint8_separably(read(self), m, self.device()));
   }
   UOpPtr x = cast(read(self), ct);
@@ -538,16 +596,6 @@ at::Tensor upsample_aligned(const at::Tensor& self, c10::IntArrayRef output_size
   return out;
 }
 
-// torch's CPU kernels of bilinear and bicubic upsampling take uint8 images too, with fixed-point weights
-// and rounding of their own: those run on the CPU through the fallback, but for the antialiased ones.
-template <Mode M, auto Meta, class Op, class... S>
-at::Tensor upsample_aligned_or_uint8_on_cpu(const at::Tensor& self, c10::IntArrayRef output_size, bool align_corners,
-                                            S... scales) {
-  if (self.scalar_type() == at::kByte && !antialiased(M))
-    return on_cpu<Op>(self, output_size, align_corners, scales...);
-  return upsample_aligned<M, Meta, S...>(self, output_size, align_corners, scales...);
-}
-
 template <Mode M, auto Meta, class... S>
 at::Tensor upsample_backward(const at::Tensor& grad_output, c10::IntArrayRef output_size, c10::IntArrayRef input_size,
                              S... scales) {
@@ -579,18 +627,14 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
   m.impl("_upsample_nearest_exact3d",
          TORCH_FN((upsample<Mode::NearestExact, &at::meta::_upsample_nearest_exact3d, N, N, N>)));
   m.impl("upsample_linear1d", TORCH_FN((upsample_aligned<Mode::Linear, &at::meta::upsample_linear1d, N>)));
-  m.impl("upsample_bilinear2d", TORCH_FN((upsample_aligned_or_uint8_on_cpu<Mode::Linear, &at::meta::upsample_bilinear2d,
-                                                                           at::_ops::upsample_bilinear2d, N, N>)));
+  m.impl("upsample_bilinear2d", TORCH_FN((upsample_aligned<Mode::Linear, &at::meta::upsample_bilinear2d, N, N>)));
   m.impl("upsample_trilinear3d", TORCH_FN((upsample_aligned<Mode::Linear, &at::meta::upsample_trilinear3d, N, N, N>)));
-  m.impl("upsample_bicubic2d", TORCH_FN((upsample_aligned_or_uint8_on_cpu<Mode::Cubic, &at::meta::upsample_bicubic2d,
-                                                                          at::_ops::upsample_bicubic2d, N, N>)));
+  m.impl("upsample_bicubic2d", TORCH_FN((upsample_aligned<Mode::Cubic, &at::meta::upsample_bicubic2d, N, N>)));
 
   m.impl("_upsample_bilinear2d_aa",
-         TORCH_FN((upsample_aligned_or_uint8_on_cpu<Mode::LinearAA, &at::meta::_upsample_bilinear2d_aa,
-                                                    at::_ops::_upsample_bilinear2d_aa, N, N>)));
+         TORCH_FN((upsample_aligned<Mode::LinearAA, &at::meta::_upsample_bilinear2d_aa, N, N>)));
   m.impl("_upsample_bicubic2d_aa",
-         TORCH_FN((upsample_aligned_or_uint8_on_cpu<Mode::CubicAA, &at::meta::_upsample_bicubic2d_aa,
-                                                    at::_ops::_upsample_bicubic2d_aa, N, N>)));
+         TORCH_FN((upsample_aligned<Mode::CubicAA, &at::meta::_upsample_bicubic2d_aa, N, N>)));
 
   m.impl("upsample_nearest1d_backward",
          TORCH_FN((upsample_backward<Mode::Nearest, &at::meta::upsample_nearest1d_backward, N>)));

@@ -8,6 +8,8 @@
 // a mutated argument is that tiny argument. Around it, tiny:
 // - refuses view ops: a CPU copy cannot alias tiny storage, and a copy silently breaks in-place writes
 //   through the "view";
+// - runs a sparse op (one with a sparse COO or compressed tiny argument) on the CPU's sparse kernel, a sparse
+//   argument it mutates written back with copy_ (its indices and values replaced);
 // - refuses everything when TINY_FALLBACK=0 (to see what runs natively);
 // - warns once per op, and counts calls per op for torch.tiny.stats();
 // - hands random ops a CPU generator carrying the tiny generator's state, and stores the state back, so
@@ -100,7 +102,7 @@ std::optional<c10::Device> tiny_device_of(c10::ArrayRef<c10::IValue> arguments) 
 // tensor's stride order, as .cpu() makes.
 at::Tensor to_cpu(const at::Tensor& t) {
   if (!t.defined() || !t.device().is_privateuseone()) return t;
-  if (t.numel() == 0 || t.is_non_overlapping_and_dense()) return t.cpu();
+  if (t.layout() != at::kStrided || t.numel() == 0 || t.is_non_overlapping_and_dense()) return t.cpu();
   int64_t span = 1;
   for (int64_t d = 0; d < t.dim(); ++d)
     span += (t.size(d) - 1) * t.stride(d);
@@ -151,7 +153,10 @@ c10::IValue result_to_tiny(const c10::IValue& v, c10::Device device) {
 void write_back(const c10::IValue& cpu, const c10::IValue& tiny) {
   if (tiny.isTensor()) {
     const at::Tensor& t = tiny.toTensor();
-    if (t.defined() && t.device().is_privateuseone()) at::_copy_from_and_resize(cpu.toTensor(), t);
+    if (t.defined() && (t.is_sparse() || t.is_sparse_csr())) // its indices and values replaced by the CPU's
+      t.copy_(cpu.toTensor());
+    else if (t.defined() && t.device().is_privateuseone())
+      at::_copy_from_and_resize(cpu.toTensor(), t);
   } else if (tiny.isTensorList()) {
     std::vector<at::Tensor> from = cpu.toTensorList().vec(), to = tiny.toTensorList().vec();
     for (size_t i = 0; i < to.size(); ++i)
@@ -172,7 +177,19 @@ void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     (*stack)[first + i] = arguments_to_cpu(tiny_args[i]);
   std::vector<c10::IValue> cpu_args(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
 
-  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  // a sparse tiny tensor among the arguments: the CPU's sparse (COO or compressed) kernel
+  c10::DispatchKey key = c10::DispatchKey::CPU;
+  auto see = [&key](const at::Tensor& t) {
+    if (t.is_sparse_csr()) key = c10::DispatchKey::SparseCsrCPU;
+    if (t.is_sparse() && key == c10::DispatchKey::CPU) key = c10::DispatchKey::SparseCPU;
+  };
+  for (const c10::IValue& v : tiny_args) {
+    if (v.isTensor()) see(v.toTensor());
+    if (v.isTensorList())
+      for (const at::Tensor& t : v.toTensorList().vec())
+        see(t);
+  }
+  op.redispatchBoxed(c10::DispatchKeySet(key), stack);
 
   for (size_t i = 0; i < args.size(); ++i) {
     const c10::AliasInfo* alias = args[i].alias_info();
@@ -357,5 +374,8 @@ void reset_fallback_op_counts() {
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>()); }
+// Sparse tensors (aten_ops/sparse.cpp): the ops tiny has no sparse kernel for run on the CPU's sparse kernels.
+TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>()); }
+TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>()); }
 
 } // namespace tiny

@@ -133,7 +133,8 @@ def _copy_tensor(t: torch.Tensor, device: str) -> torch.Tensor:
     """A copy of t on device with the same sizes, strides and storage offset (a fresh storage of t's size),
     a leaf that requires grad when t does."""
     with torch.no_grad():
-        storage_elems = t.untyped_storage().nbytes() // t.element_size()
+        # a sparse tensor has no storage of its own: .to() moves its indices and values
+        storage_elems = t.untyped_storage().nbytes() // t.element_size() if t.layout == torch.strided else 0
         if t.layout != torch.strided or t.numel() == 0:
             copy = t.detach().to(device)
         elif t.is_contiguous() and t.storage_offset() == 0 and t.numel() == storage_elems:
