@@ -137,7 +137,9 @@ UOpPtr power_of_two(const UOpPtr& k, DType dt) {
 // two f (row by 1/f, column by f) when that brings their 2-norms c and r closer (c + r below 0.95 of before),
 // passes repeating until none changes. f is the first power of two at which gebal's doubling (or halving)
 // loop stops, found from the exponents and checked exactly. Returns the balanced H and the scales (b, n, 1).
-std::pair<UOpPtr, UOpPtr> balance_scaling(UOpPtr H, const UOpPtr& ilo, const UOpPtr& ihi, const Batch& bt) {
+// A complex matrix (Hi: its imaginary parts, updated in place) is balanced by the moduli of its entries.
+std::pair<UOpPtr, UOpPtr> balance_scaling(UOpPtr H, const UOpPtr& ilo, const UOpPtr& ihi, const Batch& bt,
+                                          UOpPtr* Hi = nullptr) {
   Machine mc(bt.dt);
   Shape s = bt.grid(), p = bt.per(), col{bt.b, bt.n, 1};
   UOpPtr R = coordinate(s, 1), C = coordinate(s, 2);
@@ -146,20 +148,24 @@ std::pair<UOpPtr, UOpPtr> balance_scaling(UOpPtr H, const UOpPtr& ilo, const UOp
   double sfmin1 = mc.safmin / mc.ulp, sfmax1 = 1 / sfmin1, sfmin2 = sfmin1 * 2, sfmax2 = 1 / sfmin2;
   at::Tensor h_t = empty_tiny(s, to_scalar_type(bt.dt), bt.device),
              d_t = empty_tiny(col, to_scalar_type(bt.dt), bt.device);
+  at::Tensor hi_t = empty_tiny(s, to_scalar_type(bt.dt), bt.device);
   write(h_t, H);
+  if (Hi) write(hi_t, *Hi);
   write(d_t, fixed(bt.dt, 1, col));
   UOpPtr two = fixed(bt.dt, 2, p), one = fixed(bt.dt, 1, p);
   auto log2 = [](const UOpPtr& x) { return alu(Ops::LOG2, x); };
   for (int pass = 0; pass < 100; pass++) {
     UOpPtr h = read(h_t), d = read(d_t), changed = broadcast(const_int(DType::Bool, 0), p);
+    UOpPtr hi = Hi ? read(hi_t) : nullptr;
     for (int64_t i = 0; i < bt.n; i++) {
       UOpPtr Ip = step(i, p), Is = broadcast(Ip, s);
       UOpPtr act = both(le(ilo, Ip), le(Ip, ihi));
-      UOpPtr colv = masked(eq(C, Is), h), rowv = masked(eq(R, Is), h);
-      UOpPtr c = root(sum_keep(masked(inside_r, mul(colv, colv)), {1, 2}));
-      UOpPtr r = root(sum_keep(masked(inside_c, mul(rowv, rowv)), {1, 2}));
-      UOpPtr ca = reduce(masked(le(R, broadcast(ihi, s)), absolute(colv)), Ops::MAX, {1, 2});
-      UOpPtr ra = reduce(masked(le(broadcast(ilo, s), C), absolute(rowv)), Ops::MAX, {1, 2});
+      UOpPtr sq = Hi ? add(mul(h, h), mul(hi, hi)) : mul(h, h), mag = Hi ? pythag(h, hi) : absolute(h);
+      UOpPtr in_col = eq(C, Is), in_row = eq(R, Is);
+      UOpPtr c = root(sum_keep(masked(both(in_col, inside_r), sq), {1, 2}));
+      UOpPtr r = root(sum_keep(masked(both(in_row, inside_c), sq), {1, 2}));
+      UOpPtr ca = reduce(masked(both(in_col, le(R, broadcast(ihi, s))), mag), Ops::MAX, {1, 2});
+      UOpPtr ra = reduce(masked(both(in_row, le(broadcast(ilo, s), C)), mag), Ops::MAX, {1, 2});
       UOpPtr zero = zeros(c);
       UOpPtr usable = both(act, both(ne(c, zero), ne(r, zero)));
       UOpPtr sc = where(usable, c, one), sr = where(usable, r, one);
@@ -197,18 +203,23 @@ std::pair<UOpPtr, UOpPtr> balance_scaling(UOpPtr H, const UOpPtr& ilo, const UOp
       changed = either(changed, apply);
       UOpPtr F = broadcast(where(apply, f, one), s);
       // row i (columns from ilo) by 1/f, column i (rows to ihi) by f
-      UOpPtr scaled = where(both(eq(R, Is), le(broadcast(ilo, s), C)), div(h, F), h);
-      scaled = where(both(eq(C, Is), le(R, broadcast(ihi, s))), mul(scaled, F), scaled);
-      h = contiguous(scaled);
+      auto rescale = [&](const UOpPtr& x) {
+        UOpPtr scaled = where(both(eq(R, Is), le(broadcast(ilo, s), C)), div(x, F), x);
+        return contiguous(where(both(eq(C, Is), le(R, broadcast(ihi, s))), mul(scaled, F), scaled));
+      };
+      h = rescale(h);
+      if (Hi) hi = rescale(hi);
       d = contiguous(
           where(eq(coordinate(col, 1), broadcast(Ip, col)), mul(d, broadcast(where(apply, f, one), col)), d));
     }
     write(h_t, h);
+    if (Hi) write(hi_t, hi);
     write(d_t, d);
     at::Tensor any = empty_tiny({}, at::kLong, bt.device);
     write(any, reshape(reduce(reshape(cast(changed, kIndex), {bt.b}), Ops::MAX, {0}), {}));
     if (any.item<int64_t>() == 0) break;
   }
+  if (Hi) *Hi = read(hi_t);
   return {read(h_t), read(d_t)};
 }
 
@@ -601,7 +612,10 @@ Solved2x2 solve2x2(const Cx& a11, const Cx& a12, const Cx& a21, const Cx& a22, c
 
 // The eigenvectors (columns, complex) of the matrices whose Schur form is T and Schur vectors Z, eigenvalue k
 // being wr[k] + i wi[k].
-Cx eigenvectors(const UOpPtr& T, const UOpPtr& Z, const UOpPtr& wr, const UOpPtr& wi, const Batch& bt) {
+// A complex T (Ti and Zi given: the complex Schur form, upper triangular) has no 2x2 blocks.
+Cx eigenvectors(const UOpPtr& T, const UOpPtr& Z, const UOpPtr& wr, const UOpPtr& wi, const Batch& bt,
+                const UOpPtr& Ti = nullptr, const UOpPtr& Zi = nullptr) {
+  bool complex = Ti != nullptr;
   Machine mc(bt.dt);
   int64_t n = bt.n;
   Shape s = bt.grid(), rw = bt.row();
@@ -610,7 +624,7 @@ Cx eigenvectors(const UOpPtr& T, const UOpPtr& Z, const UOpPtr& wr, const UOpPtr
   // per column: its eigenvalue and its block's first row p (q = p + 1 for a pair)
   UOpPtr lr = broadcast(wr, s), li = broadcast(wi, s);
   UOpPtr pair = ne(li, zero), second = lt(li, zero);
-  UOpPtr P = where(second, iadd(C, -1), C), Q = iadd(P, 1);
+  UOpPtr P = complex ? C : where(second, iadd(C, -1), C), Q = iadd(P, 1);
   UOpPtr tpq = at(T, P, Q), tqp = at(T, Q, P);
   UOpPtr big = le(absolute(tqp), absolute(tpq));
   UOpPtr aw = absolute(li), sgn = where(second, like(li, -1), one);
@@ -622,24 +636,26 @@ Cx eigenvectors(const UOpPtr& T, const UOpPtr& Z, const UOpPtr& wr, const UOpPtr
   UOpPtr re_pair = where(eq(R, P), xp, where(lt(R, P), negate(mul(xp, at(T, R, P))), zero));
   UOpPtr im_pair = where(eq(R, Q), xq, where(lt(R, P), negate(mul(xq, at(T, R, Q))), zero));
   Cx x{contiguous(where(pair, re_pair, re_real)), contiguous(masked(pair, im_pair))};
+  if (complex) x = {contiguous(re_real), contiguous(where(lt(R, C), negate(at(Ti, R, C)), zero))};
   UOpPtr smin = maximum(mul(like(lr, mc.ulp), add(absolute(lr), absolute(li))),
                         like(lr, mc.safmin * (static_cast<double>(n) / mc.ulp)));
   auto cabs1 = [](const Cx& z) { return add(absolute(z.re), absolute(z.im)); };
-  UOpPtr tmax = broadcast(reduce(absolute(T), Ops::MAX, {1, 2}), s);
+  UOpPtr tmax = broadcast(reduce(complex ? maximum(absolute(T), absolute(Ti)) : absolute(T), Ops::MAX, {1, 2}), s);
   double largest = bt.dt == DType::Float64 ? std::numeric_limits<double>::max() : std::numeric_limits<float>::max();
   UOpPtr cap = div(like(tmax, std::sqrt(largest) / static_cast<double>(n)), maximum(tmax, like(tmax, 1)));
   // back substitution, row j = n-1 down to 0 for every column at once
   for (int64_t jj = n - 1; jj >= 0; jj--) {
     UOpPtr J = step(jj, s);
     UOpPtr act = lt(J, P);
-    UOpPtr skip = ne(at(T, iadd(J, 1), J), zero);
-    UOpPtr two = ne(at(T, J, iadd(J, -1)), zero);
+    UOpPtr skip = complex ? broadcast(const_int(DType::Bool, 0), s) : ne(at(T, iadd(J, 1), J), zero);
+    UOpPtr two = complex ? broadcast(const_int(DType::Bool, 0), s) : ne(at(T, J, iadd(J, -1)), zero);
+    auto tc = [&](const UOpPtr& r, const UOpPtr& c) { return Cx{at(T, r, c), complex ? at(Ti, r, c) : zero}; };
     act = both(act, lnot(skip));
     UOpPtr J1 = where(two, iadd(J, -1), J);
     // the block's rows of this column
     Cx b1{at(x.re, J1, C), at(x.im, J1, C)}, b2{at(x.re, J, C), at(x.im, J, C)};
     Cx lam{lr, li};
-    Cx d1 = cm::sub(Cx{at(T, J1, J1), zero}, lam), d2 = cm::sub(Cx{at(T, J, J), zero}, lam);
+    Cx d1 = cm::sub(tc(J1, J1), lam), d2 = cm::sub(tc(J, J), lam);
     // one row: x = b / (T_jj - lambda), the divisor at least smin
     UOpPtr tiny_d = lt(add(absolute(d2.re), absolute(d2.im)), smin);
     Cx dd{where(tiny_d, smin, d2.re), where(tiny_d, zero, d2.im)};
@@ -659,8 +675,8 @@ Cx eigenvectors(const UOpPtr& T, const UOpPtr& Z, const UOpPtr& wr, const UOpPtr
     Cx xj1{where(two, sol.x1.re, zero), where(two, sol.x1.im, zero)};
     Cx xj2{where(two, sol.x2.re, single.re), where(two, sol.x2.im, single.im)};
     // the rows above: rhs - T[:, J1] x1 - T[:, J] x2
-    UOpPtr tc1 = masked(two, at(T, R, J1)), tc2 = at(T, R, J);
-    Cx upd = cm::sub(cm::sub(xs, cm::scale(xj1, tc1)), cm::scale(xj2, tc2));
+    Cx upd = complex ? cm::sub(xs, cm::mul(xj2, tc(R, J)))
+                     : cm::sub(cm::sub(xs, cm::scale(xj1, masked(two, at(T, R, J1)))), cm::scale(xj2, at(T, R, J)));
     auto choose = [&](const UOpPtr& cur, const UOpPtr& scaled, const UOpPtr& v1, const UOpPtr& v2, const UOpPtr& up) {
       UOpPtr nv = where(eq(R, J), v2, where(both(two, eq(R, J1)), v1, where(lt(R, J1), up, scaled)));
       return contiguous(where(act, nv, cur));
@@ -673,6 +689,8 @@ Cx eigenvectors(const UOpPtr& T, const UOpPtr& Z, const UOpPtr& wr, const UOpPtr
     UOpPtr pa = expand(reshape(a, {bt.b, n, n, 1}), big), pb = expand(reshape(b, {bt.b, 1, n, n}), big);
     return reshape(reduce(mul(pa, pb), Ops::ADD, {2}), s);
   };
+  if (complex)
+    return {contiguous(sub(product(Z, x.re), product(Zi, x.im))), contiguous(add(product(Z, x.im), product(Zi, x.re)))};
   return {contiguous(product(Z, x.re)), contiguous(product(Z, x.im))};
 }
 
@@ -706,6 +724,327 @@ Cx normalized(const Cx& v, const UOpPtr& wi, const Batch& bt) {
   UOpPtr re = add(mul(cs, u.re), mul(sn, u.im)), im = sub(mul(cs, u.im), mul(sn, u.re));
   im = where(eq(R, k), zeros(im), im);
   return {where(pair, re, u.re), where(pair, im, u.im)};
+}
+
+// ---- complex matrices: zgehd2, zlahqr (single shifts) ----
+
+Cx atc(const Cx& x, const UOpPtr& r, const UOpPtr& c) { return {at(x.re, r, c), at(x.im, r, c)}; }
+Cx csel(const UOpPtr& m, const Cx& a, const Cx& b) { return {where(m, a.re, b.re), where(m, a.im, b.im)}; }
+Cx cmasked(const UOpPtr& m, const Cx& a) { return {masked(m, a.re), masked(m, a.im)}; }
+Cx cbroadcast(const Cx& z, const Shape& shape) { return {broadcast(z.re, shape), broadcast(z.im, shape)}; }
+Cx csum_keep(const Cx& z, const std::vector<int64_t>& axes) { return {sum_keep(z.re, axes), sum_keep(z.im, axes)}; }
+UOpPtr cabs1(const Cx& z) { return add(absolute(z.re), absolute(z.im)); }
+Cx creal(const UOpPtr& re) { return {re, zeros(re)}; }
+
+// zlarfg on (alpha, x) with x of norm xnorm: H^H (alpha, x) = (beta, 0) with beta real, H = I - tau v v^H,
+// v = (1, x scal).
+struct ComplexReflector {
+  UOpPtr beta;
+  Cx tau, scal;
+};
+ComplexReflector complex_reflector(const Cx& alpha, const UOpPtr& xnorm) {
+  UOpPtr none = both(eq(xnorm, zeros(xnorm)), eq(alpha.im, zeros(xnorm)));
+  UOpPtr norm = pythag(pythag(alpha.re, alpha.im), xnorm);
+  UOpPtr beta = negate(with_sign(norm, alpha.re));
+  UOpPtr safe = where(none, like(beta, 1), beta);
+  Cx tau = cmasked(lnot(none), Cx{div(sub(safe, alpha.re), safe), div(negate(alpha.im), safe)});
+  Cx denom = csel(none, creal(like(beta, 1)), Cx{sub(alpha.re, safe), alpha.im});
+  Cx scal = csel(none, creal(like(beta, 1)), cm::div(creal(like(beta, 1)), denom));
+  return {where(none, alpha.re, beta), tau, scal};
+}
+
+std::pair<Cx, Cx> complex_hessenberg(Cx H, Cx Z, const UOpPtr& ilo, const UOpPtr& ihi, const Batch& bt, bool vectors) {
+  Shape s = bt.grid(), p = bt.per(), cs{bt.b, bt.n, 1};
+  UOpPtr R = coordinate(s, 1), C = coordinate(s, 2), RC = coordinate(cs, 1);
+  for (int64_t j = 0; j + 2 < bt.n; j++) {
+    UOpPtr J = step(j, p), Js = broadcast(J, s), Jc = broadcast(J, cs);
+    UOpPtr act = both(le(ilo, J), lt(J, iadd(ihi, -1)));
+    UOpPtr below_c = both(lt(iadd(Jc, 1), RC), le(RC, broadcast(ihi, cs)));
+    Cx col{reshape(sum_keep(masked(eq(C, Js), H.re), {2}), cs), reshape(sum_keep(masked(eq(C, Js), H.im), {2}), cs)};
+    Cx alpha = atc(H, iadd(J, 1), J);
+    UOpPtr xnorm = root(sum_keep(masked(below_c, add(mul(col.re, col.re), mul(col.im, col.im))), {1, 2}));
+    ComplexReflector f = complex_reflector(alpha, xnorm);
+    Cx tau = cmasked(act, f.tau);
+    Cx v = csel(eq(RC, iadd(Jc, 1)), creal(like(col.re, 1)), cmasked(below_c, cm::mul(col, cbroadcast(f.scal, cs))));
+    v = realized_cx(v);
+    Cx vr = cbroadcast(v, s), vc{broadcast(permute(v.re, {0, 2, 1}), s), broadcast(permute(v.im, {0, 2, 1}), s)};
+    Cx tb = cbroadcast(tau, s);
+    // from the right: H - tau (H v) v^H; from the left: H - conj(tau) v (v^H H), on the columns after j
+    Cx hv = cbroadcast(csum_keep(cm::mul(H, vc), {2}), s);
+    Cx H1 = realized_cx(cm::sub(H, cm::mul(tb, cm::mul(hv, cm::conj(vc)))));
+    Cx vh = cbroadcast(csum_keep(cm::mul(cm::conj(vr), H1), {1}), s);
+    Cx left = csel(lt(Js, C), cm::sub(H1, cm::mul(cm::conj(tb), cm::mul(vr, vh))), H1);
+    UOpPtr here = both(both(eq(C, Js), broadcast(act, s)), lt(Js, R));
+    Cx column = csel(eq(R, iadd(Js, 1)), creal(broadcast(f.beta, s)), creal(zeros(H.re)));
+    H = realized_cx(csel(here, column, left));
+    if (vectors) {
+      Cx zv = cbroadcast(csum_keep(cm::mul(Z, vc), {2}), s);
+      Z = realized_cx(cm::sub(Z, cm::mul(tb, cm::mul(zv, cm::conj(vc)))));
+    }
+  }
+  return {H, Z};
+}
+
+// zlahqr's first step: each subdiagonal entry made real by scaling its row and column by a unit factor.
+std::pair<Cx, Cx> real_subdiagonal(Cx H, Cx Z, const UOpPtr& ilo, const UOpPtr& ihi, const Batch& bt, bool vectors) {
+  Shape s = bt.grid(), p = bt.per();
+  UOpPtr R = coordinate(s, 1), C = coordinate(s, 2);
+  for (int64_t i = 1; i < bt.n; i++) {
+    UOpPtr Ip = step(i, p), Is = broadcast(Ip, s);
+    Cx h = atc(H, Ip, iadd(Ip, -1));
+    UOpPtr act = both(both(lt(ilo, Ip), le(Ip, ihi)), ne(h.im, zeros(h.im)));
+    UOpPtr c1 = cabs1(h), safe1 = where(eq(c1, zeros(c1)), like(c1, 1), c1);
+    Cx sc = cm::conj(Cx{div(h.re, safe1), div(h.im, safe1)});
+    UOpPtr m = pythag(sc.re, sc.im);
+    sc = {div(sc.re, m), div(sc.im, m)};
+    UOpPtr habs = pythag(h.re, h.im);
+    Cx S = cbroadcast(sc, s);
+    UOpPtr acts = broadcast(act, s);
+    Cx scaled = csel(both(eq(R, Is), le(Is, C)), cm::mul(H, S), H);
+    scaled =
+        csel(both(eq(C, Is), le(R, minimum(iadd(Is, 1), index(bt.n - 1, s)))), cm::mul(scaled, cm::conj(S)), scaled);
+    scaled = csel(both(eq(R, Is), eq(C, iadd(Is, -1))), creal(broadcast(habs, s)), scaled);
+    H = realized_cx(csel(acts, scaled, H));
+    if (vectors) Z = realized_cx(csel(both(acts, eq(C, Is)), cm::mul(Z, cm::conj(S)), Z));
+  }
+  return {H, Z};
+}
+
+struct ComplexQrState {
+  Cx H, Z;
+  UOpPtr I, L, kdefl;
+  Cx w;
+  UOpPtr failed;
+};
+
+ComplexQrState complex_qr_round(ComplexQrState st, const UOpPtr& ilo, const UOpPtr& ihi, const Batch& bt, bool vectors,
+                                int64_t itmax) {
+  Machine mc(bt.dt);
+  int64_t n = bt.n;
+  Shape s = bt.grid(), p = bt.per(), rw = bt.row();
+  Cx H = st.H, Z = st.Z;
+  UOpPtr I = st.I, L = st.L;
+  UOpPtr ulp = fixed(bt.dt, mc.ulp, p);
+  UOpPtr smlnum = fixed(bt.dt, mc.safmin * (static_cast<double>(n) / mc.ulp), p);
+  UOpPtr active = both(le(ilo, I), lnot(st.failed));
+  {
+    UOpPtr k = coordinate(rw, 2), km1 = iadd(k, -1);
+    Cx h = atc(H, k, km1);
+    UOpPtr tst = add(cabs1(atc(H, km1, km1)), cabs1(atc(H, k, k)));
+    UOpPtr extra = add(masked(le(broadcast(ilo, rw), iadd(k, -2)), absolute(at(H.re, km1, iadd(k, -2)))),
+                       masked(le(iadd(k, 1), broadcast(ihi, rw)), absolute(at(H.re, iadd(k, 1), k))));
+    tst = where(eq(tst, zeros(tst)), add(tst, extra), tst);
+    UOpPtr hk = cabs1(h), hk1 = cabs1(atc(H, km1, k));
+    UOpPtr ab = maximum(hk, hk1), ba = minimum(hk, hk1);
+    UOpPtr hkk = cabs1(atc(H, k, k)), hdiff = cabs1(cm::sub(atc(H, km1, km1), atc(H, k, k)));
+    UOpPtr aa = maximum(hkk, hdiff), bb = minimum(hkk, hdiff);
+    UOpPtr ss = add(aa, ab), safe_ss = where(eq(ss, zeros(ss)), like(ss, 1), ss);
+    UOpPtr u = broadcast(ulp, rw), sm = broadcast(smlnum, rw);
+    UOpPtr fine = le(mul(ba, div(ab, safe_ss)), maximum(sm, mul(u, mul(bb, div(aa, safe_ss)))));
+    UOpPtr small = either(le(hk, sm), both(le(absolute(h.re), mul(u, tst)), fine));
+    UOpPtr valid = both(lt(broadcast(L, rw), k), le(k, broadcast(I, rw)));
+    L = contiguous(where(active, reduce(where(both(valid, small), k, broadcast(L, rw)), Ops::MAX, {2}), L));
+  }
+  UOpPtr R = coordinate(s, 1), C = coordinate(s, 2);
+  UOpPtr Ls = broadcast(L, s), Is = broadcast(I, s);
+  UOpPtr cut = both(broadcast(both(active, lt(ilo, L)), s), both(eq(R, Ls), eq(C, iadd(Ls, -1))));
+  H = realized_cx(csel(cut, creal(zeros(H.re)), H));
+  UOpPtr deflate = both(active, le(I, L));
+  UOpPtr francis = both(active, lnot(deflate));
+  UOpPtr kdefl = where(francis, iadd(st.kdefl, 1), where(deflate, index(0, p), st.kdefl));
+  UOpPtr failed = either(st.failed, both(francis, lt(index(itmax, p), kdefl)));
+  francis = both(francis, lnot(failed));
+  UOpPtr k = coordinate(rw, 2);
+  Cx w = realized_cx(csel(both(broadcast(deflate, rw), eq(k, broadcast(I, rw))), cbroadcast(atc(H, I, I), rw), st.w));
+  // the shift
+  UOpPtr Im1 = iadd(I, -1);
+  Cx t;
+  {
+    UOpPtr ex_bottom = eq(alu(Ops::MOD, kdefl, index(20, p)), index(0, p));
+    UOpPtr ex_top = both(lnot(ex_bottom), eq(alu(Ops::MOD, kdefl, index(10, p)), index(0, p)));
+    UOpPtr sb = mul(like(ulp, 0.75), absolute(at(H.re, I, Im1)));
+    UOpPtr stp = mul(like(ulp, 0.75), absolute(at(H.re, iadd(L, 1), L)));
+    Cx tb = cm::add(creal(sb), atc(H, I, I)), tt = cm::add(creal(stp), atc(H, L, L));
+    // Wilkinson's
+    Cx hii = atc(H, I, I);
+    Cx u = cm::mul(cm::sqrt(atc(H, Im1, I)), cm::sqrt(atc(H, I, Im1)));
+    UOpPtr su = cabs1(u);
+    Cx x = cm::scale(cm::sub(atc(H, Im1, Im1), hii), like(su, 0.5));
+    UOpPtr sx = cabs1(x);
+    UOpPtr sm = maximum(su, sx), safe_sm = where(eq(sm, zeros(sm)), like(sm, 1), sm);
+    Cx xs{div(x.re, safe_sm), div(x.im, safe_sm)}, us{div(u.re, safe_sm), div(u.im, safe_sm)};
+    Cx y = cm::scale(cm::sqrt(cm::add(cm::mul(xs, xs), cm::mul(us, us))), safe_sm);
+    UOpPtr safe_sx = where(eq(sx, zeros(sx)), like(sx, 1), sx);
+    UOpPtr flip =
+        both(lt(zeros(sx), sx), lt(add(mul(div(x.re, safe_sx), y.re), mul(div(x.im, safe_sx), y.im)), zeros(sx)));
+    y = csel(flip, cm::neg(y), y);
+    Cx wil = csel(eq(su, zeros(su)), hii, cm::sub(hii, cm::mul(u, cm::div(u, cm::add(x, y)))));
+    t = csel(ex_bottom, tb, csel(ex_top, tt, wil));
+  }
+  // where the step starts: the largest m in [L+1, I-1] with two small consecutive subdiagonals, else L
+  UOpPtr M;
+  Cx v1;
+  UOpPtr v2;
+  {
+    UOpPtr m = coordinate(rw, 2);
+    Cx h11 = atc(H, m, m), h22 = atc(H, iadd(m, 1), iadd(m, 1));
+    Cx h11s = cm::sub(h11, cbroadcast(t, rw));
+    UOpPtr h21 = at(H.re, iadd(m, 1), m);
+    UOpPtr sv = add(cabs1(h11s), absolute(h21)), safe_sv = where(eq(sv, zeros(sv)), like(sv, 1), sv);
+    h11s = {div(h11s.re, safe_sv), div(h11s.im, safe_sv)};
+    h21 = div(h21, safe_sv);
+    UOpPtr h10 = at(H.re, m, iadd(m, -1));
+    UOpPtr stop =
+        le(mul(absolute(h10), absolute(h21)), mul(broadcast(ulp, rw), mul(cabs1(h11s), add(cabs1(h11), cabs1(h22)))));
+    UOpPtr valid = both(lt(broadcast(L, rw), m), le(m, broadcast(Im1, rw)));
+    M = contiguous(reduce(where(both(valid, stop), m, broadcast(L, rw)), Ops::MAX, {2}));
+    UOpPtr atm = eq(m, broadcast(M, rw));
+    v1 = realized_cx(csum_keep(cmasked(atm, h11s), {2}));
+    v2 = contiguous(sum_keep(masked(atm, h21), {2}));
+  }
+  for (int64_t j = 0; j + 1 < n; j++) {
+    UOpPtr K = add(M, step(j, p));
+    UOpPtr act = both(francis, le(K, Im1));
+    UOpPtr first = eq(K, M), Km1 = iadd(K, -1);
+    Cx x1 = csel(first, v1, atc(H, K, Km1));
+    Cx x2 = csel(first, creal(v2), atc(H, iadd(K, 1), Km1));
+    ComplexReflector f = complex_reflector(x1, pythag(x2.re, x2.im));
+    Cx t1 = realized_cx(cmasked(act, f.tau));
+    Cx w2 = realized_cx(cm::mul(x2, f.scal));
+    UOpPtr t2 = contiguous(cm::mul(t1, w2).re);
+    UOpPtr Ks = broadcast(K, s), acts = broadcast(act, s), firsts = broadcast(first, s);
+    // column K-1 below the bulge
+    UOpPtr col = both(both(acts, lnot(firsts)), eq(C, iadd(Ks, -1)));
+    Cx hb = csel(both(col, eq(R, Ks)), creal(broadcast(f.beta, s)), H);
+    hb = realized_cx(csel(both(col, eq(R, iadd(Ks, 1))), creal(zeros(H.re)), hb));
+    Cx T1 = cbroadcast(t1, s), W2 = cbroadcast(w2, s);
+    UOpPtr T2 = broadcast(t2, s);
+    // rows K, K+1 (columns from K): sum = conj(t1) h_K + t2 h_K+1; h_K -= sum, h_K+1 -= sum v2
+    Cx sum_r = cm::add(cm::mul(cm::conj(T1), atc(hb, Ks, C)), cm::scale(atc(hb, iadd(Ks, 1), C), T2));
+    UOpPtr rows = both(acts, le(Ks, C));
+    Cx h1 = csel(both(rows, eq(R, Ks)), cm::sub(hb, sum_r),
+                 csel(both(rows, eq(R, iadd(Ks, 1))), cm::sub(hb, cm::mul(sum_r, W2)), hb));
+    h1 = realized_cx(h1);
+    // columns K, K+1 (rows to min(K+2, I)): sum = t1 h_K + t2 h_K+1; h_K -= sum, h_K+1 -= sum conj(v2)
+    auto right = [&](const Cx& x, const UOpPtr& rows_ok) {
+      Cx sum_c = cm::add(cm::mul(T1, atc(x, R, Ks)), cm::scale(atc(x, R, iadd(Ks, 1)), T2));
+      UOpPtr cols = both(acts, rows_ok);
+      return realized_cx(csel(both(cols, eq(C, Ks)), cm::sub(x, sum_c),
+                              csel(both(cols, eq(C, iadd(Ks, 1))), cm::sub(x, cm::mul(sum_c, cm::conj(W2))), x)));
+    };
+    H = right(h1, le(R, minimum(iadd(Ks, 2), Is)));
+    if (vectors) Z = right(Z, broadcast(const_int(DType::Bool, 1), s));
+    // a step started below L: the unit factor that keeps the subdiagonal real
+    UOpPtr extra = both(act, both(first, lt(L, M)));
+    Cx one_minus = cm::sub(creal(like(t1.re, 1)), t1);
+    UOpPtr om = pythag(one_minus.re, one_minus.im), safe_om = where(eq(om, zeros(om)), like(om, 1), om);
+    Cx temp = cbroadcast(Cx{div(one_minus.re, safe_om), div(one_minus.im, safe_om)}, s);
+    UOpPtr extras = broadcast(extra, s), Ms = broadcast(M, s);
+    auto in_set = [&](const UOpPtr& x) { return both(both(le(Ms, x), le(x, Is)), ne(x, iadd(Ms, 1))); };
+    Cx scaled = csel(both(in_set(R), lt(R, C)), cm::mul(H, temp), H);
+    scaled = csel(both(in_set(C), lt(R, C)), cm::mul(scaled, cm::conj(temp)), scaled);
+    scaled = csel(both(eq(R, iadd(Ms, 1)), eq(C, Ms)), cm::mul(scaled, cm::conj(temp)), scaled);
+    scaled =
+        csel(both(both(eq(R, iadd(Ms, 2)), eq(C, iadd(Ms, 1))), le(iadd(Ms, 2), Is)), cm::mul(scaled, temp), scaled);
+    H = realized_cx(csel(extras, scaled, H));
+    if (vectors) Z = realized_cx(csel(both(extras, in_set(C)), cm::mul(Z, cm::conj(temp)), Z));
+  }
+  // H(I, I-1) made real
+  {
+    Cx h = atc(H, I, Im1);
+    UOpPtr fix = both(francis, ne(h.im, zeros(h.im)));
+    UOpPtr habs = pythag(h.re, h.im), safe = where(eq(habs, zeros(habs)), like(habs, 1), habs);
+    Cx temp = cbroadcast(Cx{div(h.re, safe), div(h.im, safe)}, s);
+    UOpPtr fixs = broadcast(fix, s);
+    Cx scaled = csel(both(eq(R, Is), lt(Is, C)), cm::mul(H, cm::conj(temp)), H);
+    scaled = csel(both(eq(C, Is), lt(R, Is)), cm::mul(scaled, temp), scaled);
+    scaled = csel(both(eq(R, Is), eq(C, iadd(Is, -1))), creal(broadcast(habs, s)), scaled);
+    H = realized_cx(csel(fixs, scaled, H));
+    if (vectors) Z = realized_cx(csel(both(fixs, eq(C, Is)), cm::mul(Z, temp), Z));
+  }
+  UOpPtr nI = contiguous(where(deflate, iadd(L, -1), I));
+  UOpPtr nL = contiguous(where(deflate, ilo, L));
+  return {H, Z, nI, nL, contiguous(kdefl), w, contiguous(failed)};
+}
+
+struct ComplexSchur {
+  Cx H, Z, w;
+  at::Tensor failed;
+};
+
+ComplexSchur complex_schur(Cx H, Cx Z, const UOpPtr& ilo, const UOpPtr& ihi, const Batch& bt, bool vectors) {
+  Shape p = bt.per(), rw = bt.row();
+  std::tie(H, Z) = real_subdiagonal(H, Z, ilo, ihi, bt, vectors);
+  auto tensor = [&](at::ScalarType st, const Shape& shape) { return empty_tiny(shape, st, bt.device); };
+  at::ScalarType ft = to_scalar_type(bt.dt);
+  std::vector<at::Tensor> ts;
+  for (int i = 0; i < 4; i++)
+    ts.push_back(tensor(ft, bt.grid()));
+  at::Tensor wr_t = tensor(ft, rw), wi_t = tensor(ft, rw);
+  at::Tensor i_t = tensor(at::kLong, p), l_t = tensor(at::kLong, p), k_t = tensor(at::kLong, p);
+  at::Tensor f_t = tensor(at::kBool, p);
+  write(ts[0], H.re);
+  write(ts[1], H.im);
+  write(ts[2], Z.re);
+  write(ts[3], Z.im);
+  UOpPtr diag = eq(coordinate(bt.grid(), 1), coordinate(bt.grid(), 2));
+  write(wr_t, reshape(sum_keep(masked(diag, H.re), {1}), rw));
+  write(wi_t, reshape(sum_keep(masked(diag, H.im), {1}), rw));
+  write(i_t, ihi);
+  write(l_t, ilo);
+  write(k_t, index(0, p));
+  write(f_t, broadcast(const_int(DType::Bool, 0), p));
+  int64_t itmax = 30 * std::max<int64_t>(10, bt.n);
+  int64_t limit = (itmax + 2) * bt.n, group = 4;
+  for (int64_t round = 0; round < limit; round += group) {
+    ComplexQrState st{{read(ts[0]), read(ts[1])},
+                      {read(ts[2]), read(ts[3])},
+                      read(i_t),
+                      read(l_t),
+                      read(k_t),
+                      {read(wr_t), read(wi_t)},
+                      read(f_t)};
+    for (int64_t g = 0; g < group; g++)
+      st = complex_qr_round(st, ilo, ihi, bt, vectors, itmax);
+    write(ts[0], st.H.re);
+    write(ts[1], st.H.im);
+    if (vectors) {
+      write(ts[2], st.Z.re);
+      write(ts[3], st.Z.im);
+    }
+    write(i_t, st.I);
+    write(l_t, st.L);
+    write(k_t, st.kdefl);
+    write(wr_t, st.w.re);
+    write(wi_t, st.w.im);
+    write(f_t, st.failed);
+    at::Tensor running = empty_tiny({}, at::kLong, bt.device);
+    UOpPtr busy = both(le(ilo, st.I), lnot(st.failed));
+    write(running, reshape(reduce(reshape(cast(busy, kIndex), {bt.b}), Ops::MAX, {0}), {}));
+    if (running.item<int64_t>() == 0) break;
+  }
+  return {{read(ts[0]), read(ts[1])}, {read(ts[2]), read(ts[3])}, {read(wr_t), read(wi_t)}, f_t};
+}
+
+// zgeev's normalization: unit 2-norm, then the component of largest modulus (the first of them) made real and
+// positive.
+Cx complex_normalized(const Cx& v, const Batch& bt) {
+  Shape s = bt.grid();
+  UOpPtr R = coordinate(s, 1);
+  UOpPtr big = reduce(maximum(absolute(v.re), absolute(v.im)), Ops::MAX, {1});
+  UOpPtr e = cast(alu(Ops::FLOOR, alu(Ops::LOG2, where(eq(big, zeros(big)), like(big, 1), big))), kIndex);
+  Cx w = realized_cx(cm::scale(v, broadcast(power_of_two(negate(e), bt.dt), s)));
+  UOpPtr norm = root(sum_keep(add(mul(w.re, w.re), mul(w.im, w.im)), {1}));
+  Cx u = realized_cx(cm::scale(w, broadcast(div(like(norm, 1), norm), s)));
+  UOpPtr mod = add(mul(u.re, u.re), mul(u.im, u.im));
+  UOpPtr top = broadcast(reduce(mod, Ops::MAX, {1}), s);
+  UOpPtr k = broadcast(reduce(where(eq(mod, top), R, index(bt.n, s)), Ops::MIN, {1}), s);
+  Cx uk = cbroadcast(csum_keep(cmasked(eq(R, k), u), {1}), s);
+  UOpPtr r = root(broadcast(sum_keep(masked(eq(R, k), mod), {1}), s));
+  UOpPtr safe = where(eq(r, zeros(r)), like(r, 1), r);
+  Cx tmp = cm::conj(Cx{div(uk.re, safe), div(uk.im, safe)});
+  Cx out = cm::mul(u, tmp);
+  return {out.re, where(eq(R, k), zeros(out.im), out.im)};
 }
 
 // ---- balancing (gebal) ----
@@ -784,40 +1123,55 @@ struct Decomposition {
 
 Decomposition general_eig(const at::Tensor& A, bool vectors, const char* name) {
   int64_t b = batch_count(A), n = A.size(-1);
-  DType dt = to_tiny_dtype(A.scalar_type());
+  bool complex = A.is_complex();
+  DType dt = element_dtype(A.scalar_type());
   c10::Device device = A.device();
   Batch bt{b, n, dt, device};
-  Shape s = bt.grid(), p = bt.per(), rw = bt.row();
+  Shape s = bt.grid();
   // gebal's permutations: where the zeros are, read to the host
   at::Tensor pattern = A.reshape({b, n, n}).ne(0).cpu();
   Permutation iso = isolate(pattern, b, n);
   UOpPtr perm = read(host_indices(iso.perm, {b, 1, n}, device));
   UOpPtr ilo = read(host_indices(iso.ilo, {b, 1, 1}, device)), ihi = read(host_indices(iso.ihi, {b, 1, 1}, device));
-  UOpPtr x = contiguous(reshape(read(A), s));
   UOpPtr pr = broadcast(reshape(perm, {b, n, 1}), s), pc = broadcast(perm, s);
-  UOpPtr H = contiguous(at(x, pr, pc));
-  auto [Hb, scale] = balance_scaling(H, ilo, ihi, bt);
-  H = Hb;
   UOpPtr eye = cast(eq(coordinate(s, 1), coordinate(s, 2)), dt);
-  auto [Hh, Zq] = hessenberg(H, eye, ilo, ihi, bt, vectors);
-  Schur sf = schur(Hh, Zq, ilo, ihi, bt, vectors);
-  bool failed = at::any(sf.failed).item<bool>();
-  TORCH_CHECK_LINALG(!failed, name,
-                     ": The algorithm failed to converge because the input matrix is ill-conditioned or has too many "
-                     "repeated eigenvalues (error code: 1).");
-  Decomposition out{{sf.wr, sf.wi}, {}};
-  if (!vectors) return out;
-  Cx w = eigenvectors(sf.H, sf.Z, sf.wr, sf.wi, bt);
-  // undo the scaling: row i times scale i
-  w = cm::scale(w, broadcast(scale, s));
   // undo the permutation: row perm[r] of the result is row r
   UOpPtr inverse = contiguous(
       reshape(reduce(where(eq(broadcast(reshape(perm, {b, 1, n}), s), coordinate(s, 1)), coordinate(s, 2), index(0, s)),
                      Ops::ADD, {2}),
               {b, n, 1}));
   UOpPtr ir = broadcast(inverse, s), C = coordinate(s, 2);
-  Cx v{at(w.re, ir, C), at(w.im, ir, C)};
-  out.vectors = normalized(realized_cx(v), sf.wi, bt);
+  if (complex) {
+    Cx x = realized_cx(cm::parts_of(reshape(read_complex(A), {b, n, n, 2})));
+    Cx H = realized_cx(atc(x, pr, pc));
+    auto [Hre, scale] = balance_scaling(H.re, ilo, ihi, bt, &H.im);
+    H.re = Hre;
+    auto [Hh, Zq] = complex_hessenberg(H, Cx{eye, zeros(eye)}, ilo, ihi, bt, vectors);
+    ComplexSchur sf = complex_schur(Hh, Zq, ilo, ihi, bt, vectors);
+    TORCH_CHECK_LINALG(!at::any(sf.failed).item<bool>(), name,
+                       ": The algorithm failed to converge because the input matrix is ill-conditioned or has too "
+                       "many repeated eigenvalues (error code: 1).");
+    Decomposition out{sf.w, {}};
+    if (!vectors) return out;
+    Cx w = eigenvectors(sf.H.re, sf.Z.re, sf.w.re, sf.w.im, bt, sf.H.im, sf.Z.im);
+    w = cm::scale(w, broadcast(scale, s));
+    out.vectors = complex_normalized(realized_cx(atc(w, ir, C)), bt);
+    return out;
+  }
+  UOpPtr x = contiguous(reshape(read(A), s));
+  UOpPtr H = contiguous(at(x, pr, pc));
+  auto [Hb, scale] = balance_scaling(H, ilo, ihi, bt);
+  auto [Hh, Zq] = hessenberg(Hb, eye, ilo, ihi, bt, vectors);
+  Schur sf = schur(Hh, Zq, ilo, ihi, bt, vectors);
+  TORCH_CHECK_LINALG(!at::any(sf.failed).item<bool>(), name,
+                     ": The algorithm failed to converge because the input matrix is ill-conditioned or has too many "
+                     "repeated eigenvalues (error code: 1).");
+  Decomposition out{{sf.wr, sf.wi}, {}};
+  if (!vectors) return out;
+  Cx w = eigenvectors(sf.H, sf.Z, sf.wr, sf.wi, bt);
+  // undo the scaling (row i times scale i) and the permutation
+  w = cm::scale(w, broadcast(scale, s));
+  out.vectors = normalized(realized_cx(atc(w, ir, C)), sf.wi, bt);
   return out;
 }
 
@@ -826,6 +1180,7 @@ Decomposition general_eig(const at::Tensor& A, bool vectors, const char* name) {
 void check_eig_input(const at::Tensor& A, const char* name) {
   at::native::squareCheckInputs(A, name);
   at::ScalarType st = A.scalar_type();
+  if (st == at::kComplexFloat || st == at::kComplexDouble) return;
   if (A.is_complex()) to_tiny_dtype(st); // NotNativeDtype: the CPU fallback computes it
   TORCH_CHECK_NOT_IMPLEMENTED(st == at::kFloat || st == at::kDouble, "\"linalg_eig_out_cpu\" not implemented for '",
                               c10::toString(st), "'");

@@ -201,3 +201,52 @@ def test_eig_gradient_matches_cpu(native):
         return torch.autograd.grad(torch.linalg.eigvals(a).abs().sum(), a)[0]
 
     check(grad_eigvals, x, rtol=1e-7, atol=1e-7)
+
+
+# ---------------------------------------------------------------------------------------------
+# linalg.eig, linalg.eigvals of complex matrices (zgeev: the largest component of each eigenvector real and
+# positive, so vectors compare as they are)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX, ids=str)
+def test_complex_eig_matches_cpu_in_lapacks_order(native, dtype):
+    for shape in ((1, 1), (2, 2), (3, 3), (5, 5), (8, 8), (4, 5, 5), (2, 1, 3, 3), (0, 3, 3)):
+        check(torch.linalg.eig, sample(*shape, dtype=dtype, seed=sum(shape)), **tolerance(dtype))
+    check(lambda a: torch.linalg.eig(a.mT), sample(2, 4, 4, dtype=dtype), **tolerance(dtype))
+    check(lambda a: torch.linalg.eig(a.conj()), sample(4, 4, dtype=dtype), **tolerance(dtype))
+
+
+def test_complex_eig_of_structured_matrices_matches_cpu(native):
+    x = sample(5, 5, dtype=torch.complex128, seed=11)
+    hermitian = x + x.mH
+    for a in (x.triu(), x.tril(), torch.diag(x[0]), hermitian, x * 1e20):
+        check(torch.linalg.eig, a, rtol=1e-8, atol=1e-8)
+
+
+@pytest.mark.parametrize("dtype", COMPLEX, ids=str)
+def test_complex_eigvals_matches_cpu(native, dtype):
+    for shape in ((1, 1), (4, 4), (3, 5, 5), (0, 2, 2)):
+        check(torch.linalg.eigvals, sample(*shape, dtype=dtype, seed=12), **tolerance(dtype))
+
+
+def test_complex_eig_out_and_errors_match_cpu(native):
+    x = sample(3, 3, dtype=torch.complex128, seed=13)
+
+    def into(a, values, vectors):
+        return torch.linalg.eig(a, out=(values, vectors))
+
+    check(into, x, torch.empty(0, dtype=torch.complex128), torch.empty(0, dtype=torch.complex128), rtol=1e-9, atol=1e-9)
+    check(into, x, torch.empty(0, dtype=torch.complex64), torch.empty(0, dtype=torch.complex128))
+    check(torch.linalg.eig, sample(3, 4, dtype=torch.complex64))
+    check(torch.linalg.eig, torch.full((2, 2), complex(float("nan"), 0)))
+
+
+def test_complex_eig_gradient_matches_cpu(native):
+    x = sample(4, 4, dtype=torch.complex128, seed=14)
+
+    def grad(a):
+        a = a.clone().requires_grad_()
+        w, v = torch.linalg.eig(a)
+        return torch.autograd.grad(w.abs().sum() + v.abs().sum(), a)[0]
+
+    check(grad, x, rtol=1e-7, atol=1e-7)
