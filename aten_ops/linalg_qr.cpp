@@ -3,7 +3,8 @@
 // decomposition _linalg_svd (linalg.svd, svdvals, torch.svd); what torch's CPU builds on those two, the polar
 // decomposition linalg_polar and the square root linalg_matrix_sqrth; linalg_lstsq; linalg_matrix_exp and
 // linalg_cross. float32 and float64, batched over every dim before the last two, as torch's CPU kernels; the
-// QR family, eigh, svd and what is built on them (polar, matrix_sqrth, lstsq) also complex64 and complex128.
+// QR family, eigh, svd and what is built on them (polar, matrix_sqrth, lstsq), and matrix_exp, also complex64 and
+// complex128.
 //
 // Each factorization is a sequence of steps, and each step is a few UOp kernels over the whole batch
 // (masks from the row and column coordinates, reductions, gathers). The step's index is a runtime scalar
