@@ -510,7 +510,7 @@ QrState qr_round(QrState st, const UOpPtr& ilo, const UOpPtr& ihi, const Batch& 
     UOpPtr Ks = broadcast(K, s), acts = broadcast(act, s);
     // column K-1 below the bulge
     UOpPtr col = both(both(acts, lnot(broadcast(first, s))), eq(C, iadd(Ks, -1)));
-    UOpPtr scaled = both(both(acts, broadcast(both(first, lt(st.L, M)), s)), eq(C, iadd(Ks, -1)));
+    UOpPtr scaled = both(both(acts, broadcast(both(first, lt(L, M)), s)), eq(C, iadd(Ks, -1)));
     UOpPtr newcol = where(eq(R, Ks), broadcast(f.beta, s), zeros(H));
     UOpPtr hb = where(both(col, both(le(Ks, R), le(R, iadd(Ks, 2)))), newcol, H);
     hb = where(both(scaled, eq(R, Ks)), mul(H, broadcast(sub(like(t1, 1), t1), s)), hb);
