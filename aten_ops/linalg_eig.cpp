@@ -503,9 +503,6 @@ QrState qr_round(QrState st, const UOpPtr& ilo, const UOpPtr& ihi, const Batch& 
     UOpPtr x3 = masked(nr3, where(first, v3, at(H, iadd(K, 2), Km1)));
     Reflector f = reflector(x1, x2, x3);
     UOpPtr t1 = masked(act, f.tau), w2 = f.v2, w3 = masked(nr3, f.v3);
-    t1 = contiguous(t1);
-    w2 = contiguous(w2);
-    w3 = contiguous(w3);
     UOpPtr t2 = mul(t1, w2), t3 = mul(t1, w3);
     UOpPtr Ks = broadcast(K, s), acts = broadcast(act, s);
     // column K-1 below the bulge
@@ -514,11 +511,10 @@ QrState qr_round(QrState st, const UOpPtr& ilo, const UOpPtr& ihi, const Batch& 
     UOpPtr newcol = where(eq(R, Ks), broadcast(f.beta, s), zeros(H));
     UOpPtr hb = where(both(col, both(le(Ks, R), le(R, iadd(Ks, 2)))), newcol, H);
     hb = where(both(scaled, eq(R, Ks)), mul(H, broadcast(sub(like(t1, 1), t1), s)), hb);
-    hb = contiguous(hb);
-    // rows K..K+2, columns K..n-1
+    // rows K..K+2, columns K..n-1 (column K-1, just set, is not among them: one kernel with it)
     UOpPtr T1 = broadcast(t1, s), T2 = broadcast(t2, s), T3 = broadcast(t3, s);
     UOpPtr W2 = broadcast(w2, s), W3 = broadcast(w3, s);
-    UOpPtr sum_r = add(add(at(hb, Ks, C), mul(W2, at(hb, iadd(Ks, 1), C))), mul(W3, at(hb, iadd(Ks, 2), C)));
+    UOpPtr sum_r = add(add(at(H, Ks, C), mul(W2, at(H, iadd(Ks, 1), C))), mul(W3, at(H, iadd(Ks, 2), C)));
     UOpPtr tr = where(eq(R, Ks), T1, where(eq(R, iadd(Ks, 1)), T2, where(eq(R, iadd(Ks, 2)), T3, zeros(T1))));
     UOpPtr rows = both(acts, both(le(Ks, C), both(le(Ks, R), le(R, iadd(Ks, 2)))));
     UOpPtr h1 = contiguous(where(rows, sub(hb, mul(sum_r, tr)), hb));
