@@ -3,7 +3,8 @@
 // decomposition _linalg_svd (linalg.svd, svdvals, torch.svd); what torch's CPU builds on those two, the polar
 // decomposition linalg_polar and the square root linalg_matrix_sqrth; linalg_lstsq; linalg_matrix_exp and
 // linalg_cross. float32 and float64, batched over every dim before the last two, as torch's CPU kernels; the
-// QR family, eigh, svd and what is built on them (polar, matrix_sqrth, lstsq) also complex64 and complex128.
+// QR family, eigh, svd and what is built on them (polar, matrix_sqrth, lstsq), and matrix_exp, also complex64 and
+// complex128.
 //
 // Each factorization is a sequence of steps, and each step is a few UOp kernels over the whole batch
 // (masks from the row and column coordinates, reductions, gathers). The step's index is a runtime scalar
@@ -1105,14 +1106,15 @@ linalg_lstsq_out(const at::Tensor& input, const at::Tensor& other, std::optional
 // Scaling and squaring: A / 2^s has 1-norm at most 1 (s from the largest norm of the batch: one small read),
 // its exponential is the Taylor polynomial of degree 18 (Horner's rule; the remainder is below 1/19! < 1e-17),
 // squared s times. Each Horner step is a matmul and an add with 1/k as a runtime scalar: the same kernels for
-// every k. float16 and bfloat16 compute in float32.
+// every k. float16 and bfloat16 compute in float32; complex64 and complex128 take the same steps on complex
+// values (complex matmul, scaling by real powers of two), and the 1-norm is of the elements' moduli.
 at::Tensor linalg_matrix_exp(const at::Tensor& A) {
   TORCH_CHECK(A.dim() >= 2, "linalg.matrix_exp: The input tensor A must have at least 2 dimensions.");
   TORCH_CHECK(A.size(-1) == A.size(-2), "linalg.matrix_exp: A must be batches of square matrices, but they are ",
               A.size(-2), " by ", A.size(-1), " matrices");
   TORCH_CHECK(at::isFloatingType(A.scalar_type()) || A.is_complex(),
               "linalg.matrix_exp: Expected a floating point or complex tensor as input. Got ", A.scalar_type());
-  if (A.is_complex()) to_tiny_dtype(A.scalar_type()); // NotNativeDtype: the CPU fallback computes it
+  if (A.scalar_type() == at::kComplexHalf) to_tiny_dtype(A.scalar_type()); // NotNativeDtype: the CPU computes it
   int64_t n = A.size(-1);
   // torch's CPU kernel: the elementwise exponential of 1 x 1 matrices
   if (n == 1) return A.exp();
