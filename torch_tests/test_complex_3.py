@@ -1,0 +1,74 @@
+"""Complex tensors on tiny (issue #16), the long tail continued: im2col/col2im (F.unfold, F.fold),
+logcumsumexp, Hermitian LDL and complex32 (ComplexHalf), natively for complex64 and complex128
+(TINY_FALLBACK=0), against PyTorch CPU."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import DEVICE, assert_same, by_dtype, check
+
+COMPLEX = (torch.complex64, torch.complex128)
+TOL = dict(rtol=1e-4, atol=1e-5)
+
+
+def crand(*shape, dtype=torch.complex64, seed=0):
+    """Seeded complex CPU values, both parts normal."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, dtype=dtype, generator=g)
+
+
+# ---- im2col, col2im (F.unfold, F.fold) ----
+
+
+@by_dtype(COMPLEX)
+def test_unfold_of_complex_images_matches_cpu(dtype, native):
+    x = crand(2, 3, 5, 6, dtype=dtype)
+    check(lambda x: F.unfold(x, 2), x)
+    check(lambda x: F.unfold(x, (2, 3), dilation=(2, 1), padding=(1, 2), stride=(2, 3)), x)
+    check(lambda x: F.unfold(x[0], 3, padding=1), x)  # unbatched
+    check(lambda x: F.unfold(x.conj().transpose(2, 3), 2, stride=2), x)
+    check(lambda x: F.unfold(x, 7), x)  # no sliding block fits: the CPU's error
+    check(lambda x: F.unfold(x[:0], 2), x)
+
+
+@by_dtype(COMPLEX)
+def test_fold_of_complex_columns_matches_cpu(dtype, native):
+    cols = crand(2, 3 * 2 * 2, 12, dtype=dtype)  # 3 channels, 2 x 2 kernel, (3, 4) blocks of a 4 x 5 image
+    check(lambda c: F.fold(c, (4, 5), 2), cols, **TOL)
+    check(lambda c: F.fold(c[0].conj(), (4, 5), 2), cols, **TOL)
+    check(lambda c: F.fold(c[:, :, :6], (5, 7), 2, dilation=(2, 1), padding=1, stride=(3, 2)), cols, **TOL)
+    check(lambda c: F.fold(c, (4, 6), 2), cols)  # the wrong number of blocks: the CPU's error
+
+
+@by_dtype(COMPLEX)
+def test_unfold_and_fold_of_complex_values_into_out_match_cpu(dtype, native):
+    x = crand(1, 2, 4, 4, dtype=dtype)
+    check(
+        lambda x, out: torch._C._nn.im2col(x, (2, 2), (1, 1), (0, 0), (1, 1), out=out), x, torch.empty(0, dtype=dtype)
+    )
+    cols = crand(1, 8, 9, dtype=dtype)
+    check(
+        lambda c, out: torch._C._nn.col2im(c, (4, 4), (2, 2), (1, 1), (0, 0), (1, 1), out=out),
+        cols,
+        torch.empty(0, dtype=dtype),
+        **TOL,
+    )
+
+
+@by_dtype(COMPLEX)
+def test_unfold_backward_of_complex_images_matches_cpu(dtype, native):
+    x = crand(2, 2, 4, 5, dtype=dtype)
+    g = crand(2, 2 * 2 * 3, 6, dtype=dtype, seed=1)
+    xc = x.clone().requires_grad_()
+    (expected,) = torch.autograd.grad(F.unfold(xc, (2, 3), stride=(2, 1)), xc, g)
+    xt = x.to(DEVICE).requires_grad_()
+    (grad,) = torch.autograd.grad(F.unfold(xt, (2, 3), stride=(2, 1)), xt, g.to(DEVICE))
+    assert_same(grad, expected, **TOL)
+
+
+@pytest.mark.parametrize("op", ["im2col", "col2im"])
+def test_im2col_and_col2im_of_complex32_raise_as_cpu(op):
+    if op == "im2col":
+        check(lambda x: F.unfold(x, 2), crand(1, 1, 3, 3).to(torch.complex32), allow_fallback=True)
+    else:
+        check(lambda c: F.fold(c, (3, 3), 2), crand(1, 4, 4).to(torch.complex32), allow_fallback=True)
