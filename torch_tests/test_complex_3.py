@@ -72,3 +72,55 @@ def test_im2col_and_col2im_of_complex32_raise_as_cpu(op):
         check(lambda x: F.unfold(x, 2), crand(1, 1, 3, 3).to(torch.complex32), allow_fallback=True)
     else:
         check(lambda c: F.fold(c, (3, 3), 2), crand(1, 4, 4).to(torch.complex32), allow_fallback=True)
+
+
+# ---- LDL of complex Hermitian matrices (hetrf, hetrs) ----
+
+LINALG_TOL = {torch.complex64: dict(rtol=1e-3, atol=1e-4), torch.complex128: dict(rtol=1e-9, atol=1e-10)}
+
+
+def hermitian(*shape, dtype, seed, definite=False):
+    """A seeded Hermitian matrix (batch) whose diagonal has imaginary parts too (LAPACK ignores them)."""
+    a = crand(*shape, dtype=dtype, seed=seed)
+    h = a @ a.mH + shape[-1] * torch.eye(shape[-1], dtype=dtype) if definite else a + a.mH
+    h.diagonal(dim1=-2, dim2=-1).imag.copy_(crand(*shape[:-1], dtype=dtype, seed=seed + 1).real)
+    return h
+
+
+@by_dtype(COMPLEX)
+def test_ldl_factor_of_complex_hermitian_matrices_gives_the_cpus_factors_and_pivots(dtype, native):
+    tol = LINALG_TOL[dtype]
+    for shape in ((1, 1), (2, 2), (5, 5), (4, 7, 7), (2, 12, 12)):
+        for seed in range(3):
+            h = hermitian(*shape, dtype=dtype, seed=seed)  # indefinite: 2 x 2 pivots and interchanges too
+            check(lambda h: torch.linalg.ldl_factor_ex(h, hermitian=True), h, **tol)
+        check(
+            lambda h: torch.linalg.ldl_factor(h, hermitian=True),
+            hermitian(*shape, dtype=dtype, seed=5, definite=True),
+            **tol,
+        )
+    h = hermitian(6, 6, dtype=dtype, seed=7)
+    check(lambda h: torch.linalg.ldl_factor_ex(h.tril(), hermitian=True), h, **tol)  # only the lower triangle is read
+    check(lambda h: torch.linalg.ldl_factor_ex(h.mT, hermitian=True), h, **tol)
+    check(lambda h: torch.linalg.ldl_factor_ex(h, hermitian=True), torch.zeros(3, 3, dtype=dtype))  # info
+    check(lambda h: torch.linalg.ldl_factor_ex(h, hermitian=True), torch.zeros(0, 2, 2, dtype=dtype))
+
+
+@by_dtype(COMPLEX)
+def test_ldl_solve_of_complex_hermitian_factors_matches_cpu(dtype, native):
+    tol = LINALG_TOL[dtype]
+    for shape in ((1, 1), (5, 5), (3, 8, 8)):
+        for seed in range(3):
+            LD, pivots = torch.linalg.ldl_factor(hermitian(*shape, dtype=dtype, seed=seed), hermitian=True)
+            b = crand(*shape[:-1], 3, dtype=dtype, seed=seed + 10)
+            check(lambda *x: torch.linalg.ldl_solve(*x, hermitian=True), LD, pivots, b, **tol)
+    LD, pivots = torch.linalg.ldl_factor(hermitian(4, 4, dtype=dtype, seed=3), hermitian=True)
+    b = crand(4, 2, dtype=dtype, seed=4)
+    check(
+        lambda *x, out: torch.linalg.ldl_solve(*x, hermitian=True, out=out),
+        LD,
+        pivots,
+        b,
+        torch.empty(0, dtype=dtype),
+        **tol,
+    )
