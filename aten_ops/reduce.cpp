@@ -209,6 +209,12 @@ UOpPtr complex_cumprod(UOpPtr x, int64_t axis) {
   return x;
 }
 
+// complex32: the CPU has no sum, prod or scan kernel for it; NotNativeDtype sends the call to the fallback, which
+// raises the CPU's error.
+void refuse_complex_half(const at::Tensor& self, const at::Tensor& out) {
+  if (self.scalar_type() == at::kComplexHalf || out.scalar_type() == at::kComplexHalf) to_tiny_dtype(at::kComplexHalf);
+}
+
 // A complex tensor's pairs with at least one dim besides the pair's, in dtype dt's opmath.
 UOpPtr complex_input(const at::Tensor& self, DType dt) {
   UOpPtr x = read_complex(self);
@@ -245,6 +251,7 @@ void write_fold(Kind kind, const at::Tensor& self, const DimMask& mask, const at
     // sum and mean of complex values fold each part alone, prod multiplies pairs; all and any fold their
     // truth below; other folds of complex values run on the CPU
     if (kind != Sum && kind != Mean && kind != Prod) to_tiny_dtype(self.scalar_type());
+    refuse_complex_half(self, out);
     DType dt = element_dtype(out.scalar_type());
     UOpPtr x = complex_input(self, dt);
     Axes axes = axes_of(mask, x);
@@ -753,6 +760,7 @@ UOpPtr cumulative(const UOpPtr& x, Ops op, int64_t axis) {
 template <Ops Op> void write_cumulative(const at::Tensor& self, int64_t dim, const at::Tensor& out) {
   if (out.numel() == 0) return;
   if (out.is_complex()) {
+    refuse_complex_half(self, out);
     DType dt = element_dtype(out.scalar_type());
     UOpPtr x = complex_input(self, dt);
     int64_t axis = one_axis(self, dim)[0];

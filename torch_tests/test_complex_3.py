@@ -124,3 +124,79 @@ def test_ldl_solve_of_complex_hermitian_factors_matches_cpu(dtype, native):
         torch.empty(0, dtype=dtype),
         **tol,
     )
+
+
+# ---- complex32 (ComplexHalf) ----
+
+EXACT = dict(rtol=0, atol=0)
+
+
+def chalf(*shape, seed=0, scale=3.0):
+    """Seeded complex32 values (the CPU draws no complex32 numbers itself)."""
+    return (crand(*shape, seed=seed) * scale).to(torch.complex32)
+
+
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
+@pytest.mark.parametrize(
+    "name,fn",
+    [
+        ("add", lambda a, b: a + b),
+        ("add_alpha", lambda a, b: torch.add(a, b, alpha=1.3)),
+        ("sub_alpha", lambda a, b: torch.sub(a, b, alpha=0.7)),
+        ("rsub_alpha", lambda a, b: torch.rsub(a, b, alpha=0.3)),
+        ("mul", lambda a, b: a * b),
+        ("mul_python_scalar", lambda a, b: a * 0.3),
+        ("mul_complex_scalar", lambda a, b: a * (0.3 + 0.7j)),
+        ("add_complex_scalar", lambda a, b: a + 0.3j),
+        ("mul_half_tensor", lambda a, b: a * b.real),
+        ("addcmul", lambda a, b: torch.addcmul(a, a, b)),
+        ("addcmul_value", lambda a, b: torch.addcmul(a, a, b, value=0.3)),
+        ("abs", lambda a, b: a.abs()),
+        ("sgn", lambda a, b: a.sgn()),
+        ("neg_conj", lambda a, b: -a.conj()),
+        ("eq", lambda a, b: a == b),
+        ("where", lambda a, b: torch.where(a.real > 0, a, b)),
+        ("inplace_add", lambda a, b: a.add_(b, alpha=0.3)),
+    ],
+)
+def test_complex32_arithmetic_rounds_as_the_cpu(name, fn, native):
+    # the CPU computes each complex operation in complex64 and rounds its result to complex32
+    check(fn, chalf(30, 40), chalf(30, 40, seed=1, scale=1.0), **EXACT)
+
+
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
+def test_complex32_scalars_round_to_half_first_and_overflow_to_infinity_as_the_cpu(native):
+    x = chalf(5)
+    check(lambda x: x * 1e5, x, **EXACT)
+    check(lambda x: x * 1e5j, x, **EXACT)
+    check(lambda x: x * 0.1, x, **EXACT)
+
+
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
+def test_complex32_statistics_the_cpu_has_match_it(native):
+    x = chalf(20, 30)
+    check(torch.var, x)
+    check(lambda x: torch.std(x, 1), x)
+    check(lambda x: torch.linalg.vector_norm(x, dim=0), x)
+    check(lambda x: x.all(), x)
+
+
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
+@pytest.mark.parametrize(
+    "name,fn",
+    [
+        ("sum", lambda x: x.sum()),
+        ("sum_dim", lambda x: x.sum(1)),
+        ("mean", lambda x: x.mean()),
+        ("prod", lambda x: x.prod()),
+        ("cumsum", lambda x: x.cumsum(0)),
+        ("cumprod", lambda x: x.cumprod(1)),
+        ("logcumsumexp", lambda x: x.logcumsumexp(0)),
+        ("sum_into_complex32", lambda x: x.to(torch.complex64).sum(dtype=torch.complex32)),
+        ("exp", lambda x: x.exp()),
+        ("div", lambda x: x / x),
+        ("addcdiv", lambda x: torch.addcdiv(x, x, x)),
+    ],
+)
+def test_complex32_ops_the_cpu_refuses_raise_its_error(name, fn):
+    check(fn, chalf(3, 4), allow_fallback=True)
