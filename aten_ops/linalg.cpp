@@ -10,7 +10,7 @@
 // A factorisation or a substitution of n x n matrices is n steps, each a few kernels over the whole batch:
 // masks from the coordinates, a reduction, and gathers at the step's row and column. The step index is a
 // runtime scalar (DEFINE_VAR), so the steps have the same graph: the kernels compile once for a shape.
-// Steps are realized kGroup at a time (realize_all on their values, without waiting for the queue), so the
+// Steps are realized kStepsPerGraph at a time (realize_all on their values, without waiting for the queue), so the
 // graph stays a few steps long whatever n is and each group replays one cached schedule.
 //
 // LU picks its pivot on the device as LAPACK's getf2 does (the first row at or below the diagonal of the
@@ -157,7 +157,7 @@ Val cast_val(const Val& v, DType dt, bool complex) {
   if (!complex) return {re, nullptr};
   return {re, v.complex() ? cast(v.im, dt) : like(re, 0)};
 }
-// A state vector for run_steps / realize_now: v's parts, then `rest`.
+// A state vector for run_step_loop / realize_now: v's parts, then `rest`.
 std::vector<UOpPtr> with_parts(const Val& v, std::vector<UOpPtr> rest) {
   std::vector<UOpPtr> out{v.re};
   if (v.complex()) out.push_back(v.im);
@@ -167,27 +167,6 @@ std::vector<UOpPtr> with_parts(const Val& v, std::vector<UOpPtr> rest) {
 Val first_val(const std::vector<UOpPtr>& st, bool complex) { return {st[0], complex ? st[1] : nullptr}; }
 Val element(const Val& m, const UOpPtr& b, const UOpPtr& i, const UOpPtr& j) {
   return each(m, [&](const UOpPtr& part) { return element(part, b, i, j); });
-}
-
-// Runs `steps` steps of a loop: state = step(state, k) for k = 0, 1, ... (or down from steps - 1). kGroup
-// steps are one graph, each step's values a realize boundary (CONTIGUOUS), realized together: fewer syncs.
-// Each step's index is a runtime scalar of its own, so every step's kernels are the same programs (compiled
-// once per shape) and every whole group has the same graph (it replays one cached schedule); a last,
-// shorter group has one of its own.
-constexpr int64_t kGroup = 8;
-template <class Step>
-std::vector<UOpPtr> run_steps(std::vector<UOpPtr> state, int64_t steps, bool down, const Step& step, Device& dev) {
-  for (int64_t first = 0; first < steps; first += kGroup) {
-    int64_t count = std::min(kGroup, steps - first);
-    for (int64_t t = first; t < first + count; t++) {
-      state = step(state, var_int(kIndex, down ? steps - 1 - t : t));
-      if (t + 1 < first + count)
-        for (UOpPtr& v : state)
-          v = reshape(contiguous(reshape(v, {prod(v->shape)})), v->shape);
-    }
-    state = realize_now(state, dev);
-  }
-  return state;
 }
 
 // ---- the factorisations and substitutions, on (B, rows, cols) values ----
@@ -233,7 +212,7 @@ LUFactors lu_factor(const Val& a, Device& dev) {
     UOpPtr new_info = where(zero_pivot, cast(add(broadcast(step, {B}), index_const(1, {B})), DType::Int32), inf);
     return with_parts(updated, {new_piv, new_info});
   };
-  state = run_steps(state, K, false, one_step, dev);
+  state = run_step_loop(state, K, false, one_step, dev);
   return {first_val(state, a.complex()), state[np], state[np + 1]};
 }
 
@@ -251,7 +230,7 @@ UOpPtr permutation(const UOpPtr& pivots, int64_t m, bool forward, Device& dev) {
     UOpPtr source = where(eq(r, k), p, where(eq(r, p), k, r));
     return {gather(reshape(st[0], {B * m}), add(mul(b, index_const(m, s)), source))};
   };
-  return run_steps({state[0]}, K, !forward, one_step, dev)[0];
+  return run_step_loop({state[0]}, K, !forward, one_step, dev)[0];
 }
 
 // x (B, n, r) with its rows taken from rows (B, n): out[b, i] = x[b, rows[b, i]].
@@ -282,7 +261,7 @@ Val solve_triangular(const Val& t, const Val& rhs, bool upper, bool unit, Device
     UOpPtr later = upper ? lt(i, k) : lt(k, i);
     return with_parts(where_val(eq(i, k), xk, where_val(later, x - element(tr, b, i, k) * xk, x)), {});
   };
-  return first_val(run_steps(state, n, upper, one_step, dev), rhs.complex());
+  return first_val(run_step_loop(state, n, upper, one_step, dev), rhs.complex());
 }
 
 // The lower Cholesky factor of a (B, n, n), L L^H = a, reading its lower triangle (above it: a's values, to
@@ -329,7 +308,7 @@ std::pair<Val, UOpPtr> cholesky(const Val& a, Device& dev) {
         where(reshape(fails, {B}), cast(add(broadcast(step, {B}), index_const(1, {B})), DType::Int32), inf);
     return with_parts(updated, {new_info});
   };
-  state = run_steps(state, n, false, one_step, dev);
+  state = run_step_loop(state, n, false, one_step, dev);
   return {first_val(state, a.complex()), state[np]};
 }
 
@@ -451,7 +430,7 @@ LDLFactors ldl_factor(const Val& lower, bool hermitian, Device& dev) {
     UOpPtr new_info = where(first_zero, cast(add(broadcast(step, {B}), index_const(1, {B})), DType::Int32), inf);
     return with_parts(updated, {new_piv, new_info});
   };
-  state = run_steps(state, n, false, one_step, dev);
+  state = run_step_loop(state, n, false, one_step, dev);
   Val ld = first_val(state, lower.complex());
   return {where_val(le(j, i), ld, like_val(ld, 0)), state[np], state[np + 1]};
 }
@@ -526,10 +505,10 @@ Val ldl_solve(const Val& ld_in, const UOpPtr& pivots_in, const Val& rhs, bool he
   };
   UOpPtr none = fixed(DType::Int32, 0, {B});
   std::vector<UOpPtr> state = realize_now(with_parts(rhs, {none}), dev);
-  state = run_steps(
+  state = run_step_loop(
       state, n, false, [&](const auto& st, const UOpPtr& k) { return solve_step(st, k, true); }, dev);
   state[np] = none;
-  state = run_steps(
+  state = run_step_loop(
       state, n, true, [&](const auto& st, const UOpPtr& k) { return solve_step(st, k, false); }, dev);
   return first_val(state, rhs.complex());
 }

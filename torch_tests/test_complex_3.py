@@ -200,3 +200,58 @@ def test_complex32_statistics_the_cpu_has_match_it(native):
 )
 def test_complex32_ops_the_cpu_refuses_raise_its_error(name, fn):
     check(fn, chalf(3, 4), allow_fallback=True)
+
+
+# ---- logcumsumexp ----
+
+
+def uniform_complex(*shape, dtype, seed, bound=9.0):
+    """Seeded complex values with both parts uniform in [-bound, bound] (imaginary parts past pi: the branch the
+    CPU's running logaddexp keeps shows)."""
+    g = torch.Generator().manual_seed(seed)
+    real = torch.empty(shape, dtype=torch.float64).uniform_(-bound, bound, generator=g)
+    imag = torch.empty(shape, dtype=torch.float64).uniform_(-bound, bound, generator=g)
+    return torch.complex(real, imag).to(dtype)
+
+
+@by_dtype(COMPLEX)
+def test_logcumsumexp_of_complex_values_follows_the_cpus_running_branch(dtype, native):
+    tol = LINALG_TOL[dtype]
+    for shape, dim in (((7,), 0), ((5, 5, 5), 0), ((5, 5, 5), 1), ((4, 6), -1), ((), 0), ((3, 40), 1), ((0, 4), 1)):
+        x = uniform_complex(*shape, dtype=dtype, seed=len(shape) + dim)
+        check(lambda x, dim=dim: torch.logcumsumexp(x, dim), x, **tol)
+    x = uniform_complex(5, 5, dtype=dtype, seed=3)
+    x[:, 0] = 10000  # exp overflows: the running value shifts by the larger real part
+    check(lambda x: torch.logcumsumexp(x, 1), x, **tol)
+    check(lambda x: torch.logcumsumexp(x.conj().t(), 1), x, **tol)
+    check(lambda x, out: torch.logcumsumexp(x, 0, out=out), x, torch.empty(0, dtype=dtype), **tol)
+
+
+@by_dtype(COMPLEX)
+def test_logcumsumexp_of_complex_infinities_and_nans_matches_cpu(dtype, native):
+    inf, nan = float("inf"), float("nan")
+    values = [
+        complex(-inf, 1),
+        complex(1, 2),
+        complex(inf, 1),
+        complex(2, 9),
+        complex(inf, 2),
+        0j,
+        complex(nan, 0),
+        1 + 1j,
+    ]
+    x = torch.tensor(values, dtype=dtype)
+    check(lambda x: torch.logcumsumexp(x, 0), x)
+    check(lambda x: torch.logcumsumexp(x[1:5], 0), x)
+    check(lambda x: torch.logcumsumexp(x, 0), torch.tensor([complex(-inf, 3), complex(-inf, 1), 2j], dtype=dtype))
+
+
+@by_dtype(COMPLEX)
+def test_logcumsumexp_gradient_of_complex_values_matches_cpu(dtype, native):
+    x = uniform_complex(3, 6, dtype=dtype, seed=9, bound=2.0)
+    g = crand(3, 6, dtype=dtype, seed=10)
+    xc = x.clone().requires_grad_()
+    (expected,) = torch.autograd.grad(torch.logcumsumexp(xc, 1), xc, g)
+    xt = x.to(DEVICE).requires_grad_()
+    (grad,) = torch.autograd.grad(torch.logcumsumexp(xt, 1), xt, g.to(DEVICE))
+    assert_same(grad, expected, **LINALG_TOL[dtype])
