@@ -999,12 +999,13 @@ cm::Cx complex_constant(const at::Scalar& s, const Call& c) {
   return rounded({scalar_constant(z.real(), c.compute, c.shape), scalar_constant(z.imag(), c.compute, c.shape)}, c);
 }
 
-// a + alpha * b (add, sub, rsub): an alpha of 1 is left out, as the real path does.
+// a + alpha * b (add, sub, rsub). The CPU's kernels multiply by alpha even when it is 1, which makes an infinite part
+// of b a NaN in the other part ((1, 0) * (inf, 0) = (inf, nan)): so does this.
 std::function<cm::Cx(const std::vector<cm::Cx>&, const Call&)> complex_with_alpha(bool subtract, bool swap = false) {
   return [subtract, swap](const std::vector<cm::Cx>& in, const Call& c) {
     cm::Cx x = in.at(swap ? 1 : 0), y = in.at(swap ? 0 : 1);
-    if (c.has("alpha") && c.param("alpha").toScalar().toComplexDouble() != c10::complex<double>(1.0))
-      y = rounded(cm::mul(y, complex_constant(c.param("alpha").toScalar(), c)), c);
+    at::Scalar alpha = c.has("alpha") ? c.param("alpha").toScalar() : at::Scalar(1);
+    y = rounded(cm::mul(y, complex_constant(alpha, c)), c);
     return subtract ? cm::sub(x, y) : cm::add(x, y);
   };
 }

@@ -255,3 +255,19 @@ def test_logcumsumexp_gradient_of_complex_values_matches_cpu(dtype, native):
     xt = x.to(DEVICE).requires_grad_()
     (grad,) = torch.autograd.grad(torch.logcumsumexp(xt, 1), xt, g.to(DEVICE))
     assert_same(grad, expected, **LINALG_TOL[dtype])
+
+
+# ---- add and sub multiply by alpha, 1 too ----
+
+
+@by_dtype(COMPLEX)
+def test_complex_add_and_sub_of_infinite_parts_give_the_cpus_nans(dtype, native):
+    inf = float("inf")
+    a = torch.tensor([1 + 1j, 2 + 0j, 3 - 1j], dtype=dtype)
+    b = torch.tensor([complex(inf, 0), complex(0, inf), complex(-inf, 2)], dtype=dtype)
+    check(torch.add, a, b)
+    check(torch.sub, a, b)
+    check(lambda a, b: torch.rsub(a, b), a, b)
+    check(lambda a, b: torch.add(a, b, alpha=2), a, b)
+    check(lambda a, b: a + b.real, a, b)  # a real infinity promoted to (inf, 0) first
+    check(lambda a, b: a.add_(b), a, b)
