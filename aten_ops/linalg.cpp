@@ -808,8 +808,8 @@ at::Tensor linalg_lu_solve(const at::Tensor& LU, const at::Tensor& pivots, const
 
 // ---- solve, inv, det, slogdet: through an LU ----
 
-// det and slogdet factor A^T when A is contiguous, as torch's do (their backward reads that LU).
-bool factors_transpose(const at::Tensor& A) { return A.is_contiguous(); }
+// det and slogdet factor A^T when A is real and contiguous, as torch's do (their backward reads that LU).
+bool factors_transpose(const at::Tensor& A) { return A.is_contiguous() && !A.is_complex(); }
 
 std::tuple<at::Tensor&, at::Tensor&, at::Tensor&, at::Tensor&>
 linalg_solve_ex_out(const at::Tensor& A, const at::Tensor& B, bool left, bool check_errors, at::Tensor& result,

@@ -271,3 +271,22 @@ def test_complex_add_and_sub_of_infinite_parts_give_the_cpus_nans(dtype, native)
     check(lambda a, b: torch.add(a, b, alpha=2), a, b)
     check(lambda a, b: a + b.real, a, b)  # a real infinity promoted to (inf, 0) first
     check(lambda a, b: a.add_(b), a, b)
+
+
+# ---- det, slogdet: the LU their backward reads ----
+
+
+@by_dtype(COMPLEX)
+def test_det_and_slogdet_of_complex_matrices_keep_the_cpus_lu_and_gradient(dtype, native):
+    # torch factors A^T for a contiguous real A only; the backward solves with the factors it was given
+    a = crand(5, 5, dtype=dtype, seed=2)
+    tol = LINALG_TOL[dtype]
+    check(torch.ops.aten._linalg_det, a, **tol)
+    check(torch.ops.aten._linalg_slogdet, a, **tol)
+    g = torch.tensor(0.3 + 0.2j, dtype=dtype)
+    for fn, grad_out in ((torch.linalg.det, g), (lambda a: torch.linalg.slogdet(a)[1], g.real), (torch.logdet, g)):
+        ac = a.clone().requires_grad_()
+        (expected,) = torch.autograd.grad(fn(ac), ac, grad_out)
+        at = a.to(DEVICE).requires_grad_()
+        (grad,) = torch.autograd.grad(fn(at), at, grad_out.to(DEVICE))
+        assert_same(grad, expected, **tol)
