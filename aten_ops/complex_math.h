@@ -233,4 +233,27 @@ inline Cx log_base(const Cx& z, double base) {
 // torch's sigmoid of a complex value: 1 / (1 + exp(-z)).
 inline Cx sigmoid(const Cx& z) { return reciprocal(add({like(z.re, 1.0), like(z.re, 0.0)}, exp(neg(z)))); }
 
+// torch's logaddexp of complex values (its helper for logcumsumexp): min and max by real part (a NaN in either
+// part of b, then of a, taken as both), log1p(exp(min - max)) + max; NaN for a NaN, min where both real parts
+// are -inf, log(exp(min) + exp(max)) where both are +inf.
+inline Cx log_add_exp(const Cx& a, const Cx& b) {
+  auto pick = [](const UOpPtr& c, const Cx& x, const Cx& y) { return Cx{where(c, x.re, y.re), where(c, x.im, y.im)}; };
+  UOpPtr nan_b = isnan(b), nan_a = isnan(a), a_first = alu(Ops::CMPLT, a.re, b.re);
+  Cx lo = pick(nan_b, b, pick(nan_a, a, pick(a_first, a, b)));
+  Cx hi = pick(nan_b, b, pick(nan_a, a, pick(a_first, b, a)));
+  // C's cexp: e^(-inf + iy) is 0 for every y, an infinite or NaN one too
+  auto cexp = [&](const Cx& z) {
+    Cx e = exp(z);
+    UOpPtr vanishes = alu(Ops::CMPEQ, z.re, like(z.re, -INFINITY)), zero = like(z.re, 0.0);
+    return pick(vanishes, Cx{zero, zero}, e);
+  };
+  Cx v = add(log1p(cexp(sub(lo, hi))), hi);
+  UOpPtr inf = like(lo.re, INFINITY);
+  UOpPtr same_infinity = both(alu(Ops::CMPEQ, alu(Ops::ABS, lo.re), inf), alu(Ops::CMPEQ, lo.re, hi.re));
+  Cx at_infinity = pick(alu(Ops::CMPLT, lo.re, like(lo.re, 0.0)), lo, log(add(exp(lo), exp(hi))));
+  v = pick(same_infinity, at_infinity, v);
+  UOpPtr nan = like(lo.re, NAN);
+  return pick(isnan(lo), Cx{nan, nan}, v);
+}
+
 } // namespace tiny::complex_math

@@ -985,18 +985,28 @@ struct ComplexOp {
   bool real_result = false;
 };
 
-// A Scalar argument (alpha) as a complex constant of the compute dtype.
-cm::Cx complex_constant(const at::Scalar& s, const Call& c) {
-  c10::complex<double> z = s.toComplexDouble();
-  return {scalar_constant(z.real(), c.compute, c.shape), scalar_constant(z.imag(), c.compute, c.shape)};
+// z rounded to the common dtype where the formula computes in a wider one: complex32's CPU kernels compute each
+// complex operation of c10::complex<Half> in float and round its result to half (a + alpha * b rounds alpha * b,
+// then the sum), so a formula of several operations rounds after each, as they do.
+cm::Cx rounded(const cm::Cx& z, const Call& c) {
+  if (c.common == c.compute) return z;
+  return {cast(cast(z.re, c.common), c.compute), cast(cast(z.im, c.common), c.compute)};
 }
 
-// a + alpha * b (add, sub, rsub): an alpha of 1 is left out, as the real path does.
+// A Scalar argument (alpha) as a complex constant of the compute dtype, rounded to the common dtype first as
+// the CPU's kernels convert it to theirs.
+cm::Cx complex_constant(const at::Scalar& s, const Call& c) {
+  c10::complex<double> z = s.toComplexDouble();
+  return rounded({scalar_constant(z.real(), c.compute, c.shape), scalar_constant(z.imag(), c.compute, c.shape)}, c);
+}
+
+// a + alpha * b (add, sub, rsub). The CPU's kernels multiply by alpha even when it is 1, which makes an infinite part
+// of b a NaN in the other part ((1, 0) * (inf, 0) = (inf, nan)): so does this.
 std::function<cm::Cx(const std::vector<cm::Cx>&, const Call&)> complex_with_alpha(bool subtract, bool swap = false) {
   return [subtract, swap](const std::vector<cm::Cx>& in, const Call& c) {
     cm::Cx x = in.at(swap ? 1 : 0), y = in.at(swap ? 0 : 1);
-    if (c.has("alpha") && c.param("alpha").toScalar().toComplexDouble() != c10::complex<double>(1.0))
-      y = cm::mul(y, complex_constant(c.param("alpha").toScalar(), c));
+    at::Scalar alpha = c.has("alpha") ? c.param("alpha").toScalar() : at::Scalar(1);
+    y = rounded(cm::mul(y, complex_constant(alpha, c)), c);
     return subtract ? cm::sub(x, y) : cm::add(x, y);
   };
 }
@@ -1012,8 +1022,8 @@ std::function<cm::Cx(const std::vector<cm::Cx>&, const Call&)> complex_logical(O
 std::function<cm::Cx(const std::vector<cm::Cx>&, const Call&)> complex_pointwise_combine(bool divide) {
   return [divide](const std::vector<cm::Cx>& in, const Call& c) {
     cm::Cx t1 = in.at(1);
-    if (c.has("value")) t1 = cm::mul(complex_constant(c.param("value").toScalar(), c), t1);
-    return cm::add(in.at(0), divide ? cm::div(t1, in.at(2)) : cm::mul(t1, in.at(2)));
+    if (c.has("value")) t1 = rounded(cm::mul(complex_constant(c.param("value").toScalar(), c), t1), c);
+    return cm::add(in.at(0), rounded(divide ? cm::div(t1, in.at(2)) : cm::mul(t1, in.at(2)), c));
   };
 }
 
@@ -1028,32 +1038,8 @@ cm::Cx complex_lerp(const std::vector<cm::Cx>& in, const Call&) {
   return {where(near_self, from_self.re, from_end.re), where(near_self, from_self.im, from_end.im)};
 }
 
-// torch's logaddexp of complex values (its helper for logcumsumexp): min and max by real part (a NaN in either
-// part of b, then of a, taken as both), log1p(exp(min - max)) + max; NaN for a NaN, min where both real parts
-// are -inf, log(exp(min) + exp(max)) where both are +inf.
-cm::Cx complex_log_add_exp(const std::vector<cm::Cx>& in, const Call&) {
-  const cm::Cx &a = in.at(0), &b = in.at(1);
-  auto pick = [](const UOpPtr& c, const cm::Cx& x, const cm::Cx& y) {
-    return cm::Cx{where(c, x.re, y.re), where(c, x.im, y.im)};
-  };
-  UOpPtr nan_b = cm::isnan(b), nan_a = cm::isnan(a), a_first = alu(Ops::CMPLT, a.re, b.re);
-  cm::Cx lo = pick(nan_b, b, pick(nan_a, a, pick(a_first, a, b)));
-  cm::Cx hi = pick(nan_b, b, pick(nan_a, a, pick(a_first, b, a)));
-  // C's cexp: e^(-inf + iy) is 0 for every y, an infinite or NaN one too
-  auto cexp = [&](const cm::Cx& z) {
-    cm::Cx e = cm::exp(z);
-    UOpPtr vanishes = alu(Ops::CMPEQ, z.re, cm::like(z.re, -INFINITY)), zero = cm::like(z.re, 0.0);
-    return pick(vanishes, cm::Cx{zero, zero}, e);
-  };
-  cm::Cx v = cm::add(cm::log1p(cexp(cm::sub(lo, hi))), hi);
-  UOpPtr inf = cm::like(lo.re, INFINITY);
-  UOpPtr same_infinity = cm::both(alu(Ops::CMPEQ, alu(Ops::ABS, lo.re), inf), alu(Ops::CMPEQ, lo.re, hi.re));
-  cm::Cx at_infinity =
-      pick(alu(Ops::CMPLT, lo.re, cm::like(lo.re, 0.0)), lo, cm::log(cm::add(cm::exp(lo), cm::exp(hi))));
-  v = pick(same_infinity, at_infinity, v);
-  UOpPtr nan = cm::like(lo.re, NAN);
-  return pick(cm::isnan(lo), cm::Cx{nan, nan}, v);
-}
+// torch's logaddexp of complex values (complex_math.h).
+cm::Cx complex_log_add_exp(const std::vector<cm::Cx>& in, const Call&) { return cm::log_add_exp(in.at(0), in.at(1)); }
 
 // torch's CPU pow of complex tensors to a Scalar exponent computes 2 and 3 as products, 0.5 as sqrt and -1,
 // -2 as reciprocals (as for floats); other exponents as exp(w log z).
@@ -1115,8 +1101,13 @@ const std::unordered_map<std::string, ComplexOp>& complex_table() {
         }}},
       {"abs",
        {K::Unary,
-        [](In in, const Call&) {
-          return cm::Cx{cm::abs(in.at(0)), nullptr};
+        [](In in, const Call& c) {
+          // complex32: half parts square exactly in float and cannot overflow it, so sqrt(re^2 + im^2) is the
+          // CPU's hypotf of them, rounded to half
+          const cm::Cx& z = in.at(0);
+          if (c.common != c.compute)
+            return cm::Cx{alu(Ops::SQRT, alu(Ops::ADD, alu(Ops::MUL, z.re, z.re), alu(Ops::MUL, z.im, z.im))), nullptr};
+          return cm::Cx{cm::abs(z), nullptr};
         },
         true}},
       {"angle",
@@ -1175,8 +1166,12 @@ cm::Cx complex_operand(const at::Tensor& t, at::ScalarType common, DType compute
   if (!t.is_privateuseone()) {
     TORCH_CHECK(t.dim() == 0, "Expected all tensors to be on the same device, but found at least two devices, ",
                 t.device(), " and tiny:0!");
+    // rounded to the common dtype first, as TensorIterator casts it (complex32: to half)
     c10::complex<double> z = t.item().toComplexDouble();
-    return {scalar_constant(z.real(), compute, shape), scalar_constant(z.imag(), compute, shape)};
+    DType rounded = element_dtype(common);
+    UOpPtr re = scalar_constant(z.real(), compute, shape), im = scalar_constant(z.imag(), compute, shape);
+    if (rounded == compute) return {re, im};
+    return {cast(cast(re, rounded), compute), cast(cast(im, rounded), compute)};
   }
   UOpPtr pairs = read_complex(t);
   DType rounded = element_dtype(common);

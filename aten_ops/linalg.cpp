@@ -3,14 +3,14 @@
 // (linalg_cholesky_ex, cholesky_solve, cholesky_inverse), triangular solves (triangular_solve,
 // linalg_solve_triangular), and what torch builds on an LU: _linalg_solve_ex (linalg.solve, solve_ex),
 // linalg_inv_ex (inv), _linalg_det (det) and _linalg_slogdet (slogdet, logdet); the LDL^T factorisation of
-// symmetric matrices (linalg_ldl_factor_ex, linalg_ldl_solve). float32 and float64, as torch's CPU kernels,
-// and complex64 and complex128 (the algorithms compute on Vals, below; Hermitian LDL runs on the CPU);
-// batched over any leading dims. Their gradients are torch's formulas, made of these ops and ordinary ones.
+// symmetric and Hermitian matrices (linalg_ldl_factor_ex, linalg_ldl_solve). float32 and float64, as torch's CPU
+// kernels, and complex64 and complex128 (the algorithms compute on Vals, below); batched over any leading dims. Their
+// gradients are torch's formulas, made of these ops and ordinary ones.
 //
 // A factorisation or a substitution of n x n matrices is n steps, each a few kernels over the whole batch:
 // masks from the coordinates, a reduction, and gathers at the step's row and column. The step index is a
 // runtime scalar (DEFINE_VAR), so the steps have the same graph: the kernels compile once for a shape.
-// Steps are realized kGroup at a time (realize_all on their values, without waiting for the queue), so the
+// Steps are realized kStepsPerGraph at a time (realize_all on their values, without waiting for the queue), so the
 // graph stays a few steps long whatever n is and each group replays one cached schedule.
 //
 // LU picks its pivot on the device as LAPACK's getf2 does (the first row at or below the diagonal of the
@@ -61,6 +61,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <functional>
 #include <initializer_list>
 #include <mutex>
 #include <tuple>
@@ -156,7 +157,7 @@ Val cast_val(const Val& v, DType dt, bool complex) {
   if (!complex) return {re, nullptr};
   return {re, v.complex() ? cast(v.im, dt) : like(re, 0)};
 }
-// A state vector for run_steps / realize_now: v's parts, then `rest`.
+// A state vector for run_step_loop / realize_now: v's parts, then `rest`.
 std::vector<UOpPtr> with_parts(const Val& v, std::vector<UOpPtr> rest) {
   std::vector<UOpPtr> out{v.re};
   if (v.complex()) out.push_back(v.im);
@@ -166,27 +167,6 @@ std::vector<UOpPtr> with_parts(const Val& v, std::vector<UOpPtr> rest) {
 Val first_val(const std::vector<UOpPtr>& st, bool complex) { return {st[0], complex ? st[1] : nullptr}; }
 Val element(const Val& m, const UOpPtr& b, const UOpPtr& i, const UOpPtr& j) {
   return each(m, [&](const UOpPtr& part) { return element(part, b, i, j); });
-}
-
-// Runs `steps` steps of a loop: state = step(state, k) for k = 0, 1, ... (or down from steps - 1). kGroup
-// steps are one graph, each step's values a realize boundary (CONTIGUOUS), realized together: fewer syncs.
-// Each step's index is a runtime scalar of its own, so every step's kernels are the same programs (compiled
-// once per shape) and every whole group has the same graph (it replays one cached schedule); a last,
-// shorter group has one of its own.
-constexpr int64_t kGroup = 8;
-template <class Step>
-std::vector<UOpPtr> run_steps(std::vector<UOpPtr> state, int64_t steps, bool down, const Step& step, Device& dev) {
-  for (int64_t first = 0; first < steps; first += kGroup) {
-    int64_t count = std::min(kGroup, steps - first);
-    for (int64_t t = first; t < first + count; t++) {
-      state = step(state, var_int(kIndex, down ? steps - 1 - t : t));
-      if (t + 1 < first + count)
-        for (UOpPtr& v : state)
-          v = reshape(contiguous(reshape(v, {prod(v->shape)})), v->shape);
-    }
-    state = realize_now(state, dev);
-  }
-  return state;
 }
 
 // ---- the factorisations and substitutions, on (B, rows, cols) values ----
@@ -232,7 +212,7 @@ LUFactors lu_factor(const Val& a, Device& dev) {
     UOpPtr new_info = where(zero_pivot, cast(add(broadcast(step, {B}), index_const(1, {B})), DType::Int32), inf);
     return with_parts(updated, {new_piv, new_info});
   };
-  state = run_steps(state, K, false, one_step, dev);
+  state = run_step_loop(state, K, false, one_step, dev);
   return {first_val(state, a.complex()), state[np], state[np + 1]};
 }
 
@@ -250,7 +230,7 @@ UOpPtr permutation(const UOpPtr& pivots, int64_t m, bool forward, Device& dev) {
     UOpPtr source = where(eq(r, k), p, where(eq(r, p), k, r));
     return {gather(reshape(st[0], {B * m}), add(mul(b, index_const(m, s)), source))};
   };
-  return run_steps({state[0]}, K, !forward, one_step, dev)[0];
+  return run_step_loop({state[0]}, K, !forward, one_step, dev)[0];
 }
 
 // x (B, n, r) with its rows taken from rows (B, n): out[b, i] = x[b, rows[b, i]].
@@ -281,7 +261,7 @@ Val solve_triangular(const Val& t, const Val& rhs, bool upper, bool unit, Device
     UOpPtr later = upper ? lt(i, k) : lt(k, i);
     return with_parts(where_val(eq(i, k), xk, where_val(later, x - element(tr, b, i, k) * xk, x)), {});
   };
-  return first_val(run_steps(state, n, upper, one_step, dev), rhs.complex());
+  return first_val(run_step_loop(state, n, upper, one_step, dev), rhs.complex());
 }
 
 // The lower Cholesky factor of a (B, n, n), L L^H = a, reading its lower triangle (above it: a's values, to
@@ -328,7 +308,7 @@ std::pair<Val, UOpPtr> cholesky(const Val& a, Device& dev) {
         where(reshape(fails, {B}), cast(add(broadcast(step, {B}), index_const(1, {B})), DType::Int32), inf);
     return with_parts(updated, {new_info});
   };
-  state = run_steps(state, n, false, one_step, dev);
+  state = run_step_loop(state, n, false, one_step, dev);
   return {first_val(state, a.complex()), state[np]};
 }
 
@@ -357,16 +337,26 @@ UOpPtr negation(const UOpPtr& a) { return alu(Ops::NOT, a); }
 // The magnitude sytf2 compares: |x|, and |re| + |im| (cabs1) for a complex symmetric matrix.
 UOpPtr magnitude_of(const Val& a) { return pivot_magnitude(a); }
 
-// (A complex `lower`: the complex symmetric factorisation, zsytf2, with cabs1 magnitudes; no conjugates.)
-LDLFactors ldl_factor(const Val& lower, Device& dev) {
+// (A complex `lower`: the complex symmetric factorisation, zsytf2, with cabs1 magnitudes; no conjugates. With
+// `hermitian`, zhetf2: the working matrix is Hermitian with a real diagonal (LAPACK reads only the diagonal's real
+// part and keeps it real), so cabs1 of a diagonal element is hetf2's |re|, the symmetric interchange of the full
+// matrix is hetf2's (conjugates included), and the updates are A - x d^-1 x^H and the 2 x 2 block's hetf2 form.)
+LDLFactors ldl_factor(const Val& lower, bool hermitian, Device& dev) {
   int64_t B = lower.re->shape[0], n = lower.re->shape[1];
   Shape s{B, n, n}, one{B, 1, 1}, column{B, n, 1}, row{B, 1, n}, ps{B, n};
   UOpPtr b = coordinate(s, 0), i = coordinate(s, 1), j = coordinate(s, 2);
   UOpPtr pivots = fixed(DType::Int32, 0, ps), info = fixed(DType::Int32, 0, {B});
   if (B * n == 0) return {lower, pivots, info};
   size_t np = part_count(lower);
+  hermitian = hermitian && lower.complex();
+  UOpPtr on_diagonal = eq(i, j), above = lt(i, j);
+  // a value of the lower triangle where it lies, its conjugate above it, a Hermitian diagonal's real part
+  auto placed = [&](const Val& v) {
+    if (!hermitian) return v;
+    return where_val(on_diagonal, Val{v.re, like(v.im, 0)}, where_val(above, conj_val(v), v));
+  };
   std::vector<UOpPtr> state =
-      realize_now(with_parts(where_val(le(j, i), lower, each(lower, transposed)), {pivots, info}), dev);
+      realize_now(with_parts(placed(where_val(le(j, i), lower, each(lower, transposed))), {pivots, info}), dev);
   auto one_step = [&](const std::vector<UOpPtr>& st, const UOpPtr& step) -> std::vector<UOpPtr> {
     Val a = first_val(st, lower.complex());
     const UOpPtr &piv = st[np], &inf = st[np + 1];
@@ -402,21 +392,34 @@ LDLFactors ldl_factor(const Val& lower, Device& dev) {
     auto a1 = [&](const UOpPtr& x, const UOpPtr& y) { return element(a, b, swapped(x), swapped(y)); };
     UOpPtr r = alu(Ops::MAX, i, j), c = alu(Ops::MIN, i, j);
     Val akk = a1(k3, k3);
-    // 1 x 1: the trailing block minus d11 x x^T (syr's order), column k scaled by d11
+    // 1 x 1: the trailing block minus d11 x x^T (syr's order; her's x x^H), column k scaled by d11
+    auto conj_if = [&](const Val& v) { return hermitian ? conj_val(v) : v; };
     Val d11 = like_val(akk, 1) / akk, minus_d11 = each(d11, [](const UOpPtr&part) { return alu(Ops::NEG, part); });
-    Val single = where_val(lt(k3, c), a1(r, c) + a1(r, k3) * (minus_d11 * a1(c, k3)),
+    Val single = where_val(lt(k3, c), a1(r, c) + a1(r, k3) * (minus_d11 * conj_if(a1(c, k3))),
                            where_val(lt(k3, r), d11 * a1(r, k3), akk));
-    // 2 x 2: sytf2's update through the inverse of the block [[a_kk, d21], [d21, a_k+1,k+1]]
-    Val d21 = a1(next3, k3), e11 = a1(next3, next3) / d21, e22 = akk / d21;
-    Val t = like_val(akk, 1) / (e11 * e22 - like_val(akk, 1)), scale = t / d21;
-    auto wk = [&](const UOpPtr& x) { return scale * (e11 * a1(x, k3) - a1(x, next3)); };
-    auto wkp1 = [&](const UOpPtr& x) { return scale * (e22 * a1(x, next3) - a1(x, k3)); };
+    // 2 x 2: sytf2's update through the inverse of the block [[a_kk, d21], [d21, a_k+1,k+1]]; hetf2's scales
+    // the block by |d21| (real d, e11, e22, t) and its off-diagonal to a unit d21 / |d21|
+    std::function<Val(const UOpPtr&)> wk, wkp1;
+    Val d21 = a1(next3, k3);
+    if (hermitian) {
+      UOpPtr d = cm::abs(cx(d21)), e11 = div(a1(next3, next3).re, d), e22 = div(akk.re, d);
+      UOpPtr t = div(like(d, 1), sub(mul(e11, e22), like(d, 1)));
+      Val unit = each(d21, [&](const UOpPtr&part) { return div(part, d); }), scale = {div(t, d), like(d, 0)};
+      Val v11 = {e11, like(d, 0)}, v22 = {e22, like(d, 0)};
+      wk = [=, &a1](const UOpPtr& x) { return scale * (v11 * a1(x, k3) - unit * a1(x, next3)); };
+      wkp1 = [=, &a1](const UOpPtr& x) { return scale * (v22 * a1(x, next3) - conj_val(unit) * a1(x, k3)); };
+    } else {
+      Val e11 = a1(next3, next3) / d21, e22 = akk / d21;
+      Val t = like_val(akk, 1) / (e11 * e22 - like_val(akk, 1)), scale = t / d21;
+      wk = [=, &a1](const UOpPtr& x) { return scale * (e11 * a1(x, k3) - a1(x, next3)); };
+      wkp1 = [=, &a1](const UOpPtr& x) { return scale * (e22 * a1(x, next3) - a1(x, k3)); };
+    }
     UOpPtr after = lt(next3, c), r_after = lt(next3, r);
     Val pair = where_val(
-        after, a1(r, c) - (a1(r, k3) * wk(c) + a1(r, next3) * wkp1(c)),
+        after, a1(r, c) - (a1(r, k3) * conj_if(wk(c)) + a1(r, next3) * conj_if(wkp1(c))),
         where_val(both(eq(c, k3), r_after), wk(r), where_val(both(eq(c, next3), r_after), wkp1(r), a1(r, c))));
     UOpPtr eliminate = expand(both(live, negation(zero_column)), s);
-    Val updated = where_val(both(eliminate, le(k3, c)), where_val(expand(two, s), pair, single), a);
+    Val updated = where_val(both(eliminate, le(k3, c)), placed(where_val(expand(two, s), pair, single)), a);
     UOpPtr pp = coordinate(ps, 1), pk = broadcast(step, ps);
     UOpPtr kp1 = cast(add(reshape(kp, {B, 1}), index_const(1, {B, 1})), DType::Int32);
     UOpPtr entry = where(reshape(two, {B, 1}), alu(Ops::NEG, kp1), kp1);
@@ -427,7 +430,7 @@ LDLFactors ldl_factor(const Val& lower, Device& dev) {
     UOpPtr new_info = where(first_zero, cast(add(broadcast(step, {B}), index_const(1, {B})), DType::Int32), inf);
     return with_parts(updated, {new_piv, new_info});
   };
-  state = run_steps(state, n, false, one_step, dev);
+  state = run_step_loop(state, n, false, one_step, dev);
   Val ld = first_val(state, lower.complex());
   return {where_val(le(j, i), ld, like_val(ld, 0)), state[np], state[np + 1]};
 }
@@ -435,8 +438,9 @@ LDLFactors ldl_factor(const Val& lower, Device& dev) {
 // Solves A x = rhs from A's factors (ld (B, n, n), pivots (B, n)), rhs (B, n, r): LAPACK's sytrs, L D y = rhs
 // forward, then L^T x = y backward, each a block of D a step; a (B) flag carries the second row of a 2 x 2
 // block past its step.
-// (Complex factors: the complex symmetric solve, zsytrs, L^T not conjugated.)
-Val ldl_solve(const Val& ld_in, const UOpPtr& pivots_in, const Val& rhs, Device& dev) {
+// (Complex factors: the complex symmetric solve, zsytrs, L^T not conjugated; with `hermitian`, zhetrs: L^H, a 1 x 1
+// block's real part, a 2 x 2 block's off-diagonal conjugated in its upper position.)
+Val ldl_solve(const Val& ld_in, const UOpPtr& pivots_in, const Val& rhs, bool hermitian, Device& dev) {
   int64_t B = rhs.re->shape[0], n = rhs.re->shape[1], r = rhs.re->shape[2];
   if (B * n * r == 0) return rhs;
   size_t np = part_count(rhs);
@@ -468,10 +472,16 @@ Val ldl_solve(const Val& ld_in, const UOpPtr& pivots_in, const Val& rhs, Device&
         return element(x, b, where(eq(row, sw), kp3, where(eq(row, kp3), sw, row)), j);
       };
       Val xk = x1(k3), xo = x1(o3), dkk = element(ld, b, k3, k3);
-      Val single = where_val(eq(i, k3), xk / dkk, where_val(lt(k3, i), x1(i) - element(ld, b, i, k3) * xk, x1(i)));
-      Val akm1k = element(ld, b, o3, k3), akm1 = dkk / akm1k, ak = element(ld, b, o3, o3) / akm1k;
+      Val scaled = xk / dkk;
+      if (hermitian) {
+        UOpPtr inv = div(like(dkk.re, 1), dkk.re);
+        scaled = each(xk, [&](const UOpPtr& part) { return mul(part, inv); });
+      }
+      Val single = where_val(eq(i, k3), scaled, where_val(lt(k3, i), x1(i) - element(ld, b, i, k3) * xk, x1(i)));
+      Val akm1k = element(ld, b, o3, k3), upper_akm1k = hermitian ? conj_val(akm1k) : akm1k;
+      Val akm1 = dkk / upper_akm1k, ak = element(ld, b, o3, o3) / akm1k;
       Val denom = akm1 * ak - like_val(ak, 1);
-      Val bkm1 = xk / akm1k, bk = xo / akm1k;
+      Val bkm1 = xk / upper_akm1k, bk = xo / akm1k;
       Val rest = x1(i) - element(ld, b, i, k3) * xk - element(ld, b, i, o3) * xo;
       Val pair = where_val(eq(i, k3), (ak * bkm1 - bk) / denom,
                            where_val(eq(i, o3), (akm1 * bk - bkm1) / denom, where_val(lt(o3, i), rest, x1(i))));
@@ -479,7 +489,8 @@ Val ldl_solve(const Val& ld_in, const UOpPtr& pivots_in, const Val& rhs, Device&
     } else {
       // row k (and k - 1 of a 2 x 2 block) less L^T's terms below the block, then the interchange of k and kp
       auto reduced = [&](const UOpPtr& col) {
-        Val terms = where_val(lt(k3, i), element(ld, b, i, expand(col, s)) * x, like_val(x, 0));
+        Val l = element(ld, b, i, expand(col, s));
+        Val terms = where_val(lt(k3, i), (hermitian ? conj_val(l) : l) * x, like_val(x, 0));
         return element(x, lb, expand(col, line), lj) -
                each(terms, [](const UOpPtr& part) { return reduce(part, Ops::ADD, {1}); });
       };
@@ -494,10 +505,10 @@ Val ldl_solve(const Val& ld_in, const UOpPtr& pivots_in, const Val& rhs, Device&
   };
   UOpPtr none = fixed(DType::Int32, 0, {B});
   std::vector<UOpPtr> state = realize_now(with_parts(rhs, {none}), dev);
-  state = run_steps(
+  state = run_step_loop(
       state, n, false, [&](const auto& st, const UOpPtr& k) { return solve_step(st, k, true); }, dev);
   state[np] = none;
-  state = run_steps(
+  state = run_step_loop(
       state, n, true, [&](const auto& st, const UOpPtr& k) { return solve_step(st, k, false); }, dev);
   return first_val(state, rhs.complex());
 }
@@ -797,8 +808,8 @@ at::Tensor linalg_lu_solve(const at::Tensor& LU, const at::Tensor& pivots, const
 
 // ---- solve, inv, det, slogdet: through an LU ----
 
-// det and slogdet factor A^T when A is contiguous, as torch's do (their backward reads that LU).
-bool factors_transpose(const at::Tensor& A) { return A.is_contiguous(); }
+// det and slogdet factor A^T when A is real and contiguous, as torch's do (their backward reads that LU).
+bool factors_transpose(const at::Tensor& A) { return A.is_contiguous() && !A.is_complex(); }
 
 std::tuple<at::Tensor&, at::Tensor&, at::Tensor&, at::Tensor&>
 linalg_solve_ex_out(const at::Tensor& A, const at::Tensor& B, bool left, bool check_errors, at::Tensor& result,
@@ -1020,17 +1031,16 @@ at::Tensor linalg_solve_triangular(const at::Tensor& A, const at::Tensor& B, boo
 
 // ---- LDL ----
 
-// hermitian= changes nothing for real matrices (sytrf and hetrf agree there); complex symmetric ones (hermitian=False)
-// factor natively, complex Hermitian ones (hetrf) run on the CPU.
+// hermitian= changes nothing for real matrices (sytrf and hetrf agree there); complex matrices factor as complex
+// symmetric ones (sytrf, hermitian=False) or Hermitian ones (hetrf).
 std::tuple<at::Tensor&, at::Tensor&, at::Tensor&> linalg_ldl_factor_ex_out(const at::Tensor& A, bool hermitian,
                                                                            bool check_errors, at::Tensor& LD,
                                                                            at::Tensor& pivots, at::Tensor& info) {
   MetaOuts meta{&LD, &pivots, &info};
   at::meta::linalg_ldl_factor_ex_outf(meta_like(A), hermitian, check_errors, meta[0], meta[1], meta[2]);
-  if (A.is_complex() && hermitian) to_tiny_dtype(A.scalar_type()); // NotNativeDtype
   meta.apply();
   check_float_or_complex<at::_ops::linalg_ldl_factor_ex>(A, A, hermitian, check_errors);
-  LDLFactors f = ldl_factor(matrix_values(A), device_for(A));
+  LDLFactors f = ldl_factor(matrix_values(A), hermitian, device_for(A));
   store(LD, f.ld);
   store(pivots, f.pivots);
   store(info, f.info);
@@ -1051,16 +1061,16 @@ at::Tensor& linalg_ldl_solve_out(const at::Tensor& LD, const at::Tensor& pivots,
   check_same_device({LD, pivots, B});
   MetaOuts meta{&result};
   at::meta::linalg_ldl_solve_outf(meta_like(LD), meta_like(pivots), meta_like(B), hermitian, meta[0]);
-  // complex symmetric factors solve natively when LD, B and result share their dtype; Hermitian ones on the CPU
+  // complex factors solve natively when LD, B and result share their dtype
   if ((LD.is_complex() || B.is_complex()) &&
-      (hermitian || B.scalar_type() != LD.scalar_type() || result.scalar_type() != LD.scalar_type()))
+      (B.scalar_type() != LD.scalar_type() || result.scalar_type() != LD.scalar_type()))
     to_tiny_dtype(LD.is_complex() ? LD.scalar_type() : B.scalar_type()); // NotNativeDtype
   meta.apply();
   if (result.numel() == 0) return result;
   check_float_or_complex<at::_ops::linalg_ldl_solve>(LD, LD, pivots, B, hermitian);
   c10::IntArrayRef batch = batch_of(result);
-  store(result,
-        ldl_solve(matrix_values(LD, batch), pivot_rows(pivots, batch), matrix_values(B, batch), device_for(LD)));
+  store(result, ldl_solve(matrix_values(LD, batch), pivot_rows(pivots, batch), matrix_values(B, batch), hermitian,
+                          device_for(LD)));
   return result;
 }
 

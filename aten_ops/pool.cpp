@@ -775,6 +775,13 @@ Shape sliding_blocks(const char* op, c10::IntArrayRef spatial, c10::IntArrayRef 
   return blocks;
 }
 
+// complex32 (the CPU has no kernel for it) and complex values into a real out= or back (the CPU's dtype error)
+// go to the CPU: NotNativeDtype.
+void complex_to_cpu(const at::Tensor& self, const at::Tensor& out) {
+  if (self.scalar_type() == at::kComplexHalf || self.is_complex() != out.is_complex())
+    to_tiny_dtype(self.is_complex() ? self.scalar_type() : out.scalar_type());
+}
+
 // im2col: (N, C, H, W) -> (N, C * kh * kw, oh * ow), column [c, i, j] of block (y, x) reading the zero-padded
 // input at (y * stride + i * dilation, x * stride + j * dilation): a window view, no copy.
 at::Tensor& im2col_out(const at::Tensor& self, c10::IntArrayRef kernel, c10::IntArrayRef dilation,
@@ -784,16 +791,22 @@ at::Tensor& im2col_out(const at::Tensor& self, c10::IntArrayRef kernel, c10::Int
               "input, but got: ",
               self.sizes());
   Shape blocks = sliding_blocks("im2col", self.sizes().slice(self.dim() - 2), kernel, dilation, padding, stride);
+  complex_to_cpu(self, out);
   int64_t n = self.dim() == 4 ? self.size(0) : 1, c = self.size(-3);
   std::vector<int64_t> sizes = {c * kernel[0] * kernel[1], blocks[0] * blocks[1]};
   if (self.dim() == 4) sizes.insert(sizes.begin(), n);
   at::native::resize_output(out, sizes);
   if (out.numel() == 0) return out;
   window::Geometry g = geometry(2, kernel, stride, padding, dilation);
-  UOpPtr x = window::reshaped(read(self), {n, c, self.size(-2), self.size(-1)});
-  UOpPtr win = window::windows(window::pad_for_windows(x, blocks, g), blocks, g); // (n, c, oh, ow, kh, kw)
-  UOpPtr cols = window::permuted(win, {0, 1, 4, 5, 2, 3});
-  write(out, cast(window::reshaped(cols, to_shape(out.sizes())), to_tiny_dtype(out.scalar_type())));
+  // A complex value's pairs ride as channels: (n, c, h, w, 2) read as (n, c * 2, h, w).
+  int64_t parts = self.is_complex() ? 2 : 1;
+  UOpPtr x = window::reshaped(read_values(self), {n, c, self.size(-2), self.size(-1), parts});
+  x = window::reshaped(window::permuted(x, {0, 1, 4, 2, 3}), {n, c * parts, self.size(-2), self.size(-1)});
+  UOpPtr win = window::windows(window::pad_for_windows(x, blocks, g), blocks, g); // (n, c * parts, oh, ow, kh, kw)
+  win = window::reshaped(win, {n, c, parts, blocks[0], blocks[1], kernel[0], kernel[1]});
+  UOpPtr cols = window::permuted(win, {0, 1, 5, 6, 3, 4, 2}); // (n, c, kh, kw, oh, ow, parts)
+  write_values(out,
+               cast(window::reshaped(cols, value_shape(out, to_shape(out.sizes()))), value_dtype(out.scalar_type())));
   return out;
 }
 
@@ -814,6 +827,7 @@ at::Tensor& col2im_out(const at::Tensor& self, c10::SymIntArrayRef output_size_s
               "for input, but got: ",
               self.sizes());
   Shape blocks = sliding_blocks("col2im", output_size, kernel, dilation, padding, stride);
+  complex_to_cpu(self, out);
   int64_t taps = kernel[0] * kernel[1];
   TORCH_CHECK(
       taps > 0 && self.size(-2) % taps == 0,
@@ -829,8 +843,13 @@ at::Tensor& col2im_out(const at::Tensor& self, c10::SymIntArrayRef output_size_s
   if (self.dim() == 3) sizes.insert(sizes.begin(), n);
   at::native::resize_output(out, sizes);
   if (out.numel() == 0) return out;
-  DType dt = to_tiny_dtype(out.scalar_type());
-  UOpPtr cols = window::reshaped(cast(read(self), opmath(dt)), {n, c, kernel[0], kernel[1], blocks[0], blocks[1]});
+  DType dt = value_dtype(out.scalar_type());
+  // A complex value's pairs ride as channels: (n, c * kh * kw, L, 2) read as (n, 2 * c, kh, kw, oh, ow).
+  int64_t parts = self.is_complex() ? 2 : 1;
+  UOpPtr values = window::reshaped(cast(read_values(self), opmath(dt)), {n, c * taps, blocks[0] * blocks[1], parts});
+  UOpPtr cols = window::reshaped(window::permuted(values, {0, 3, 1, 2}),
+                                 {n, parts * c, kernel[0], kernel[1], blocks[0], blocks[1]});
+  c *= parts;
   UOpPtr sum;
   for (int64_t i = 0; i < kernel[0]; i++) {
     for (int64_t j = 0; j < kernel[1]; j++) {
@@ -852,7 +871,9 @@ at::Tensor& col2im_out(const at::Tensor& self, c10::SymIntArrayRef output_size_s
     }
   }
   if (!sum) sum = full(const_like(cols, 0), {n, c, output_size[0], output_size[1]});
-  write(out, cast(window::reshaped(sum, to_shape(out.sizes())), dt));
+  sum = window::reshaped(sum, {n, parts, c / parts, output_size[0], output_size[1]});
+  sum = window::permuted(sum, {0, 2, 3, 4, 1}); // (n, c, h, w, parts)
+  write_values(out, cast(window::reshaped(sum, value_shape(out, to_shape(out.sizes()))), dt));
   return out;
 }
 

@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <mutex>
 #include <vector>
 
@@ -30,6 +31,28 @@ inline std::vector<UOpPtr> realize_now(const std::vector<UOpPtr>& values, runtim
   return out;
 }
 inline UOpPtr realize_now(const UOpPtr& v, runtime::Device& dev) { return realize_now(std::vector<UOpPtr>{v}, dev)[0]; }
+
+// Runs `steps` steps of a loop: state = step(state, k) for k = 0, 1, ... (or down from steps - 1). kStepsPerGraph
+// steps are one graph, each step's values a realize boundary (CONTIGUOUS), realized together: fewer syncs.
+// Each step's index is a runtime scalar of its own, so every step's kernels are the same programs (compiled
+// once per shape) and every whole group has the same graph (it replays one cached schedule); a last,
+// shorter group has one of its own.
+constexpr int64_t kStepsPerGraph = 8;
+template <class Step>
+std::vector<UOpPtr> run_step_loop(std::vector<UOpPtr> state, int64_t steps, bool down, const Step& step,
+                                  runtime::Device& dev) {
+  for (int64_t first = 0; first < steps; first += kStepsPerGraph) {
+    int64_t count = std::min(kStepsPerGraph, steps - first);
+    for (int64_t t = first; t < first + count; t++) {
+      state = step(state, var_int(kIndex, down ? steps - 1 - t : t));
+      if (t + 1 < first + count)
+        for (UOpPtr& v : state)
+          v = reshape(contiguous(reshape(v, {prod(v->shape)})), v->shape);
+    }
+    state = realize_now(state, dev);
+  }
+  return state;
+}
 
 // Scalar int64 values computed on the device, read to the host: computed alone (their own small kernels,
 // the work pending around the call stays lazy), or, when their graph writes a storage in place, by a sync.

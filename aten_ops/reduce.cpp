@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "aten_ops/complex_math.h"
+#include "aten_ops/read_on_host.h"
 #include "csrc/fallback.h"
 #include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
@@ -209,6 +210,12 @@ UOpPtr complex_cumprod(UOpPtr x, int64_t axis) {
   return x;
 }
 
+// complex32: the CPU has no sum, prod or scan kernel for it; NotNativeDtype sends the call to the fallback, which
+// raises the CPU's error.
+void refuse_complex_half(const at::Tensor& self, const at::Tensor& out) {
+  if (self.scalar_type() == at::kComplexHalf || out.scalar_type() == at::kComplexHalf) to_tiny_dtype(at::kComplexHalf);
+}
+
 // A complex tensor's pairs with at least one dim besides the pair's, in dtype dt's opmath.
 UOpPtr complex_input(const at::Tensor& self, DType dt) {
   UOpPtr x = read_complex(self);
@@ -245,6 +252,7 @@ void write_fold(Kind kind, const at::Tensor& self, const DimMask& mask, const at
     // sum and mean of complex values fold each part alone, prod multiplies pairs; all and any fold their
     // truth below; other folds of complex values run on the CPU
     if (kind != Sum && kind != Mean && kind != Prod) to_tiny_dtype(self.scalar_type());
+    refuse_complex_half(self, out);
     DType dt = element_dtype(out.scalar_type());
     UOpPtr x = complex_input(self, dt);
     Axes axes = axes_of(mask, x);
@@ -753,6 +761,7 @@ UOpPtr cumulative(const UOpPtr& x, Ops op, int64_t axis) {
 template <Ops Op> void write_cumulative(const at::Tensor& self, int64_t dim, const at::Tensor& out) {
   if (out.numel() == 0) return;
   if (out.is_complex()) {
+    refuse_complex_half(self, out);
     DType dt = element_dtype(out.scalar_type());
     UOpPtr x = complex_input(self, dt);
     int64_t axis = one_axis(self, dim)[0];
@@ -852,10 +861,57 @@ void write_logcumsumexp(const at::Tensor& self, int64_t dim, const at::Tensor& o
   finish(out, reshape(alu(Ops::ADD, alu(Ops::LOG, s), m), x->shape));
 }
 
+// torch's CPU kernel folds complex values in order, acc = logaddexp(x[k], acc) from (-inf, 0), with its complex
+// logaddexp (complex_math's log_add_exp), whose imaginary part stays on the branch of the operand with the larger
+// real part rather than the principal one of the sum: no reordering gives its values. So a loop of n steps, the
+// step index a runtime scalar (every step the same kernels): step k folds the slice x[k] into the running value and
+// writes it to out[k].
+void write_complex_logcumsumexp(const at::Tensor& self, int64_t dim, const at::Tensor& out) {
+  if (out.numel() == 0) return;
+  DType dt = element_dtype(out.scalar_type());
+  UOpPtr x = complex_input(self, dt); // (..., n, ..., 2) in opmath
+  int64_t axis = one_axis(self, dim)[0], rank = static_cast<int64_t>(x->shape.size());
+  int64_t n = x->shape[axis], rest = tiny::prod(x->shape) / (2 * n);
+  // the scanned axis first, the pair's axis last: (n, rest, 2)
+  std::vector<int64_t> order{axis};
+  for (int64_t d = 0; d < rank; d++)
+    if (d != axis) order.push_back(d);
+  std::vector<int64_t> inverse(rank);
+  for (int64_t d = 0; d < rank; d++)
+    inverse[order[d]] = d;
+  UOpPtr pairs = reshape(permute(x, order), {n, rest, 2});
+  runtime::Device& dev = runtime::device(self.device().index());
+  std::vector<UOpPtr> parts =
+      realize_now({reshape(real_part(pairs), {n * rest}), reshape(imag_part(pairs), {n * rest})}, dev);
+  Shape line{rest}, all{n, rest};
+  UOpPtr column = iota(rest, kIndex);
+  UOpPtr row = expand(reshape(iota(n, kIndex), {n, 1}), all);
+  UOpPtr start_re = fixed(pairs->dtype, -INFINITY, line), start_im = fixed(pairs->dtype, 0, line);
+  UOpPtr empty = fixed(pairs->dtype, 0, all);
+  auto step = [&](const std::vector<UOpPtr>& st, const UOpPtr& k) -> std::vector<UOpPtr> {
+    UOpPtr at = add(mul(expand(reshape(k, {1}), line), fixed(kIndex, rest, line)), column);
+    cm::Cx acc = cm::log_add_exp({gather(parts[0], at), gather(parts[1], at)}, {st[0], st[1]});
+    UOpPtr here = alu(Ops::CMPEQ, row, expand(reshape(k, {1, 1}), all));
+    auto spread = [&](const UOpPtr& v) { return expand(reshape(v, {1, rest}), all); };
+    return {acc.re, acc.im, where(here, spread(acc.re), st[2]), where(here, spread(acc.im), st[3])};
+  };
+  std::vector<UOpPtr> state = run_step_loop({start_re, start_im, empty, empty}, n, false, step, dev);
+  Shape moved;
+  for (int64_t d : order)
+    moved.push_back(x->shape[d]);
+  UOpPtr result = reshape(join_complex(state[2], state[3]), moved);
+  Shape shape = to_shape(out.sizes());
+  shape.push_back(2);
+  write_complex(out, reshape(cast(permute(result, inverse), dt), shape));
+}
+
 at::Tensor& logcumsumexp_out(const at::Tensor& self, int64_t dim, at::Tensor& out) {
   check_cpu_accepts<at::_ops::_logcumsumexp_out>(self, dim, out);
   at::native::resize_output(out, self.sizes());
-  write_logcumsumexp(self, dim, out);
+  if (out.is_complex())
+    write_complex_logcumsumexp(self, dim, out);
+  else
+    write_logcumsumexp(self, dim, out);
   return out;
 }
 

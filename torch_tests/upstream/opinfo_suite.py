@@ -26,7 +26,7 @@ e.g. `pytest torch_tests/upstream/opinfo_suite.py -k "forward and _add_"`. Envir
     TINY_UPSTREAM_OPS          comma-separated OpInfo names (name or name.variant) to instantiate
     TINY_UPSTREAM_KINDS        comma-separated kinds (default: all four)
     TINY_UPSTREAM_DTYPES       comma-separated dtypes (default: all of FORWARD_DTYPES; complex64 and
-                               complex128 only when named)
+                               complex128 and complex32 only when named)
     TINY_UPSTREAM_RESULTS      a JSON-lines file each test appends its outcome to
     TINY_UPSTREAM_MAX_SAMPLES  check only the first N samples of each test
     TINY_UPSTREAM_RUN_KNOWN_CRASHES=1   run the known failures that crash or hang too
@@ -84,10 +84,11 @@ TOLERANCES = {
     torch.bfloat16: (1.6e-2, 1e-2),
     torch.complex64: (1e-4, 1e-4),
     torch.complex128: (1e-7, 1e-7),
+    torch.complex32: (2e-3, 1e-3),
 }
 # Dtypes that run only when TINY_UPSTREAM_DTYPES names them (run.py's full slice does; the ci slice when
 # --dtypes names them).
-OPT_IN_DTYPES = (torch.complex64, torch.complex128)
+OPT_IN_DTYPES = (torch.complex64, torch.complex128, torch.complex32)
 SEED = 1234
 # OpInfos whose results are uninitialized memory: dtype and shape are compared, not values (as upstream's
 # test_compare_cpu skips them).

@@ -43,7 +43,8 @@ from opinfo_record import (  # noqa: E402
 SUITE = HERE.relative_to(ROOT) / "opinfo_suite.py"
 ALL_DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8", "bool")
 OPT_IN_DTYPES = ("complex64", "complex128")  # the full slice runs them; the ci slice when --dtypes names them
-REPORT_ORDER = ALL_DTYPES + OPT_IN_DTYPES
+ON_REQUEST_DTYPES = ("complex32",)  # only when --dtypes names it (no slice runs it)
+REPORT_ORDER = ALL_DTYPES + OPT_IN_DTYPES + ON_REQUEST_DTYPES
 # mode -> (kinds, dtypes), and the samples checked per test (None: all)
 SLICES = {
     "full": {
