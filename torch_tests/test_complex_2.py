@@ -542,12 +542,12 @@ def test_ldl_factor_and_solve_of_complex_symmetric_matrices_match_cpu(dtype, nat
     check(torch.linalg.ldl_factor_ex, singular)
 
 
-def test_ldl_of_complex_hermitian_matrices_goes_to_the_cpu():
+def test_ldl_of_complex_hermitian_matrices_runs_natively():
     a = crand(4, 4)
     h = a @ a.mH + 4 * torch.eye(4)
-    check(lambda h: torch.linalg.ldl_factor(h, hermitian=True), h, allow_fallback=True, **TOL)
+    check(lambda h: torch.linalg.ldl_factor(h, hermitian=True), h, **TOL)
     LD, pivots = torch.linalg.ldl_factor(h, hermitian=True)
-    check(lambda *x: torch.linalg.ldl_solve(*x, hermitian=True), LD, pivots, crand(4, 2), allow_fallback=True, **TOL)
+    check(lambda *x: torch.linalg.ldl_solve(*x, hermitian=True), LD, pivots, crand(4, 2), **TOL)
 
 
 @by_dtype(COMPLEX)
