@@ -185,6 +185,7 @@ at::Tensor& arange_out(const at::Scalar& start, const at::Scalar& end, const at:
 }
 
 at::Tensor& linspace_out(const at::Scalar& start, const at::Scalar& end, int64_t steps, at::Tensor& out) {
+  if (out.scalar_type() == at::kComplexHalf) to_tiny_dtype(at::kComplexHalf); // NotNativeDtype: the CPU's error
   return at::native::linspace_out(start, end, steps, out);
 }
 
@@ -243,6 +244,7 @@ at::Tensor& logspace_out(const at::Scalar& start, const at::Scalar& end, int64_t
 
 // torch's eye_out_cpu: its checks and resize, then ones where the row index equals the column index.
 at::Tensor& eye_m_out(int64_t n, int64_t m, at::Tensor& out) {
+  if (out.scalar_type() == at::kComplexHalf) to_tiny_dtype(at::kComplexHalf); // NotNativeDtype: the CPU's error
   TORCH_CHECK(n >= 0, "n must be greater or equal to 0, got ", n);
   TORCH_CHECK(m >= 0, "m must be greater or equal to 0, got ", m);
   out.resize_({n, m});
