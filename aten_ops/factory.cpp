@@ -2,9 +2,11 @@
 // eye), and tril_indices/triu_indices.
 // zeros/ones/full/*_like/scalar_tensor are CompositeExplicitAutograd in torch and reach these kernels.
 
+#include <ATen/EmptyTensor.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/native/RangeFactories.h>
+#include <ATen/native/TensorFactories.h>
 #include <ATen/ops/arange_native.h>
 #include <ATen/ops/linspace_native.h>
 #include <c10/core/TensorOptions.h>
@@ -39,6 +41,20 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::op
               c10::layout_or_default(layout));
   TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), "Only dense CPU tensors can be pinned");
   return empty_tiny(size, stride, c10::dtype_or_default(dtype), c10::device_or_default(device));
+}
+
+// torch's immutable zero tensor (autograd formulas return it for gradients known to be zero: sgn's of a
+// real input): no storage (a null data pointer) and the ZeroTensor key, whose kernels and fallback
+// materialize it as zeros before any tiny kernel sees it, as the CPU's and CUDA's _efficientzerotensor.
+at::Tensor efficient_zero_tensor(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                                 std::optional<at::Layout> layout, std::optional<at::Device> device,
+                                 std::optional<bool> pin_memory) {
+  (void)layout;
+  (void)pin_memory;
+  at::Device d = c10::device_or_default(device);
+  at::native::ZeroTensorAllocator allocator(d);
+  auto keys = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1) | c10::DispatchKeySet(c10::DispatchKey::ZeroTensor);
+  return at::detail::empty_generic(size, &allocator, keys, c10::dtype_or_default(dtype), std::nullopt);
 }
 
 // The elements of `self` once each (a complex tensor's as (real, imaginary) pairs): fill is idempotent, so
@@ -169,6 +185,7 @@ at::Tensor& arange_out(const at::Scalar& start, const at::Scalar& end, const at:
 }
 
 at::Tensor& linspace_out(const at::Scalar& start, const at::Scalar& end, int64_t steps, at::Tensor& out) {
+  if (out.scalar_type() == at::kComplexHalf) to_tiny_dtype(at::kComplexHalf); // NotNativeDtype: the CPU's error
   return at::native::linspace_out(start, end, steps, out);
 }
 
@@ -227,6 +244,7 @@ at::Tensor& logspace_out(const at::Scalar& start, const at::Scalar& end, int64_t
 
 // torch's eye_out_cpu: its checks and resize, then ones where the row index equals the column index.
 at::Tensor& eye_m_out(int64_t n, int64_t m, at::Tensor& out) {
+  if (out.scalar_type() == at::kComplexHalf) to_tiny_dtype(at::kComplexHalf); // NotNativeDtype: the CPU's error
   TORCH_CHECK(n >= 0, "n must be greater or equal to 0, got ", n);
   TORCH_CHECK(m >= 0, "m must be greater or equal to 0, got ", m);
   out.resize_({n, m});
@@ -332,6 +350,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
   m.impl("logspace.out", logspace_out);
   m.impl("eye.out", eye_out);
   m.impl("eye.m_out", eye_m_out);
+  m.impl("_efficientzerotensor", efficient_zero_tensor, UnsignedPolicy::Native);
   m.impl("tril_indices", triangle_indices<true>);
   m.impl("triu_indices", triangle_indices<false>);
 }

@@ -658,6 +658,7 @@ void check_flat_range(const at::Tensor& index, int64_t numel) {
 }
 
 at::Tensor& take_out(const at::Tensor& self, const at::Tensor& index, at::Tensor& out) {
+  if (self.scalar_type() == at::kComplexHalf) to_tiny_dtype(at::kComplexHalf); // NotNativeDtype: the CPU's error
   TORCH_CHECK(index.scalar_type() == at::kLong, "take(): Expected a long tensor for index, but got ",
               index.scalar_type());
   TORCH_CHECK(self.scalar_type() == out.scalar_type(),
@@ -682,6 +683,7 @@ at::Tensor take(const at::Tensor& self, const at::Tensor& index) {
 }
 
 at::Tensor& put_(at::Tensor& self, const at::Tensor& index, const at::Tensor& source, bool accumulate) {
+  if (self.scalar_type() == at::kComplexHalf) to_tiny_dtype(at::kComplexHalf); // NotNativeDtype: the CPU's error
   TORCH_CHECK(index.scalar_type() == at::kLong, "put_(): Expected a long tensor for index, but got ",
               index.scalar_type());
   TORCH_CHECK(self.scalar_type() == source.scalar_type(),
@@ -745,6 +747,7 @@ at::Tensor bincount(const at::Tensor& self, const std::optional<at::Tensor>& wei
 
 at::Tensor& gather_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, bool sparse_grad,
                        at::Tensor& out) {
+  if (self.scalar_type() == at::kComplexHalf) to_tiny_dtype(at::kComplexHalf); // NotNativeDtype: the CPU's error
   check_same_device({self, index, out});
   at::meta::gather_outf(self, dim, index, sparse_grad, out);
   dim = at::maybe_wrap_dim(dim, self.dim());
@@ -759,6 +762,7 @@ at::Tensor& gather_out(const at::Tensor& self, int64_t dim, const at::Tensor& in
 // out = self, then src's elements (a value UOp of index's shape) scattered along dim at `index`.
 void scatter_along(const at::Tensor& self, int64_t dim, const at::Tensor& index, const UOpPtr& value,
                    std::optional<Ops> combine, const at::Tensor& out, bool check = true) {
+  if (out.scalar_type() == at::kComplexHalf) to_tiny_dtype(at::kComplexHalf); // NotNativeDtype: the CPU's error
   dim = at::maybe_wrap_dim(dim, self.dim());
   if (out.is_complex() && combine && *combine != Ops::ADD) to_tiny_dtype(out.scalar_type()); // before any write
   if (!out.is_same(self)) write_values(out, read_values(self));
@@ -1023,6 +1027,7 @@ at::Tensor masked_select(const at::Tensor& self, const at::Tensor& mask) {
 // comes from the mask read to the host (a sync, as for masked_select), which also checks that
 // source has enough elements, as torch does at the call.
 at::Tensor& masked_scatter_(at::Tensor& self, const at::Tensor& mask, const at::Tensor& source) {
+  if (self.scalar_type() == at::kComplexHalf) to_tiny_dtype(at::kComplexHalf); // NotNativeDtype: the CPU's error
   TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_scatter_ only supports boolean masks, but got mask with dtype ",
               mask.scalar_type());
   TORCH_CHECK(self.scalar_type() == source.scalar_type(),

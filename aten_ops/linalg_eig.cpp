@@ -40,6 +40,7 @@
 
 #include "aten_ops/builders.h"
 #include "aten_ops/complex_math.h"
+#include "aten_ops/lapack_layout.h"
 #include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
 
@@ -78,27 +79,6 @@ UOpPtr pythag(const UOpPtr& a, const UOpPtr& b) { return cm::hypot(a, b); }
 // Fortran's SIGN(a, b): |a| with the sign of b
 UOpPtr with_sign(const UOpPtr& a, const UOpPtr& b) { return where(lt(b, zeros(b)), negate(absolute(a)), absolute(a)); }
 Cx realized_cx(const Cx& z) { return {contiguous(z.re), contiguous(z.im)}; }
-
-int64_t batch_count(const at::Tensor& t) {
-  int64_t b = 1;
-  for (int64_t d = 0; d + 2 < t.dim(); d++)
-    b *= t.size(d);
-  return b;
-}
-
-std::vector<int64_t> column_major_strides(at::IntArrayRef sizes) {
-  int64_t dims = static_cast<int64_t>(sizes.size());
-  std::vector<int64_t> strides(dims, 1);
-  if (dims < 2) return strides;
-  int64_t m = sizes[dims - 2], n = sizes[dims - 1];
-  strides[dims - 1] = std::max<int64_t>(m, 1);
-  int64_t stride = std::max<int64_t>(m * n, 1);
-  for (int64_t d = dims - 3; d >= 0; d--) {
-    strides[d] = stride;
-    stride *= std::max<int64_t>(sizes[d], 1);
-  }
-  return strides;
-}
 
 // The machine constants of LAPACK's dlamch for the working dtype.
 struct Machine {

@@ -61,6 +61,7 @@
 
 #include "aten_ops/builders.h"
 #include "aten_ops/complex_math.h"
+#include "aten_ops/lapack_layout.h"
 #include "csrc/fallback.h"
 #include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
@@ -86,30 +87,6 @@ UOpPtr sqrt(const UOpPtr& a) { return alu(Ops::SQRT, a); }
 UOpPtr zeros(const UOpPtr& x) { return like(x, 0); }
 // x where mask holds, else 0.
 UOpPtr masked(const UOpPtr& mask, const UOpPtr& x) { return where(mask, x, zeros(x)); }
-
-int64_t batch_count(const at::Tensor& t) {
-  int64_t b = 1;
-  for (int64_t d = 0; d + 2 < t.dim(); d++)
-    b *= t.size(d);
-  return b;
-}
-
-// LAPACK's layout, in which torch's CPU kernels return their matrices: each matrix column-major, the batch
-// row-major around them.
-std::vector<int64_t> column_major_strides(at::IntArrayRef sizes) {
-  int64_t dims = static_cast<int64_t>(sizes.size());
-  std::vector<int64_t> strides(dims, 1);
-  if (dims < 2) return strides;
-  int64_t m = sizes[dims - 2], n = sizes[dims - 1];
-  strides[dims - 2] = 1;
-  strides[dims - 1] = std::max<int64_t>(m, 1);
-  int64_t stride = std::max<int64_t>(m * n, 1);
-  for (int64_t d = dims - 3; d >= 0; d--) {
-    strides[d] = stride;
-    stride *= std::max<int64_t>(sizes[d], 1);
-  }
-  return strides;
-}
 
 // An out= tensor of the wrong size is resized into LAPACK's layout, as the CPU kernels do; one of the
 // right size keeps its strides.

@@ -447,6 +447,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> runs_of(const at::Tensor& values,
 // torch.unique: always sorted (stably, NaNs last), which is also what the CPU gives for sorted=False.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> unique2(const at::Tensor& self, bool /*sorted*/, bool return_inverse,
                                                        bool return_counts) {
+  if (self.scalar_type() == at::kComplexHalf) to_tiny_dtype(at::kComplexHalf); // NotNativeDtype: the CPU's error
   // bools sort as bytes
   if (self.scalar_type() == at::kBool) {
     auto [values, inverse, counts] = unique2(self.to(at::kByte), true, return_inverse, return_counts);
@@ -460,6 +461,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> unique2(const at::Tensor& self, b
 
 // torch._unique, unique's older form: as _unique2 without the counts (the CPU sorts for sorted=False too).
 std::tuple<at::Tensor, at::Tensor> unique(const at::Tensor& self, bool sorted, bool return_inverse) {
+  if (self.scalar_type() == at::kComplexHalf) to_tiny_dtype(at::kComplexHalf); // NotNativeDtype: the CPU's error
   auto result = unique2(self, sorted, return_inverse, false);
   return {std::get<0>(result), std::get<1>(result)};
 }
@@ -517,11 +519,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_slices(const at::Tensor& s
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_dim(const at::Tensor& self, int64_t dim, bool /*sorted*/,
                                                           bool /*return_inverse*/, bool /*return_counts*/) {
+  if (self.scalar_type() == at::kComplexHalf) to_tiny_dtype(at::kComplexHalf); // NotNativeDtype: the CPU's error
   return unique_slices(self, dim, true);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_consecutive(const at::Tensor& self, bool return_inverse,
                                                                   bool return_counts, std::optional<int64_t> dim) {
+  if (self.scalar_type() == at::kComplexHalf) to_tiny_dtype(at::kComplexHalf); // NotNativeDtype: the CPU's error
   if (dim.has_value() && self.dim() > 1) return unique_slices(self, *dim, false);
   return runs_of(self.reshape({-1}), at::Tensor(), self.sizes(), return_inverse, return_counts);
 }

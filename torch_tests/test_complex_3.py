@@ -196,6 +196,17 @@ def test_complex32_statistics_the_cpu_has_match_it(native):
         ("exp", lambda x: x.exp()),
         ("div", lambda x: x / x),
         ("addcdiv", lambda x: torch.addcdiv(x, x, x)),
+        ("gather", lambda x: torch.gather(x, 1, torch.tensor([[0, 1]] * 3, device=x.device))),
+        ("scatter", lambda x: x.scatter(1, torch.tensor([[0, 1]] * 3, device=x.device), x[:, :2])),
+        ("scatter_value", lambda x: x.scatter(1, torch.tensor([[0, 1]] * 3, device=x.device), 2.0)),
+        ("scatter_add", lambda x: x.scatter_add(1, torch.tensor([[0, 1]] * 3, device=x.device), x[:, :2])),
+        ("take", lambda x: torch.take(x, torch.tensor([0, 5], device=x.device))),
+        ("put_", lambda x: x.clone().put_(torch.tensor([0, 5], device=x.device), x[0, :2])),
+        ("masked_scatter", lambda x: x.masked_scatter(x.real > 0, x)),
+        ("unique", lambda x: torch.unique(x)),
+        ("unique_consecutive", lambda x: torch.unique_consecutive(x)),
+        ("eye", lambda x: torch.eye(3, dtype=x.dtype, device=x.device)),
+        ("linspace", lambda x: torch.linspace(0, 1, 5, dtype=x.dtype, device=x.device)),
     ],
 )
 def test_complex32_ops_the_cpu_refuses_raise_its_error(name, fn):

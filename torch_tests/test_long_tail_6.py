@@ -140,3 +140,32 @@ def test_resize_of_saturated_uint8_images_clamps_like_cpu(mode):
 def test_uint8_linear_and_trilinear_and_backward_still_refuse_like_cpu():
     check(lambda t: F.interpolate(t, size=9, mode="linear"), image(1, 2, 5))
     check(lambda t: F.interpolate(t, size=(3, 4, 5), mode="trilinear"), image(1, 2, 2, 3, 4))
+
+
+# ---- _efficientzerotensor: torch's immutable zero tensor ----
+
+
+def test_an_efficient_zero_tensor_behaves_as_the_cpus():
+    z, zc = torch._efficientzerotensor((2, 3), device=DEVICE), torch._efficientzerotensor((2, 3))
+    assert z._is_zerotensor() and zc._is_zerotensor()
+    assert z.device.type == DEVICE and z.dtype == zc.dtype and z.shape == zc.shape
+    assert torch.equal(z.cpu(), zc)
+    x = torch.randn(2, 3)
+    assert torch.equal((x.to(DEVICE) + z).cpu(), x + zc)
+    assert (x.to(DEVICE) * z)._is_zerotensor() == (x * zc)._is_zerotensor()
+    assert torch.equal(z.exp().cpu(), zc.exp())
+    with pytest.raises(RuntimeError, match="ZeroTensors are immutable"):
+        z.add_(1)
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.complex64), ids=str)
+def test_sgn_gradient_matches_cpu(dtype):
+    # a real input's sgn has a zero gradient: torch's formula returns an efficient zero tensor (no storage)
+    a, g = torch.randn(4, 5, dtype=dtype), torch.randn(4, 5, dtype=dtype)
+    a[0, :2] = 0
+    ac = a.clone().requires_grad_()
+    (want,) = torch.autograd.grad(torch.sgn(ac), ac, g)
+    at = a.to(DEVICE).requires_grad_()
+    (got,) = torch.autograd.grad(torch.sgn(at), at, g.to(DEVICE))
+    assert got._is_zerotensor() == want._is_zerotensor() and got.dtype == want.dtype
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-6, atol=1e-6)
