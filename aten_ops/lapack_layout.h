@@ -1,5 +1,6 @@
-// What the linear algebra kernels (linalg_qr.cpp, linalg_eig.cpp) share about LAPACK's layout: the number
-// of matrices in a batch, and the column-major strides in which torch's CPU kernels return matrices.
+// What the linear algebra kernels (linalg_qr.cpp, linalg_eig.cpp) share: the number of matrices in a batch,
+// the column-major strides in which torch's CPU kernels return matrices (LAPACK's layout), and two building
+// blocks over (batch, rows, cols) values.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -7,6 +8,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <vector>
+
+#include "compiler/uop.h"
 
 namespace tiny {
 
@@ -32,6 +35,17 @@ inline std::vector<int64_t> column_major_strides(at::IntArrayRef sizes) {
     stride *= std::max<int64_t>(sizes[d], 1);
   }
   return strides;
+}
+
+// x (a scalar or already of `shape`'s rank) expanded to `shape`.
+inline UOpPtr broadcast(const UOpPtr& x, const Shape& shape) {
+  return expand(x->shape.empty() ? reshape(x, Shape(shape.size(), 1)) : x, shape);
+}
+// Each element's index along dim d.
+inline UOpPtr coordinate(const Shape& shape, size_t d) {
+  Shape s(shape.size(), 1);
+  s[d] = shape[d];
+  return expand(reshape(iota(shape[d], kIndex), s), shape);
 }
 
 } // namespace tiny

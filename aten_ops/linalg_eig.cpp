@@ -53,14 +53,6 @@ using cm::Cx;
 
 // ---- building blocks over (b, n, n) values and (b, 1, 1) per-matrix values ----
 
-UOpPtr broadcast(const UOpPtr& x, const Shape& shape) {
-  return expand(x->shape.empty() ? reshape(x, Shape(shape.size(), 1)) : x, shape);
-}
-UOpPtr coordinate(const Shape& shape, size_t d) {
-  Shape s(shape.size(), 1);
-  s[d] = shape[d];
-  return expand(reshape(iota(shape[d], kIndex), s), shape);
-}
 UOpPtr index(int64_t v, const Shape& shape) { return broadcast(const_int(kIndex, v), shape); }
 UOpPtr step(int64_t v, const Shape& shape) { return broadcast(var_int(kIndex, v), shape); }
 UOpPtr iadd(const UOpPtr& a, int64_t v) { return add(a, index(v, a->shape)); }

@@ -72,14 +72,6 @@ namespace {
 
 // ---- building blocks over (batch, rows, cols) values ----
 
-UOpPtr broadcast(const UOpPtr& x, const Shape& shape) {
-  return expand(x->shape.empty() ? reshape(x, Shape(shape.size(), 1)) : x, shape);
-}
-UOpPtr coordinate(const Shape& shape, size_t d) {
-  Shape s(shape.size(), 1);
-  s[d] = shape[d];
-  return expand(reshape(iota(shape[d], kIndex), s), shape);
-}
 UOpPtr index_const(int64_t v, const Shape& shape) { return broadcast(const_int(kIndex, v), shape); }
 // The step index as a kernel argument: every step runs the same kernels.
 UOpPtr step_index(int64_t v, const Shape& shape) { return broadcast(var_int(kIndex, v), shape); }
