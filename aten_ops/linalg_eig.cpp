@@ -507,46 +507,62 @@ QrState qr_round(QrState st, const UOpPtr& ilo, const UOpPtr& ihi, const Batch& 
   return {H, Z, nI, nL, contiguous(kdefl), wr, wi, contiguous(failed)};
 }
 
+// The loop control both QR iterations (dlahqr's and zlahqr's) keep per matrix on the device: the active window's
+// bottom I and top L, the iterations since the last deflation, and a failure flag. The host reads one flag every
+// `group` rounds; the loop ends when every matrix has deflated down to ilo or failed, itmax steps per
+// deflation at most.
+struct QrLoop {
+  at::Tensor i, l, k, failed;
+  int64_t itmax, limit, group = 4;
+  QrLoop(const UOpPtr& ilo, const UOpPtr& ihi, const Batch& bt)
+      : i(empty_tiny(bt.per(), at::kLong, bt.device)), l(empty_tiny(bt.per(), at::kLong, bt.device)),
+        k(empty_tiny(bt.per(), at::kLong, bt.device)), failed(empty_tiny(bt.per(), at::kBool, bt.device)),
+        itmax(30 * std::max<int64_t>(10, bt.n)), limit((itmax + 2) * bt.n) {
+    write(i, ihi);
+    write(l, ilo);
+    write(k, index(0, bt.per()));
+    write(failed, broadcast(const_int(DType::Bool, 0), bt.per()));
+  }
+  // Stores a group's end state; whether some matrix is still running.
+  bool store(const UOpPtr& I, const UOpPtr& L, const UOpPtr& kdefl, const UOpPtr& f, const UOpPtr& ilo,
+             const Batch& bt) {
+    write(i, I);
+    write(l, L);
+    write(k, kdefl);
+    write(failed, f);
+    at::Tensor running = empty_tiny({}, at::kLong, bt.device);
+    UOpPtr busy = both(le(ilo, I), lnot(f));
+    write(running, reshape(reduce(reshape(cast(busy, kIndex), {bt.b}), Ops::MAX, {0}), {}));
+    return running.item<int64_t>() != 0;
+  }
+};
+
 // The rounds until every matrix has deflated all its eigenvalues, in groups between host reads.
 Schur schur(UOpPtr H, UOpPtr Z, const UOpPtr& ilo, const UOpPtr& ihi, const Batch& bt, bool vectors) {
-  Shape p = bt.per(), rw = bt.row();
+  Shape rw = bt.row();
   auto tensor = [&](at::ScalarType st, const Shape& shape) { return empty_tiny(shape, st, bt.device); };
   at::ScalarType ft = to_scalar_type(bt.dt);
   at::Tensor h_t = tensor(ft, bt.grid()), z_t = tensor(ft, bt.grid()), wr_t = tensor(ft, rw), wi_t = tensor(ft, rw);
-  at::Tensor i_t = tensor(at::kLong, p), l_t = tensor(at::kLong, p), k_t = tensor(at::kLong, p);
-  at::Tensor f_t = tensor(at::kBool, p);
   write(h_t, H);
   write(z_t, Z);
   // eigenvalues isolated by balancing are the diagonal outside [ilo, ihi]
   UOpPtr diag = reshape(sum_keep(masked(eq(coordinate(bt.grid(), 1), coordinate(bt.grid(), 2)), H), {1}), rw);
   write(wr_t, diag);
   write(wi_t, fixed(bt.dt, 0, rw));
-  write(i_t, ihi);
-  write(l_t, ilo);
-  write(k_t, index(0, p));
-  write(f_t, broadcast(const_int(DType::Bool, 0), p));
-  int64_t itmax = 30 * std::max<int64_t>(10, bt.n);
-  // every round finishes a deflation or takes a Francis step; itmax steps per deflation at most
-  int64_t limit = (itmax + 2) * bt.n, group = 4;
-  for (int64_t round = 0; round < limit; round += group) {
-    QrState st{read(h_t), read(z_t), read(i_t), read(l_t), read(k_t), read(wr_t), read(wi_t), read(f_t)};
-    for (int64_t g = 0; g < group; g++)
-      st = qr_round(st, ilo, ihi, bt, vectors, itmax);
+  // every round finishes a deflation or takes a Francis step
+  QrLoop loop(ilo, ihi, bt);
+  for (int64_t round = 0; round < loop.limit; round += loop.group) {
+    QrState st{read(h_t),    read(z_t),  read(loop.i), read(loop.l),
+               read(loop.k), read(wr_t), read(wi_t),   read(loop.failed)};
+    for (int64_t g = 0; g < loop.group; g++)
+      st = qr_round(st, ilo, ihi, bt, vectors, loop.itmax);
     write(h_t, st.H);
     if (vectors) write(z_t, st.Z);
-    write(i_t, st.I);
-    write(l_t, st.L);
-    write(k_t, st.kdefl);
     write(wr_t, st.wr);
     write(wi_t, st.wi);
-    write(f_t, st.failed);
-    // still running: not failed and I >= ilo
-    at::Tensor running = empty_tiny({}, at::kLong, bt.device);
-    UOpPtr busy = both(le(ilo, st.I), lnot(st.failed));
-    write(running, reshape(reduce(reshape(cast(busy, kIndex), {bt.b}), Ops::MAX, {0}), {}));
-    if (running.item<int64_t>() == 0) break;
+    if (!loop.store(st.I, st.L, st.kdefl, st.failed, ilo, bt)) break;
   }
-  return {read(h_t), read(z_t), read(wr_t), read(wi_t), f_t};
+  return {read(h_t), read(z_t), read(wr_t), read(wi_t), loop.failed};
 }
 
 // ---- eigenvectors of the quasi-triangular T (trevc), back-transformed ----
@@ -946,7 +962,7 @@ struct ComplexSchur {
 };
 
 ComplexSchur complex_schur(Cx H, Cx Z, const UOpPtr& ilo, const UOpPtr& ihi, const Batch& bt, bool vectors) {
-  Shape p = bt.per(), rw = bt.row();
+  Shape rw = bt.row();
   std::tie(H, Z) = real_subdiagonal(H, Z, ilo, ihi, bt, vectors);
   auto tensor = [&](at::ScalarType st, const Shape& shape) { return empty_tiny(shape, st, bt.device); };
   at::ScalarType ft = to_scalar_type(bt.dt);
@@ -954,8 +970,6 @@ ComplexSchur complex_schur(Cx H, Cx Z, const UOpPtr& ilo, const UOpPtr& ihi, con
   for (int i = 0; i < 4; i++)
     ts.push_back(tensor(ft, bt.grid()));
   at::Tensor wr_t = tensor(ft, rw), wi_t = tensor(ft, rw);
-  at::Tensor i_t = tensor(at::kLong, p), l_t = tensor(at::kLong, p), k_t = tensor(at::kLong, p);
-  at::Tensor f_t = tensor(at::kBool, p);
   write(ts[0], H.re);
   write(ts[1], H.im);
   write(ts[2], Z.re);
@@ -963,40 +977,23 @@ ComplexSchur complex_schur(Cx H, Cx Z, const UOpPtr& ilo, const UOpPtr& ihi, con
   UOpPtr diag = eq(coordinate(bt.grid(), 1), coordinate(bt.grid(), 2));
   write(wr_t, reshape(sum_keep(masked(diag, H.re), {1}), rw));
   write(wi_t, reshape(sum_keep(masked(diag, H.im), {1}), rw));
-  write(i_t, ihi);
-  write(l_t, ilo);
-  write(k_t, index(0, p));
-  write(f_t, broadcast(const_int(DType::Bool, 0), p));
-  int64_t itmax = 30 * std::max<int64_t>(10, bt.n);
-  int64_t limit = (itmax + 2) * bt.n, group = 4;
-  for (int64_t round = 0; round < limit; round += group) {
-    ComplexQrState st{{read(ts[0]), read(ts[1])},
-                      {read(ts[2]), read(ts[3])},
-                      read(i_t),
-                      read(l_t),
-                      read(k_t),
-                      {read(wr_t), read(wi_t)},
-                      read(f_t)};
-    for (int64_t g = 0; g < group; g++)
-      st = complex_qr_round(st, ilo, ihi, bt, vectors, itmax);
+  QrLoop loop(ilo, ihi, bt);
+  for (int64_t round = 0; round < loop.limit; round += loop.group) {
+    ComplexQrState st{{read(ts[0]), read(ts[1])}, {read(ts[2]), read(ts[3])}, read(loop.i), read(loop.l), read(loop.k),
+                      {read(wr_t), read(wi_t)},   read(loop.failed)};
+    for (int64_t g = 0; g < loop.group; g++)
+      st = complex_qr_round(st, ilo, ihi, bt, vectors, loop.itmax);
     write(ts[0], st.H.re);
     write(ts[1], st.H.im);
     if (vectors) {
       write(ts[2], st.Z.re);
       write(ts[3], st.Z.im);
     }
-    write(i_t, st.I);
-    write(l_t, st.L);
-    write(k_t, st.kdefl);
     write(wr_t, st.w.re);
     write(wi_t, st.w.im);
-    write(f_t, st.failed);
-    at::Tensor running = empty_tiny({}, at::kLong, bt.device);
-    UOpPtr busy = both(le(ilo, st.I), lnot(st.failed));
-    write(running, reshape(reduce(reshape(cast(busy, kIndex), {bt.b}), Ops::MAX, {0}), {}));
-    if (running.item<int64_t>() == 0) break;
+    if (!loop.store(st.I, st.L, st.kdefl, st.failed, ilo, bt)) break;
   }
-  return {{read(ts[0]), read(ts[1])}, {read(ts[2]), read(ts[3])}, {read(wr_t), read(wi_t)}, f_t};
+  return {{read(ts[0]), read(ts[1])}, {read(ts[2]), read(ts[3])}, {read(wr_t), read(wi_t)}, loop.failed};
 }
 
 // zgeev's normalization: unit 2-norm, then the component of largest modulus (the first of them) made real and
