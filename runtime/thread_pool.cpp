@@ -1,10 +1,16 @@
 #include "runtime/thread_pool.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 
 namespace tiny::runtime {
 
-ThreadPool::ThreadPool(int threads) {
+// Chunks per thread's block: enough that a thread descheduled mid-call leaves little for the others
+// to wait on, few enough that a chunk's call costs nothing next to its work.
+static constexpr int64_t kChunksPerThread = 8;
+
+ThreadPool::ThreadPool(int threads) : chunks_(new std::atomic<uint64_t>[threads]) {
   for (int i = 1; i < threads; i++)
     workers_.emplace_back([this, i] { work(i); });
 }
@@ -28,30 +34,77 @@ ThreadPool& ThreadPool::get() {
   return *pool;
 }
 
-static std::pair<int64_t, int64_t> block(int64_t n, int parts, int i) {
+static std::pair<int64_t, int64_t> block(int64_t n, int64_t parts, int64_t i) {
   int64_t per = n / parts, extra = n % parts;
   int64_t b = i * per + (i < extra ? i : extra);
   return {b, b + per + (i < extra ? 1 : 0)};
 }
 
+static int64_t chunk_count(int64_t block_size) { return std::min(block_size, kChunksPerThread); }
+
+bool ThreadPool::claim(int owner, bool own, int64_t& begin, int64_t& end) {
+  std::atomic<uint64_t>& slot = chunks_[owner];
+  uint64_t range = slot.load(std::memory_order_relaxed);
+  uint64_t chunk;
+  for (;;) {
+    uint64_t first = range >> 32, last = range & 0xffffffffu;
+    if (first >= last) return false;
+    chunk = own ? first : last - 1;
+    uint64_t next = own ? (first + 1) << 32 | last : first << 32 | (last - 1);
+    if (slot.compare_exchange_weak(range, next, std::memory_order_acq_rel, std::memory_order_relaxed)) break;
+  }
+  auto [b, e] = block(n_, size(), owner);
+  auto [cb, ce] = block(e - b, chunk_count(e - b), static_cast<int64_t>(chunk));
+  begin = b + cb;
+  end = b + ce;
+  return true;
+}
+
+void ThreadPool::run_chunks(int id) {
+  int64_t b, e;
+  while (claim(id, true, b, e))
+    (*job_)(b, e);
+  for (int k = 1; k < size(); k++)
+    while (claim((id + k) % size(), false, b, e))
+      (*job_)(b, e);
+}
+
+// How long a worker that finished a job watches for the next before it sleeps: a schedule's kernels
+// follow each other closely, and waking a sleeping thread costs more than a small kernel's work.
+static std::chrono::microseconds spin_time() {
+  static const auto us = [] {
+    const char* env = std::getenv("TINY_SPIN_US");
+    return std::chrono::microseconds(env ? std::atoll(env) : 200);
+  }();
+  return us;
+}
+
+static void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 void ThreadPool::work(int id) {
   uint64_t seen = 0;
   for (;;) {
-    const std::function<void(int64_t, int64_t)>* job;
-    int64_t n;
+    auto until = std::chrono::steady_clock::now() + spin_time();
+    for (int i = 1; generation_.load(std::memory_order_acquire) == seen; i++) {
+      if (i % 64 == 0 && std::chrono::steady_clock::now() > until) break;
+      cpu_relax();
+    }
     {
       std::unique_lock lock(mu_);
       cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
       if (stop_) return;
       seen = generation_;
-      job = job_;
-      n = n_;
+      if (!open_) continue; // woken after the others ran every chunk
+      active_++;
     }
-    auto [b, e] = block(n, size(), id);
-    if (b < e) (*job)(b, e);
-    {
+    run_chunks(id);
+    if (active_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       std::lock_guard lock(mu_);
-      if (--remaining_ == 0) done_cv_.notify_one();
+      done_cv_.notify_one();
     }
   }
 }
@@ -66,14 +119,28 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     std::lock_guard lock(mu_);
     job_ = &fn;
     n_ = n;
-    remaining_ = static_cast<int>(workers_.size());
+    for (int i = 0; i < size(); i++) {
+      auto [b, e] = block(n, size(), i);
+      chunks_[i].store(static_cast<uint64_t>(chunk_count(e - b)), std::memory_order_relaxed);
+    }
+    open_ = true;
+    active_ = 0;
     generation_++;
   }
   cv_.notify_all();
-  auto [b, e] = block(n, size(), 0);
-  if (b < e) fn(b, e);
+  run_chunks(0);
+  {
+    std::lock_guard lock(mu_);
+    open_ = false;
+  }
+  // The workers that joined are running the last chunks: they end within a chunk's time.
+  auto until = std::chrono::steady_clock::now() + spin_time();
+  for (int i = 1; active_.load(std::memory_order_acquire) != 0; i++) {
+    if (i % 64 == 0 && std::chrono::steady_clock::now() > until) break;
+    cpu_relax();
+  }
   std::unique_lock lock(mu_);
-  done_cv_.wait(lock, [&] { return remaining_ == 0; });
+  done_cv_.wait(lock, [&] { return active_.load(std::memory_order_acquire) == 0; });
 }
 
 } // namespace tiny::runtime

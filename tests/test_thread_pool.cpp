@@ -1,0 +1,59 @@
+// The CPU thread pool: every index of a parallel_for runs exactly once, whatever the split, and a
+// thread held up inside its block does not hold up the rest of it.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "runtime/thread_pool.h"
+
+using tiny::runtime::ThreadPool;
+
+static std::vector<int> counts_after(ThreadPool& pool, int64_t n) {
+  std::vector<std::atomic<int>> counts(static_cast<size_t>(n));
+  pool.parallel_for(n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; i++)
+      counts[static_cast<size_t>(i)]++;
+  });
+  std::vector<int> out;
+  for (auto& c : counts)
+    out.push_back(c.load());
+  return out;
+}
+
+TEST(ThreadPool, EveryIndexRunsExactlyOnce) {
+  for (int threads : {1, 2, 3, 5}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {0, 1, 2, 3, 7, 8, 16, 17, 100, 1000, 12345})
+      for (int round = 0; round < 3; round++)
+        EXPECT_EQ(counts_after(pool, n), std::vector<int>(static_cast<size_t>(n), 1))
+            << threads << " threads, n = " << n;
+  }
+}
+
+TEST(ThreadPool, OthersTakeOverTheBlockOfAThreadThatIsHeldUp) {
+  ThreadPool pool(2);
+  // The worker's first chunk sleeps; the caller waits for the worker to start it, then runs its own
+  // block and the rest of the worker's, so the worker runs only the chunk it is held in.
+  constexpr int64_t n = 64;
+  std::vector<std::thread::id> ran_on(n);
+  std::atomic<bool> worker_started{false};
+  auto caller = std::this_thread::get_id();
+  pool.parallel_for(n, [&](int64_t b, int64_t e) {
+    if (std::this_thread::get_id() == caller) {
+      while (!worker_started)
+        std::this_thread::yield();
+    } else if (!worker_started.exchange(true)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    for (int64_t i = b; i < e; i++)
+      ran_on[static_cast<size_t>(i)] = std::this_thread::get_id();
+  });
+  int64_t by_caller = 0;
+  for (auto id : ran_on)
+    by_caller += id == caller;
+  EXPECT_EQ(by_caller, n - n / 2 / 8) << "the worker ran more than the chunk it was held up in";
+}
