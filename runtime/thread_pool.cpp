@@ -79,20 +79,27 @@ static std::chrono::microseconds spin_time() {
   return us;
 }
 
-static void cpu_relax() {
+// Waits up to spin_time() for done(): a few microseconds of pause instructions, then yields the core
+// between checks, so that on a loaded machine the waiting thread gives its time to whatever else runs
+// there (the caller's own thread among them) instead of holding it.
+template <class Done> static void spin_until(Done done) {
+  auto until = std::chrono::steady_clock::now() + spin_time();
+  for (int i = 1; !done(); i++) {
+    if (i < 256) {
 #if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
+      __builtin_ia32_pause();
 #endif
+      continue;
+    }
+    if (std::chrono::steady_clock::now() > until) return;
+    std::this_thread::yield();
+  }
 }
 
 void ThreadPool::work(int id) {
   uint64_t seen = 0;
   for (;;) {
-    auto until = std::chrono::steady_clock::now() + spin_time();
-    for (int i = 1; generation_.load(std::memory_order_acquire) == seen; i++) {
-      if (i % 64 == 0 && std::chrono::steady_clock::now() > until) break;
-      cpu_relax();
-    }
+    spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; });
     {
       std::unique_lock lock(mu_);
       cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
@@ -134,11 +141,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     open_ = false;
   }
   // The workers that joined are running the last chunks: they end within a chunk's time.
-  auto until = std::chrono::steady_clock::now() + spin_time();
-  for (int i = 1; active_.load(std::memory_order_acquire) != 0; i++) {
-    if (i % 64 == 0 && std::chrono::steady_clock::now() > until) break;
-    cpu_relax();
-  }
+  spin_until([&] { return active_.load(std::memory_order_acquire) == 0; });
   std::unique_lock lock(mu_);
   done_cv_.wait(lock, [&] { return active_.load(std::memory_order_acquire) == 0; });
 }
