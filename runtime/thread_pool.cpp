@@ -10,9 +10,22 @@ namespace tiny::runtime {
 // to wait on, few enough that a chunk's call costs nothing next to its work.
 static constexpr int64_t kChunksPerThread = 8;
 
-ThreadPool::ThreadPool(int threads) : chunks_(new std::atomic<uint64_t>[threads]) {
-  for (int i = 1; i < threads; i++)
-    workers_.emplace_back([this, i] { work(i); });
+static ThreadTeam& team() {
+  static ThreadTeam t;
+  return t;
+}
+
+void ThreadPool::set_team(ThreadTeam t) { team() = std::move(t); }
+
+ThreadPool::ThreadPool(int threads) : threads_(threads) {}
+
+int ThreadPool::size() const { return team().run ? std::max(team().size(), 1) : threads_; }
+
+void ThreadPool::start_workers() {
+  std::call_once(started_, [this] {
+    for (int i = 1; i < threads_; i++)
+      workers_.emplace_back([this, i] { work(i); });
+  });
 }
 
 ThreadPool::~ThreadPool() {
@@ -53,7 +66,7 @@ bool ThreadPool::claim(int owner, bool own, int64_t& begin, int64_t& end) {
     uint64_t next = own ? (first + 1) << 32 | last : first << 32 | (last - 1);
     if (slot.compare_exchange_weak(range, next, std::memory_order_acq_rel, std::memory_order_relaxed)) break;
   }
-  auto [b, e] = block(n_, size(), owner);
+  auto [b, e] = block(n_, parts_, owner);
   auto [cb, ce] = block(e - b, chunk_count(e - b), static_cast<int64_t>(chunk));
   begin = b + cb;
   end = b + ce;
@@ -64,8 +77,8 @@ void ThreadPool::run_chunks(int id) {
   int64_t b, e;
   while (claim(id, true, b, e))
     (*job_)(b, e);
-  for (int k = 1; k < size(); k++)
-    while (claim((id + k) % size(), false, b, e))
+  for (int k = 1; k < parts_; k++)
+    while (claim((id + k) % parts_, false, b, e))
       (*job_)(b, e);
 }
 
@@ -117,19 +130,34 @@ void ThreadPool::work(int id) {
 }
 
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
-  if (workers_.empty() || n < 2) {
+  int parts = size();
+  if (parts < 2 || n < 2) {
     if (n > 0) fn(0, n);
     return;
   }
   std::lock_guard run_lock(run_mu_);
-  {
-    std::lock_guard lock(mu_);
+  if (parts > chunks_capacity_) {
+    chunks_.reset(new std::atomic<uint64_t>[parts]);
+    chunks_capacity_ = parts;
+  }
+  auto deal = [&] {
     job_ = &fn;
     n_ = n;
-    for (int i = 0; i < size(); i++) {
-      auto [b, e] = block(n, size(), i);
+    parts_ = parts;
+    for (int i = 0; i < parts; i++) {
+      auto [b, e] = block(n, parts, i);
       chunks_[i].store(static_cast<uint64_t>(chunk_count(e - b)), std::memory_order_relaxed);
     }
+  };
+  if (team().run) {
+    deal();
+    team().run(parts, [this](int id) { run_chunks(id); });
+    return;
+  }
+  start_workers();
+  {
+    std::lock_guard lock(mu_);
+    deal();
     open_ = true;
     active_ = 0;
     generation_++;

@@ -7,6 +7,7 @@ instead of hanging the suite."""
 
 import copy
 import faulthandler
+import os
 import queue
 import sys
 import threading
@@ -214,3 +215,23 @@ def test_tensors_recorded_in_one_thread_are_read_in_another():
     assert len(got) == len(expected)
     for i, (o, c) in enumerate(zip(got, expected, strict=True)):
         assert_close(o, c, f"tensor {i}")
+
+
+@pytest.mark.skipif(
+    torch.tiny.get_device_name(0).find("CPU") < 0, reason="the CPU device's kernels run on torch's threads"
+)
+def test_torch_set_num_threads_sizes_the_cpu_devices_kernels():
+    """The CPU device runs its kernels on torch's intra-op threads (libgomp's team, or tiny's own pool
+    sized like it): torch.set_num_threads changes both, and every split computes the same values."""
+    before = torch.get_num_threads()
+    x = torch.randn(1 << 20)
+    expected = (x * 2).sum()
+    try:
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            if "TINY_THREADS" not in os.environ:
+                assert torch.tiny.get_device_properties(0).multi_processor_count == n
+            got = (x.to(DEVICE) * 2).sum().cpu()
+            torch.testing.assert_close(got, expected, **TOL)
+    finally:
+        torch.set_num_threads(before)
