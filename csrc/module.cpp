@@ -2,7 +2,6 @@
 
 #include <ATen/Parallel.h>
 #include <c10/core/CachingDeviceAllocator.h>
-#include <dlfcn.h>
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -16,40 +15,13 @@
 
 namespace py = pybind11;
 
-namespace {
-
-// The CPU device's kernels run on torch's intra-op threads when torch's are OpenMP's (libgomp, already
-// loaded by torch): torch's threads spin for milliseconds after each of its parallel ops, and a second
-// team of tiny's own would fight them for the cores. torch.set_num_threads sizes both. The team is
-// entered through libgomp's GOMP_parallel (its ABI; also what the OpenMP pragmas in torch's headers
-// compile to) so that the extension needs no -fopenmp. TINY_THREADS keeps tiny's own pool.
-using GompParallel = void (*)(void (*)(void*), void*, unsigned, unsigned);
-GompParallel gomp_parallel = nullptr;
-int (*omp_thread_num)() = nullptr;
-
-void use_torch_threads() {
-  if (std::getenv("TINY_THREADS")) return;
-  void* gomp = dlopen("libgomp.so.1", RTLD_NOLOAD | RTLD_LAZY);
-  if (!gomp) return;
-  gomp_parallel = reinterpret_cast<GompParallel>(dlsym(gomp, "GOMP_parallel"));
-  omp_thread_num = reinterpret_cast<int (*)()>(dlsym(gomp, "omp_get_thread_num"));
-  if (!gomp_parallel || !omp_thread_num) return;
-  tiny::runtime::ThreadPool::set_team(
-      {[] { return at::get_num_threads(); },
-       [](int n, const std::function<void(int)>& body) {
-         // A nested call (inside torch's parallel region) gets a team of
-         // one: thread 0 then takes every chunk (thread_pool.cpp).
-         gomp_parallel([](void* b) { (*static_cast<const std::function<void(int)>*>(b))(omp_thread_num()); },
-                       const_cast<std::function<void(int)>*>(&body), static_cast<unsigned>(n), 0);
-       }});
-}
-
-} // namespace
-
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "tiny: a lazy PyTorch device backend (torch.device('tiny'))";
 
-  use_torch_threads();
+  // torch.set_num_threads sizes the CPU device's kernels too; TINY_THREADS fixes the pool's size instead.
+  // (The kernels run on tiny's own pool, not torch's OpenMP team: on it, whose end-of-region barrier waits
+  // for every thread, the demo's step ran 762 ms against the pool's 257 on a machine loaded by builds.)
+  if (!std::getenv("TINY_THREADS")) tiny::runtime::ThreadPool::set_limit([] { return at::get_num_threads(); });
 
   m.def("device_count", [] { return static_cast<int>(tiny::device_count()); });
   // What runs `tiny:index` (torch.tiny.get_device_name): "CPU (clang)", "CL: <device> (<platform>)". Opens

@@ -10,16 +10,16 @@ namespace tiny::runtime {
 // to wait on, few enough that a chunk's call costs nothing next to its work.
 static constexpr int64_t kChunksPerThread = 8;
 
-static ThreadTeam& team() {
-  static ThreadTeam t;
-  return t;
+static std::function<int()>& limit() {
+  static std::function<int()> f;
+  return f;
 }
 
-void ThreadPool::set_team(ThreadTeam t) { team() = std::move(t); }
+void ThreadPool::set_limit(std::function<int()> f) { limit() = std::move(f); }
 
-ThreadPool::ThreadPool(int threads) : threads_(threads) {}
+ThreadPool::ThreadPool(int threads) : threads_(threads), chunks_(new std::atomic<uint64_t>[threads]) {}
 
-int ThreadPool::size() const { return team().run ? std::max(team().size(), 1) : threads_; }
+int ThreadPool::size() const { return limit() ? std::clamp(limit()(), 1, threads_) : threads_; }
 
 void ThreadPool::start_workers() {
   std::call_once(started_, [this] {
@@ -118,7 +118,7 @@ void ThreadPool::work(int id) {
       cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
       if (stop_) return;
       seen = generation_;
-      if (!open_) continue; // woken after the others ran every chunk
+      if (!open_ || id >= parts_) continue; // woken after the others ran every chunk, or not needed
       active_++;
     }
     run_chunks(id);
@@ -136,11 +136,9 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     return;
   }
   std::lock_guard run_lock(run_mu_);
-  if (parts > chunks_capacity_) {
-    chunks_.reset(new std::atomic<uint64_t>[parts]);
-    chunks_capacity_ = parts;
-  }
-  auto deal = [&] {
+  start_workers();
+  {
+    std::lock_guard lock(mu_);
     job_ = &fn;
     n_ = n;
     parts_ = parts;
@@ -148,16 +146,6 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
       auto [b, e] = block(n, parts, i);
       chunks_[i].store(static_cast<uint64_t>(chunk_count(e - b)), std::memory_order_relaxed);
     }
-  };
-  if (team().run) {
-    deal();
-    team().run(parts, [this](int id) { run_chunks(id); });
-    return;
-  }
-  start_workers();
-  {
-    std::lock_guard lock(mu_);
-    deal();
     open_ = true;
     active_ = 0;
     generation_++;

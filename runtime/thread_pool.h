@@ -12,21 +12,14 @@
 
 namespace tiny::runtime {
 
-// Another library's team of threads that kernels may run on instead of the pool's own (torch's intra-op
-// threads, when tiny runs inside torch): one team in a process, so tiny's kernels and torch's own
-// parallel work never compete for the cores, and torch.set_num_threads sizes both.
-struct ThreadTeam {
-  std::function<int()> size;                                     // threads it would run on now
-  std::function<void(int, const std::function<void(int)>&)> run; // body(id), id in [0, n), concurrently
-};
-
 class ThreadPool {
 public:
   explicit ThreadPool(int threads);
   ~ThreadPool();
-  int size() const; // threads a kernel runs on: the team's when one is set
-  // Kernels run on `team` from now on (the pool's own threads stay asleep).
-  static void set_team(ThreadTeam team);
+  int size() const; // threads a kernel runs on: the pool's, at most the limit
+  // A kernel runs on at most limit() threads from now on (the extension passes torch's
+  // get_num_threads, so that torch.set_num_threads sizes tiny's kernels too).
+  static void set_limit(std::function<int()> limit);
   // Runs fn over [0, n): each thread owns one contiguous block (the caller the first) and runs it in
   // order, a few chunks at a time; a thread that finishes its block takes the last chunks of the
   // others', so a thread the machine deschedules (another process, another library's spinning
@@ -55,7 +48,6 @@ private:
   // Per thread: the chunks of its block not yet claimed, as (first << 32 | end); the owner claims
   // from the front, the others from the back.
   std::unique_ptr<std::atomic<uint64_t>[]> chunks_;
-  int chunks_capacity_ = 0;
 };
 
 } // namespace tiny::runtime

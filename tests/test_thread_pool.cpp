@@ -58,27 +58,16 @@ TEST(ThreadPool, OthersTakeOverTheBlockOfAThreadThatIsHeldUp) {
   EXPECT_EQ(by_caller, n - n / 2 / 8) << "the worker ran more than the chunk it was held up in";
 }
 
-TEST(ThreadPool, KernelsRunOnAnInstalledTeamAndEveryChunkRunsWhenItIsSmaller) {
-  // A host's team that runs fewer threads than it reports (a nested parallel region gives one):
-  // the threads that do run take every chunk.
-  for (int running : {1, 2, 3}) {
-    std::atomic<int> calls{0};
-    ThreadPool::set_team({[] { return 3; },
-                          [&](int n, const std::function<void(int)>& body) {
-                            calls++;
-                            std::vector<std::thread> threads;
-                            for (int id = 1; id < std::min(n, running); id++)
-                              threads.emplace_back([&body, id] { body(id); });
-                            body(0);
-                            for (auto& t : threads)
-                              t.join();
-                          }});
-    ThreadPool pool(1); // its own single thread is not used while a team is set
-    EXPECT_EQ(pool.size(), 3);
+TEST(ThreadPool, ALimitSizesEachCallAndEveryIndexStillRunsOnce) {
+  ThreadPool pool(3);
+  int limit = 3;
+  ThreadPool::set_limit([&] { return limit; });
+  for (int l : {2, 1, 3, 5, 2}) { // a larger limit than the pool keeps the pool's threads
+    limit = l;
+    EXPECT_EQ(pool.size(), std::min(l, 3));
     for (int64_t n : {2, 5, 100, 1001})
-      EXPECT_EQ(counts_after(pool, n), std::vector<int>(static_cast<size_t>(n), 1)) << running << " running, n = " << n;
-    EXPECT_EQ(calls, 4);
-    ThreadPool::set_team({});
-    EXPECT_EQ(pool.size(), 1);
+      EXPECT_EQ(counts_after(pool, n), std::vector<int>(static_cast<size_t>(n), 1)) << "limit " << l << ", n = " << n;
   }
+  ThreadPool::set_limit({});
+  EXPECT_EQ(pool.size(), 3);
 }
