@@ -58,7 +58,7 @@ bool arg_equal(const Arg& a, const Arg& b) {
   return a == b;
 }
 
-Shape infer_shape(Ops op, const std::vector<UOpPtr>& src, const Arg& arg) {
+Shape infer_shape(Ops op, std::span<const UOpPtr> src, const Arg& arg) {
   switch (op) {
   case Ops::BUFFER:
     return {std::get<BufferRef>(arg)->numel};
@@ -98,7 +98,7 @@ constexpr int64_t kMin = std::numeric_limits<int64_t>::min(), kMax = std::numeri
 bool mul_fits(int64_t a, int64_t b, int64_t& out) { return !__builtin_mul_overflow(a, b, &out); }
 
 // Interval arithmetic over the integer nodes that index math is made of.
-std::pair<int64_t, int64_t> infer_bounds(Ops op, DType dtype, const std::vector<UOpPtr>& src, const Arg& arg) {
+std::pair<int64_t, int64_t> infer_bounds(Ops op, DType dtype, std::span<const UOpPtr> src, const Arg& arg) {
   if (dtype == DType::Bool) return {0, 1};
   // int64 bounds cannot say what a uint64 holds (its values above INT64_MAX are negative int64_ts)
   if (!is_int(dtype) || dtype == DType::UInt64) return {kMin, kMax};
@@ -195,10 +195,10 @@ struct InternTable {
   }
 };
 
-UOp::UOp(Ops op_, DType dtype_, std::vector<UOpPtr> src_, Arg arg_, Shape shape_, size_t hash,
+UOp::UOp(Ops op_, DType dtype_, std::span<const UOpPtr> src_, Arg arg_, Shape shape_, size_t hash,
          std::pair<int64_t, int64_t> bounds)
-    : op(op_), dtype(dtype_), src(std::move(src_)), arg(std::move(arg_)), shape(std::move(shape_)), vmin(bounds.first),
-      vmax(bounds.second), hash_(hash) {}
+    : op(op_), dtype(dtype_), src(src_.begin(), src_.end()), arg(std::move(arg_)), shape(std::move(shape_)),
+      vmin(bounds.first), vmax(bounds.second), hash_(hash) {}
 
 UOp::~UOp() {
   if (!interned_) return;
@@ -207,7 +207,17 @@ UOp::~UOp() {
   t.erase(this);
 }
 
-UOpPtr UOp::make(Ops op, DType dtype, std::vector<UOpPtr> src, Arg arg) {
+UOpPtr UOp::make(Ops op, DType dtype, std::initializer_list<UOpPtr> src, Arg arg) {
+  return intern(op, dtype, std::span<const UOpPtr>(src.begin(), src.size()), std::move(arg));
+}
+UOpPtr UOp::make(Ops op, DType dtype, const std::vector<UOpPtr>& src, Arg arg) {
+  return intern(op, dtype, std::span<const UOpPtr>(src), std::move(arg));
+}
+UOpPtr UOp::make(Ops op, DType dtype, const SmallVector<UOpPtr, 3>& src, Arg arg) {
+  return intern(op, dtype, std::span<const UOpPtr>(src.data(), src.size()), std::move(arg));
+}
+
+UOpPtr UOp::intern(Ops op, DType dtype, std::span<const UOpPtr> src, Arg&& arg) {
   size_t h = static_cast<size_t>(op) * 131 + static_cast<size_t>(dtype);
   for (const UOpPtr& s : src)
     mix(h, std::hash<const void*>{}(s.get()));
@@ -215,8 +225,8 @@ UOpPtr UOp::make(Ops op, DType dtype, std::vector<UOpPtr> src, Arg arg) {
   InternTable& t = InternTable::get();
   // One lookup under the lock, and the node built under it when none is found (a lookup misses the cache
   // more often than not, in a table of every live node: twice per new node was a measured part of the
-  // cost of recording an op). Building destroys no node, so ~UOp never waits on the lock held here; `src`
-  // and `arg`, when a node is found, die after it is released.
+  // cost of recording an op). Building destroys no node, so ~UOp never waits on the lock held here; `arg`,
+  // when a node is found, dies after it is released (`src` is the caller's).
   std::lock_guard lock(t.mu);
   for (UOp* n = t.bucket(h); n; n = n->next_in_bucket_) {
     if (n->hash_ != h || n->op != op || n->dtype != dtype || n->src.size() != src.size()) continue;
@@ -228,7 +238,7 @@ UOpPtr UOp::make(Ops op, DType dtype, std::vector<UOpPtr> src, Arg arg) {
   }
   Shape shape = infer_shape(op, src, arg);
   auto bounds = infer_bounds(op, dtype, src, arg);
-  auto node = std::make_shared<UOp>(op, dtype, std::move(src), std::move(arg), std::move(shape), h, bounds);
+  auto node = std::make_shared<UOp>(op, dtype, src, std::move(arg), std::move(shape), h, bounds);
   node->interned_ = true;
   t.insert(node.get());
   return node;
