@@ -174,7 +174,6 @@ private:
   static UOpPtr intern(Ops op, DType dtype, std::span<const UOpPtr> src, Arg&& arg);
   size_t hash_;
   bool interned_ = false;
-  UOp* next_in_bucket_ = nullptr; // the intern table chains its buckets through the nodes
   friend struct InternTable;
 };
 
