@@ -58,7 +58,7 @@ bool arg_equal(const Arg& a, const Arg& b) {
   return a == b;
 }
 
-Shape infer_shape(Ops op, const std::vector<UOpPtr>& src, const Arg& arg) {
+Shape infer_shape(Ops op, std::span<const UOpPtr> src, const Arg& arg) {
   switch (op) {
   case Ops::BUFFER:
     return {std::get<BufferRef>(arg)->numel};
@@ -98,7 +98,7 @@ constexpr int64_t kMin = std::numeric_limits<int64_t>::min(), kMax = std::numeri
 bool mul_fits(int64_t a, int64_t b, int64_t& out) { return !__builtin_mul_overflow(a, b, &out); }
 
 // Interval arithmetic over the integer nodes that index math is made of.
-std::pair<int64_t, int64_t> infer_bounds(Ops op, DType dtype, const std::vector<UOpPtr>& src, const Arg& arg) {
+std::pair<int64_t, int64_t> infer_bounds(Ops op, DType dtype, std::span<const UOpPtr> src, const Arg& arg) {
   if (dtype == DType::Bool) return {0, 1};
   // int64 bounds cannot say what a uint64 holds (its values above INT64_MAX are negative int64_ts)
   if (!is_int(dtype) || dtype == DType::UInt64) return {kMin, kMax};
@@ -154,51 +154,66 @@ bool is_comparison(Ops op) { return op >= Ops::CMPLT && op <= Ops::CMPNE; }
 
 // The intern table: every live node, found by content. Holds raw pointers; a node removes itself
 // when it dies, and a lookup that finds a dying node (weak_from_this expired) builds a new one.
-// A bucket is a chain through the nodes themselves (UOp::next_in_bucket_), so that interning a node
-// allocates nothing beyond the node (a hash map's own entry was a measured part of recording an op).
+// Open addressing (linear probing) over slots that hold each node's hash beside it: interning a node
+// allocates nothing beyond the node (a hash map's own entry was a measured part of recording an op), and
+// a lookup reads a node only where the hashes agree (walking chains through the nodes missed the cache
+// at every node: most of the time of interning, with a graph of thousands of nodes).
 struct InternTable {
+  struct Slot {
+    size_t hash = 0;
+    UOp* node = nullptr; // nullptr: empty
+  };
   std::mutex mu;
-  std::vector<UOp*> buckets = std::vector<UOp*>(1024); // a power of two
+  std::vector<Slot> slots = std::vector<Slot>(2048); // a power of two, at most half full
   size_t count = 0;
   static InternTable& get() {
     static InternTable* t = new InternTable(); // never destroyed: nodes may die during static teardown
     return *t;
   }
+  size_t mask() const { return slots.size() - 1; }
   // Fibonacci hashing: the high bits of the product, which every bit of the hash reaches (a node's hash
   // mixes pointers, whose low bits are the same).
-  UOp*& bucket(size_t h) { return buckets[(h * 0x9e3779b97f4a7c15ULL) >> (64 - std::countr_zero(buckets.size()))]; }
+  size_t home(size_t h) const { return (h * 0x9e3779b97f4a7c15ULL) >> (64 - std::countr_zero(slots.size())); }
   void insert(UOp* n) {
-    if (++count > buckets.size()) grow();
-    UOp*& b = bucket(n->hash_);
-    n->next_in_bucket_ = b;
-    b = n;
+    if (2 * ++count > slots.size()) grow();
+    place(n->hash_, n);
+  }
+  void place(size_t h, UOp* n) {
+    size_t i = home(h);
+    while (slots[i].node)
+      i = (i + 1) & mask();
+    slots[i] = {h, n};
   }
   void erase(UOp* n) {
-    for (UOp** p = &bucket(n->hash_); *p; p = &(*p)->next_in_bucket_)
-      if (*p == n) {
-        *p = n->next_in_bucket_;
-        count--;
-        return;
-      }
+    size_t i = home(n->hash_);
+    while (slots[i].node != n) {
+      if (!slots[i].node) return;
+      i = (i + 1) & mask();
+    }
+    count--;
+    // Backward shift: a later slot of the same run moves into the hole unless its home lies cyclically in
+    // (hole, slot], so that every node stays reachable from its home without a gap.
+    for (size_t j = (i + 1) & mask(); slots[j].node; j = (j + 1) & mask()) {
+      size_t k = home(slots[j].hash);
+      bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
+      if (stays) continue;
+      slots[i] = slots[j];
+      i = j;
+    }
+    slots[i] = {};
   }
   void grow() {
-    std::vector<UOp*> old(buckets.size() * 2);
-    old.swap(buckets);
-    for (UOp* n : old)
-      while (n) {
-        UOp* next = n->next_in_bucket_;
-        UOp*& b = bucket(n->hash_);
-        n->next_in_bucket_ = b;
-        b = n;
-        n = next;
-      }
+    std::vector<Slot> old(slots.size() * 2);
+    old.swap(slots);
+    for (const Slot& s : old)
+      if (s.node) place(s.hash, s.node);
   }
 };
 
-UOp::UOp(Ops op_, DType dtype_, std::vector<UOpPtr> src_, Arg arg_, Shape shape_, size_t hash,
+UOp::UOp(Ops op_, DType dtype_, std::span<const UOpPtr> src_, Arg arg_, Shape shape_, size_t hash,
          std::pair<int64_t, int64_t> bounds)
-    : op(op_), dtype(dtype_), src(std::move(src_)), arg(std::move(arg_)), shape(std::move(shape_)), vmin(bounds.first),
-      vmax(bounds.second), hash_(hash) {}
+    : op(op_), dtype(dtype_), src(src_.begin(), src_.end()), arg(std::move(arg_)), shape(std::move(shape_)),
+      vmin(bounds.first), vmax(bounds.second), hash_(hash) {}
 
 UOp::~UOp() {
   if (!interned_) return;
@@ -207,7 +222,17 @@ UOp::~UOp() {
   t.erase(this);
 }
 
-UOpPtr UOp::make(Ops op, DType dtype, std::vector<UOpPtr> src, Arg arg) {
+UOpPtr UOp::make(Ops op, DType dtype, std::initializer_list<UOpPtr> src, Arg arg) {
+  return intern(op, dtype, std::span<const UOpPtr>(src.begin(), src.size()), std::move(arg));
+}
+UOpPtr UOp::make(Ops op, DType dtype, const std::vector<UOpPtr>& src, Arg arg) {
+  return intern(op, dtype, std::span<const UOpPtr>(src), std::move(arg));
+}
+UOpPtr UOp::make(Ops op, DType dtype, const SmallVector<UOpPtr, 3>& src, Arg arg) {
+  return intern(op, dtype, std::span<const UOpPtr>(src.data(), src.size()), std::move(arg));
+}
+
+UOpPtr UOp::intern(Ops op, DType dtype, std::span<const UOpPtr> src, Arg&& arg) {
   size_t h = static_cast<size_t>(op) * 131 + static_cast<size_t>(dtype);
   for (const UOpPtr& s : src)
     mix(h, std::hash<const void*>{}(s.get()));
@@ -215,11 +240,13 @@ UOpPtr UOp::make(Ops op, DType dtype, std::vector<UOpPtr> src, Arg arg) {
   InternTable& t = InternTable::get();
   // One lookup under the lock, and the node built under it when none is found (a lookup misses the cache
   // more often than not, in a table of every live node: twice per new node was a measured part of the
-  // cost of recording an op). Building destroys no node, so ~UOp never waits on the lock held here; `src`
-  // and `arg`, when a node is found, die after it is released.
+  // cost of recording an op). Building destroys no node, so ~UOp never waits on the lock held here; `arg`,
+  // when a node is found, dies after it is released (`src` is the caller's).
   std::lock_guard lock(t.mu);
-  for (UOp* n = t.bucket(h); n; n = n->next_in_bucket_) {
-    if (n->hash_ != h || n->op != op || n->dtype != dtype || n->src.size() != src.size()) continue;
+  for (size_t i = t.home(h); t.slots[i].node; i = (i + 1) & t.mask()) {
+    if (t.slots[i].hash != h) continue;
+    UOp* n = t.slots[i].node;
+    if (n->op != op || n->dtype != dtype || n->src.size() != src.size()) continue;
     bool same = true;
     for (size_t i = 0; i < src.size() && same; i++)
       same = n->src[i] == src[i];
@@ -228,7 +255,7 @@ UOpPtr UOp::make(Ops op, DType dtype, std::vector<UOpPtr> src, Arg arg) {
   }
   Shape shape = infer_shape(op, src, arg);
   auto bounds = infer_bounds(op, dtype, src, arg);
-  auto node = std::make_shared<UOp>(op, dtype, std::move(src), std::move(arg), std::move(shape), h, bounds);
+  auto node = std::make_shared<UOp>(op, dtype, src, std::move(arg), std::move(shape), h, bounds);
   node->interned_ = true;
   t.insert(node.get());
   return node;

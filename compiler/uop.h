@@ -6,13 +6,16 @@
 // Tensor-level nodes carry a shape (derived from op, src and arg; not part of the identity).
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <variant>
 #include <vector>
 
 #include "compiler/dtype.h"
+#include "compiler/small_vector.h"
 #include "compiler/view.h"
 
 namespace tiny {
@@ -139,13 +142,15 @@ class UOp : public std::enable_shared_from_this<UOp> {
 public:
   const Ops op;
   const DType dtype;
-  const std::vector<UOpPtr> src;
+  const SmallVector<UOpPtr, 3> src;
   const Arg arg;
   const Shape shape; // derived; () for scalars and kernel-level nodes
   // Bounds of integer-valued nodes (index math), derived from the sources; full range when unknown.
   const int64_t vmin, vmax;
 
-  static UOpPtr make(Ops op, DType dtype, std::vector<UOpPtr> src = {}, Arg arg = {});
+  static UOpPtr make(Ops op, DType dtype, std::initializer_list<UOpPtr> src = {}, Arg arg = {});
+  static UOpPtr make(Ops op, DType dtype, const std::vector<UOpPtr>& src, Arg arg = {});
+  static UOpPtr make(Ops op, DType dtype, const SmallVector<UOpPtr, 3>& src, Arg arg = {});
   ~UOp();
 
   const ShapeTracker& st() const { return std::get<ShapeTracker>(arg); }
@@ -159,15 +164,16 @@ public:
   std::string tree_str() const; // the graph below, for debugging
   size_t hash() const { return hash_; }
 
-  UOp(Ops op, DType dtype, std::vector<UOpPtr> src, Arg arg, Shape shape, size_t hash,
+  UOp(Ops op, DType dtype, std::span<const UOpPtr> src, Arg arg, Shape shape, size_t hash,
       std::pair<int64_t, int64_t> bounds);
   UOp(const UOp&) = delete;
   UOp& operator=(const UOp&) = delete;
 
 private:
+  // Finds or builds the node: the public makes' lists, read in place (the node copies them only when it is new).
+  static UOpPtr intern(Ops op, DType dtype, std::span<const UOpPtr> src, Arg&& arg);
   size_t hash_;
   bool interned_ = false;
-  UOp* next_in_bucket_ = nullptr; // the intern table chains its buckets through the nodes
   friend struct InternTable;
 };
 

@@ -29,9 +29,11 @@ View View::contiguous(const Shape& shape) { return View{shape, contiguous_stride
 
 bool View::is_contiguous() const {
   if (offset != 0 || mask) return false;
-  Shape want = contiguous_strides(shape);
-  for (size_t i = 0; i < shape.size(); i++)
-    if (shape[i] != 1 && strides[i] != want[i]) return false;
+  int64_t expect = 1; // contiguous_strides(shape), dim by dim from the last
+  for (size_t i = shape.size(); i-- > 0;) {
+    if (shape[i] != 1 && strides[i] != expect) return false;
+    expect *= shape[i];
+  }
   return true;
 }
 

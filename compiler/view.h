@@ -14,9 +14,10 @@
 #include <utility>
 #include <vector>
 
-namespace tiny {
+#include "compiler/shape.h"
+#include "compiler/small_vector.h"
 
-using Shape = std::vector<int64_t>;
+namespace tiny {
 
 int64_t prod(const Shape& s);
 Shape contiguous_strides(const Shape& shape);
@@ -36,7 +37,7 @@ struct View {
 
 class ShapeTracker {
 public:
-  std::vector<View> views;
+  SmallVector<View, 1> views; // nearly always one: no allocation for it
 
   static ShapeTracker from_shape(const Shape& shape);
   // The tracker of the one view `v`, moved in (a braced list, ShapeTracker{{v}}, copies it).

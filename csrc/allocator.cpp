@@ -6,11 +6,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <map>
+#include <iterator>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "csrc/backend.h"
 #include "runtime/device.h"
@@ -31,23 +32,51 @@ struct Allocation {
   runtime::LazyBuffer* buffer;
 };
 
-// Live allocations by base address, to answer getDeviceFromPtr and copy_data.
+// Live allocations by base address, to answer getDeviceFromPtr and copy_data: a vector sorted by base, in
+// which a freed allocation leaves a hole (buffer == nullptr) until holes are half of it, so that allocating
+// and freeing a storage allocate nothing themselves (a std::map took a node, a malloc and a free, per
+// storage). Bases grow with every allocation: a new one goes at the end, or near it.
 struct AddressTable {
+  struct Entry {
+    uintptr_t base;
+    Allocation allocation; // allocation.buffer == nullptr: freed
+  };
   std::mutex mu;
-  std::map<uintptr_t, Allocation> by_base;
+  std::vector<Entry> entries;
+  size_t holes = 0;
 
   static AddressTable& get() {
     static auto* t = new AddressTable(); // never destroyed: storages may die during static teardown
     return *t;
   }
+  static bool before(const Entry& e, uintptr_t base) { return e.base < base; }
+  void insert(uintptr_t base, Allocation a) {
+    std::lock_guard lock(mu);
+    auto at = entries.end();
+    while (at != entries.begin() && std::prev(at)->base > base)
+      --at;
+    entries.insert(at, Entry{base, a});
+  }
+  void erase(uintptr_t base) {
+    std::lock_guard lock(mu);
+    auto it = std::lower_bound(entries.begin(), entries.end(), base, before);
+    if (it == entries.end() || it->base != base || !it->allocation.buffer) return;
+    it->allocation.buffer = nullptr;
+    if (++holes > 64 && 2 * holes > entries.size()) {
+      std::erase_if(entries, [](const Entry& e) { return e.allocation.buffer == nullptr; });
+      holes = 0;
+    }
+  }
   // The allocation whose [base, base + nbytes] holds `address`.
   std::optional<std::pair<uintptr_t, Allocation>> find(uintptr_t address) {
     std::lock_guard lock(mu);
-    auto it = by_base.upper_bound(address);
-    if (it == by_base.begin()) return std::nullopt;
+    auto it = std::upper_bound(entries.begin(), entries.end(), address,
+                               [](uintptr_t a, const Entry& e) { return a < e.base; });
+    if (it == entries.begin()) return std::nullopt;
     --it;
-    if (address > it->first + it->second.nbytes) return std::nullopt;
-    return *it;
+    // (ranges do not overlap: a freed one's range holds no live allocation)
+    if (!it->allocation.buffer || address > it->base + it->allocation.nbytes) return std::nullopt;
+    return std::make_pair(it->base, it->allocation);
   }
 };
 
@@ -62,11 +91,7 @@ struct Context {
 
 void delete_lazy_buffer(void* ctx) {
   auto* c = static_cast<Context*>(ctx);
-  if (c->base) {
-    AddressTable& t = AddressTable::get();
-    std::lock_guard lock(t.mu);
-    t.by_base.erase(c->base);
-  }
+  if (c->base) AddressTable::get().erase(c->base);
   delete c;
 }
 
@@ -182,11 +207,7 @@ c10::DataPtr allocate_lazy_buffer(size_t nbytes, c10::DeviceIndex index) {
   uintptr_t span = (nbytes + kPage - 1) / kPage * kPage + kPage;
   uintptr_t base = next_address.fetch_add(span);
   auto* ctx = new Context(runtime::device(index), nbytes, base);
-  {
-    AddressTable& t = AddressTable::get();
-    std::lock_guard lock(t.mu);
-    t.by_base.emplace_hint(t.by_base.end(), base, Allocation{nbytes, index, &ctx->buffer});
-  }
+  AddressTable::get().insert(base, Allocation{nbytes, index, &ctx->buffer});
   return {reinterpret_cast<void*>(base), ctx, &delete_lazy_buffer, device};
 }
 

@@ -221,7 +221,8 @@ Shape value_shape(const at::Tensor& t, Shape shape) {
   return shape;
 }
 
-void check_same_device(c10::ArrayRef<at::Tensor> tensors) {
+namespace {
+template <class Tensors> void check_one_device(const Tensors& tensors) {
   const at::Tensor* first = nullptr;
   for (const at::Tensor& t : tensors) {
     if (!t.defined() || !t.is_privateuseone()) continue;
@@ -230,6 +231,12 @@ void check_same_device(c10::ArrayRef<at::Tensor> tensors) {
                 "Expected all tensors to be on the same device, but found at least two devices, ", first->device(),
                 " and ", t.device(), "!");
   }
+}
+} // namespace
+
+void check_same_device(c10::ArrayRef<at::Tensor> tensors) { check_one_device(tensors); }
+void check_same_device(std::initializer_list<std::reference_wrapper<const at::Tensor>> tensors) {
+  check_one_device(tensors);
 }
 
 UOpPtr scalar_constant(const at::Scalar& value, DType dt, const Shape& shape) {

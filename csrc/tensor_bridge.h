@@ -10,6 +10,8 @@
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
 
+#include <functional>
+#include <initializer_list>
 #include <optional>
 
 #include "compiler/uop.h"
@@ -71,6 +73,10 @@ Shape value_shape(const at::Tensor& t, Shape shape);
 // torch's error when an op's tiny tensors are on two devices (TensorIterator's message), raised at the call;
 // undefined tensors and tensors of other devices (a CPU scalar) are left to the op's own checks.
 void check_same_device(c10::ArrayRef<at::Tensor> tensors);
+// The same for a braced list, without copying its tensors: copying a tensor that only Python holds
+// takes the GIL again (torch keeps its Python object alive while C++ holds a second reference), a measured
+// part of recording a matmul.
+void check_same_device(std::initializer_list<std::reference_wrapper<const at::Tensor>> tensors);
 
 // A runtime scalar (DEFINE_VAR: a kernel argument, so new values compile nothing) holding `value`
 // converted to `dt` the way torch converts a Scalar for a tensor of that dtype (including torch's
