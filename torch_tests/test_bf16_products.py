@@ -196,6 +196,7 @@ def conv_grads(stride=1, padding=1, dilation=1, groups=1, transposed=False):
     "x_shape,w_shape,args",
     [
         ((32, 32, 14, 14), (64, 32, 3, 3), {}),
+        ((128, 32, 8, 8), (64, 32, 3, 3), {}),
         ((34, 32, 9, 9), (32, 32, 3, 3), {}),
         ((33, 32, 9, 9), (32, 32, 3, 3), {}),
         ((64, 32, 9, 9), (32, 16, 3, 3), {"groups": 2}),
@@ -204,11 +205,22 @@ def conv_grads(stride=1, padding=1, dilation=1, groups=1, transposed=False):
         ((32, 16, 5, 6, 6), (32, 16, 3, 3, 3), {}),
         ((32, 32, 7, 7), (32, 16, 3, 3), {"transposed": True}),
     ],
-    ids=["batch_32", "batch_34", "odd_batch", "groups", "strided_dilated", "conv1d", "conv3d", "transposed"],
+    ids=[
+        "batch_32",
+        "batch_128_in_chunks",
+        "batch_34",
+        "odd_batch",
+        "groups",
+        "strided_dilated",
+        "conv1d",
+        "conv3d",
+        "transposed",
+    ],
 )
 def test_conv_weight_gradient_over_a_batch_of_32_or_more_matches_cpu(x_shape, w_shape, args):
     """A bfloat16 weight gradient whose batch pairs (even, 32 or more) sums the batch innermost, in pairs
-    and (with AMX) in tiles of 32 images a step; an odd batch keeps the batch outermost."""
+    and (with AMX) in tiles of 32 images a step, a batch of a multiple of 32 in chunks of 32 whose sums are
+    added after; an odd batch keeps the batch outermost."""
     x, w = bf16(*x_shape), bf16(*w_shape, seed=1)
     gy = torch.ops.aten.convolution(
         x,
