@@ -1194,8 +1194,8 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
         // on one thread, 32 rows in 2.99. With a short reduction (under 2048 products an output) such stores
         // cost more than the sums, and 16 rows by one vector (256 lines, beside the filter panel and the input
         // rows) keep them in L1: the forward kernel 2.49 -> 1.36 ms on one thread, its input gradient's 2.38 ->
-        // 1.37 (the C kernels, thread CPU time, the same bits); a weight gradient (25088 products an output)
-        // keeps two vectors (1.96 ms, 3.23 by one).
+        // 1.37 (the C kernels, thread CPU time, the same bits); a weight gradient (thousands of products an
+        // output) keeps two vectors (the demo's over its whole batch: 1.96 ms, 3.23 by one).
         if (tiles) {
           k.tiles = in_tiles(k);
           if (!k.tiles) continue;
