@@ -828,6 +828,19 @@ bool lanes_stored_apart(const Kernel& k) {
   return false;
 }
 
+// The iterations of a kernel's longest reduction (its reduce loops' extents multiplied).
+int64_t longest_reduction(const Kernel& k) {
+  int64_t most = 0;
+  for (const UOpPtr& n : toposort(k.ast)) {
+    if (n->op != Ops::REDUCE) continue;
+    int64_t len = 1;
+    for (size_t i = 1; i < n->src.size(); i++)
+      len *= n->src[i]->src[0]->const_i();
+    most = std::max(most, len);
+  }
+  return most;
+}
+
 // Whether every reduction of a kernel is part of a block of AMX tiles (see TileBlock): its reductions
 // over the same loops, together.
 bool in_tiles(const Kernel& k) {
@@ -1108,9 +1121,11 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
   if (target.amx_bf16 && has_reduce)
     for (const UOpPtr& n : toposort(value))
       try_tiles = try_tiles || (n->op == Ops::BUFFER && n->dtype == DType::BFloat16);
+  std::optional<Kernel> fallback; // a tile block of 16 rows by two vectors, when one vector does not form tiles
   if (has_reduce && !bitcast)
     for (size_t g = loops.size(); g-- > 0;)
-      for (int64_t tile_rows : {32, 16, 0}) {
+      // tiles of 32 or 16 rows, then 16 rows by one vector (see below), then the register block
+      for (auto [tile_rows, one_vector] : {std::pair{32, false}, {16, false}, {16, true}, {0, false}}) {
         const bool tiles = tile_rows > 0;
         if (loops[g] % kLanes != 0 || (tiles && !try_tiles)) continue;
         Shape up(loops.size(), 1);
@@ -1118,6 +1133,10 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
         // among threads)
         bool wide = wide_vector_registers();
         up[g] = wide && loops[g] % (2 * kLanes) == 0 && loops[g] / (2 * kLanes) >= (g > 0 ? 1 : 2) ? 2 : 1;
+        if (one_vector) {
+          if (up[g] == 1) continue; // the try before was this block
+          up[g] = 1;
+        }
         // tiles: the innermost loop that unrolls by 32 or 16 rows (16 only, the second try)
         for (size_t h = loops.size(); tiles && h-- > 0;)
           if (int64_t u = h == g ? 1 : rows(h, {tile_rows, 16}); u > 1) {
@@ -1172,12 +1191,20 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
         // A block of 32 rows whose output strides along the lanes (a bfloat16 convolution's NCHW output, the
         // lanes its channels) writes 1024 cache lines per block, reused by the next block (the next pixel)
         // only if they stay in L1: 16 rows (512 lines) ran the 128 x 64 x 14 x 14 forward kernel in 2.34 ms
-        // on one thread, 32 rows in 2.99.
+        // on one thread, 32 rows in 2.99. With a short reduction (under 2048 products an output) such stores
+        // cost more than the sums, and 16 rows by one vector (256 lines, beside the filter panel and the input
+        // rows) keep them in L1: the forward kernel 2.49 -> 1.36 ms on one thread, its input gradient's 2.38 ->
+        // 1.37 (the C kernels, thread CPU time, the same bits); a weight gradient (thousands of products an
+        // output) keeps two vectors (the demo's over its whole batch: 1.96 ms, 3.23 by one).
         if (tiles) {
           k.tiles = in_tiles(k);
-          if (k.tiles && (tile_rows == 16 || !lanes_stored_apart(k))) return k;
+          if (!k.tiles) continue;
+          bool apart = lanes_stored_apart(k);
+          if (!apart || one_vector || (tile_rows == 16 && (up[g] == 1 || longest_reduction(k) >= 2048))) return k;
+          if (tile_rows == 16) fallback = std::move(k);
           continue;
         }
+        if (fallback) return *fallback; // the one-vector try did not form tiles
         if (lanes_pay(k)) return k;
       }
   Shape up(loops.size(), 1);

@@ -520,6 +520,45 @@ TEST(Kernel, ABFloat16MatmulAccumulatesInAmxTiles) {
   }
 }
 
+// A bfloat16 product whose lanes are stored apart (a convolution's NCHW output, the lanes its channels):
+// out[n, c, p] = sum_k x[n, p, k] w[c, k], rows the batch. With a short reduction (64 products an output)
+// the stores cost more than the sums, and the tile block is 16 rows by one vector, so that its 256 cache
+// lines of output stay in L1 for the next position; a long one (2048) keeps two vectors. The sums match
+// plain loops over the operands' values.
+TEST(Kernel, AmxTilesWithLanesStoredApartTakeOneVectorForAShortReduction) {
+  if (!cpu_device().target().amx_bf16)
+    GTEST_SKIP() << "this CPU has no AMX-BF16 (or Linux refused its tile state, or TINY_AMX=0)";
+  const int64_t N = 64, P = 14, C = 32;
+  for (int64_t K : {64, 2048}) {
+    auto xh = realize_value(cast(buffer(filled(random_vec(N * P * K, 24))), DType::BFloat16));
+    auto wh = realize_value(cast(buffer(filled(random_vec(C * K, 25))), DType::BFloat16));
+    auto xv = values(realize_value(cast(buffer(xh), DType::Float32)));
+    auto wv = values(realize_value(cast(buffer(wh), DType::Float32)));
+    auto x = expand(reshape(cast(buffer(xh), DType::Float32), {N, 1, P, K}), {N, C, P, K});
+    auto w = expand(reshape(cast(buffer(wh), DType::Float32), {1, C, 1, K}), {N, C, P, K});
+    auto value = reshape(reduce(alu(Ops::MUL, x, w), Ops::ADD, {3}), {N, C, P});
+    Schedule s = schedule_value(value, cpu_device().target(),
+                                [](DType dt, int64_t n) { return std::make_shared<Buffer>(cpu_device(), dt, n); });
+    std::string src;
+    for (const Kernel& k : s.kernels)
+      if (k.tiles) src = render_c(k, k.name);
+    EXPECT_NE(src.find("_tile_dpbf16ps(0"), std::string::npos) << K << "\n" << src;
+    EXPECT_EQ(src.find("_tile_dpbf16ps(1") != std::string::npos, K == 2048) << K << "\n" << src;
+    std::vector<float> wt(K * C);
+    for (int64_t c = 0; c < C; c++)
+      for (int64_t q = 0; q < K; q++)
+        wt[q * C + c] = wv[c * K + q];
+    auto got = values(realize_value(value));
+    auto [want, mag] = plain_matmul(xv, wt, N * P, K, C);
+    for (int64_t n = 0; n < N; n++)
+      for (int64_t c = 0; c < C; c++)
+        for (int64_t p = 0; p < P; p++) {
+          int64_t at = (n * P + p) * C + c;
+          EXPECT_NEAR(got[(n * C + c) * P + p], want[at], 1e-5 * mag[at] + 1e-6) << K << " " << n << " " << c;
+        }
+  }
+}
+
 // A register block of x @ w keeps its accumulators in vector registers with room for the operands: on
 // AVX-512 (32 registers of 16 floats) up to 16 vector accumulators; on AVX2 (16 registers of 8 floats, a
 // 16-lane vector takes two) 4, since 8 (16 registers) spilled and ran at half the speed.

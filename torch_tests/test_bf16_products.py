@@ -168,3 +168,69 @@ def test_conv2d_forward_equals_cpu_bit_for_bit(x_shape, w_shape):
     x, w = bf16(*x_shape), bf16(*w_shape, seed=1)
     got = F.conv2d(x.to("tiny"), w.to("tiny"), padding=1).cpu()
     assert torch.equal(got, F.conv2d(x, w, padding=1))
+
+
+def conv_grads(stride=1, padding=1, dilation=1, groups=1, transposed=False):
+    """The input and weight gradients of a convolution of any dims for the output gradient gy."""
+
+    def grads(x, w, gy):
+        nd = x.dim() - 2
+        return torch.ops.aten.convolution_backward(
+            gy,
+            x,
+            w,
+            None,
+            [stride] * nd,
+            [padding] * nd,
+            [dilation] * nd,
+            transposed,
+            [0] * nd,
+            groups,
+            [True, True, False],
+        )[:2]
+
+    return grads
+
+
+@pytest.mark.parametrize(
+    "x_shape,w_shape,args",
+    [
+        ((32, 32, 14, 14), (64, 32, 3, 3), {}),
+        ((128, 32, 8, 8), (64, 32, 3, 3), {}),
+        ((34, 32, 9, 9), (32, 32, 3, 3), {}),
+        ((33, 32, 9, 9), (32, 32, 3, 3), {}),
+        ((64, 32, 9, 9), (32, 16, 3, 3), {"groups": 2}),
+        ((32, 16, 11, 11), (32, 16, 3, 3), {"stride": 2, "dilation": 2, "padding": 2}),
+        ((32, 32, 20), (48, 32, 5), {"padding": 2}),
+        ((32, 16, 5, 6, 6), (32, 16, 3, 3, 3), {}),
+        ((32, 32, 7, 7), (32, 16, 3, 3), {"transposed": True}),
+    ],
+    ids=[
+        "batch_32",
+        "batch_128_in_chunks",
+        "batch_34",
+        "odd_batch",
+        "groups",
+        "strided_dilated",
+        "conv1d",
+        "conv3d",
+        "transposed",
+    ],
+)
+def test_conv_weight_gradient_over_a_batch_of_32_or_more_matches_cpu(x_shape, w_shape, args):
+    """A bfloat16 weight gradient whose batch pairs (even, 32 or more) sums the batch innermost, in pairs
+    and (with AMX) in tiles of 32 images a step, a batch of a multiple of 32 in chunks of 32 whose sums are
+    added after; an odd batch keeps the batch outermost."""
+    x, w = bf16(*x_shape), bf16(*w_shape, seed=1)
+    gy = torch.ops.aten.convolution(
+        x,
+        w,
+        None,
+        [args.get("stride", 1)] * (x.dim() - 2),
+        [args.get("padding", 1)] * (x.dim() - 2),
+        [args.get("dilation", 1)] * (x.dim() - 2),
+        args.get("transposed", False),
+        [0] * (x.dim() - 2),
+        args.get("groups", 1),
+    )
+    check(conv_grads(**args), x, w, bf16(*gy.shape, seed=2), **BF16)
