@@ -347,6 +347,41 @@ TEST(Kernel, LanesThatStrideThroughTheOutputStoreTheirBlockAsRows) {
       }
 }
 
+// A reduction masked by a comparison over its lanes (a convolution's input gradient through a ReLU:
+// where(y <= 0, 0, sum)) compares and selects whole vectors, not lane by lane; NaN compares false and 0
+// compares true, as the scalar comparison does.
+TEST(Kernel, AComparisonAndSelectOverLanesAreWholeVectorOps) {
+  const int64_t N = 3, K = 32, X = 7, C = 12;
+  auto wv = random_vec(K * C, 23), iv = random_vec(N * C * X, 24), yv = random_vec(N * K * X, 25);
+  yv[5] = NAN;
+  yv[40] = 0.0f;
+  yv[41] = -0.0f;
+  auto w = expand(reshape(permute(reshape(buffer(filled(wv)), {C, K}), {1, 0}), {1, K, 1, C}), {N, K, X, C});
+  auto in = expand(reshape(permute(reshape(buffer(filled(iv)), {N, C, X}), {0, 2, 1}), {N, 1, X, C}), {N, K, X, C});
+  auto sum = reduce(alu(Ops::MUL, w, in), Ops::ADD, {3});
+  auto y = reshape(buffer(filled(yv)), {N, K, X, 1});
+  auto zero = expand(reshape(const_float(DType::Float32, 0.0), {1, 1, 1, 1}), {N, K, X, 1});
+  auto v = where(alu(Ops::CMPLE, y, zero), zero, sum);
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, N * K * X);
+  Kernel k = lower_kernel(out, View::contiguous({N, K, X, 1}), v);
+  if (k.lane_range < 0) GTEST_SKIP() << "no vector lanes on this target";
+  std::string src = render_c(k, "k");
+  EXPECT_NE(src.find("<= (float)(0.000000000e+00f), tv_uint8_t) & 1;"), std::string::npos) << src;
+  EXPECT_NE(src.find(", tv_int32_t) != 0 ? "), std::string::npos) << src;
+  EXPECT_EQ(src.find("(tv_uint8_t){"), std::string::npos) << src;
+  auto got = values(realize_value(v));
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t q = 0; q < K; q++)
+      for (int64_t x = 0; x < X; x++) {
+        int64_t at = (n * K + q) * X + x;
+        double want = 0;
+        for (int64_t c = 0; c < C; c++)
+          want += static_cast<double>(wv[c * K + q]) * iv[(n * C + c) * X + x];
+        if (yv[at] <= 0.0f) want = 0;
+        EXPECT_NEAR(got[at], want, 1e-4) << n << ", " << q << ", " << x;
+      }
+}
+
 // On AVX-512, an elementwise kernel's contiguous innermost loop is vectorized 16 floats at a time (clang's
 // cost model picks 8 for a long body); a loop with a data-dependent read is left to clang.
 TEST(Kernel, AnElementwiseLoopOfContiguousReadsStepsBySixteenLanesOnAvx512) {
