@@ -347,6 +347,29 @@ TEST(Kernel, LanesThatStrideThroughTheOutputStoreTheirBlockAsRows) {
       }
 }
 
+// A register block of products of a broadcast value over a short reduce loop (14 steps: a weight gradient's
+// positions) unrolls that loop in full on AVX-512; the values are the sums'.
+TEST(Kernel, AShortReduceLoopOfBroadcastProductsUnrollsInFull) {
+  if (!wide_vectors()) GTEST_SKIP() << "this CPU has no AVX-512 (the unrolling is chosen there only)";
+  const int64_t N = 2, K = 32, X = 16, C = 14;
+  auto wv = random_vec(K * C, 26), iv = random_vec(N * C * X, 27);
+  auto w = expand(reshape(permute(reshape(buffer(filled(wv)), {C, K}), {1, 0}), {1, K, 1, C}), {N, K, X, C});
+  auto in = expand(reshape(permute(reshape(buffer(filled(iv)), {N, C, X}), {0, 2, 1}), {N, 1, X, C}), {N, K, X, C});
+  auto v = reduce(alu(Ops::MUL, w, in), Ops::ADD, {3});
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, N * K * X);
+  std::string src = render_c(lower_kernel(out, View::contiguous({N, K, X, 1}), v), "k");
+  EXPECT_NE(src.find("#pragma clang loop unroll(full)\n"), std::string::npos) << src;
+  auto got = values(realize_value(v));
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t k = 0; k < K; k++)
+      for (int64_t x = 0; x < X; x++) {
+        double want = 0;
+        for (int64_t c = 0; c < C; c++)
+          want += static_cast<double>(wv[c * K + k]) * iv[(n * C + c) * X + x];
+        EXPECT_NEAR(got[(n * K + k) * X + x], want, 1e-4) << n << ", " << k << ", " << x;
+      }
+}
+
 // A reduction masked by a comparison over its lanes (a convolution's input gradient through a ReLU:
 // where(y <= 0, 0, sum)) compares and selects whole vectors, not lane by lane; NaN compares false and 0
 // compares true, as the scalar comparison does.
