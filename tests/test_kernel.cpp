@@ -492,6 +492,28 @@ TEST(Kernel, AMatmulWithARowMajorRightOperandComputesVectorLanes) {
   expect_matmul_in_lanes(reshape(buffer(filled(av)), {M, K}), reshape(buffer(filled(bv)), {K, N}), av, bv, "float32");
 }
 
+// A float32 matmul whose lanes' loop runs outermost (16 panels of 32 columns) computes a few panels per
+// block of rows (the innermost output loop), keeping 8 outer iterations for the threads; the values are
+// the products'.
+TEST(Kernel, AWideFloat32MatmulComputesAFewPanelsPerBlockOfRows) {
+  if (!wide_vectors()) GTEST_SKIP() << "this CPU has no AVX-512 (two vectors of lanes there only)";
+  const int64_t M = 64, K = 24, N = 512;
+  auto av = random_vec(M * K, 30), bv = random_vec(K * N, 31);
+  auto x = reshape(buffer(filled(av)), {M, K}), w = reshape(buffer(filled(bv)), {K, N});
+  auto value = reduce(alu(Ops::MUL, expand(reshape(x, {M, 1, K}), {M, N, K}),
+                          expand(reshape(permute(w, {1, 0}), {1, N, K}), {M, N, K})),
+                      Ops::ADD, {2});
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, M * N);
+  Kernel k = lower_kernel(out, View::contiguous(value->shape), value);
+  ASSERT_EQ(k.loops.size(), 3u) << k.name;
+  EXPECT_EQ(k.loops.front(), 8) << k.name;
+  EXPECT_EQ(k.loops.back(), 2) << k.name;
+  auto got = values(realize_value(value));
+  auto [want, mag] = plain_matmul(av, bv, M, K, N);
+  for (int64_t i = 0; i < M * N; i++)
+    EXPECT_NEAR(got[i], want[i], 1e-5 * mag[i] + 1e-6) << i;
+}
+
 // float16 and bfloat16 operands read as vectors of their bits, widened to float in registers: the matmul
 // keeps its 16 lanes (it ran lane by lane, 8x slower than float32) and its values.
 TEST(Kernel, AHalfMatmulReadsItsOperandsAsVectors) {
