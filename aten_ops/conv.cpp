@@ -19,6 +19,7 @@
 #include <c10/core/MemoryFormat.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <array>
 #include <optional>
 #include <tuple>
@@ -151,7 +152,15 @@ UOpPtr conv_input_grad(const UOpPtr& go, const UOpPtr& w, const Shape& in, const
   for (int64_t i = 0; i < nd; i++)
     w_order.push_back(3 + i);
   UOpPtr wt = window::permuted(window::reshaped(w, concat({{G, Og, Cg}, g.kernel})), w_order); // (G, Cg, Og, kernel...)
-  return grouped_correlation(u, wt, in, g.kernel);
+  // The adjoint windows walk grad_output backward along the kernel axes; with the kernel index reversed in
+  // both factors they walk it forward, so adjacent taps and channels of its channels-last copy are one run
+  // and the reduce loops merge, as the forward's do (the filters' panel copy takes the reversal).
+  auto taps = [&](const UOpPtr& v) {
+    std::vector<bool> axes(v->shape.size(), false);
+    std::fill(axes.end() - nd, axes.end(), true);
+    return window::flipped(v, axes);
+  };
+  return grouped_correlation(taps(u), taps(wt), in, g.kernel);
 }
 
 // The gradient of conv_forward with respect to w (G*Og, Cg, kernel...), for grad_output go (N, G*Og, out...).

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include "compiler/lower.h"
 #include "compiler/render_c.h"
@@ -347,6 +348,64 @@ TEST(Kernel, LanesThatStrideThroughTheOutputStoreTheirBlockAsRows) {
       }
 }
 
+// A register block of products of a broadcast value over a short reduce loop (14 steps: a weight gradient's
+// positions) unrolls that loop in full on AVX-512; the values are the sums'.
+TEST(Kernel, AShortReduceLoopOfBroadcastProductsUnrollsInFull) {
+  if (!wide_vectors()) GTEST_SKIP() << "this CPU has no AVX-512 (the unrolling is chosen there only)";
+  const int64_t N = 2, K = 32, X = 16, C = 14;
+  auto wv = random_vec(K * C, 26), iv = random_vec(N * C * X, 27);
+  auto w = expand(reshape(permute(reshape(buffer(filled(wv)), {C, K}), {1, 0}), {1, K, 1, C}), {N, K, X, C});
+  auto in = expand(reshape(permute(reshape(buffer(filled(iv)), {N, C, X}), {0, 2, 1}), {N, 1, X, C}), {N, K, X, C});
+  auto v = reduce(alu(Ops::MUL, w, in), Ops::ADD, {3});
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, N * K * X);
+  std::string src = render_c(lower_kernel(out, View::contiguous({N, K, X, 1}), v), "k");
+  EXPECT_NE(src.find("#pragma clang loop unroll(full)\n"), std::string::npos) << src;
+  auto got = values(realize_value(v));
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t k = 0; k < K; k++)
+      for (int64_t x = 0; x < X; x++) {
+        double want = 0;
+        for (int64_t c = 0; c < C; c++)
+          want += static_cast<double>(wv[c * K + k]) * iv[(n * C + c) * X + x];
+        EXPECT_NEAR(got[(n * K + k) * X + x], want, 1e-4) << n << ", " << k << ", " << x;
+      }
+}
+
+// A reduction masked by a comparison over its lanes (a convolution's input gradient through a ReLU:
+// where(y <= 0, 0, sum)) compares and selects whole vectors, not lane by lane; NaN compares false and 0
+// compares true, as the scalar comparison does.
+TEST(Kernel, AComparisonAndSelectOverLanesAreWholeVectorOps) {
+  const int64_t N = 3, K = 32, X = 7, C = 12;
+  auto wv = random_vec(K * C, 23), iv = random_vec(N * C * X, 24), yv = random_vec(N * K * X, 25);
+  yv[5] = NAN;
+  yv[40] = 0.0f;
+  yv[41] = -0.0f;
+  auto w = expand(reshape(permute(reshape(buffer(filled(wv)), {C, K}), {1, 0}), {1, K, 1, C}), {N, K, X, C});
+  auto in = expand(reshape(permute(reshape(buffer(filled(iv)), {N, C, X}), {0, 2, 1}), {N, 1, X, C}), {N, K, X, C});
+  auto sum = reduce(alu(Ops::MUL, w, in), Ops::ADD, {3});
+  auto y = reshape(buffer(filled(yv)), {N, K, X, 1});
+  auto zero = expand(reshape(const_float(DType::Float32, 0.0), {1, 1, 1, 1}), {N, K, X, 1});
+  auto v = where(alu(Ops::CMPLE, y, zero), zero, sum);
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, N * K * X);
+  Kernel k = lower_kernel(out, View::contiguous({N, K, X, 1}), v);
+  if (k.lane_range < 0) GTEST_SKIP() << "no vector lanes on this target";
+  std::string src = render_c(k, "k");
+  EXPECT_NE(src.find("<= (float)(0.000000000e+00f), tv_uint8_t) & 1;"), std::string::npos) << src;
+  EXPECT_NE(src.find(", tv_int32_t) != 0 ? "), std::string::npos) << src;
+  EXPECT_EQ(src.find("(tv_uint8_t){"), std::string::npos) << src;
+  auto got = values(realize_value(v));
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t q = 0; q < K; q++)
+      for (int64_t x = 0; x < X; x++) {
+        int64_t at = (n * K + q) * X + x;
+        double want = 0;
+        for (int64_t c = 0; c < C; c++)
+          want += static_cast<double>(wv[c * K + q]) * iv[(n * C + c) * X + x];
+        if (yv[at] <= 0.0f) want = 0;
+        EXPECT_NEAR(got[at], want, 1e-4) << n << ", " << q << ", " << x;
+      }
+}
+
 // On AVX-512, an elementwise kernel's contiguous innermost loop is vectorized 16 floats at a time (clang's
 // cost model picks 8 for a long body); a loop with a data-dependent read is left to clang.
 TEST(Kernel, AnElementwiseLoopOfContiguousReadsStepsBySixteenLanesOnAvx512) {
@@ -432,6 +491,29 @@ TEST(Kernel, AMatmulWithARowMajorRightOperandComputesVectorLanes) {
   const int64_t M = 24, K = 9, N = 48;
   auto av = random_vec(M * K, 12), bv = random_vec(K * N, 13);
   expect_matmul_in_lanes(reshape(buffer(filled(av)), {M, K}), reshape(buffer(filled(bv)), {K, N}), av, bv, "float32");
+}
+
+// A float32 matmul whose lanes' loop runs outermost (16 panels of 32 columns) computes a few panels per
+// block of rows (the innermost output loop), keeping 8 outer iterations, two per hardware thread, for the
+// threads; the values are the products'.
+TEST(Kernel, AWideFloat32MatmulComputesAFewPanelsPerBlockOfRows) {
+  if (!wide_vectors()) GTEST_SKIP() << "this CPU has no AVX-512 (two vectors of lanes there only)";
+  if (std::thread::hardware_concurrency() > 4) GTEST_SKIP() << "16 panels leave too few outer iterations here";
+  const int64_t M = 64, K = 24, N = 512;
+  auto av = random_vec(M * K, 30), bv = random_vec(K * N, 31);
+  auto x = reshape(buffer(filled(av)), {M, K}), w = reshape(buffer(filled(bv)), {K, N});
+  auto value = reduce(alu(Ops::MUL, expand(reshape(x, {M, 1, K}), {M, N, K}),
+                          expand(reshape(permute(w, {1, 0}), {1, N, K}), {M, N, K})),
+                      Ops::ADD, {2});
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, M * N);
+  Kernel k = lower_kernel(out, View::contiguous(value->shape), value);
+  ASSERT_EQ(k.loops.size(), 3u) << k.name;
+  EXPECT_EQ(k.loops.front(), 8) << k.name;
+  EXPECT_EQ(k.loops.back(), 2) << k.name;
+  auto got = values(realize_value(value));
+  auto [want, mag] = plain_matmul(av, bv, M, K, N);
+  for (int64_t i = 0; i < M * N; i++)
+    EXPECT_NEAR(got[i], want[i], 1e-5 * mag[i] + 1e-6) << i;
 }
 
 // float16 and bfloat16 operands read as vectors of their bits, widened to float in registers: the matmul
