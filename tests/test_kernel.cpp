@@ -323,20 +323,16 @@ TEST(Kernel, AOneHotSumReadsTheElementItPicksWithoutALoop) {
   }
 }
 
-// A reduction whose lanes stride through its output (out[n, k, x] = sum_c w[k, c] * in[n, c, x], lanes along
-// k: 28 positions do not fill 16 lanes) and whose register block holds consecutive positions stores each
-// block as 16 rows of contiguous floats (tiny_store_rows), not a scalar per lane; the values are the sums'.
-TEST(Kernel, LanesThatStrideThroughTheOutputStoreTheirBlockAsRows) {
-  if (!wide_vectors()) GTEST_SKIP() << "this CPU has no AVX-512 (the rows are emitted there only)";
-  const int64_t N = 4, K = 32, X = 28, C = 20;
-  auto wv = random_vec(K * C, 21), iv = random_vec(N * C * X, 22);
-  // w (K, C) read from a (C, K) buffer: contiguous along the lanes, as a convolution's filter copy
+// out[n, k, x] = sum_c w[k, c] * in[n, c, x] with lanes along k (w read from a (C, K) buffer: contiguous
+// along the lanes, as a convolution's filter copy): its C source must contain `needle`, its values the sums'.
+static void expect_channel_mix(int64_t N, int64_t K, int64_t X, int64_t C, unsigned seed, const std::string& needle) {
+  auto wv = random_vec(K * C, seed), iv = random_vec(N * C * X, seed + 1);
   auto w = expand(reshape(permute(reshape(buffer(filled(wv)), {C, K}), {1, 0}), {1, K, 1, C}), {N, K, X, C});
   auto in = expand(reshape(permute(reshape(buffer(filled(iv)), {N, C, X}), {0, 2, 1}), {N, 1, X, C}), {N, K, X, C});
   auto v = reduce(alu(Ops::MUL, w, in), Ops::ADD, {3});
   auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, N * K * X);
   std::string src = render_c(lower_kernel(out, View::contiguous({N, K, X, 1}), v), "k");
-  EXPECT_NE(src.find("  tiny_store_rows("), std::string::npos) << src;
+  EXPECT_NE(src.find(needle), std::string::npos) << src;
   auto got = values(realize_value(v));
   for (int64_t n = 0; n < N; n++)
     for (int64_t k = 0; k < K; k++)
@@ -348,27 +344,19 @@ TEST(Kernel, LanesThatStrideThroughTheOutputStoreTheirBlockAsRows) {
       }
 }
 
+// A reduction whose lanes stride through its output (28 positions do not fill 16 lanes) and whose register
+// block holds consecutive positions stores each block as 16 rows of contiguous floats (tiny_store_rows), not
+// a scalar per lane.
+TEST(Kernel, LanesThatStrideThroughTheOutputStoreTheirBlockAsRows) {
+  if (!wide_vectors()) GTEST_SKIP() << "this CPU has no AVX-512 (the rows are emitted there only)";
+  expect_channel_mix(4, 32, 28, 20, 21, "  tiny_store_rows(");
+}
+
 // A register block of products of a broadcast value over a short reduce loop (14 steps: a weight gradient's
-// positions) unrolls that loop in full on AVX-512; the values are the sums'.
+// positions) unrolls that loop in full on AVX-512.
 TEST(Kernel, AShortReduceLoopOfBroadcastProductsUnrollsInFull) {
   if (!wide_vectors()) GTEST_SKIP() << "this CPU has no AVX-512 (the unrolling is chosen there only)";
-  const int64_t N = 2, K = 32, X = 16, C = 14;
-  auto wv = random_vec(K * C, 26), iv = random_vec(N * C * X, 27);
-  auto w = expand(reshape(permute(reshape(buffer(filled(wv)), {C, K}), {1, 0}), {1, K, 1, C}), {N, K, X, C});
-  auto in = expand(reshape(permute(reshape(buffer(filled(iv)), {N, C, X}), {0, 2, 1}), {N, 1, X, C}), {N, K, X, C});
-  auto v = reduce(alu(Ops::MUL, w, in), Ops::ADD, {3});
-  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, N * K * X);
-  std::string src = render_c(lower_kernel(out, View::contiguous({N, K, X, 1}), v), "k");
-  EXPECT_NE(src.find("#pragma clang loop unroll(full)\n"), std::string::npos) << src;
-  auto got = values(realize_value(v));
-  for (int64_t n = 0; n < N; n++)
-    for (int64_t k = 0; k < K; k++)
-      for (int64_t x = 0; x < X; x++) {
-        double want = 0;
-        for (int64_t c = 0; c < C; c++)
-          want += static_cast<double>(wv[c * K + k]) * iv[(n * C + c) * X + x];
-        EXPECT_NEAR(got[(n * K + k) * X + x], want, 1e-4) << n << ", " << k << ", " << x;
-      }
+  expect_channel_mix(2, 32, 16, 14, 26, "#pragma clang loop unroll(full)\n");
 }
 
 // A reduction masked by a comparison over its lanes (a convolution's input gradient through a ReLU:
