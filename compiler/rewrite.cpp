@@ -250,8 +250,20 @@ UOpPtr build_sum(const Sum& s) {
   return acc;
 }
 
-// (x / c) * c*k + (x % c) * k  ->  x * k, and ((x / c) % d) * c*k + (x % c) * k  ->  (x % (c*d)) * k:
-// an index split into digits and put back together.
+// m when hi is ((x / c + m) % d) with m > 0 and x >= 0: the digit (x + m*c) / c % d, after the simplifier
+// took the m*c out of the division (x + m*c) / c; its low digit (x + m*c) % c is x % c. 0 otherwise.
+int64_t offset_digit(const UOpPtr& hi, const UOpPtr& x, int64_t c) {
+  if (hi->op != Ops::MOD || !is_c(hi->src[1]) || x->vmin < 0) return 0;
+  const UOpPtr& a = hi->src[0];
+  if (a->op != Ops::ADD || !is_c(a->src[1]) || a->src[1]->const_i() <= 0) return 0;
+  const UOpPtr& q = a->src[0];
+  if (q->op != Ops::IDIV || q->src[0] != x || !is_c(q->src[1], c)) return 0;
+  return a->src[1]->const_i();
+}
+
+// (x / c) * c*k + (x % c) * k  ->  x * k, and ((x / c) % d) * c*k + (x % c) * k  ->  (x % (c*d)) * k, and
+// ((x / c + m) % d) * c*k + (x % c) * k  ->  ((x + m*c) % (c*d)) * k: an index split into digits and put
+// back together (the last: a lane m*c + l of x's digits, its division simplified first).
 bool recombine_digits(Sum& s) {
   for (size_t i = 0; i < s.terms.size(); i++) {
     auto [mod, k] = s.terms[i];
@@ -267,6 +279,8 @@ bool recombine_digits(Sum& s) {
       else if (hi->op == Ops::MOD && is_c(hi->src[1]) && hi->src[0]->op == Ops::IDIV && hi->src[0]->src[0] == x &&
                is_c(hi->src[0]->src[1], c))
         merged = UOp::make(Ops::MOD, kIndex, {x, idx_const(c * hi->src[1]->const_i())});
+      else if (int64_t m = offset_digit(hi, x, c); m > 0)
+        merged = UOp::make(Ops::MOD, kIndex, {x + idx_const(m * c), idx_const(c * hi->src[1]->const_i())});
       if (!merged) continue;
       s.terms[i].second = 0;
       s.terms[j].second = 0;

@@ -133,6 +133,17 @@ TEST(Symbolic, SplitDigitsRecombine) {
   EXPECT_EQ(graph_rewrite(e, symbolic), imod(g, 12));
 }
 
+TEST(Symbolic, TheDigitsOfALaneOfAFlattenRecombine) {
+  // Lane 7 of 16 lanes over a (64, 7, 7) flatten: x = r*16 + 7 split into the digits of (64, 7, 7) and put
+  // back together, after the simplifier has taken the 7 out of x / 7 (x / 7 = r*16 / 7 + 1) and x % 7
+  // (= r*16 % 7): x again, so the lanes read contiguously (a linear layer's weight gradient over a pooled
+  // activation read each lane alone).
+  auto r = range(196, 0);
+  auto x = add(mul(r, 16), idx_const(7));
+  auto digits = add(add(mul(idiv(x, 49), 49), mul(imod(idiv(x, 7), 7), 7)), imod(x, 7));
+  EXPECT_EQ(graph_rewrite(digits, symbolic), graph_rewrite(x, symbolic));
+}
+
 TEST(Symbolic, DigitsOfAPossiblyNegativeIndexRecombine) {
   // A padded read's flat index (it goes below 0 where the mask hides it) split into the digits of a
   // (2, 3, 4) buffer and put back together: C's truncating / and % recombine for any sign.
