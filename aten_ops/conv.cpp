@@ -174,12 +174,11 @@ UOpPtr conv_weight_grad(const UOpPtr& x, const UOpPtr& go, const window::Geometr
                          concat({{N, G, Og, Cg}, out, g.kernel}));
   UOpPtr gv = window::expanded(window::reshaped(go, concat({{N, G, Og, 1}, out, ones})), win->shape);
   // The batch is summed in chunks of 8 first: each chunk's inputs and gradients stay in cache while
-  // every filter tap and channel block reads them; the chunks' sums are added after.
-  int64_t chunk = N % 8 == 0 && N >= 16 ? 8 : N, chunks = N / chunk;
-  // Batch innermost: in chunks of 32 images where it divides (one tile step a pixel), each chunk's input and
-  // gradient (1.3 MB for the demo's) held in L2 while every filter tap and channel block reads them; the whole
-  // batch streamed the gradient's panel from L3 for each block (the demo's kernel 1.96 -> 1.17 ms, one thread).
-  if (batch_inner) chunk = N % 32 == 0 ? 32 : N, chunks = N / chunk;
+  // every filter tap and channel block reads them; the chunks' sums are added after. Batch innermost: in chunks of 32
+  // images where it divides (one tile step a pixel), each chunk's input and gradient (1.3 MB for the demo's) held in L2
+  // while every filter tap and channel block reads them; the whole batch streamed the gradient's panel from L3 for each
+  // block (the demo's kernel 1.96 -> 1.17 ms, one thread).
+  int64_t chunk = batch_inner ? (N % 32 == 0 ? 32 : N) : (N % 8 == 0 && N >= 16 ? 8 : N), chunks = N / chunk;
   // (N, G, Og, Cg, out..., kernel...) -> (chunks, chunk, ...) -> (chunks, G, Og, Cg, kernel..., chunk, out...),
   // or batch innermost (chunks, G, Og, Cg, kernel..., out..., chunk)
   DType dt = opmath(x->dtype);
@@ -281,10 +280,12 @@ convolution_backward(const at::Tensor& grad_output, const at::Tensor& input, con
     grad_input = result(ints(input.sizes()), input, format,
                         transposed ? conv_forward(go, w, spatial(x), c.g, groups)
                                    : conv_input_grad(go, w, spatial(x), c.g, groups));
-  if (output_mask[1])
+  if (output_mask[1]) {
+    const bool batch_inner = tiles_pair_batch(input);
     grad_weight = result(ints(weight.sizes()), weight, weight.suggest_memory_format(),
-                         transposed ? conv_weight_grad(go, x, c.g, groups, tiles_pair_batch(input))
-                                    : conv_weight_grad(x, go, c.g, groups, tiles_pair_batch(input)));
+                         transposed ? conv_weight_grad(go, x, c.g, groups, batch_inner)
+                                    : conv_weight_grad(x, go, c.g, groups, batch_inner));
+  }
   if (output_mask[2]) grad_bias = result({grad_output.size(1)}, grad_output, format, bias_grad(cast(go, dt)));
   return {grad_input, grad_weight, grad_bias};
 }
