@@ -9,9 +9,9 @@
 
 namespace tiny::runtime {
 
-// $TINY_CACHE_DIR, default ~/.cache/tiny.
+// $TINY_CACHE_DIR, default ~/.cache/tiny (also when it is set but empty, as for XDG's variables).
 inline std::filesystem::path cache_dir() {
-  if (const char* d = std::getenv("TINY_CACHE_DIR")) return d;
+  if (const char* d = std::getenv("TINY_CACHE_DIR"); d && *d) return d;
   const char* home = std::getenv("HOME");
   return std::filesystem::path(home ? home : "/tmp") / ".cache" / "tiny";
 }

@@ -152,6 +152,13 @@ def test_new_process_with_the_same_cache_dir_compiles_nothing(tmp_path):
     assert second["kernels"] == first["kernels"] == 1
 
 
+def test_an_empty_cache_dir_variable_means_the_default_cache(tmp_path):
+    # TINY_CACHE_DIR= (set, empty) is read as unset, as XDG's variables are: ~/.cache/tiny, not a crash.
+    first = json.loads(run_python(CACHE_SCRIPT, TINY_CACHE_DIR="", HOME=str(tmp_path)).strip().splitlines()[-1])
+    assert first["close"] and first["compiles"] >= 1
+    assert list((tmp_path / ".cache" / "tiny").glob("*.so")), "no kernel kept under $HOME/.cache/tiny"
+
+
 def test_a_damaged_cached_kernel_is_compiled_again(tmp_path):
     # A binary that does not load (or lacks its kernel, as a race of two processes once left) is replaced:
     # the CPU device's shared libraries, the CL device's program binaries.
