@@ -209,6 +209,9 @@ POOL_GRADIENT_CASES = [
     (F.max_pool2d, (2, 3, 9, 7), {"kernel_size": 2}),  # odd sizes: the last row and column are in no window
     (F.max_pool2d, (2, 3, 9, 7), {"kernel_size": 2, "ceil_mode": True}),
     (F.max_pool2d, (2, 3, 8, 9), {"kernel_size": (2, 3), "padding": (1, 1)}),  # tiled, padded, not square
+    (F.max_pool2d, (2, 3, 9, 8), {"kernel_size": 2, "padding": 1}),
+    (F.max_pool2d, (2, 3, 7, 8), {"kernel_size": 2, "stride": 1}),  # overlapping 2x2 windows
+    (F.max_pool2d, (2, 3, 7, 8), {"kernel_size": (1, 3), "stride": (1, 2), "dilation": (1, 2)}),
     (F.max_pool2d, (2, 3, 9, 8), {"kernel_size": 3, "stride": 2, "padding": 1}),  # overlapping windows
     (F.max_pool2d, (2, 3, 9, 8), {"kernel_size": (3, 2), "stride": (1, 2), "dilation": (2, 1)}),
     (F.max_pool1d, (2, 3, 11), {"kernel_size": 2}),
@@ -223,6 +226,13 @@ POOL_GRADIENT_CASES = [
 def test_max_pool_gradient_goes_to_torchs_position_for_ties_nans_and_infinities(pool, shape, options):
     check_grads(lambda x: pool(x, **options), special_values(*shape))
     check_grads(lambda x: pool(x, **options), rand(*shape))
+
+
+def test_max_pool_of_windows_of_minus_infinity_picks_the_first_position_inside_the_input():
+    x = torch.full((1, 2, 4, 5), -float("inf"))
+    for options in ({"kernel_size": 2}, {"kernel_size": 2, "padding": 1}, {"kernel_size": 2, "ceil_mode": True}):
+        check(lambda x, options=options: F.max_pool2d(x, return_indices=True, **options), x)
+        check_grads(lambda x, options=options: F.max_pool2d(x, **options), x)
 
 
 def test_max_pool2d_gradient_of_a_batch_norm_block_channels_last_matches_cpu():
