@@ -413,6 +413,30 @@ TEST(Kernel, AnElementwiseLoopOfContiguousReadsStepsBySixteenLanesOnAvx512) {
             std::string::npos);
 }
 
+// A 2x2 max pool elementwise over its outputs (rows of 14 of a 28-wide input): the innermost loop reads
+// pairs (step 2) and is shorter than 16 lanes, vectorized as one masked step of 8 lanes.
+TEST(Kernel, AShortLoopOfPairReadsIsOneMaskedVectorStep) {
+  if (!wide_vectors()) GTEST_SKIP() << "this CPU has no AVX-512";
+  const int64_t R = 6, W = 28, O = W / 2;
+  auto xv = random_vec(R * 2 * W, 15);
+  auto x = reshape(buffer(filled(xv)), {R, 2, O, 2}); // (output row, window row, output column, window column)
+  UOpPtr m;
+  for (int64_t i = 0; i < 2; i++)
+    for (int64_t j = 0; j < 2; j++) {
+      UOpPtr e = reshape(shrink(x, {{0, R}, {i, i + 1}, {0, O}, {j, j + 1}}), {R, O});
+      m = m ? alu(Ops::MAX, m, e) : e;
+    }
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, R * O);
+  std::string src = render_c(lower_kernel(out, View::contiguous({R, O}), m), "k");
+  EXPECT_NE(src.find("vectorize_width(8) vectorize_predicate(enable)"), std::string::npos) << src;
+  auto got = values(realize_value(m));
+  for (int64_t r = 0; r < R; r++)
+    for (int64_t o = 0; o < O; o++) {
+      const float* w = &xv[static_cast<size_t>(r * 2 * W + 2 * o)];
+      EXPECT_EQ(got[static_cast<size_t>(r * O + o)], std::max(std::max(w[0], w[1]), std::max(w[W], w[W + 1])));
+    }
+}
+
 TEST(Kernel, AScatterAddAccumulatesRepeatedIndicesInOrder) {
   auto base = buffer(filled({1, 1, 1, 1}));
   auto idx = buffer(indices({3, 0, 3, 3, 9}));

@@ -193,6 +193,81 @@ def test_max_pool2d_layouts_unbatched_and_integers():
         check(lambda x: F.max_pool2d(x, 2, return_indices=True), rand(2, 3, 8, 8, dtype=torch.int64).abs().to(dtype))
 
 
+def special_values(*shape, seed=0):
+    """Small integers (many ties in a window) with NaNs and infinities sprinkled in."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, 3, shape, generator=g).float()
+    pick = torch.rand(shape, generator=g)
+    x[pick < 0.05] = float("nan")
+    x[(pick >= 0.05) & (pick < 0.15)] = -float("inf")
+    x[(pick >= 0.15) & (pick < 0.2)] = float("inf")
+    return x
+
+
+POOL_GRADIENT_CASES = [
+    (F.max_pool2d, (2, 3, 8, 8), {"kernel_size": 2}),
+    (F.max_pool2d, (2, 3, 9, 7), {"kernel_size": 2}),  # odd sizes: the last row and column are in no window
+    (F.max_pool2d, (2, 3, 9, 7), {"kernel_size": 2, "ceil_mode": True}),
+    (F.max_pool2d, (2, 3, 8, 9), {"kernel_size": (2, 3), "padding": (1, 1)}),  # tiled, padded, not square
+    (F.max_pool2d, (2, 3, 9, 8), {"kernel_size": 2, "padding": 1}),
+    (F.max_pool2d, (2, 3, 7, 8), {"kernel_size": 2, "stride": 1}),  # overlapping 2x2 windows
+    (F.max_pool2d, (2, 3, 7, 8), {"kernel_size": (1, 3), "stride": (1, 2), "dilation": (1, 2)}),
+    (F.max_pool2d, (2, 3, 9, 8), {"kernel_size": 3, "stride": 2, "padding": 1}),  # overlapping windows
+    (F.max_pool2d, (2, 3, 9, 8), {"kernel_size": (3, 2), "stride": (1, 2), "dilation": (2, 1)}),
+    (F.max_pool1d, (2, 3, 11), {"kernel_size": 2}),
+    (F.max_pool1d, (2, 3, 11), {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True}),
+    (F.max_pool3d, (2, 2, 4, 6, 5), {"kernel_size": 2}),
+    (F.max_pool3d, (2, 2, 5, 6, 5), {"kernel_size": 3, "stride": 2, "padding": 1}),
+    (F.adaptive_max_pool2d, (2, 3, 8, 6), {"output_size": (4, 3)}),  # even windows: max pooling's
+]
+
+
+@pytest.mark.parametrize("pool,shape,options", POOL_GRADIENT_CASES, ids=str)
+def test_max_pool_gradient_goes_to_torchs_position_for_ties_nans_and_infinities(pool, shape, options):
+    check_grads(lambda x: pool(x, **options), special_values(*shape))
+    check_grads(lambda x: pool(x, **options), rand(*shape))
+
+
+def test_max_pool_of_windows_of_minus_infinity_picks_the_first_position_inside_the_input():
+    x = torch.full((1, 2, 4, 5), -float("inf"))
+    for options in ({"kernel_size": 2}, {"kernel_size": 2, "padding": 1}, {"kernel_size": 2, "ceil_mode": True}):
+        check(lambda x, options=options: F.max_pool2d(x, return_indices=True, **options), x)
+        check_grads(lambda x, options=options: F.max_pool2d(x, **options), x)
+
+
+def test_max_pool2d_gradient_of_a_batch_norm_block_channels_last_matches_cpu():
+    def block(x, w):
+        y = F.batch_norm(F.relu(F.conv2d(x, w, padding=1)), None, None, training=True)
+        return F.max_pool2d(y, 2)
+
+    x = rand(4, 3, 10, 10).to(memory_format=torch.channels_last)
+    check_grads(block, x, rand(8, 3, 3, 3, seed=1))
+    check_grads(block, rand(4, 3, 10, 10), rand(8, 3, 3, 3, seed=1))
+
+
+def test_max_pool2d_backward_reads_indices_the_user_passes():
+    backward = torch.ops.aten.max_pool2d_with_indices_backward
+    x, other = special_values(2, 3, 8, 8), special_values(2, 3, 8, 8, seed=1)
+
+    def run(device, change):
+        a, b = x.to(device), other.to(device)
+        _, indices = F.max_pool2d(b, 2, return_indices=True)  # another input's
+        if change == "in place":
+            _, indices = F.max_pool2d(a, 2, return_indices=True)
+            indices.add_(1).sub_(1)  # the same values, no longer the forward's graph
+            indices[0, 0, 0, 0] = 1
+        elif change == "realized":
+            _, indices = F.max_pool2d(a, 2, return_indices=True)
+            indices.cpu()
+        elif change == "other geometry":  # the forward's indices, read by a backward of other windows
+            _, indices = F.max_pool2d(a, 2, return_indices=True)
+            return backward(rand(2, 3, 4, 4).to(device), a, [3, 3], [2, 2], [1, 1], [1, 1], False, indices)
+        return backward(rand(2, 3, 4, 4).to(device), a, [2, 2], [2, 2], [0, 0], [1, 1], False, indices)
+
+    for change in ("another input", "in place", "realized", "other geometry"):
+        check_devices(lambda device, change=change: run(device, change))
+
+
 MAX_POOL3D_OPTIONS = [
     {"kernel_size": 2},
     {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True},
