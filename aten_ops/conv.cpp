@@ -164,8 +164,11 @@ UOpPtr conv_input_grad(const UOpPtr& go, const UOpPtr& w, const Shape& in, const
 }
 
 // The sum over the batch and the positions of a weight gradient's products p (N, G, A, B, positions..., kernel...)
-// -> (G, A, B, kernel...). batch_inner: the batch is the innermost reduced axis, whole (see tiles_pair_batch).
-UOpPtr weight_grad_sum(const UOpPtr& p, size_t nd, bool batch_inner) {
+// -> (G, A, B, kernel...), or (G, B, A, kernel...) with swap_ab: the chunks' total, in vectors, is copied into
+// that order by a kernel of its own (the total summed in the swapped order ran scalar along the chunks, 2-3x
+// slower; left a permuted view, it was copied and read through its permutation by the optimizer's kernels too).
+// batch_inner: the batch is the innermost reduced axis, whole (see tiles_pair_batch).
+UOpPtr weight_grad_sum(const UOpPtr& p, size_t nd, bool batch_inner, bool swap_ab) {
   const int64_t N = p->shape[0], n = static_cast<int64_t>(nd);
   // The batch is summed in chunks of 8 first: each chunk's inputs and gradients stay in cache while
   // every filter tap and channel block reads them; the chunks' sums are added after. Batch innermost: in chunks of 32
@@ -187,8 +190,14 @@ UOpPtr weight_grad_sum(const UOpPtr& p, size_t nd, bool batch_inner) {
   // the batch-innermost chunks' sums are realized first: lowered inside their sum, the tile block's index math
   // did not get through the symbolic pass in two minutes
   if (chunks > 1) r = reduce(batch_inner ? contiguous(r) : r, Ops::ADD, {0});
-  return window::reshaped(r,
-                          concat({{p->shape[1], p->shape[2], p->shape[3]}, Shape(p->shape.end() - n, p->shape.end())}));
+  if (swap_ab) {
+    std::vector<int64_t> swap{0, 1, 3, 2};
+    for (int64_t i = 4; i < static_cast<int64_t>(r->shape.size()); i++)
+      swap.push_back(i);
+    r = contiguous(window::permuted(contiguous(r), swap));
+  }
+  const int64_t a = p->shape[swap_ab ? 3 : 2], b = p->shape[swap_ab ? 2 : 3];
+  return window::reshaped(r, concat({{p->shape[1], a, b}, Shape(p->shape.end() - n, p->shape.end())}));
 }
 
 // The gradient of conv_forward with respect to w (G*Og, Cg, kernel...), for grad_output go (N, G*Og, out...):
@@ -202,7 +211,7 @@ UOpPtr conv_weight_grad(const UOpPtr& x, const UOpPtr& go, const window::Geometr
                          concat({{N, G, Og, Cg}, out, g.kernel}));
   UOpPtr gv = window::expanded(window::reshaped(go, concat({{N, G, Og, 1}, out, ones})), win->shape);
   DType dt = opmath(x->dtype);
-  UOpPtr r = weight_grad_sum(alu(Ops::MUL, cast(win, dt), cast(gv, dt)), g.dims(), batch_inner);
+  UOpPtr r = weight_grad_sum(alu(Ops::MUL, cast(win, dt), cast(gv, dt)), g.dims(), batch_inner, false);
   return window::reshaped(r, concat({{G * Og, Cg}, g.kernel}));
 }
 
@@ -213,7 +222,7 @@ UOpPtr conv_weight_grad(const UOpPtr& x, const UOpPtr& go, const window::Geometr
 // that copy too, and no other layout of grad_output or of the input is copied (the demo's step made three:
 // the padded input, grad_output channels-last or in panels, and the input gradient's padded grad_output).
 UOpPtr conv_weight_grad_adjoint(const UOpPtr& x, const UOpPtr& go, const window::Geometry& g, int64_t groups) {
-  int64_t N = x->shape[0], G = groups, Cg = x->shape[1] / G, Og = go->shape[1] / G, nd = static_cast<int64_t>(g.dims());
+  int64_t N = x->shape[0], G = groups, Cg = x->shape[1] / G, Og = go->shape[1] / G;
   Shape in = spatial(x), ones(g.dims(), 1);
   UOpPtr u = window::windows_adjoint(go, in, g); // (N, G*Og, in..., kernel...)
   // (N, G, Cg, Og, in..., kernel...): the output channels after the input channels, the lanes the lowering picks
@@ -221,11 +230,9 @@ UOpPtr conv_weight_grad_adjoint(const UOpPtr& x, const UOpPtr& go, const window:
   UOpPtr uv = window::expanded(window::reshaped(u, concat({{N, G, 1, Og}, in, g.kernel})), full);
   UOpPtr xv = window::expanded(window::reshaped(x, concat({{N, G, Cg, 1}, in, ones})), full);
   DType dt = opmath(x->dtype);
-  UOpPtr r = weight_grad_sum(alu(Ops::MUL, cast(xv, dt), cast(uv, dt)), g.dims(), false); // (G, Cg, Og, kernel...)
-  std::vector<int64_t> order{0, 2, 1};
-  for (int64_t i = 0; i < nd; i++)
-    order.push_back(3 + i);
-  return window::reshaped(window::permuted(r, order), concat({{G * Og, Cg}, g.kernel}));
+  UOpPtr r =
+      weight_grad_sum(alu(Ops::MUL, cast(xv, dt), cast(uv, dt)), g.dims(), false, true); // (G, Og, Cg, kernel...)
+  return window::reshaped(r, concat({{G * Og, Cg}, g.kernel}));
 }
 
 // Whether a weight gradient computed beside its input gradient sums the adjoint windows of grad_output

@@ -187,7 +187,7 @@ def test_conv_weight_gradient_reads_the_input_gradients_copy_of_grad_output():
         return c["kernels"], grads
 
     (alone, _), (both, (gx, gw)) = kernels(1), kernels(2)
-    assert both - alone == 2  # the chunks' sums and their total
+    assert both - alone == 3  # the chunks' sums, their total, and the total in the weight's layout
     x, w = rand(16, 16, 10, 10).requires_grad_(), rand(16, 16, 3, 3, seed=1).requires_grad_()
     want = torch.autograd.grad(F.conv2d(x, w, padding=1), [x, w], rand(16, 16, 10, 10, seed=2))
     torch.testing.assert_close(gx.cpu(), want[0])
