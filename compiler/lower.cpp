@@ -1407,10 +1407,15 @@ UOpPtr walked_innermost(const UOpPtr& x, const View& window, const std::vector<i
 // window that reduces along that dim: a convolution's weight gradient summed over the adjoint windows of
 // grad_output (lanes along the output channels) reads the padded grad_output channels-last that its input
 // gradient (reducing along them) reads, one buffer (see conv_weight_grad_adjoint in aten_ops/conv.cpp).
+// Only an adjoint window (it walks its kernel axes backward: a negative stride) takes such a copy: a forward
+// window along the lanes (a weight gradient's padded input, lanes along its channels) keeps the copies it had
+// (the bfloat16 weight gradient's batch-innermost input and paired panels for AMX tiles).
 // Null where the read is not such a window or is not reused enough to pay for the copy.
 UOpPtr padded_lane_copy(const UOpPtr& m, size_t d, int64_t work) {
   const auto& vs = m->st().views;
-  if (vs.size() < 2 || vs.back().mask) return nullptr;
+  if (vs.size() < 2 || vs.back().mask ||
+      std::none_of(vs.back().strides.begin(), vs.back().strides.end(), [](int64_t s) { return s < 0; }))
+    return nullptr;
   std::vector<View> inner(vs.begin(), vs.end() - 1);
   bool masked = false;
   for (const View& v : inner)
