@@ -163,39 +163,89 @@ UOpPtr conv_input_grad(const UOpPtr& go, const UOpPtr& w, const Shape& in, const
   return grouped_correlation(taps(u), taps(wt), in, g.kernel);
 }
 
-// The gradient of conv_forward with respect to w (G*Og, Cg, kernel...), for grad_output go (N, G*Og, out...).
+// The sum over the batch and the positions of a weight gradient's products p (N, G, A, B, positions..., kernel...)
+// -> (G, A, B, kernel...), or (G, B, A, kernel...) with swap_ab: the chunks' total, in vectors, is copied into
+// that order by a kernel of its own (the total summed in the swapped order ran scalar along the chunks, 2-3x
+// slower; left a permuted view, it was copied and read through its permutation by the optimizer's kernels too).
 // batch_inner: the batch is the innermost reduced axis, whole (see tiles_pair_batch).
-UOpPtr conv_weight_grad(const UOpPtr& x, const UOpPtr& go, const window::Geometry& g, int64_t groups,
-                        bool batch_inner) {
-  int64_t N = x->shape[0], G = groups, Cg = x->shape[1] / G, Og = go->shape[1] / G, nd = static_cast<int64_t>(g.dims());
-  Shape out = spatial(go), ones(g.dims(), 1);
-  UOpPtr win = window::windows(window::pad_for_windows(x, out, g), out, g); // (N, C, out..., kernel...)
-  win = window::expanded(window::reshaped(win, concat({{N, G, 1, Cg}, out, g.kernel})),
-                         concat({{N, G, Og, Cg}, out, g.kernel}));
-  UOpPtr gv = window::expanded(window::reshaped(go, concat({{N, G, Og, 1}, out, ones})), win->shape);
+UOpPtr weight_grad_sum(const UOpPtr& p, size_t nd, bool batch_inner, bool swap_ab) {
+  const int64_t N = p->shape[0], n = static_cast<int64_t>(nd);
   // The batch is summed in chunks of 8 first: each chunk's inputs and gradients stay in cache while
   // every filter tap and channel block reads them; the chunks' sums are added after. Batch innermost: in chunks of 32
   // images where it divides (one tile step a pixel), each chunk's input and gradient (1.3 MB for the demo's) held in L2
   // while every filter tap and channel block reads them; the whole batch streamed the gradient's panel from L3 for each
   // block (the demo's kernel 1.96 -> 1.17 ms, one thread).
   int64_t chunk = batch_inner ? (N % 32 == 0 ? 32 : N) : (N % 8 == 0 && N >= 16 ? 8 : N), chunks = N / chunk;
-  // (N, G, Og, Cg, out..., kernel...) -> (chunks, chunk, ...) -> (chunks, G, Og, Cg, kernel..., chunk, out...),
-  // or batch innermost (chunks, G, Og, Cg, kernel..., out..., chunk)
-  DType dt = opmath(x->dtype);
-  UOpPtr p = alu(Ops::MUL, cast(win, dt), cast(gv, dt));
-  p = window::reshaped(p, concat({{chunks, chunk}, Shape(p->shape.begin() + 1, p->shape.end())}));
+  // (N, G, A, B, positions..., kernel...) -> (chunks, chunk, ...) -> (chunks, G, A, B, kernel..., chunk, positions...),
+  // or batch innermost (chunks, G, A, B, kernel..., positions..., chunk)
+  UOpPtr q = window::reshaped(p, concat({{chunks, chunk}, Shape(p->shape.begin() + 1, p->shape.end())}));
   std::vector<int64_t> order{0, 2, 3, 4};
-  for (int64_t i = 0; i < nd; i++)
-    order.push_back(5 + nd + i);
+  for (int64_t i = 0; i < n; i++)
+    order.push_back(5 + n + i);
   if (!batch_inner) order.push_back(1);
-  for (int64_t i = 0; i < nd; i++)
+  for (int64_t i = 0; i < n; i++)
     order.push_back(5 + i);
   if (batch_inner) order.push_back(1);
-  UOpPtr r = reduce(window::permuted(p, order), Ops::ADD, range(4 + nd, 5 + 2 * nd));
+  UOpPtr r = reduce(window::permuted(q, order), Ops::ADD, range(4 + n, 5 + 2 * n));
   // the batch-innermost chunks' sums are realized first: lowered inside their sum, the tile block's index math
   // did not get through the symbolic pass in two minutes
   if (chunks > 1) r = reduce(batch_inner ? contiguous(r) : r, Ops::ADD, {0});
+  if (swap_ab) {
+    std::vector<int64_t> swap{0, 1, 3, 2};
+    for (int64_t i = 4; i < static_cast<int64_t>(r->shape.size()); i++)
+      swap.push_back(i);
+    r = contiguous(window::permuted(contiguous(r), swap));
+  }
+  const int64_t a = p->shape[swap_ab ? 3 : 2], b = p->shape[swap_ab ? 2 : 3];
+  return window::reshaped(r, concat({{p->shape[1], a, b}, Shape(p->shape.end() - n, p->shape.end())}));
+}
+
+// The gradient of conv_forward with respect to w (G*Og, Cg, kernel...), for grad_output go (N, G*Og, out...):
+// windows of the padded input times grad_output. batch_inner: see weight_grad_sum.
+UOpPtr conv_weight_grad(const UOpPtr& x, const UOpPtr& go, const window::Geometry& g, int64_t groups,
+                        bool batch_inner) {
+  int64_t N = x->shape[0], G = groups, Cg = x->shape[1] / G, Og = go->shape[1] / G;
+  Shape out = spatial(go), ones(g.dims(), 1);
+  UOpPtr win = window::windows(window::pad_for_windows(x, out, g), out, g); // (N, C, out..., kernel...)
+  win = window::expanded(window::reshaped(win, concat({{N, G, 1, Cg}, out, g.kernel})),
+                         concat({{N, G, Og, Cg}, out, g.kernel}));
+  UOpPtr gv = window::expanded(window::reshaped(go, concat({{N, G, Og, 1}, out, ones})), win->shape);
+  DType dt = opmath(x->dtype);
+  UOpPtr r = weight_grad_sum(alu(Ops::MUL, cast(win, dt), cast(gv, dt)), g.dims(), batch_inner, false);
   return window::reshaped(r, concat({{G * Og, Cg}, g.kernel}));
+}
+
+// The same gradient as a sum over the input positions h: x[n, c, h] times the adjoint windows of grad_output
+// (see windows_adjoint), go[n, o, h + padding - k * dilation] (zero outside), for a stride of 1. The adjoint
+// windows read grad_output padded, and the input gradient reads the same padded grad_output with the channels
+// innermost (a copy the lowering makes for it, conv_input_grad): the output channels, this kernel's lanes, read
+// that copy too, and no other layout of grad_output or of the input is copied (the demo's step made three:
+// the padded input, grad_output channels-last or in panels, and the input gradient's padded grad_output).
+UOpPtr conv_weight_grad_adjoint(const UOpPtr& x, const UOpPtr& go, const window::Geometry& g, int64_t groups) {
+  int64_t N = x->shape[0], G = groups, Cg = x->shape[1] / G, Og = go->shape[1] / G;
+  Shape in = spatial(x), ones(g.dims(), 1);
+  UOpPtr u = window::windows_adjoint(go, in, g); // (N, G*Og, in..., kernel...)
+  // (N, G, Cg, Og, in..., kernel...): the output channels after the input channels, the lanes the lowering picks
+  Shape full = concat({{N, G, Cg, Og}, in, g.kernel});
+  UOpPtr uv = window::expanded(window::reshaped(u, concat({{N, G, 1, Og}, in, g.kernel})), full);
+  UOpPtr xv = window::expanded(window::reshaped(x, concat({{N, G, Cg, 1}, in, ones})), full);
+  DType dt = opmath(x->dtype);
+  UOpPtr r =
+      weight_grad_sum(alu(Ops::MUL, cast(xv, dt), cast(uv, dt)), g.dims(), false, true); // (G, Og, Cg, kernel...)
+  return window::reshaped(r, concat({{G * Og, Cg}, g.kernel}));
+}
+
+// Whether a weight gradient computed beside its input gradient sums the adjoint windows of grad_output
+// (conv_weight_grad_adjoint): on a CPU device (where the lowering copies padded windows channels-last), float32
+// and float64, with a stride of 1 and a padding within the kernel's reach (the input gradient's padded
+// grad_output then pads, never crops).
+bool weight_grad_reads_adjoint(const at::Tensor& input, const Conv& c, bool with_input_grad) {
+  if (!with_input_grad || c.transposed || (input.scalar_type() != at::kFloat && input.scalar_type() != at::kDouble) ||
+      runtime::device(input.device().index()).target().gpu())
+    return false;
+  for (size_t i = 0; i < c.dims(); i++)
+    if (c.g.stride[i] != 1 || c.g.padding[i] > (c.g.kernel[i] - 1) * c.g.dilation[i]) return false;
+  return true;
 }
 
 UOpPtr bias_grad(const UOpPtr& go) {
@@ -284,7 +334,9 @@ convolution_backward(const at::Tensor& grad_output, const at::Tensor& input, con
     const bool batch_inner = tiles_pair_batch(input);
     grad_weight = result(ints(weight.sizes()), weight, weight.suggest_memory_format(),
                          transposed ? conv_weight_grad(go, x, c.g, groups, batch_inner)
-                                    : conv_weight_grad(x, go, c.g, groups, batch_inner));
+                         : weight_grad_reads_adjoint(input, c, output_mask[0])
+                             ? conv_weight_grad_adjoint(x, go, c.g, groups)
+                             : conv_weight_grad(x, go, c.g, groups, batch_inner));
   }
   if (output_mask[2]) grad_bias = result({grad_output.size(1)}, grad_output, format, bias_grad(cast(go, dt)));
   return {grad_input, grad_weight, grad_bias};

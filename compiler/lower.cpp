@@ -1402,6 +1402,37 @@ UOpPtr walked_innermost(const UOpPtr& x, const View& window, const std::vector<i
   return contiguous(x);
 }
 
+// A padded window read (its inner views masked: a pad) whose window strides along lane dim d over one dim of the
+// padded value reads a copy of the padded value with that dim innermost, the copy walked_innermost makes for a
+// window that reduces along that dim: a convolution's weight gradient summed over the adjoint windows of
+// grad_output (lanes along the output channels) reads the padded grad_output channels-last that its input
+// gradient (reducing along them) reads, one buffer (see conv_weight_grad_adjoint in aten_ops/conv.cpp).
+// Only an adjoint window (it walks its kernel axes backward: a negative stride) takes such a copy: a forward
+// window along the lanes (a weight gradient's padded input, lanes along its channels) keeps the copies it had
+// (the bfloat16 weight gradient's batch-innermost input and paired panels for AMX tiles).
+// Null where the read is not such a window or is not reused enough to pay for the copy.
+UOpPtr padded_lane_copy(const UOpPtr& m, size_t d, int64_t work) {
+  const auto& vs = m->st().views;
+  if (vs.size() < 2 || vs.back().mask ||
+      std::none_of(vs.back().strides.begin(), vs.back().strides.end(), [](int64_t s) { return s < 0; }))
+    return nullptr;
+  std::vector<View> inner(vs.begin(), vs.end() - 1);
+  bool masked = false;
+  for (const View& v : inner)
+    masked = masked || v.mask.has_value();
+  if (!masked || work < 8 * prod(inner.back().shape)) return nullptr;
+  UOpPtr padded = view(m->src[0], ShapeTracker{inner});
+  const Shape& shape = padded->shape;
+  int64_t step = vs.back().strides[d], contiguous_stride = 1;
+  bool found = false;
+  for (size_t e = shape.size(); e-- > 0;) {
+    found = found || (e + 1 < shape.size() && shape[e] > 1 && contiguous_stride == step);
+    contiguous_stride *= shape[e];
+  }
+  if (!found || vs.back().shape[d] == 1) return nullptr;
+  return view(walked_innermost(padded, vs.back(), {static_cast<int64_t>(d)}), ShapeTracker{{vs.back()}});
+}
+
 // A reduction's output dim d can be vector lanes when every read is contiguous or broadcast along it;
 // small reads that stride along d (a convolution's filters along the output channels) are read from
 // copies laid out with d innermost. Records those copies in `replace` and returns true when some
@@ -1419,6 +1450,7 @@ bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replac
   for (size_t d = src->shape.size(); d-- > 0;) {
     if (reduced(d) || src->shape[d] % kLanes != 0) continue;
     std::vector<UOpPtr> copies, panels;
+    std::vector<std::pair<UOpPtr, UOpPtr>> padded_lanes; // reads and their padded copies (padded_lane_copy)
     bool ok = true;
     for (const UOpPtr& m : reads) {
       const View& v = m->st().views.back();
@@ -1428,6 +1460,11 @@ bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replac
         if (single && v.strides[d] == 1 && wants_panels(m, d, axes, work, panel)) panels.push_back(m);
         continue;
       }
+      if (m->shape == src->shape && !target.gpu())
+        if (UOpPtr c = padded_lane_copy(m, d, work)) {
+          padded_lanes.emplace_back(m, c);
+          continue;
+        }
       // a copy pays when each element is reused enough; windows and pads would be copied expanded
       int64_t size = prod(unbroadcast(m)->shape);
       if (m->shape != src->shape || v.mask || !single || size > prod(m->src[0]->shape) || work < reuse * size) {
@@ -1437,6 +1474,8 @@ bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replac
       copies.push_back(m);
     }
     if (!ok) continue;
+    for (const auto& [m, c] : padded_lanes)
+      replace[m.get()] = c;
     // A padded window read (a convolution's input) reads a padded copy instead: no masks in the loop.
     for (const UOpPtr& m : reads) {
       const auto& vs = m->st().views;

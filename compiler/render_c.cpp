@@ -1147,8 +1147,9 @@ private:
     // leaves it rolled at -O2, and its loop counter and addresses then share the ports with the loads and
     // FMAs (C harness, one thread: the demo's conv2d forward kernel 12.1 -> 11.1 ms, weight gradients 3-5%
     // faster (a loop of 14 included), a 1024^3 matmul's the same). A block of products of a broadcast
-    // value (no pair dots) unrolls a loop of 16 or fewer steps in full: a weight gradient's 14 positions,
-    // 3-5% faster than by two (same harness); batch norm's sums of 12 loads or squares ran 25% slower so.
+    // value (no pair dots) unrolls a loop of 32 or fewer steps in full: a weight gradient's 14 positions,
+    // 3-5% faster than by two (same harness), its 28 positions 7% (the demo's 28 x 28 one, 14.4 -> 13.5 ms; by
+    // four the same); batch norm's sums of 12 loads or squares ran 25% slower so.
     const bool unroll_two = lanes_in_value && group.size() >= 8 && wide_vectors();
     const bool products = pairs.empty() && std::all_of(group.begin(), group.end(), [&](const UOpPtr& m) {
                             const UOpPtr& p = m->src[0];
@@ -1160,7 +1161,7 @@ private:
         bool inner = i + 1 == loops.size();
         if (inner && step == 1 && unroll_two && end - begin >= 12)
           target.code << indent(target.depth + static_cast<int>(i))
-                      << (end - begin <= 16 && products ? "#pragma clang loop unroll(full)\n"
+                      << (end - begin <= 32 && products ? "#pragma clang loop unroll(full)\n"
                                                         : "#pragma clang loop unroll_count(2)\n");
         target.code << indent(target.depth + static_cast<int>(i)) << "for (int64_t " << rn << " = "
                     << (inner ? begin : 0) << "; " << rn << " < " << (inner ? end : loops[i]->src[0]->const_i()) << "; "

@@ -352,11 +352,12 @@ TEST(Kernel, LanesThatStrideThroughTheOutputStoreTheirBlockAsRows) {
   expect_channel_mix(4, 32, 28, 20, 21, "  tiny_store_rows(");
 }
 
-// A register block of products of a broadcast value over a short reduce loop (14 steps: a weight gradient's
-// positions) unrolls that loop in full on AVX-512.
+// A register block of products of a broadcast value over a short reduce loop (14 or 28 steps: a weight
+// gradient's positions in a row) unrolls that loop in full on AVX-512.
 TEST(Kernel, AShortReduceLoopOfBroadcastProductsUnrollsInFull) {
   if (!wide_vectors()) GTEST_SKIP() << "this CPU has no AVX-512 (the unrolling is chosen there only)";
   expect_channel_mix(2, 32, 16, 14, 26, "#pragma clang loop unroll(full)\n");
+  expect_channel_mix(2, 32, 16, 28, 27, "#pragma clang loop unroll(full)\n");
 }
 
 // A reduction masked by a comparison over its lanes (a convolution's input gradient through a ReLU:

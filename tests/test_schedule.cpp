@@ -141,6 +141,41 @@ TEST(Schedule, AConvolutionsPaddedInputIsCopiedWithTheInnermostReducedAxisInnerm
   EXPECT_EQ(prod(copy->loops), N * C * 16 * 16);
 }
 
+// A stride-1 convolution's two gradients as aten_ops/conv.cpp records them: the input gradient sums the adjoint
+// windows of grad_output (flipped) times the filters over the output channels, innermost; the weight gradient
+// sums the input times the same adjoint windows over the batch and the positions, its lanes the output channels.
+TEST(Schedule, AWeightGradientOverAdjointWindowsReadsTheInputGradientsPaddedCopyOfGradOutput) {
+  const int64_t N = 4, C = 16, O = 32;
+  window::Geometry g{{3, 3}, {1, 1}, {1, 1}, {1, 1}};
+  UOpPtr go = input({N, O, 14, 14}), x = input({N, C, 14, 14});
+  UOpPtr u = window::windows_adjoint(go, {14, 14}, g); // (N, O, 14, 14, 3, 3)
+  Shape in_full{N, C, 14, 14, 3, 3, O};
+  UOpPtr taps = window::flipped(u, {false, false, false, false, true, true});
+  UOpPtr gu = expand(reshape(permute(taps, {0, 2, 3, 4, 5, 1}), {N, 1, 14, 14, 3, 3, O}), in_full);
+  UOpPtr w = window::flipped(input({O, C, 3, 3}), {false, false, true, true});
+  UOpPtr gw = expand(reshape(permute(w, {1, 2, 3, 0}), {1, C, 1, 1, 3, 3, O}), in_full);
+  UOpPtr grad_input = reduce(alu(Ops::MUL, gu, gw), Ops::ADD, {4, 5, 6});
+  Shape w_full{C, O, 3, 3, N, 14, 14};
+  UOpPtr wu = expand(reshape(permute(u, {1, 4, 5, 0, 2, 3}), {1, O, 3, 3, N, 14, 14}), w_full);
+  UOpPtr wx = expand(reshape(permute(x, {1, 0, 2, 3}), {C, 1, 1, 1, N, 14, 14}), w_full);
+  UOpPtr grad_weight = reduce(alu(Ops::MUL, wx, wu), Ops::ADD, {4, 5, 6});
+  Schedule s = schedule({grad_input, grad_weight}, Target{},
+                        [](DType dt, int64_t n) { return std::make_shared<Placeholder>(dt, n); });
+  // one copy of grad_output, padded (N * O * 16 * 16 elements) with the channels innermost, and no copy of x
+  // (the weight gradient's lanes, the output channels, read that copy; with the lanes along the input channels,
+  // x was copied channels-last and grad_output padded a second time, its positions innermost)
+  int64_t padded_copies = 0, input_sized = 0; // input_sized: the input gradient, and a copy of x
+  for (const Kernel& k : s.kernels) {
+    if (k.buffers[0]->numel == N * O * 16 * 16) {
+      padded_copies++;
+      EXPECT_EQ(k.loops.back(), O);
+    }
+    input_sized += k.buffers[0]->numel == N * C * 14 * 14;
+  }
+  EXPECT_EQ(padded_copies, 1);
+  EXPECT_EQ(input_sized, 1);
+}
+
 // A GPU kernel cannot compute a row's statistics as it writes the row: they are realized first, the
 // variance over the realized mean; the kernel's next try reads both and computes neither again.
 TEST(Schedule, ALayerNormsStatisticsOnAGpuAreEachOneKernel) {

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import check, rand, tol
+from conftest import check, counting, rand, tol
 
 BF16 = tol(torch.bfloat16)
 
@@ -234,3 +234,27 @@ def test_conv_weight_gradient_over_a_batch_of_32_or_more_matches_cpu(x_shape, w_
         args.get("groups", 1),
     )
     check(conv_grads(**args), x, w, bf16(*gy.shape, seed=2), **BF16)
+
+
+@pytest.mark.skipif(not amx_bf16(), reason="the weight gradient's tile copies are made on a CPU with AMX-BF16 only")
+def test_conv_weight_gradient_beside_its_input_gradient_keeps_its_tile_copies():
+    """A bfloat16 weight gradient next to its input gradient still sums the batch innermost in tiles: its input
+    copied batch-innermost, grad_output's paired panels, the tile sums and their total (4 kernels more than the
+    input gradient alone); float32's shared padded grad_output (test_conv_pool.py) is not taken."""
+
+    def kernels(wanted):
+        x, w = bf16(64, 32, 14, 14).to("tiny"), bf16(32, 32, 3, 3, seed=1).to("tiny")
+        x.requires_grad_(), w.requires_grad_()
+        y = F.conv2d(x, w, padding=1)
+        torch.tiny.synchronize()
+        with counting() as c:
+            grads = torch.autograd.grad(y, [x, w][:wanted], bf16(*y.shape, seed=2).to("tiny"))
+            torch.tiny.synchronize()
+        return c["kernels"], grads
+
+    (alone, _), (both, (gx, gw)) = kernels(1), kernels(2)
+    assert both - alone == 4
+    x, w = bf16(64, 32, 14, 14).requires_grad_(), bf16(32, 32, 3, 3, seed=1).requires_grad_()
+    want = torch.autograd.grad(F.conv2d(x, w, padding=1), [x, w], bf16(64, 32, 14, 14, seed=2))
+    torch.testing.assert_close(gx.cpu(), want[0], **BF16)
+    torch.testing.assert_close(gw.cpu(), want[1], **BF16)

@@ -145,6 +145,55 @@ def test_bad_convolutions_raise_like_cpu():
     check(lambda x, w: F.conv_transpose2d(x, w, stride=2, output_padding=2), rand(2, 4, 3, 3), w)
 
 
+# Stride 1: the weight gradient sums the input over grad_output's adjoint windows (conv_weight_grad_adjoint), big
+# enough that the lowering copies grad_output padded and channels-last; a batch of 16 sums in two chunks.
+STRIDE_ONE_OPTIONS = [
+    {"padding": 1},
+    {},
+    {"padding": (2, 0), "dilation": (2, 1)},
+    {"padding": "same", "dilation": 2},
+    {"padding": 3},  # beyond the kernel's reach: the windows of the padded input instead
+    {"padding": 1, "groups": 2},
+]
+
+
+@pytest.mark.parametrize("options", STRIDE_ONE_OPTIONS, ids=str)
+def test_stride_one_conv2d_gradients_match_cpu(options):
+    w = rand(12, 16 // options.get("groups", 1), 3, 3, seed=1)
+    x, b = rand(16, 16, 10, 9), rand(12, seed=2)
+    check_grads(lambda x, w, b: F.conv2d(x, w, b, **options), x, w, b, rtol=1e-5, atol=1e-4)  # sums of 1440 products
+
+
+def test_stride_one_conv1d_conv3d_and_float64_gradients_match_cpu():
+    loose = {"rtol": 1e-5, "atol": 1e-4}
+    conv1d = lambda x, w: F.conv1d(x, w, padding=2, dilation=2)  # noqa: E731
+    check_grads(conv1d, rand(16, 16, 40), rand(16, 16, 3, seed=1), **loose)
+    check_grads(lambda x, w: F.conv3d(x, w, padding=1), rand(8, 16, 6, 6, 5), rand(16, 16, 3, 3, 3, seed=1), **loose)
+    x, w = rand(16, 16, 10, 9, dtype=torch.float64), rand(12, 16, 3, 3, dtype=torch.float64, seed=1)
+    check_grads(lambda x, w: F.conv2d(x, w, padding=1), x, w)
+
+
+def test_conv_weight_gradient_reads_the_input_gradients_copy_of_grad_output():
+    """The weight gradient adds its sums to the input gradient's kernels, no layout copy of its own."""
+
+    def kernels(wanted):
+        x, w = rand(16, 16, 10, 10).to("tiny"), rand(16, 16, 3, 3, seed=1).to("tiny")
+        x.requires_grad_(), w.requires_grad_()
+        y = F.conv2d(x, w, padding=1)
+        torch.tiny.synchronize()
+        with counting() as c:
+            grads = torch.autograd.grad(y, [x, w][:wanted], rand(*y.shape, seed=2).to("tiny"))
+            torch.tiny.synchronize()
+        return c["kernels"], grads
+
+    (alone, _), (both, (gx, gw)) = kernels(1), kernels(2)
+    assert both - alone == 3  # the chunks' sums, their total, and the total in the weight's layout
+    x, w = rand(16, 16, 10, 10).requires_grad_(), rand(16, 16, 3, 3, seed=1).requires_grad_()
+    want = torch.autograd.grad(F.conv2d(x, w, padding=1), [x, w], rand(16, 16, 10, 10, seed=2))
+    torch.testing.assert_close(gx.cpu(), want[0])
+    torch.testing.assert_close(gw.cpu(), want[1], rtol=1e-5, atol=1e-4)
+
+
 def test_conv_bias_relu_forward_is_one_kernel():
     x, w, b = rand(2, 3, 8, 8).to("tiny"), rand(4, 3, 3, 3, seed=1).to("tiny"), rand(4, seed=2).to("tiny")
     with counting() as c:
