@@ -279,7 +279,12 @@ def test_max_pool_gradient_goes_to_torchs_position_for_ties_nans_and_infinities(
 
 def test_max_pool_of_windows_of_minus_infinity_picks_the_first_position_inside_the_input():
     x = torch.full((1, 2, 4, 5), -float("inf"))
-    for options in ({"kernel_size": 2}, {"kernel_size": 2, "padding": 1}, {"kernel_size": 2, "ceil_mode": True}):
+    for options in (
+        {"kernel_size": 2},
+        {"kernel_size": 2, "padding": 1},
+        {"kernel_size": 2, "ceil_mode": True},
+        {"kernel_size": 3, "stride": 2, "padding": 1},  # ResNet's stem pool, elementwise too
+    ):
         check(lambda x, options=options: F.max_pool2d(x, return_indices=True, **options), x)
         check_grads(lambda x, options=options: F.max_pool2d(x, **options), x)
 
