@@ -1490,7 +1490,6 @@ template <class AtenOp, class Return, class... Args> struct Unboxed<AtenOp, Retu
 // Every overload registered here (and the unboxed ones, at the end) reaches elementwise_kernel; ops torch implements as
 // CompositeExplicitAutograd on top of these (add.Scalar, abs, logical_and, ...) need no entry.
 constexpr const char* kOverloads[] = {
-    "rsub.Tensor",
     "floor_divide",
     "floor_divide_.Tensor",
     "floor_divide.out",
@@ -1501,17 +1500,12 @@ constexpr const char* kOverloads[] = {
     "fmod.Tensor",
     "fmod_.Tensor",
     "fmod.Tensor_out",
-    "pow.Tensor_Tensor",
-    "pow.Tensor_Scalar",
     "pow.Scalar",
     "pow.Tensor_Tensor_out",
     "pow.Scalar_out",
     "pow.Tensor_Scalar_out",
-    "pow_.Scalar",
     "pow_.Tensor",
-    "maximum",
     "maximum.out",
-    "minimum",
     "minimum.out",
     "clamp",
     "clamp.Tensor",
@@ -1531,11 +1525,6 @@ constexpr const char* kOverloads[] = {
     "clamp_max.Tensor_out",
     "clamp_max_",
     "clamp_max_.Tensor",
-    "relu",
-    "relu_",
-    "neg",
-    "neg.out",
-    "neg_",
     "abs.out",
     "sign",
     "sign.out",
@@ -1564,15 +1553,10 @@ constexpr const char* kOverloads[] = {
     "trunc",
     "trunc.out",
     "trunc_",
-    "exp",
-    "exp.out",
-    "exp_",
     "exp2",
     "exp2.out",
     "exp2_",
-    "log",
     "log.out",
-    "log_",
     "log2",
     "log2.out",
     "log2_",
@@ -1644,12 +1628,8 @@ constexpr const char* kOverloads[] = {
     "expm1",
     "expm1.out",
     "expm1_",
-    "sqrt",
     "sqrt.out",
-    "sqrt_",
-    "rsqrt",
     "rsqrt.out",
-    "rsqrt_",
     "reciprocal",
     "reciprocal.out",
     "reciprocal_",
@@ -1662,9 +1642,7 @@ constexpr const char* kOverloads[] = {
     "tan",
     "tan.out",
     "tan_",
-    "tanh",
     "tanh.out",
-    "tanh_",
     "erf",
     "erf.out",
     "erf_",
@@ -1701,42 +1679,28 @@ constexpr const char* kOverloads[] = {
     "atan2",
     "atan2.out",
     "atan2_",
-    "sigmoid",
     "sigmoid.out",
-    "sigmoid_",
     "isnan",
-    "eq.Tensor",
-    "eq.Scalar",
     "eq.Tensor_out",
     "eq.Scalar_out",
     "eq_.Tensor",
     "eq_.Scalar",
-    "ne.Tensor",
-    "ne.Scalar",
     "ne.Tensor_out",
     "ne.Scalar_out",
     "ne_.Tensor",
     "ne_.Scalar",
-    "lt.Tensor",
-    "lt.Scalar",
     "lt.Tensor_out",
     "lt.Scalar_out",
     "lt_.Tensor",
     "lt_.Scalar",
-    "le.Tensor",
-    "le.Scalar",
     "le.Tensor_out",
     "le.Scalar_out",
     "le_.Tensor",
     "le_.Scalar",
-    "gt.Tensor",
-    "gt.Scalar",
     "gt.Tensor_out",
     "gt.Scalar_out",
     "gt_.Tensor",
     "gt_.Scalar",
-    "ge.Tensor",
-    "ge.Scalar",
     "ge.Tensor_out",
     "ge.Scalar_out",
     "ge_.Tensor",
@@ -1777,7 +1741,6 @@ constexpr const char* kOverloads[] = {
     "__ilshift__.Scalar",
     "__irshift__.Tensor",
     "__irshift__.Scalar",
-    "where.self",
     "where.self_out",
     "copysign.Tensor",
     "copysign.out",
@@ -1913,7 +1876,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
     m.impl(name,
            torch::CppFunction::makeFromBoxedFunction<&native_or_cpu<&elementwise_kernel, UnsignedPolicy::Native>>());
   // Python's arithmetic on tiny tensors, unboxed (recording cost: the boxed call took 6 of the 16 mutex locks of
-  // `y.mul_(1.5)`)
+  // `y.mul_(1.5)`; the other overloads of the table keep the boxed kernel)
   m.impl("add.Tensor", TORCH_FN(Unboxed<at::_ops::add_Tensor>::kernel), UnsignedPolicy::Native);
   m.impl("add_.Tensor", TORCH_FN(Unboxed<at::_ops::add__Tensor>::kernel), UnsignedPolicy::Native);
   m.impl("add.out", TORCH_FN(Unboxed<at::_ops::add_out>::kernel), UnsignedPolicy::Native);
@@ -1929,6 +1892,44 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
   m.impl("div.Tensor_mode", TORCH_FN(Unboxed<at::_ops::div_Tensor_mode>::kernel), UnsignedPolicy::Native);
   m.impl("div_.Tensor_mode", TORCH_FN(Unboxed<at::_ops::div__Tensor_mode>::kernel), UnsignedPolicy::Native);
   m.impl("div.out_mode", TORCH_FN(Unboxed<at::_ops::div_out_mode>::kernel), UnsignedPolicy::Native);
+  // and the unary ops, comparisons, maximum/minimum, where and pow most used from Python
+  m.impl("neg", TORCH_FN(Unboxed<at::_ops::neg>::kernel), UnsignedPolicy::Native);
+  m.impl("neg_", TORCH_FN(Unboxed<at::_ops::neg_>::kernel), UnsignedPolicy::Native);
+  m.impl("neg.out", TORCH_FN(Unboxed<at::_ops::neg_out>::kernel), UnsignedPolicy::Native);
+  m.impl("exp", TORCH_FN(Unboxed<at::_ops::exp>::kernel), UnsignedPolicy::Native);
+  m.impl("exp_", TORCH_FN(Unboxed<at::_ops::exp_>::kernel), UnsignedPolicy::Native);
+  m.impl("exp.out", TORCH_FN(Unboxed<at::_ops::exp_out>::kernel), UnsignedPolicy::Native);
+  m.impl("log", TORCH_FN(Unboxed<at::_ops::log>::kernel), UnsignedPolicy::Native);
+  m.impl("log_", TORCH_FN(Unboxed<at::_ops::log_>::kernel), UnsignedPolicy::Native);
+  m.impl("sqrt", TORCH_FN(Unboxed<at::_ops::sqrt>::kernel), UnsignedPolicy::Native);
+  m.impl("sqrt_", TORCH_FN(Unboxed<at::_ops::sqrt_>::kernel), UnsignedPolicy::Native);
+  m.impl("rsqrt", TORCH_FN(Unboxed<at::_ops::rsqrt>::kernel), UnsignedPolicy::Native);
+  m.impl("rsqrt_", TORCH_FN(Unboxed<at::_ops::rsqrt_>::kernel), UnsignedPolicy::Native);
+  m.impl("sigmoid", TORCH_FN(Unboxed<at::_ops::sigmoid>::kernel), UnsignedPolicy::Native);
+  m.impl("sigmoid_", TORCH_FN(Unboxed<at::_ops::sigmoid_>::kernel), UnsignedPolicy::Native);
+  m.impl("tanh", TORCH_FN(Unboxed<at::_ops::tanh>::kernel), UnsignedPolicy::Native);
+  m.impl("tanh_", TORCH_FN(Unboxed<at::_ops::tanh_>::kernel), UnsignedPolicy::Native);
+  m.impl("relu", TORCH_FN(Unboxed<at::_ops::relu>::kernel), UnsignedPolicy::Native);
+  m.impl("relu_", TORCH_FN(Unboxed<at::_ops::relu_>::kernel), UnsignedPolicy::Native);
+  m.impl("eq.Tensor", TORCH_FN(Unboxed<at::_ops::eq_Tensor>::kernel), UnsignedPolicy::Native);
+  m.impl("eq.Scalar", TORCH_FN(Unboxed<at::_ops::eq_Scalar>::kernel), UnsignedPolicy::Native);
+  m.impl("ne.Tensor", TORCH_FN(Unboxed<at::_ops::ne_Tensor>::kernel), UnsignedPolicy::Native);
+  m.impl("ne.Scalar", TORCH_FN(Unboxed<at::_ops::ne_Scalar>::kernel), UnsignedPolicy::Native);
+  m.impl("lt.Tensor", TORCH_FN(Unboxed<at::_ops::lt_Tensor>::kernel), UnsignedPolicy::Native);
+  m.impl("lt.Scalar", TORCH_FN(Unboxed<at::_ops::lt_Scalar>::kernel), UnsignedPolicy::Native);
+  m.impl("le.Tensor", TORCH_FN(Unboxed<at::_ops::le_Tensor>::kernel), UnsignedPolicy::Native);
+  m.impl("le.Scalar", TORCH_FN(Unboxed<at::_ops::le_Scalar>::kernel), UnsignedPolicy::Native);
+  m.impl("gt.Tensor", TORCH_FN(Unboxed<at::_ops::gt_Tensor>::kernel), UnsignedPolicy::Native);
+  m.impl("gt.Scalar", TORCH_FN(Unboxed<at::_ops::gt_Scalar>::kernel), UnsignedPolicy::Native);
+  m.impl("ge.Tensor", TORCH_FN(Unboxed<at::_ops::ge_Tensor>::kernel), UnsignedPolicy::Native);
+  m.impl("ge.Scalar", TORCH_FN(Unboxed<at::_ops::ge_Scalar>::kernel), UnsignedPolicy::Native);
+  m.impl("maximum", TORCH_FN(Unboxed<at::_ops::maximum>::kernel), UnsignedPolicy::Native);
+  m.impl("minimum", TORCH_FN(Unboxed<at::_ops::minimum>::kernel), UnsignedPolicy::Native);
+  m.impl("where.self", TORCH_FN(Unboxed<at::_ops::where_self>::kernel), UnsignedPolicy::Native);
+  m.impl("pow.Tensor_Scalar", TORCH_FN(Unboxed<at::_ops::pow_Tensor_Scalar>::kernel), UnsignedPolicy::Native);
+  m.impl("pow.Tensor_Tensor", TORCH_FN(Unboxed<at::_ops::pow_Tensor_Tensor>::kernel), UnsignedPolicy::Native);
+  m.impl("pow_.Scalar", TORCH_FN(Unboxed<at::_ops::pow__Scalar>::kernel), UnsignedPolicy::Native);
+  m.impl("rsub.Tensor", TORCH_FN(Unboxed<at::_ops::rsub_Tensor>::kernel), UnsignedPolicy::Native);
   m.impl("complex.out", TORCH_FN(complex_from_parts_out<false>));
   m.impl("polar.out", TORCH_FN(complex_from_parts_out<true>));
   m.impl("frexp.Tensor_out", TORCH_FN(frexp_out));

@@ -138,3 +138,61 @@ def test_autograd_through_the_unboxed_ops_matches_cpu():
         ((x + y) * (x - 2 * y) / (y + 3)).sum().backward()
         grads.append((x.grad.cpu(), y.grad.cpu()))
     torch.testing.assert_close(grads[0], grads[1])
+
+
+UNARY = ["neg", "exp", "log", "sqrt", "rsqrt", "sigmoid", "tanh", "relu"]
+
+
+@pytest.mark.parametrize("op", UNARY)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_unary_functional_and_in_place_match_cpu(op, dtype):
+    a, _ = operands(dtype, "cpu")
+    a = a.abs() + 1 if op in ("log", "sqrt", "rsqrt") else a
+    same(getattr(torch, op)(a.to("tiny")), getattr(torch, op)(a))
+    t, c = a.to("tiny"), a.clone()
+    if dtype.is_floating_point or op in ("neg", "relu"):
+        assert getattr(t, op + "_")() is t
+        same(t, getattr(c, op + "_")())
+    else:  # an int tensor cannot hold the float result: the CPU's error
+        with pytest.raises(RuntimeError) as cpu_error:
+            getattr(c, op + "_")()
+        with pytest.raises(RuntimeError, match=str(cpu_error.value).split("\n")[0][:30]):
+            getattr(t, op + "_")()
+
+
+def test_neg_and_exp_out_resize_as_on_cpu():
+    a, _ = operands(torch.float32, "cpu")
+    for op in ("neg", "exp"):
+        out = torch.empty(0, device="tiny")
+        assert getattr(torch, op)(a.to("tiny"), out=out) is out
+        same(out, getattr(torch, op)(a))
+
+
+@pytest.mark.parametrize("op", ["eq", "ne", "lt", "le", "gt", "ge"])
+def test_comparisons_with_tensors_and_numbers_match_cpu(op):
+    a, b = operands(torch.float32, "cpu")
+    b = b.round()
+    f = getattr(torch, op)
+    same(f(a.round().to("tiny"), b.to("tiny")), f(a.round(), b))
+    same(f(a.to("tiny"), 0.5), f(a, 0.5))
+    ai, _ = operands(torch.int32, "cpu")
+    same(f(ai.to("tiny"), 2), f(ai, 2))
+    same(f(ai.to("tiny"), 2.5), f(ai, 2.5))
+
+
+def test_maximum_minimum_where_pow_rsub_match_cpu():
+    a, b = operands(torch.float32, "cpu")
+    ta, tb = a.to("tiny"), b.to("tiny")
+    same(torch.maximum(ta, tb), torch.maximum(a, b))
+    same(torch.minimum(ta, tb.to(torch.float64)), torch.minimum(a, b.double()))
+    same(torch.where(ta > 0, ta, tb), torch.where(a > 0, a, b))
+    same(torch.where(ta > 0, ta, 0.0), torch.where(a > 0, a, 0.0))
+    same(ta.pow(2), a.pow(2))
+    same(tb.pow(tb), b.pow(b))
+    same(1.5 - ta, 1.5 - a)
+    same(torch.rsub(ta, tb, alpha=2), torch.rsub(a, b, alpha=2))
+    t = tb.clone()
+    t.pow_(0.5)
+    same(t, b.clone().pow_(0.5))
+    with pytest.raises(RuntimeError, match="where expected condition to be a boolean tensor"):
+        torch.where(ta, ta, tb)
