@@ -80,7 +80,8 @@ at::Tensor fresh(const at::Tensor& like, const Shape& shape) {
 
 void check_2d(const at::Tensor& t, const char* name) { TORCH_CHECK(t.dim() == 2, name, " must be a matrix"); }
 
-UOpPtr mm_value(const at::Tensor& a, const at::Tensor& b, DType dt) {
+// a @ b as the reduce it is, of shape (1, M, N, 1) (mm_value reshapes it to (M, N)).
+UOpPtr mm_product(const at::Tensor& a, const at::Tensor& b, DType dt) {
   check_same_device({a, b});
   check_2d(a, "self");
   check_2d(b, "mat2");
@@ -90,14 +91,28 @@ UOpPtr mm_value(const at::Tensor& a, const at::Tensor& b, DType dt) {
   int64_t M = a.size(0), K = a.size(1), N = b.size(1);
   if (M * K * N == 0) {
     UOpPtr x = reshape(read_as(a, dt), {1, M, K}), y = reshape(read_as(b, dt), {1, K, N});
-    return reshape(batched_product(x, y, false), {M, N});
+    return reshape(batched_product(x, y, false), {1, M, N, 1});
   }
   // batched_product's graph (a batch of 1), each operand read as the one view of its storage it is
   // (aten_ops/window_read.h): a[m, k] and b[k, n] at [0, m, n, k]
   Shape full{1, M, N, K};
   UOpPtr x = cast(aten_ops::read_window(a, full, {0, a.stride(0), 0, a.stride(1)}), dt);
   UOpPtr y = cast(aten_ops::read_window(b, full, {0, 0, b.stride(1), b.stride(0)}), dt);
-  return reshape(reduce(alu(Ops::MUL, x, y), Ops::ADD, {3}), {M, N});
+  return reduce(alu(Ops::MUL, x, y), Ops::ADD, {3});
+}
+
+UOpPtr mm_value(const at::Tensor& a, const at::Tensor& b, DType dt) {
+  UOpPtr p = mm_product(a, b, dt);
+  return reshape(p, {p->shape[1], p->shape[2]});
+}
+
+// A fresh contiguous tensor written whole with a value of its elements in row-major order, of any shape (mm's
+// (1, M, N, 1) reduce): its content is the value's flattening, without the view of the tensor's own shape that
+// write() would build and drop first (recording cost).
+void write_fresh(const at::Tensor& out, const UOpPtr& value) {
+  int64_t n = out.numel();
+  if (n > 0)
+    lazy_buffer(out).write(runtime::StridedView{{n}, {1}, 0, to_tiny_dtype(out.scalar_type())}, reshape(value, {n}));
 }
 
 UOpPtr bmm_value(const at::Tensor& a, const at::Tensor& b, DType dt, bool reduce_batch) {
@@ -165,10 +180,12 @@ bool any_complex(std::initializer_list<at::Tensor> tensors) {
 
 at::Tensor mm(const at::Tensor& a, const at::Tensor& b) {
   if (a.is_complex() || b.is_complex()) return complex_product(a, b, "mat1 and mat2", mm_of);
-  UOpPtr v = mm_value(a, b, compute_of(a));
-  check_mm_dispatch(a, v->shape);
-  at::Tensor out = fresh(a, v->shape);
-  return store(out, v, a.scalar_type());
+  UOpPtr p = mm_product(a, b, compute_of(a));
+  Shape shape{p->shape[1], p->shape[2]};
+  check_mm_dispatch(a, shape);
+  at::Tensor out = fresh(a, shape);
+  write_fresh(out, cast(p, to_tiny_dtype(a.scalar_type())));
+  return out;
 }
 
 at::Tensor& mm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {

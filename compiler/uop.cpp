@@ -397,7 +397,7 @@ UOpPtr reduce(const UOpPtr& x, Ops op, const std::vector<int64_t>& axes) {
   std::sort(kept.begin(), kept.end());
   kept.erase(std::unique(kept.begin(), kept.end()), kept.end());
   if (kept.empty()) return x;
-  return UOp::make(Ops::REDUCE, x->dtype, {x}, ReduceArg{op, kept});
+  return UOp::make(Ops::REDUCE, x->dtype, {x}, ReduceArg{op, std::move(kept)});
 }
 
 UOpPtr contiguous(const UOpPtr& x) { return UOp::make(Ops::CONTIGUOUS, x->dtype, {x}); }

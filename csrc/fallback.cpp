@@ -304,24 +304,25 @@ at::Tensor probe_tensor(const at::Tensor& t) {
 // (tensors; the CPU returns early on an empty tensor, before it checks dtypes) or kind (scalars), the
 // dtype a dtype argument names (sum's), and how many ints a list holds (count_nonzero of no dims is a
 // kernel of its own). Built into `key` (cleared first), whose storage a caller keeps from call to call.
+void add_tensor_key(std::string& key, const at::Tensor& t) {
+  if (!t.defined()) {
+    key += '-';
+    return;
+  }
+  key += static_cast<char>(t.scalar_type());
+  key += t.numel() == 0 ? 'e' : t.dim() == 0 ? 'z' : 'n';
+}
+
 void probe_key(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args, std::string& key) {
   const c10::FunctionSchema* schema = &op.schema();
   key.assign(reinterpret_cast<const char*>(&schema), sizeof(schema));
-  auto add_tensor = [&](const at::Tensor& t) {
-    if (!t.defined()) {
-      key += '-';
-      return;
-    }
-    key += static_cast<char>(t.scalar_type());
-    key += t.numel() == 0 ? 'e' : t.dim() == 0 ? 'z' : 'n';
-  };
   for (size_t i = 0; i < args.size(); i++) {
     const c10::IValue& v = args[i];
     if (v.isTensor()) {
-      add_tensor(v.toTensor());
+      add_tensor_key(key, v.toTensor());
     } else if (v.isTensorList()) {
       for (const at::Tensor& t : v.toTensorList().vec())
-        add_tensor(t);
+        add_tensor_key(key, t);
     } else if (v.isScalar() || v.isUnsigned()) { // a Python int above INT64_MAX is no isScalar()
       key += v.isDouble() ? 'd' : v.isInt() ? 'i' : v.isBool() ? 'b' : v.isUnsigned() ? 'u' : 'c';
       if (v.isInt() && i < schema->arguments().size() && names_a_dtype(schema->arguments()[i]))
@@ -335,14 +336,43 @@ void probe_key(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args, s
   }
 }
 
+// The calls this thread probed, so that the lookup of every recorded op takes no lock (a shared set's mutex
+// was a measured part of the cost of recording an op); a new thread probes once again.
+std::unordered_set<std::string>& accepted_calls() {
+  thread_local std::unordered_set<std::string> accepted;
+  return accepted;
+}
+
 } // namespace
 
+void append_probe_key(std::string& key, const at::Tensor& t) {
+  add_tensor_key(key, t);
+  key += ',';
+}
+
+void append_probe_key(std::string& key, const at::Scalar& s) {
+  key += s.isFloatingPoint() ? 'd' : s.isBoolean() ? 'b' : s.isUnsigned() ? 'u' : s.isIntegral(false) ? 'i' : 'c';
+  key += ',';
+}
+
+void append_probe_key(std::string& key, const std::optional<c10::string_view>& s) {
+  if (s) key += *s;
+  key += ',';
+}
+
+void check_cpu_accepts(const c10::OperatorHandle& op, const std::string& key,
+                       c10::function_ref<torch::jit::Stack()> box) {
+  if (accepted_calls().contains(key)) return;
+  std::string probed = key; // the CPU kernel's call below may record tiny ops on this thread
+  torch::jit::Stack args = box();
+  check_cpu_accepts(op, args);
+  accepted_calls().insert(std::move(probed));
+}
+
 void check_cpu_accepts(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
-  // Each thread remembers what it probed, so that the lookup of every recorded op takes no lock (a shared
-  // set's mutex was a measured part of the cost of recording an op); a new thread probes once again.
-  thread_local std::unordered_set<std::string> accepted;
   thread_local std::string key; // reused: building the key allocates nothing once it has grown
   probe_key(op, args, key);
+  std::unordered_set<std::string>& accepted = accepted_calls();
   if (accepted.contains(key)) return;
   std::string probed = key; // the CPU kernel's call below may record tiny ops on this thread
   torch::jit::Stack stack;

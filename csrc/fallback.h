@@ -3,9 +3,11 @@
 // It counts its calls per op; runtime::stats().fallbacks holds their total.
 
 #include <ATen/native/CPUFallback.h>
+#include <c10/util/FunctionRef.h>
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 namespace tiny {
@@ -31,6 +33,21 @@ template <class Op, class... Args> auto on_cpu(Args&&... args) {
 // relu", ...): the CPU kernel runs once on tensors of the same dtypes and ranks with every size 1 (0 where
 // the size is 0), other arguments as given; combinations it accepted are remembered.
 void check_cpu_accepts(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args);
+// The same for an unboxed call: `key` names the call as probe_key would (append_probe_key builds one from typed
+// arguments), and `box` makes its arguments only when this thread has not asked the CPU about the key yet, so
+// that the common call boxes nothing (recording cost).
+void check_cpu_accepts(const c10::OperatorHandle& op, const std::string& key,
+                       c10::function_ref<torch::jit::Stack()> box);
+void append_probe_key(std::string& key, const at::Tensor& t);
+void append_probe_key(std::string& key, const at::Scalar& s);
+void append_probe_key(std::string& key, const std::optional<c10::string_view>& s);
+template <class... Args> void check_cpu_accepts_unboxed(const c10::OperatorHandle& op, const Args&... args) {
+  thread_local std::string key; // reused: building the key allocates nothing once it has grown
+  const c10::FunctionSchema* schema = &op.schema();
+  key.assign(reinterpret_cast<const char*>(&schema), sizeof(schema));
+  (append_probe_key(key, args), ...);
+  check_cpu_accepts(op, key, [&] { return c10::impl::boxArgs<Args...>(args...); });
+}
 template <class Op, class... Args> void check_cpu_accepts(const Args&... args) {
   static const c10::OperatorHandle handle = c10::Dispatcher::singleton().findSchemaOrThrow(Op::name, Op::overload_name);
   torch::jit::Stack stack = c10::impl::boxArgs<Args...>(args...);

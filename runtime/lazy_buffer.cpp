@@ -215,7 +215,11 @@ void LazyBuffer::write(const StridedView& v, const UOpPtr& value) {
   // empty buffer content_locked would make for it first: recording cost.
   size_t item = itemsize(v.dtype);
   if (!content_ && nbytes_ > 0 && nbytes_ % item == 0 && is_whole(v, static_cast<int64_t>(nbytes_ / item))) {
-    content_ = value->shape.size() == 1 ? value : reshape(value, {static_cast<int64_t>(nbytes_ / item)});
+    auto n = static_cast<int64_t>(nbytes_ / item);
+    // the value's row-major flattening: its tracker built as it is (a view below composes with it instead)
+    content_ = value->shape.size() == 1           ? value
+               : value->op == Ops::VIEW || n == 1 ? reshape(value, {n})
+                                                  : view(value, ShapeTracker::of(View{{n}, {1}, 0, std::nullopt}));
     mark_pending();
     return;
   }
