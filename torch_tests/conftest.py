@@ -259,6 +259,18 @@ class counting:
         return (self.stats if self.stats is not None else torch.tiny.stats())[key]
 
 
+def conv2d_gradient_kernels(x, w, gy, wanted, **options):
+    """The kernels tiny runs for the gradients of F.conv2d(x, w, **options) at grad_output gy (CPU tensors): the
+    input's alone (wanted=1) or the input's and the weight's (2); and those gradients."""
+    x, w = x.to("tiny").requires_grad_(), w.to("tiny").requires_grad_()
+    y = torch.nn.functional.conv2d(x, w, **options)
+    torch.tiny.synchronize()
+    with counting() as c:
+        grads = torch.autograd.grad(y, [x, w][:wanted], gy.to("tiny"))
+        torch.tiny.synchronize()
+    return c["kernels"], grads
+
+
 def recorded_warnings(fn):
     """Run fn, return (result, [warning messages])."""
     with warnings.catch_warnings(record=True) as caught:

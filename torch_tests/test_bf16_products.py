@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import check, counting, rand, tol
+from conftest import check, conv2d_gradient_kernels, rand, tol
 
 BF16 = tol(torch.bfloat16)
 
@@ -243,14 +243,9 @@ def test_conv_weight_gradient_beside_its_input_gradient_keeps_its_tile_copies():
     input gradient alone); float32's shared padded grad_output (test_conv_pool.py) is not taken."""
 
     def kernels(wanted):
-        x, w = bf16(64, 32, 14, 14).to("tiny"), bf16(32, 32, 3, 3, seed=1).to("tiny")
-        x.requires_grad_(), w.requires_grad_()
-        y = F.conv2d(x, w, padding=1)
-        torch.tiny.synchronize()
-        with counting() as c:
-            grads = torch.autograd.grad(y, [x, w][:wanted], bf16(*y.shape, seed=2).to("tiny"))
-            torch.tiny.synchronize()
-        return c["kernels"], grads
+        return conv2d_gradient_kernels(
+            bf16(64, 32, 14, 14), bf16(32, 32, 3, 3, seed=1), bf16(64, 32, 14, 14, seed=2), wanted, padding=1
+        )
 
     (alone, _), (both, (gx, gw)) = kernels(1), kernels(2)
     assert both - alone == 4

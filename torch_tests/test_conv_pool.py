@@ -4,7 +4,17 @@ dtypes, errors, and the kernels a fused forward launches."""
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import check, check_devices, check_half_against_float32, conv_block, counting, on_device, rand, tol
+from conftest import (
+    check,
+    check_devices,
+    check_half_against_float32,
+    conv2d_gradient_kernels,
+    conv_block,
+    counting,
+    on_device,
+    rand,
+    tol,
+)
 from torch import nn
 
 HALF = (torch.float16, torch.bfloat16)
@@ -177,14 +187,9 @@ def test_conv_weight_gradient_reads_the_input_gradients_copy_of_grad_output():
     """The weight gradient adds its sums to the input gradient's kernels, no layout copy of its own."""
 
     def kernels(wanted):
-        x, w = rand(16, 16, 10, 10).to("tiny"), rand(16, 16, 3, 3, seed=1).to("tiny")
-        x.requires_grad_(), w.requires_grad_()
-        y = F.conv2d(x, w, padding=1)
-        torch.tiny.synchronize()
-        with counting() as c:
-            grads = torch.autograd.grad(y, [x, w][:wanted], rand(*y.shape, seed=2).to("tiny"))
-            torch.tiny.synchronize()
-        return c["kernels"], grads
+        return conv2d_gradient_kernels(
+            rand(16, 16, 10, 10), rand(16, 16, 3, 3, seed=1), rand(16, 16, 10, 10, seed=2), wanted, padding=1
+        )
 
     (alone, _), (both, (gx, gw)) = kernels(1), kernels(2)
     assert both - alone == 3  # the chunks' sums, their total, and the total in the weight's layout
