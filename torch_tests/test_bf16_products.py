@@ -8,6 +8,7 @@ Either way the sums accumulate in float32 and round to bfloat16 once, as torch's
 
 import os
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -253,3 +254,31 @@ def test_conv_weight_gradient_beside_its_input_gradient_keeps_its_tile_copies():
     want = torch.autograd.grad(F.conv2d(x, w, padding=1), [x, w], bf16(64, 32, 14, 14, seed=2))
     torch.testing.assert_close(gx.cpu(), want[0], **BF16)
     torch.testing.assert_close(gw.cpu(), want[1], **BF16)
+
+
+FRESH_AND_OUT = """
+import sys
+import torch
+import torch_tiny
+g = torch.Generator().manual_seed(0)
+a = torch.randn(1024, 1024, generator=g).bfloat16().to("tiny")
+b = torch.randn(1024, 1024, generator=g).bfloat16().to("tiny")
+fresh = a @ b
+torch.tiny.synchronize()
+print("=== out=", file=sys.stderr, flush=True)
+out = torch.empty(1024, 1024, dtype=torch.bfloat16, device="tiny")
+torch.mm(a, b, out=out)
+torch.tiny.synchronize()
+assert torch.equal(fresh.cpu(), out.cpu())
+"""
+
+
+def test_a_fresh_matmul_lowers_as_the_same_matmul_into_out(tmp_path):
+    """mm's fresh result takes its product through the same (M, N) view as mm.out's: the same kernels (a content
+    composed straight from the (1, M, N, 1) reduce once made the AMX lowering plan one block on one thread)."""
+    env = dict(os.environ, TINY_DEBUG="2", TINY_CACHE_DIR=str(tmp_path))
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-c", FRESH_AND_OUT], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    fresh, out = (re.findall(r"tiny: kernel (\S+)", part) for part in proc.stderr.split("=== out="))
+    assert fresh and fresh == out
