@@ -80,8 +80,7 @@ at::Tensor fresh(const at::Tensor& like, const Shape& shape) {
 
 void check_2d(const at::Tensor& t, const char* name) { TORCH_CHECK(t.dim() == 2, name, " must be a matrix"); }
 
-// a @ b as the reduce it is, of shape (1, M, N, 1) (mm_value reshapes it to (M, N)).
-UOpPtr mm_product(const at::Tensor& a, const at::Tensor& b, DType dt) {
+UOpPtr mm_value(const at::Tensor& a, const at::Tensor& b, DType dt) {
   check_same_device({a, b});
   check_2d(a, "self");
   check_2d(b, "mat2");
@@ -91,24 +90,20 @@ UOpPtr mm_product(const at::Tensor& a, const at::Tensor& b, DType dt) {
   int64_t M = a.size(0), K = a.size(1), N = b.size(1);
   if (M * K * N == 0) {
     UOpPtr x = reshape(read_as(a, dt), {1, M, K}), y = reshape(read_as(b, dt), {1, K, N});
-    return reshape(batched_product(x, y, false), {1, M, N, 1});
+    return reshape(batched_product(x, y, false), {M, N});
   }
   // batched_product's graph (a batch of 1), each operand read as the one view of its storage it is
   // (aten_ops/window_read.h): a[m, k] and b[k, n] at [0, m, n, k]
   Shape full{1, M, N, K};
   UOpPtr x = cast(aten_ops::read_window(a, full, {0, a.stride(0), 0, a.stride(1)}), dt);
   UOpPtr y = cast(aten_ops::read_window(b, full, {0, 0, b.stride(1), b.stride(0)}), dt);
-  return reduce(alu(Ops::MUL, x, y), Ops::ADD, {3});
+  return reshape(reduce(alu(Ops::MUL, x, y), Ops::ADD, {3}), {M, N});
 }
 
-UOpPtr mm_value(const at::Tensor& a, const at::Tensor& b, DType dt) {
-  UOpPtr p = mm_product(a, b, dt);
-  return reshape(p, {p->shape[1], p->shape[2]});
-}
-
-// A fresh contiguous tensor written whole with a value of its elements in row-major order, of any shape (mm's
-// (1, M, N, 1) reduce): its content is the value's flattening, without the view of the tensor's own shape that
-// write() would build and drop first (recording cost).
+// A fresh contiguous tensor written whole with a value of its shape: its content is the value's flattening, without
+// the view of the tensor's own shape that write() would build and drop first (recording cost). The value keeps its
+// own (M, N) view: a content composed straight from mm's (1, M, N, 1) reduce is another tracker of the same elements,
+// which the bfloat16 AMX lowering planned as one block on one thread (1024^3: 1.45 -> 3.6 ms).
 void write_fresh(const at::Tensor& out, const UOpPtr& value) {
   int64_t n = out.numel();
   if (n > 0)
@@ -180,14 +175,10 @@ bool any_complex(std::initializer_list<at::Tensor> tensors) {
 
 at::Tensor mm(const at::Tensor& a, const at::Tensor& b) {
   if (a.is_complex() || b.is_complex()) return complex_product(a, b, "mat1 and mat2", mm_of);
-  UOpPtr p = mm_product(a, b, compute_of(a));
-  Shape shape{p->shape[1], p->shape[2]};
-  check_mm_dispatch(a, shape);
-  at::Tensor out = fresh(a, shape);
-  // through the (M, N) view, as every other write: the flat content composed straight from the (1, M, N, 1) reduce
-  // is another tracker of the same elements, which the bfloat16 AMX lowering planned as one block (R_1_32_32_1: no
-  // thread split, 1024^3 1.45 -> 3.6 ms)
-  write_fresh(out, cast(reshape(p, shape), to_tiny_dtype(a.scalar_type())));
+  UOpPtr v = mm_value(a, b, compute_of(a));
+  check_mm_dispatch(a, v->shape);
+  at::Tensor out = fresh(a, v->shape);
+  write_fresh(out, cast(v, to_tiny_dtype(a.scalar_type())));
   return out;
 }
 
