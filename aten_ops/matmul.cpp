@@ -100,16 +100,6 @@ UOpPtr mm_value(const at::Tensor& a, const at::Tensor& b, DType dt) {
   return reshape(reduce(alu(Ops::MUL, x, y), Ops::ADD, {3}), {M, N});
 }
 
-// A fresh contiguous tensor written whole with a value of its shape: its content is the value's flattening, without
-// the view of the tensor's own shape that write() would build and drop first (recording cost). The value keeps its
-// own (M, N) view: a content composed straight from mm's (1, M, N, 1) reduce is another tracker of the same elements,
-// which the bfloat16 AMX lowering planned as one block on one thread (1024^3: 1.45 -> 3.6 ms).
-void write_fresh(const at::Tensor& out, const UOpPtr& value) {
-  int64_t n = out.numel();
-  if (n > 0)
-    lazy_buffer(out).write(runtime::StridedView{{n}, {1}, 0, to_tiny_dtype(out.scalar_type())}, reshape(value, {n}));
-}
-
 UOpPtr bmm_value(const at::Tensor& a, const at::Tensor& b, DType dt, bool reduce_batch) {
   check_same_device({a, b});
   TORCH_CHECK(a.dim() == 3, "batch1 must be a 3D tensor");
@@ -178,7 +168,8 @@ at::Tensor mm(const at::Tensor& a, const at::Tensor& b) {
   UOpPtr v = mm_value(a, b, compute_of(a));
   check_mm_dispatch(a, v->shape);
   at::Tensor out = fresh(a, v->shape);
-  write_fresh(out, cast(v, to_tiny_dtype(a.scalar_type())));
+  // a fresh result needs none of store's out= checks
+  write(out, cast(v, to_tiny_dtype(a.scalar_type())));
   return out;
 }
 
