@@ -360,21 +360,9 @@ void append_probe_key(std::string& key, const std::optional<c10::string_view>& s
   key += ',';
 }
 
-void check_cpu_accepts(const c10::OperatorHandle& op, const std::string& key,
-                       c10::function_ref<torch::jit::Stack()> box) {
-  if (accepted_calls().contains(key)) return;
-  std::string probed = key; // the CPU kernel's call below may record tiny ops on this thread
-  torch::jit::Stack args = box();
-  check_cpu_accepts(op, args);
-  accepted_calls().insert(std::move(probed));
-}
-
-void check_cpu_accepts(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
-  thread_local std::string key; // reused: building the key allocates nothing once it has grown
-  probe_key(op, args, key);
-  std::unordered_set<std::string>& accepted = accepted_calls();
-  if (accepted.contains(key)) return;
-  std::string probed = key; // the CPU kernel's call below may record tiny ops on this thread
+namespace {
+// The CPU kernel called on size-1 stand-ins of args (see check_cpu_accepts); throws what it throws.
+void probe_on_cpu(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
   torch::jit::Stack stack;
   const auto& schema = op.schema().arguments();
   for (size_t i = 0; i < args.size(); i++) {
@@ -384,11 +372,28 @@ void check_cpu_accepts(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue>
     stack.push_back(out ? c10::IValue(at::empty({0}, args[i].toTensor().options().device(at::kCPU)))
                         : for_the_cpu(args[i], probe_tensor));
   }
-  {
-    c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset);
-    op.callBoxed(&stack); // throws what the CPU kernel throws
-  }
-  accepted.insert(std::move(probed));
+  c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset);
+  op.callBoxed(&stack);
+}
+
+// Runs probe once per key and thread, remembering the keys whose probe returned.
+void accept_once(const std::string& key, c10::function_ref<void()> probe) {
+  if (accepted_calls().contains(key)) return;
+  std::string probed = key; // the CPU kernel's call may record tiny ops on this thread
+  probe();
+  accepted_calls().insert(std::move(probed));
+}
+} // namespace
+
+void check_cpu_accepts(const c10::OperatorHandle& op, const std::string& key,
+                       c10::function_ref<torch::jit::Stack()> box) {
+  accept_once(key, [&] { probe_on_cpu(op, box()); });
+}
+
+void check_cpu_accepts(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
+  thread_local std::string key; // reused: building the key allocates nothing once it has grown
+  probe_key(op, args, key);
+  accept_once(key, [&] { probe_on_cpu(op, args); });
 }
 
 std::map<std::string, int64_t> fallback_op_counts() {
