@@ -813,17 +813,10 @@ std::tuple<at::Tensor&, at::Tensor&> write_adaptive_max_pool(const at::Tensor& s
                                                              at::Tensor& out, at::Tensor& indices) {
   check_dtype(self, ND == 2 ? "adaptive_max_pool2d" : "adaptive_max_pool3d", false, false);
   if (out.numel() == 0) return {out, indices};
+  Shape in = last(Shape(self.sizes().begin(), self.sizes().end()), ND), o(output_size.begin(), output_size.end());
+  if (divides(in, o)) return write_max_pool(self, even_windows(in, o), out, indices);
   DType dt = to_tiny_dtype(self.scalar_type());
   UOpPtr x = cast(read(self), opmath(dt));
-  Shape in = last(x->shape, ND), o(output_size.begin(), output_size.end());
-  if (divides(in, o)) {
-    window::Geometry g = even_windows(in, o);
-    MaxPool p = max_pool(x, o, g);
-    write(out, cast(p.values, dt));
-    write(indices, p.indices);
-    remember_offsets(p, g, in);
-    return {out, indices};
-  }
   std::vector<Ragged> dims;
   for (size_t i = 0; i < ND; i++)
     dims.push_back(adaptive_window(in[i], o[i]));
