@@ -6,7 +6,6 @@
 #include <functional>
 #include <map>
 #include <stdexcept>
-#include <thread>
 #include <unordered_map>
 
 namespace tiny {
@@ -1189,10 +1188,10 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
         if (tiles && lane_at == 0 && order_loops.size() > 1 && lane_iters % 8 == 0 && lane_iters >= 16)
           split = {0, lane_iters / 8 >= 4 ? 8 : lane_iters / 8};
         // Vector accumulators, the lanes outermost: the same split, as many panels (of 128 KiB at 1024³) as
-        // leave the outer 8 iterations and two per hardware thread, so that a block of rows is read from L3
+        // leave the outer 8 iterations and two per thread of the target, so that a block of rows is read from L3
         // once per few panels, not once per panel. 1024³ float32 on one thread (C harness): 12.8 ms the
         // lanes' loop whole, 12.4 2 panels at a time, 12.2 4, 11.9 8, 14.4 16.
-        const int64_t min_outer = std::max<int64_t>(8, 2 * static_cast<int64_t>(std::thread::hardware_concurrency()));
+        const int64_t min_outer = std::max<int64_t>(8, 2 * target.threads);
         for (int64_t inner : {8, 4, 2})
           if (!tiles && wide && float32_reads && split.first < 0 && lane_at == 0 && order_loops.size() > 1 &&
               lane_iters % inner == 0 && lane_iters / inner >= min_outer)

@@ -20,6 +20,8 @@ struct Target {
   // CPU: AMX-BF16 tiles usable: the host has them and the OS granted this process their state (see
   // amx_tiles in runtime/cpu_device.cpp). A bfloat16 matmul's register block then accumulates in tiles.
   bool amx_bf16 = false;
+  // CPU: the threads a kernel's outermost loop is split across (runtime/thread_pool.h).
+  int64_t threads = 1;
   bool gpu() const { return dialect != Dialect::C; }
 };
 

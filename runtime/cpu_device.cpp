@@ -235,6 +235,7 @@ public:
     allocator_.set_device_name(name());
     static const bool tiles = amx_tiles();
     target_.amx_bf16 = tiles;
+    target_.threads = ThreadPool::get().size();
   }
   std::string name() const override { return "CPU (clang)"; }
   int64_t total_memory() const override {
