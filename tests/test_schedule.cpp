@@ -19,8 +19,10 @@ struct Placeholder : BufferBase {
   using BufferBase::BufferBase;
 };
 
+BufferRef placeholder(DType dt, int64_t n) { return std::make_shared<Placeholder>(dt, n); }
+
 Schedule schedule_of(const UOpPtr& value, const Target& target = Target{}) {
-  return schedule_value(value, target, [](DType dt, int64_t n) { return std::make_shared<Placeholder>(dt, n); });
+  return schedule_value(value, target, placeholder);
 }
 
 UOpPtr input(const Shape& shape) {
@@ -86,8 +88,7 @@ TEST(Schedule, AReductionReadElementwiseByTwoValuesIsComputedOnce) {
   auto relu = alu(Ops::MAX, reshape(reduce(alu(Ops::MUL, a, b), Ops::ADD, {2}), {M, N}), full(0, {M, N}));
   auto next = alu(Ops::MUL, relu, full(2, {M, N}));
   auto mask = alu(Ops::CMPLT, full(0, {M, N}), relu);
-  Schedule s =
-      schedule({next, mask}, Target{}, [](DType dt, int64_t n) { return std::make_shared<Placeholder>(dt, n); });
+  Schedule s = schedule({next, mask}, Target{}, placeholder);
   int64_t reducing = 0;
   for (const Kernel& k : s.kernels)
     for (const UOpPtr& n : toposort(k.ast))
@@ -159,8 +160,7 @@ TEST(Schedule, AWeightGradientOverAdjointWindowsReadsTheInputGradientsPaddedCopy
   UOpPtr wu = expand(reshape(permute(u, {1, 4, 5, 0, 2, 3}), {1, O, 3, 3, N, 14, 14}), w_full);
   UOpPtr wx = expand(reshape(permute(x, {1, 0, 2, 3}), {C, 1, 1, 1, N, 14, 14}), w_full);
   UOpPtr grad_weight = reduce(alu(Ops::MUL, wx, wu), Ops::ADD, {4, 5, 6});
-  Schedule s = schedule({grad_input, grad_weight}, Target{},
-                        [](DType dt, int64_t n) { return std::make_shared<Placeholder>(dt, n); });
+  Schedule s = schedule({grad_input, grad_weight}, Target{}, placeholder);
   // one copy of grad_output, padded (N * O * 16 * 16 elements) with the channels innermost, and no copy of x
   // (the weight gradient's lanes, the output channels, read that copy; with the lanes along the input channels,
   // x was copied channels-last and grad_output padded a second time, its positions innermost)
@@ -202,10 +202,7 @@ UOpPtr spread2x2(const UOpPtr& x) {
   return reshape(expand(split, {s[0], s[1], s[2], 2, s[3], 2}), {s[0], s[1], 2 * s[2], 2 * s[3]});
 }
 
-size_t kernels_of(const std::vector<UOpPtr>& roots) {
-  return schedule(roots, Target{}, [](DType dt, int64_t n) { return std::make_shared<Placeholder>(dt, n); })
-      .kernels.size();
-}
+size_t kernels_of(const std::vector<UOpPtr>& roots) { return schedule(roots, Target{}, placeholder).kernels.size(); }
 
 } // namespace
 
