@@ -25,9 +25,7 @@ Schedule schedule_of(const UOpPtr& value, const Target& target = Target{}) {
   return schedule_value(value, target, placeholder);
 }
 
-UOpPtr input(const Shape& shape) {
-  return reshape(buffer(std::make_shared<Placeholder>(DType::Float32, prod(shape))), shape);
-}
+UOpPtr input(const Shape& shape) { return reshape(buffer(placeholder(DType::Float32, prod(shape))), shape); }
 
 std::shared_ptr<Buffer> iota_buffer(int64_t n) {
   auto b = std::make_shared<Buffer>(cpu_device(), DType::Int64, n);
