@@ -167,15 +167,10 @@ UOpPtr conv_input_grad(const UOpPtr& go, const UOpPtr& w, const Shape& in, const
 // -> (G, A, B, kernel...), or (G, B, A, kernel...) with swap_ab: the chunks' total, in vectors, is copied into
 // that order by a kernel of its own (the total summed in the swapped order ran scalar along the chunks, 2-3x
 // slower; left a permuted view, it was copied and read through its permutation by the optimizer's kernels too).
-// batch_inner: the batch is the innermost reduced axis, whole (see tiles_pair_batch).
-UOpPtr weight_grad_sum(const UOpPtr& p, size_t nd, bool batch_inner, bool swap_ab) {
-  const int64_t N = p->shape[0], n = static_cast<int64_t>(nd);
-  // The batch is summed in chunks of 8 first: each chunk's inputs and gradients stay in cache while
-  // every filter tap and channel block reads them; the chunks' sums are added after. Batch innermost: in chunks of 32
-  // images where it divides (one tile step a pixel), each chunk's input and gradient (1.3 MB for the demo's) held in L2
-  // while every filter tap and channel block reads them; the whole batch streamed the gradient's panel from L3 for each
-  // block (the demo's kernel 1.96 -> 1.17 ms, one thread).
-  int64_t chunk = batch_inner ? (N % 32 == 0 ? 32 : N) : (N % 8 == 0 && N >= 16 ? 8 : N), chunks = N / chunk;
+// batch_inner: the batch is the innermost reduced axis, whole (see tiles_pair_batch). chunk: the images summed
+// first (see weight_grad_chunk).
+UOpPtr weight_grad_sum(const UOpPtr& p, size_t nd, bool batch_inner, int64_t chunk, bool swap_ab) {
+  const int64_t N = p->shape[0], n = static_cast<int64_t>(nd), chunks = N / chunk;
   // (N, G, A, B, positions..., kernel...) -> (chunks, chunk, ...) -> (chunks, G, A, B, kernel..., chunk, positions...),
   // or batch innermost (chunks, G, A, B, kernel..., positions..., chunk)
   UOpPtr q = window::reshaped(p, concat({{chunks, chunk}, Shape(p->shape.begin() + 1, p->shape.end())}));
@@ -202,8 +197,8 @@ UOpPtr weight_grad_sum(const UOpPtr& p, size_t nd, bool batch_inner, bool swap_a
 
 // The gradient of conv_forward with respect to w (G*Og, Cg, kernel...), for grad_output go (N, G*Og, out...):
 // windows of the padded input times grad_output. batch_inner: see weight_grad_sum.
-UOpPtr conv_weight_grad(const UOpPtr& x, const UOpPtr& go, const window::Geometry& g, int64_t groups,
-                        bool batch_inner) {
+UOpPtr conv_weight_grad(const UOpPtr& x, const UOpPtr& go, const window::Geometry& g, int64_t groups, bool batch_inner,
+                        int64_t chunk) {
   int64_t N = x->shape[0], G = groups, Cg = x->shape[1] / G, Og = go->shape[1] / G;
   Shape out = spatial(go), ones(g.dims(), 1);
   UOpPtr win = window::windows(window::pad_for_windows(x, out, g), out, g); // (N, C, out..., kernel...)
@@ -211,7 +206,7 @@ UOpPtr conv_weight_grad(const UOpPtr& x, const UOpPtr& go, const window::Geometr
                          concat({{N, G, Og, Cg}, out, g.kernel}));
   UOpPtr gv = window::expanded(window::reshaped(go, concat({{N, G, Og, 1}, out, ones})), win->shape);
   DType dt = opmath(x->dtype);
-  UOpPtr r = weight_grad_sum(alu(Ops::MUL, cast(win, dt), cast(gv, dt)), g.dims(), batch_inner, false);
+  UOpPtr r = weight_grad_sum(alu(Ops::MUL, cast(win, dt), cast(gv, dt)), g.dims(), batch_inner, chunk, false);
   return window::reshaped(r, concat({{G * Og, Cg}, g.kernel}));
 }
 
@@ -221,7 +216,8 @@ UOpPtr conv_weight_grad(const UOpPtr& x, const UOpPtr& go, const window::Geometr
 // innermost (a copy the lowering makes for it, conv_input_grad): the output channels, this kernel's lanes, read
 // that copy too, and no other layout of grad_output or of the input is copied (the demo's step made three:
 // the padded input, grad_output channels-last or in panels, and the input gradient's padded grad_output).
-UOpPtr conv_weight_grad_adjoint(const UOpPtr& x, const UOpPtr& go, const window::Geometry& g, int64_t groups) {
+UOpPtr conv_weight_grad_adjoint(const UOpPtr& x, const UOpPtr& go, const window::Geometry& g, int64_t groups,
+                                int64_t chunk) {
   int64_t N = x->shape[0], G = groups, Cg = x->shape[1] / G, Og = go->shape[1] / G;
   Shape in = spatial(x), ones(g.dims(), 1);
   UOpPtr u = window::windows_adjoint(go, in, g); // (N, G*Og, in..., kernel...)
@@ -230,8 +226,8 @@ UOpPtr conv_weight_grad_adjoint(const UOpPtr& x, const UOpPtr& go, const window:
   UOpPtr uv = window::expanded(window::reshaped(u, concat({{N, G, 1, Og}, in, g.kernel})), full);
   UOpPtr xv = window::expanded(window::reshaped(x, concat({{N, G, Cg, 1}, in, ones})), full);
   DType dt = opmath(x->dtype);
-  UOpPtr r =
-      weight_grad_sum(alu(Ops::MUL, cast(xv, dt), cast(uv, dt)), g.dims(), false, true); // (G, Og, Cg, kernel...)
+  UOpPtr r = weight_grad_sum(alu(Ops::MUL, cast(xv, dt), cast(uv, dt)), g.dims(), false, chunk,
+                             true); // (G, Og, Cg, kernel...)
   return window::reshaped(r, concat({{G * Og, Cg}, g.kernel}));
 }
 
@@ -268,6 +264,27 @@ bool tiles_pair_batch(const at::Tensor& input) {
   const int64_t N = input.size(0);
   return input.scalar_type() == at::kBFloat16 && N % 2 == 0 && N >= 32 &&
          runtime::device(input.device().index()).target().amx_bf16;
+}
+
+// The images a weight gradient of `input` and `grad_output` sums first (see weight_grad_sum), its chunks' sums added
+// after. Batch innermost (see tiles_pair_batch): 32 images where they divide (one tile step a pixel), each chunk's
+// input and gradient (1.3 MB for the demo's) held in L2 while every filter tap and channel block reads them; the whole
+// batch streamed the gradient's panel from L3 for each block (the demo's kernel 1.96 -> 1.17 ms, one thread).
+// Otherwise, a batch of 16 or more in 8s: 8 images, or 4, 2 or 1 where 8 images' input and gradient do not fit in one
+// core's L2 (the device's Target::l2_bytes), since each chunk's are read again by every filter tap and channel block.
+// The demo's (128, 32, 28, 28) gradient with its input gradient, one thread on a Zen 3 (512 KiB of L2): 75.1 ms in
+// chunks of 8, 62.0 of 4, 54.1 of 2, 54.5 of 1; the (128, 64, 14, 14) one 56.0, 51.1, 52.2, 57.0 (on a Sapphire Rapids'
+// 2 MiB both keep 8).
+int64_t weight_grad_chunk(const at::Tensor& input, const at::Tensor& grad_output, bool batch_inner) {
+  const int64_t N = input.size(0);
+  if (batch_inner) return N % 32 == 0 ? 32 : N;
+  if (N % 8 != 0 || N < 16) return N;
+  const Target& target = runtime::device(input.device().index()).target();
+  const int64_t image = (input.numel() + grad_output.numel()) / N * input.element_size();
+  int64_t chunk = 8;
+  while (chunk > 1 && !target.gpu() && chunk * image > target.l2_bytes)
+    chunk /= 2;
+  return chunk;
 }
 
 UOpPtr read_as(const at::Tensor& t, DType dt) { return cast(read(t), dt); }
@@ -334,11 +351,12 @@ convolution_backward(const at::Tensor& grad_output, const at::Tensor& input, con
                                    : conv_input_grad(go, w, spatial(x), c.g, groups));
   if (output_mask[1]) {
     const bool batch_inner = tiles_pair_batch(input);
+    const int64_t chunk = weight_grad_chunk(input, grad_output, batch_inner);
     grad_weight = result(ints(weight.sizes()), weight, weight.suggest_memory_format(),
-                         transposed ? conv_weight_grad(go, x, c.g, groups, batch_inner)
+                         transposed ? conv_weight_grad(go, x, c.g, groups, batch_inner, chunk)
                          : weight_grad_reads_adjoint(input, weight, c, output_mask[0])
-                             ? conv_weight_grad_adjoint(x, go, c.g, groups)
-                             : conv_weight_grad(x, go, c.g, groups, batch_inner));
+                             ? conv_weight_grad_adjoint(x, go, c.g, groups, chunk)
+                             : conv_weight_grad(x, go, c.g, groups, batch_inner, chunk));
   }
   if (output_mask[2]) grad_bias = result({grad_output.size(1)}, grad_output, format, bias_grad(cast(go, dt)));
   return {grad_input, grad_weight, grad_bias};

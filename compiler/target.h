@@ -22,6 +22,9 @@ struct Target {
   bool amx_bf16 = false;
   // CPU: the threads a kernel's outermost loop is split across (runtime/thread_pool.h).
   int64_t threads = 1;
+  // CPU: the bytes of one core's L2 cache (sysconf), which a convolution's weight gradient sizes its batch
+  // chunks by (see weight_grad_chunk in aten_ops/conv.cpp).
+  int64_t l2_bytes = int64_t{2} << 20;
   bool gpu() const { return dialect != Dialect::C; }
 };
 

@@ -236,6 +236,7 @@ public:
     static const bool tiles = amx_tiles();
     target_.amx_bf16 = tiles;
     target_.threads = ThreadPool::get().size();
+    if (long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE); l2 > 0) target_.l2_bytes = l2;
   }
   std::string name() const override { return "CPU (clang)"; }
   int64_t total_memory() const override {
