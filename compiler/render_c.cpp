@@ -520,8 +520,8 @@ public:
          << "};\n  _tile_loadconfig(tiny_tiles);\n";
     os << scopes_[0].code.str();
     for (size_t d = 0; d < k_.loops.size(); d++) {
-      if (d + 1 == k_.loops.size() && sixteen_lane_loop()) os << indent(static_cast<int>(d) + 1) << kSixteenLanes;
-      if (d + 1 == k_.loops.size() && short_pair_loop()) os << indent(static_cast<int>(d) + 1) << kShortPairLanes;
+      if (const char* pragma = d + 1 == k_.loops.size() ? inner_loop_pragma() : nullptr)
+        os << indent(static_cast<int>(d) + 1) << pragma;
       os << indent(static_cast<int>(d) + 1) << "for (int64_t r" << d << " = " << (d == 0 ? "begin" : "0") << "; r" << d
          << " < " << (d == 0 ? "end" : std::to_string(k_.loops[d])) << "; r" << d << "++) {\n"
          << scopes_[d + 1].code.str();
@@ -540,38 +540,51 @@ public:
   }
 
 private:
-  // An elementwise kernel's innermost loop, every access contiguous along it or the same for all of it, on
-  // a CPU with AVX-512: vectorized 16 floats at a time. For a long body clang's cost model picks 8 lanes
-  // (bench/elementwise.py's chain of 10 ops with exp, divisions and a sqrt: ymm registers); 16 ran that
-  // kernel in 27.6 ms instead of 35.1 (one thread, 16M elements), with the same results.
-  static constexpr const char* kSixteenLanes = "#pragma clang loop vectorize_width(16)\n";
-  bool sixteen_lane_loop() const {
-    if (k_.loops.empty() || k_.loops.back() < 16 || !wide_vectors()) return false;
-    auto loads = inner_loads();
-    return loads && std::ranges::all_of(*loads, [](const auto& l) { return l.first == 0 || l.first == 1; });
+  // How clang vectorizes an elementwise kernel's innermost loop, where its cost model or its loop unroller
+  // chooses badly (nullptr: as it picks).
+  const char* inner_loop_pragma() const {
+    if (k_.loops.empty()) return nullptr;
+    auto inner = inner_accesses();
+    if (!inner) return nullptr;
+    const auto& [loads, stores] = *inner;
+    const int64_t n = k_.loops.back();
+    const bool wide = wide_vectors();
+    auto loads_step = [&](int64_t most, bool float32_only) {
+      return std::ranges::all_of(loads, [&](const auto& l) {
+        return l.first == 0 || (l.first > 0 && l.first <= most && (!float32_only || l.second == DType::Float32));
+      });
+    };
+    const bool contiguous_stores = std::ranges::all_of(stores, [](int64_t s) { return s == 1; });
+    // Every access contiguous along it or the same for all of it, on a CPU with AVX-512: 16 floats at a time.
+    // For a long body clang's cost model picks 8 lanes (bench/elementwise.py's chain of 10 ops with exp,
+    // divisions and a sqrt: ymm registers); 16 ran that kernel in 27.6 ms instead of 35.1 (one thread, 16M
+    // elements), with the same results.
+    if (wide && contiguous_stores && n >= 16 && loads_step(1, false)) return "#pragma clang loop vectorize_width(16)\n";
+    // Fewer than 16 iterations whose float32 reads step by 1 or 2, some by 2 (a 2-wide max pool's window pairs,
+    // elementwise over its outputs): clang vectorizes it only when told. The demo's 2x2 max pool of
+    // 128 x 32 x 28 x 28 (rows of 14 outputs), one thread: with AVX-512 2.28 ms scalar, 0.78 as one masked step of
+    // 8 lanes, 0.82 as 4 lanes and a scalar rest, 1.00 as 8 lanes and a scalar rest; with AVX2 (a Zen 3, the
+    // pool with its batch norm before it) 2.89 ms scalar, 1.54 as 4 lanes and a scalar rest, 1.93 as 8, 3.96-4.51
+    // masked (AVX2's masked stores).
+    const bool pairs = std::ranges::any_of(loads, [](const auto& l) { return l.first == 2; });
+    if (k_.loops.size() >= 2 && n < 16 && contiguous_stores && pairs && loads_step(2, true))
+      return wide ? "#pragma clang loop vectorize_width(8) vectorize_predicate(enable)\n"
+                  : "#pragma clang loop vectorize_width(4)\n";
+    // A loop split in phases (see phase_split in compiler/lower.cpp): each iteration stores c interleaved
+    // outputs at c steps along it, every read contiguous or the same. clang unrolls such a short loop in full
+    // and, without AVX-512's masks, branches on each select of a float (a non-overlapping max pool's gradient,
+    // where(index == place, grad, 0), mispredicted on data). The demo's 2x2 pool gradient of 128 x 32 x 28 x 28
+    // on a Zen 3 (AVX2), one thread: 10.5 ms as one loop of 28 with index / 2 and % 2, 10.5 split in phases,
+    // 3.15 split and vectorized as 4 lanes, 5.0 as 8.
+    if (!wide && stores.size() >= 2 && n >= 8 && loads_step(1, false) &&
+        std::ranges::all_of(stores, [&](int64_t s) { return s == static_cast<int64_t>(stores.size()); }))
+      return "#pragma clang loop vectorize_width(4)\n";
+    return nullptr;
   }
 
-  // An elementwise kernel's innermost loop of fewer than 16 iterations whose float32 reads step by 1 or 2,
-  // some by 2 (a 2-wide max pool's window pairs, elementwise over its outputs): clang vectorizes it only
-  // when told, best as one masked step of 8 lanes. The demo's 2x2 max pool of 128 x 32 x 28 x 28 (rows of
-  // 14 outputs), one thread: 2.28 ms scalar, 0.78 so, 0.82 as 4 lanes and a scalar rest, 1.00 as 8 lanes
-  // and a scalar rest.
-  static constexpr const char* kShortPairLanes = "#pragma clang loop vectorize_width(8) vectorize_predicate(enable)\n";
-  bool short_pair_loop() const {
-    if (k_.loops.size() < 2 || k_.loops.back() >= 16 || !wide_vectors()) return false;
-    auto loads = inner_loads();
-    if (!loads) return false;
-    bool pairs = false;
-    for (const auto& [stride, dt] : *loads) {
-      if (stride < 0 || stride > 2 || (stride > 0 && dt != DType::Float32)) return false;
-      pairs = pairs || stride == 2;
-    }
-    return pairs;
-  }
-
-  // The loads of an elementwise kernel's innermost loop as (step along it, dtype), when every load and
-  // store indexes base + step * loop and every store steps by 1; nullopt otherwise.
-  std::optional<std::vector<std::pair<int64_t, DType>>> inner_loads() const {
+  // The loads of an elementwise kernel's innermost loop as (step along it, dtype), and its stores' steps, when
+  // every load and store indexes base + step * loop; nullopt otherwise.
+  std::optional<std::pair<std::vector<std::pair<int64_t, DType>>, std::vector<int64_t>>> inner_accesses() const {
     if (k_.lane_range >= 0 || k_.tiles || k_.loops.empty()) return std::nullopt;
     const UOp* inner = nullptr;
     std::vector<UOpPtr> nodes = toposort(k_.ast);
@@ -582,13 +595,17 @@ private:
     }
     if (!inner) return std::nullopt;
     std::vector<std::pair<int64_t, DType>> loads;
+    std::vector<int64_t> stores;
     for (const UOpPtr& n : nodes)
       if (n->op == Ops::LOAD || n->op == Ops::STORE) {
         auto split = lane_split(graph_rewrite(n->src[1], symbolic), inner);
-        if (!split || (n->op == Ops::STORE && split->second != 1)) return std::nullopt;
-        if (n->op == Ops::LOAD) loads.emplace_back(split->second, n->dtype);
+        if (!split) return std::nullopt;
+        if (n->op == Ops::LOAD)
+          loads.emplace_back(split->second, n->dtype);
+        else
+          stores.push_back(split->second);
       }
-    return loads;
+    return std::pair{loads, stores};
   }
 
   struct Scope {
