@@ -520,14 +520,27 @@ public:
       os << "  static const unsigned char tiny_tiles[64] __attribute__((aligned(64))) = {" << tile_config_
          << "};\n  _tile_loadconfig(tiny_tiles);\n";
     os << scopes_[0].code.str();
+    const std::optional<Unswitched> unswitched = unswitched_loop();
     for (size_t d = 0; d < k_.loops.size(); d++) {
-      if (const char* pragma = d + 1 == k_.loops.size() ? inner_loop_pragma() : nullptr)
-        os << indent(static_cast<int>(d) + 1) << pragma;
-      os << indent(static_cast<int>(d) + 1) << "for (int64_t r" << d << " = " << (d == 0 ? "begin" : "0") << "; r" << d
-         << " < " << (d == 0 ? "end" : std::to_string(k_.loops[d])) << "; r" << d << "++) {\n"
-         << scopes_[d + 1].code.str();
+      const bool inner = d + 1 == k_.loops.size();
+      const std::string ind = indent(static_cast<int>(d) + 1);
+      auto loop = [&](const std::string& body) {
+        if (const char* pragma = inner ? inner_loop_pragma() : nullptr) os << ind << pragma;
+        os << ind << "for (int64_t r" << d << " = " << (d == 0 ? "begin" : "0") << "; r" << d << " < "
+           << (d == 0 ? "end" : std::to_string(k_.loops[d])) << "; r" << d << "++) {\n"
+           << body;
+      };
+      if (!inner || !unswitched) {
+        loop(scopes_[d + 1].code.str());
+        continue;
+      }
+      os << ind << "if (" << unswitched->condition << ") {\n";
+      loop(unswitched->valid);
+      os << ind << "}\n" << ind << "} else {\n";
+      loop(unswitched->invalid);
+      os << ind << "}\n" << ind << "}\n";
     }
-    for (size_t d = k_.loops.size(); d-- > 0;)
+    for (size_t d = k_.loops.size() - (unswitched ? 1 : 0); d-- > 0;)
       os << indent(static_cast<int>(d) + 1) << "}\n";
     if (!tile_config_.empty()) os << "  _tile_release();\n";
     os << "}\n";
@@ -541,6 +554,34 @@ public:
   }
 
 private:
+  // An elementwise kernel's innermost loop whose masked loads share one validity that does not vary in it (a
+  // padded channels-last copy: each position of the padded output reads every channel, or none) runs as two
+  // loops, one reading unmasked where the validity holds and one with zeros where it does not, chosen once
+  // before them. clang at -O2 tests the validity for every element and does not split the loop itself. The
+  // demo's (128, 64, 14, 14) -> (128, 16, 16, 64) copy on a Zen 3, one thread: 2.66 -> 1.85 ms (1.40 as a
+  // hand-written 8 x 8 transpose in registers).
+  struct Unswitched {
+    std::string condition, valid, invalid; // the validity, the loop's body where it holds and where it does not
+  };
+  std::optional<Unswitched> unswitched_loop() const {
+    const size_t inner = k_.loops.size();
+    if (inner == 0 || k_.lane_range >= 0 || k_.tiles || !reduces_.empty() || masked_loads_.empty()) return std::nullopt;
+    const UOp* condition = masked_loads_.front().valid;
+    std::string valid = scopes_[inner].code.str(), invalid = valid;
+    for (const MaskedLoad& m : masked_loads_) {
+      auto at = where_.find(m.load), from = where_.find(m.valid);
+      if (m.valid != condition || at == where_.end() || at->second != inner || from == where_.end() ||
+          from->second >= inner)
+        return std::nullopt;
+      const std::string masked = names_.at(m.valid) + " ? " + m.read + " : 0";
+      const size_t i = valid.find(masked);
+      if (i == std::string::npos || valid.find(masked, i + 1) != std::string::npos) return std::nullopt;
+      valid.replace(i, masked.size(), m.read);
+      invalid.replace(invalid.find(masked), masked.size(), "0");
+    }
+    return Unswitched{names_.at(condition), valid, invalid};
+  }
+
   // How clang vectorizes an elementwise kernel's innermost loop, where its cost model or its loop unroller
   // chooses badly (nullptr: as it picks).
   const char* inner_loop_pragma() const {
@@ -633,6 +674,12 @@ private:
   std::string tile_config_; // the AMX tile configuration of the kernel's tile blocks (see emit_tiles)
   const UOp* lane_node_ = nullptr;
   std::vector<UOpPtr> keep_;
+  struct MaskedLoad {
+    const UOp* load;
+    const UOp* valid;
+    std::string read; // the load's expression without its mask
+  };
+  std::vector<MaskedLoad> masked_loads_; // scalar loads with a validity (see unswitched_loop)
 
   static std::string indent(int depth) { return std::string(2 * depth, ' '); }
   const std::string& ref(const UOpPtr& n) { return names_.at(n.get()); }
@@ -805,7 +852,10 @@ private:
     std::string e;
     if (n->op == Ops::LOAD) {
       e = from_storage(n->dtype, ref(n->src[0]) + "[" + ref(n->src[1]) + "]");
-      if (n->src.size() > 2) e = ref(n->src[2]) + " ? " + e + " : 0";
+      if (n->src.size() > 2) {
+        masked_loads_.push_back({n.get(), n->src[2].get(), e});
+        e = ref(n->src[2]) + " ? " + e + " : 0";
+      }
     } else if (n->op == Ops::BITCAST && n->dtype == DType::Bool) {
       e = ref(n->src[0]) + " != 0"; // a byte other than 0 or 1 is no _Bool: torch reads it as true
     } else if (n->op == Ops::BITCAST) {

@@ -486,6 +486,28 @@ TEST(Kernel, ALoopDividedByTwoSplitsInPhases) {
   }
 }
 
+// A padded channels-last copy of (C, H, W): every channel of a padded position is read or none is, so the
+// loop over the channels runs unmasked where the position is inside and stores zeros where it is not, the
+// choice made once per position.
+TEST(Kernel, ALoopWhoseMaskDoesNotVaryInItRunsUnmaskedOrAsZeros) {
+  const int64_t C = 24, H = 5, W = 7;
+  auto xv = random_vec(C * H * W, 17);
+  auto v = permute(pad(reshape(buffer(filled(xv)), {C, H, W}), {{0, 0}, {1, 1}, {1, 1}}), {1, 2, 0});
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, (H + 2) * (W + 2) * C);
+  std::string src = render_c(lower_kernel(out, View::contiguous({H + 2, W + 2, C}), v), "k");
+  EXPECT_NE(src.find("} else {"), std::string::npos) << src;
+  EXPECT_EQ(src.find(" ? b1["), std::string::npos) << src;
+  auto got = values(realize_value(v));
+  for (int64_t h = 0; h < H + 2; h++)
+    for (int64_t w = 0; w < W + 2; w++)
+      for (int64_t c = 0; c < C; c++) {
+        const bool inside = h >= 1 && h <= H && w >= 1 && w <= W;
+        EXPECT_EQ(got[static_cast<size_t>((h * (W + 2) + w) * C + c)],
+                  inside ? xv[static_cast<size_t>((c * H + h - 1) * W + w - 1)] : 0.0f)
+            << h << " " << w << " " << c;
+      }
+}
+
 TEST(Kernel, AScatterAddAccumulatesRepeatedIndicesInOrder) {
   auto base = buffer(filled({1, 1, 1, 1}));
   auto idx = buffer(indices({3, 0, 3, 3, 9}));
