@@ -597,11 +597,13 @@ private:
       });
     };
     const bool contiguous_stores = std::ranges::all_of(stores, [](int64_t s) { return s == 1; });
-    // Every access contiguous along it or the same for all of it, on a CPU with AVX-512: 16 floats at a time.
-    // For a long body clang's cost model picks 8 lanes (bench/elementwise.py's chain of 10 ops with exp,
-    // divisions and a sqrt: ymm registers); 16 ran that kernel in 27.6 ms instead of 35.1 (one thread, 16M
-    // elements), with the same results.
-    if (wide && contiguous_stores && n >= 16 && loads_step(1, false)) return "#pragma clang loop vectorize_width(16)\n";
+    // Every access contiguous along it or the same for all of it: a full vector register of floats at a time.
+    // For a long body clang's cost model picks half of it (bench/elementwise.py's chain of 10 ops with exp,
+    // divisions and a sqrt, one thread, 16M elements): with AVX-512 ymm registers, 16 lanes ran it in 27.6 ms
+    // instead of 35.1; with AVX2 (a Zen 3) xmm registers, 8 lanes 12.5 ms instead of 24.7 (4M elements). With
+    // AVX2 only where every read is float32: a loop over bytes may do better with the lanes clang picks.
+    if (contiguous_stores && n >= 16 && loads_step(1, !wide))
+      return wide ? "#pragma clang loop vectorize_width(16)\n" : "#pragma clang loop vectorize_width(8)\n";
     // Fewer than 16 iterations whose float32 reads step by 1 or 2, some by 2 (a 2-wide max pool's window pairs,
     // elementwise over its outputs): clang vectorizes it only when told. The demo's 2x2 max pool of
     // 128 x 32 x 28 x 28 (rows of 14 outputs), one thread: with AVX-512 2.28 ms scalar, 0.78 as one masked step of
