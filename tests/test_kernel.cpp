@@ -189,6 +189,33 @@ TEST(Kernel, ASumOverAnAxisMatchesPlainLoops) {
   }
 }
 
+// A row's sum or max into one vector accumulator runs as two, the even and the odd steps of its loop (one is
+// a chain of dependent adds), combined after it: the same sums, a NaN anywhere in a row still its max.
+TEST(Kernel, ARowReductionIntoOneVectorRunsTwoAccumulators) {
+  const int64_t R = 5, C = 1024;
+  auto av = random_vec(R * C, 21);
+  av[2 * C + 17] = NAN;  // row 2: an even step of its loop
+  av[3 * C + 1000] = NAN; // row 3: an odd one
+  auto a = reshape(buffer(filled(av)), {R, C});
+  for (Ops op : {Ops::ADD, Ops::MAX}) {
+    auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, R);
+    std::string src = render_c(lower_kernel(out, View::contiguous({R, 1}), reduce(a, op, {1})), "k");
+    EXPECT_NE(src.find("_ += 2) {"), std::string::npos) << src;
+    auto got = values(realize_value(reduce(a, op, {1})));
+    for (int64_t i = 0; i < R; i++) {
+      double want = op == Ops::ADD ? 0.0 : -INFINITY;
+      for (int64_t j = 0; j < C; j++) {
+        float x = av[i * C + j];
+        want = op == Ops::ADD ? want + x : (std::isnan(x) || std::isnan(want) ? NAN : std::max<double>(want, x));
+      }
+      if (std::isnan(want))
+        EXPECT_TRUE(std::isnan(got[i])) << i;
+      else
+        EXPECT_NEAR(got[i], want, 1e-3) << i;
+    }
+  }
+}
+
 // hash_tensor's fold: the bits of 64-bit values xor-ed, per row (lanes) and over a long vector (split
 // across threads, the partial results xor-ed again).
 TEST(Kernel, AnXorFoldOfUint64BitsMatchesPlainLoops) {

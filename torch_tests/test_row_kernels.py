@@ -118,16 +118,20 @@ def test_float32_softmax_computes_exp_once_per_element_over_vector_lanes_with_ta
     sources = re.findall(r"\nvoid (R_64_1024\w*)\(.*?\n}\n", out, re.S)
     assert sources, "no row kernel of the softmax's shape in the generated sources"
     body = re.search(r"\nvoid R_64_1024\w*\(.*?\n}\n", out, re.S).group(0)
+    # the sum's loop runs two accumulators, even and odd steps, its body once for each
     exp_lines = [line for line in body.splitlines() if "tiny_expf(" in line]
-    assert len(exp_lines) == 1, f"exp computed in {len(exp_lines)} places:\n{body}"
-    assert exp_lines[0].strip().startswith("const tv_float"), f"exp not over vector lanes:\n{body}"
+    assert len(exp_lines) == 2, f"exp computed in {len(exp_lines)} places:\n{body}"
+    assert all(line.strip().startswith("const tv_float") for line in exp_lines), f"exp not over vector lanes:\n{body}"
+    loops = [m.group(0) for m in re.finditer(r"for \(int64_t (r\d+_) = 0; \1 < 64; \1 \+= 2\) \{.*?\n    \}\n", body, re.S)]
+    assert any(all(line in loop for line in exp_lines) for loop in loops), f"exp outside the sum's loop:\n{body}"
     assert re.search(r"memcpy\(b0 \+", body), f"exp not held in the output for the row's write:\n{body}"
     # the row's write multiplies by the sum's reciprocal, computed once per row, as torch's CPU kernel does:
     # no division per element
     write_loop = body[body.rindex("for (") :]
     assert "/" not in write_loop and "*" in write_loop, f"the row's write divides per element:\n{body}"
-    # a row of 1000: 62 steps of 16 lanes, then a scalar tail of 8, in both of the softmax's reductions
+    # a row of 1000: 62 steps of 16 lanes (two accumulators of 31), then a scalar tail of 8, in both of the
+    # softmax's reductions
     tail = re.search(r"\nvoid R_8_1000\w*\(.*?\n}\n", out, re.S)
     assert tail, "no row kernel of the (8, 1000) softmax in the generated sources"
-    assert len(re.findall(r"< 62; r\d+\+\+\) \{", tail.group(0))) == 2, tail.group(0)
+    assert len(re.findall(r"< 62; r\d+_ \+= 2\) \{", tail.group(0))) == 2, tail.group(0)
     assert len(re.findall(r"< 8; r\d+\+\+\) \{", tail.group(0))) == 2, tail.group(0)
