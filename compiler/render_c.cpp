@@ -880,7 +880,22 @@ private:
   // The C expression of an elementwise node over its operands' expressions.
   static std::string scalar_expr(const UOpPtr& n, const std::vector<std::string>& a) {
     std::string e;
-    if (n->op == Ops::WHERE) return a[0] + " ? " + a[1] + " : " + a[2];
+    if (n->op == Ops::WHERE) {
+      // where(c, x, 0) of floats as x's bits masked by c: clang turns a scalar float select into a branch,
+      // mispredicted on data (a max pool's gradient keeps each window's gradient at its argmax: the demo's
+      // 14 x 14 one, rows of 7 windows fully unrolled, 4.76 -> 0.76 ms one thread on a Zen 3).
+      const std::string_view reg = reg_type(n->dtype);
+      for (size_t keep : {size_t{1}, size_t{2}}) {
+        const UOpPtr& other = n->src[3 - keep];
+        if ((reg != "float" && reg != "double") || other->op != Ops::CONST || other->const_f() != 0.0 ||
+            std::signbit(other->const_f()))
+          continue;
+        const std::string word = reg == "float" ? "uint32_t" : "uint64_t";
+        return "({ " + std::string(reg) + " x_ = " + a[keep] + "; " + word + " u_; memcpy(&u_, &x_, sizeof u_); u_ &= -(" +
+               word + ")(" + (keep == 1 ? "" : "!") + a[0] + "); memcpy(&x_, &u_, sizeof u_); x_; })";
+      }
+      return a[0] + " ? " + a[1] + " : " + a[2];
+    }
     if (n->op == Ops::CAST) return render_cast(n->src[0]->dtype, n->dtype, a[0]);
     if (is_unary(n->op))
       e = render_unary(n->op, n->src[0]->dtype, a[0]);

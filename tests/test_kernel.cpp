@@ -216,6 +216,31 @@ TEST(Kernel, ARowReductionIntoOneVectorRunsTwoAccumulators) {
   }
 }
 
+// where(c, x, 0) of floats (a max pool's gradient) keeps x's bits masked by c, without a branch: x exactly
+// (NaN, infinity, -0.0) where c holds, +0.0 where it does not; a -0.0 arm stays a select.
+TEST(Kernel, AWhereWithAZeroArmMasksBitsExactly) {
+  const int64_t N = 7;
+  std::vector<float> xv = {NAN, INFINITY, -0.0f, -3.5f, 1e-40f, 2.0f, -INFINITY};
+  std::vector<float> cv = {1, 1, 1, 0, 1, 0, 1};
+  auto x = buffer(filled(xv)), cb = buffer(filled(cv));
+  auto fill = [&](double z) { return expand(reshape(const_float(DType::Float32, z), {1}), {N}); };
+  auto c = alu(Ops::CMPLT, fill(0.5), cb), not_c = alu(Ops::CMPLT, cb, fill(0.5));
+  for (bool x_first : {true, false}) {
+    auto w = x_first ? where(c, x, fill(0.0)) : where(not_c, fill(0.0), x);
+    auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, N);
+    EXPECT_NE(render_c(lower_kernel(out, View::contiguous({N}), w), "k").find("memcpy(&u_"), std::string::npos);
+    auto got = values(realize_value(w));
+    for (int64_t i = 0; i < N; i++) {
+      float want = cv[i] > 0.5f ? xv[i] : 0.0f;
+      EXPECT_EQ(std::memcmp(&got[i], &want, 4), 0) << i << ": " << got[i] << " vs " << want;
+    }
+  }
+  auto negative = where(c, x, fill(-0.0));
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, N);
+  EXPECT_EQ(render_c(lower_kernel(out, View::contiguous({N}), negative), "k").find("memcpy(&u_"), std::string::npos);
+  EXPECT_TRUE(std::signbit(values(realize_value(negative))[3]));
+}
+
 // hash_tensor's fold: the bits of 64-bit values xor-ed, per row (lanes) and over a long vector (split
 // across threads, the partial results xor-ed again).
 TEST(Kernel, AnXorFoldOfUint64BitsMatchesPlainLoops) {
