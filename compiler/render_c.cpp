@@ -891,8 +891,9 @@ private:
             std::signbit(other->const_f()))
           continue;
         const std::string word = reg == "float" ? "uint32_t" : "uint64_t";
-        return "({ " + std::string(reg) + " x_ = " + a[keep] + "; " + word + " u_; memcpy(&u_, &x_, sizeof u_); u_ &= -(" +
-               word + ")(" + (keep == 1 ? "" : "!") + a[0] + "); memcpy(&x_, &u_, sizeof u_); x_; })";
+        return "({ " + std::string(reg) + " x_ = " + a[keep] + "; " + word +
+               " u_; memcpy(&u_, &x_, sizeof u_); u_ &= -(" + word + ")(" + (keep == 1 ? "" : "!") + a[0] +
+               "); memcpy(&x_, &u_, sizeof u_); x_; })";
       }
       return a[0] + " ? " + a[1] + " : " + a[2];
     }

@@ -194,7 +194,7 @@ TEST(Kernel, ASumOverAnAxisMatchesPlainLoops) {
 TEST(Kernel, ARowReductionIntoOneVectorRunsTwoAccumulators) {
   const int64_t R = 5, C = 1024;
   auto av = random_vec(R * C, 21);
-  av[2 * C + 17] = NAN;  // row 2: an even step of its loop
+  av[2 * C + 17] = NAN;   // row 2: an even step of its loop
   av[3 * C + 1000] = NAN; // row 3: an odd one
   auto a = reshape(buffer(filled(av)), {R, C});
   for (Ops op : {Ops::ADD, Ops::MAX}) {

@@ -122,7 +122,8 @@ def test_float32_softmax_computes_exp_once_per_element_over_vector_lanes_with_ta
     exp_lines = [line for line in body.splitlines() if "tiny_expf(" in line]
     assert len(exp_lines) == 2, f"exp computed in {len(exp_lines)} places:\n{body}"
     assert all(line.strip().startswith("const tv_float") for line in exp_lines), f"exp not over vector lanes:\n{body}"
-    loops = [m.group(0) for m in re.finditer(r"for \(int64_t (r\d+_) = 0; \1 < 64; \1 \+= 2\) \{.*?\n    \}\n", body, re.S)]
+    pair_loop = r"for \(int64_t (r\d+_) = 0; \1 < 64; \1 \+= 2\) \{.*?\n    \}\n"
+    loops = [m.group(0) for m in re.finditer(pair_loop, body, re.S)]
     assert any(all(line in loop for line in exp_lines) for loop in loops), f"exp outside the sum's loop:\n{body}"
     assert re.search(r"memcpy\(b0 \+", body), f"exp not held in the output for the row's write:\n{body}"
     # the row's write multiplies by the sum's reciprocal, computed once per row, as torch's CPU kernel does:
