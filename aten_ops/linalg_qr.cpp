@@ -528,9 +528,13 @@ struct Rotation {
 };
 
 // The rotation of each pair (p < q) that zeroes the off-diagonal g of [[app, g], [g, aqq]] (Golub & Van Loan's
-// symmetric Schur decomposition of a 2x2); app, aqq, g are given per index i of the pair.
+// symmetric Schur decomposition of a 2x2); app, aqq, g are given per index i of the pair. g and t are realized:
+// a kernel that recomputed g from a fused sum could round it otherwise than the kernel testing it for zero (a
+// dot of orthogonal columns, rounding noise, was 0 in one and 1e-9 in the other: a 45 degree rotation that
+// undid the sweep), and c and e come from one t.
 Rotation pair_rotation(const UOpPtr& i, const UOpPtr& partner_i, const UOpPtr& app, const UOpPtr& aqq,
-                       const UOpPtr& g) {
+                       const UOpPtr& off) {
+  UOpPtr g = contiguous(off);
   UOpPtr zero = zeros(g), one = like(g, 1);
   UOpPtr none = eq(g, zero);
   UOpPtr safe_g = where(none, one, g);
@@ -539,7 +543,7 @@ Rotation pair_rotation(const UOpPtr& i, const UOpPtr& partner_i, const UOpPtr& a
   UOpPtr t = div(where(lt(theta, zero), like(g, -1), one), mag);
   // |theta| so large that its square overflows: the rotation is the identity to working precision
   t = where(alu(Ops::CMPNE, mag, like(mag, std::numeric_limits<double>::infinity())), t, zero);
-  t = where(none, zero, t);
+  t = contiguous(where(none, zero, t));
   UOpPtr c = div(one, sqrt(add(one, mul(t, t))));
   UOpPtr s = mul(t, c);
   UOpPtr is_p = lt(i, partner_i);
@@ -750,11 +754,13 @@ Svd jacobi_svd_tall(const UOpPtr& x, bool full, bool compute_uv, c10::Device dev
       UOpPtr col = a, other = element(a, B, R, pC);
       // per column i: |a_i|^2 and a_i . a_partner(i), reduced over the rows
       UOpPtr norms = contiguous(reshape(sum_keep(mul(col, col), {1}), v));
-      UOpPtr dots = reshape(sum_keep(mul(col, other), {1}), v);
+      UOpPtr dots = contiguous(reshape(sum_keep(mul(col, other), {1}), v));
       UOpPtr pi = partner(i, step_index(round, v), N);
       UOpPtr own = norms, theirs = entry(norms, bi, pi);
       UOpPtr is_p = lt(i, pi);
-      Rotation rot = pair_rotation(i, pi, where(is_p, own, theirs), where(is_p, theirs, own), dots);
+      // both indices of a pair take the dot computed at p (at q it is the same sum only up to rounding)
+      UOpPtr gamma = entry(dots, bi, alu(Ops::MIN, i, pi));
+      Rotation rot = pair_rotation(i, pi, where(is_p, own, theirs), where(is_p, theirs, own), gamma);
       UOpPtr cC = entry(rot.c, B, C), eC = entry(rot.e, B, C);
       a = contiguous(add(mul(cC, a), mul(eC, other)));
       if (compute_uv) {

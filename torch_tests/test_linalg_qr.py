@@ -229,6 +229,27 @@ def test_svd_vectors_are_orthonormal_and_reconstruct(native, dtype):
             torch.testing.assert_close(u[..., :k] * s.unsqueeze(-2) @ vh[..., :k, :], x, **tol)
 
 
+def test_svd_of_nearly_orthogonal_columns_matches_cpu(native):
+    # the upstream OpInfo's lstsq sample: columns orthogonal up to ~1e-4, two singular values equal to 1e-5,
+    # so the Jacobi sweeps' dot products end as rounding noise (tested against zero, and divided by)
+    rows = (
+        ("-0x1.eb9178p-3", "0x1.f09a84p-1", "0x1.4e493p-5"),
+        ("0x1.d4a158p-1", "0x1.ed3dc4p-3", "-0x1.183024p-2"),
+        ("0x1.284e08p-2", "0x1.614a2cp-5", "0x1.dde5c2p-2"),
+        ("0x1.31abc8p-3", "0x1.c63fp-8", "0x1.aeba3cp-1"),
+    )
+    a = torch.tensor([[float.fromhex(v) for v in row] for row in rows])
+    tol = tolerance(torch.float32)
+    check(torch.linalg.svdvals, a, **tol)
+    check(lambda a, b: torch.linalg.lstsq(a, b, driver="gels").solution, a, sample(4, 3), **tol)
+    # and a batch of such matrices: orthonormal columns, scaled by 1 + 1e-3 noise
+    q = torch.linalg.qr(sample(64, 6, 4, dtype=torch.float64)).Q
+    x = (q * (1 + 1e-3 * sample(64, 1, 4, dtype=torch.float64, seed=1))).float()
+    check(torch.linalg.svdvals, x, **tol)
+    u, s, vh = (t.cpu() for t in torch.linalg.svd(x.to(DEVICE), full_matrices=False))
+    torch.testing.assert_close(u * s.unsqueeze(-2) @ vh, x, **tol)
+
+
 def test_svd_of_rank_deficient_input_has_orthonormal_vectors(native):
     b = sample(5, 1, dtype=torch.float64)
     x = torch.cat([b, b, torch.zeros(5, 1, dtype=torch.float64)], 1)
