@@ -1426,7 +1426,6 @@ private:
          << "], sizeof " << accs[i] << ");\n";
   }
 
-  // acc op v for a reduction's op.
   // The reduction m's vector accumulator acc updated with `v` (m's value in this step by default): lanes
   // accumulate separately, each in the scalar order.
   std::string vector_update(const UOpPtr& m, const std::string& acc, std::string v = {}) {
@@ -1442,6 +1441,7 @@ private:
     return acc + (op == Ops::ADD ? " + " : op == Ops::MUL ? " * " : " ^ ") + v;
   }
 
+  // acc op v for a reduction's op.
   static std::string combine(Ops op, DType dt, const std::string& acc, const std::string& v) {
     switch (op) {
     case Ops::ADD:
