@@ -44,15 +44,16 @@ public:
       if (n->op == Ops::REDUCE && prod(n->shape) > 0)
         ops = std::min(ops * (prod(n->src[0]->shape) / prod(n->shape)), kMaxInlineOps + 1);
       bool computed = is_alu(n->op) || n->op == Ops::CAST || n->op == Ops::REDUCE;
-      // A reduction several nodes read (a gradient the optimizer's updates all use) is computed once,
-      // and so is a computation whose recomputation by its other readers would cost more than
-      // kMaxInlineOps: a parameter updated step after step without a sync is a chain every later step
+      // A reduction several nodes read, directly or through a reshape (a gradient the optimizer's updates all
+      // use; a dot product tested for zero and divided by), is computed once: readers that recomputed it
+      // could each round it otherwise. So is a computation whose recomputation by its other readers would
+      // cost more than kMaxInlineOps: a parameter updated step after step without a sync is a chain every later step
       // would recompute (scheduling and running it grow with the square of the steps); a max pool's
       // gradient that batch norm's backward reads three times (two sums and its input gradient) indexes
       // with divisions that keep those sums from vector lanes.
       int64_t reads = uses_[n.get()] + view_reads_[n.get()];
       if (n->op == Ops::ASSIGN || n->op == Ops::SCATTER || n->op == Ops::CONTIGUOUS || is_root_.count(n.get()) ||
-          (n->op == Ops::REDUCE && uses_[n.get()] > 1) ||
+          (n->op == Ops::REDUCE && reads > 1) ||
           (computed && reads > 1 && ops * (reads - 1) > kMaxInlineOps)) {
         realize(n);
         ops = once = 0;

@@ -206,6 +206,21 @@ size_t kernels_of(const std::vector<UOpPtr>& roots) { return schedule(roots, Tar
 
 // A gradient read through one reshape by batch norm's backward (two sums and the input gradient) is
 // computed once: its three readers would each recompute it, divisions and all.
+// A reduction read through a reshape by several nodes is one value: computed once, not recomputed by each
+// reader, whose kernels could round it differently (a Jacobi rotation tested a dot of orthogonal columns for
+// zero in one kernel and divided by it in another: 0 in one, 1e-9 in the other).
+TEST(Schedule, AShortReductionReadThroughAReshapeBySeveralNodesIsComputedOnce) {
+  UOpPtr dots = reshape(reduce(alu(Ops::MUL, input({4, 3}), input({4, 3})), Ops::ADD, {0}), {3});
+  UOpPtr none = alu(Ops::CMPNE, dots, expand(reshape(const_float(DType::Float32, 0.0), {1}), {3}));
+  UOpPtr theta = alu(Ops::FDIV, input({3}), dots);
+  Schedule s = schedule({theta, none}, Target{}, placeholder);
+  int64_t reducing = 0;
+  for (const Kernel& k : s.kernels)
+    for (const UOpPtr& n : toposort(k.ast))
+      reducing += n->op == Ops::REDUCE;
+  EXPECT_EQ(reducing, 1);
+}
+
 TEST(Schedule, AValueReadThroughOneViewBySeveralNodesCountsEachRead) {
   const int64_t N = 2, C = 4, H = 7;
   UOpPtr g = alu(Ops::MUL, spread2x2(input({N, C, H, H})), spread2x2(input({N, C, H, H})));
