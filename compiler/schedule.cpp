@@ -53,8 +53,7 @@ public:
       // with divisions that keep those sums from vector lanes.
       int64_t reads = uses_[n.get()] + view_reads_[n.get()];
       if (n->op == Ops::ASSIGN || n->op == Ops::SCATTER || n->op == Ops::CONTIGUOUS || is_root_.count(n.get()) ||
-          (n->op == Ops::REDUCE && reads > 1) ||
-          (computed && reads > 1 && ops * (reads - 1) > kMaxInlineOps)) {
+          (n->op == Ops::REDUCE && reads > 1) || (computed && reads > 1 && ops * (reads - 1) > kMaxInlineOps)) {
         realize(n);
         ops = once = 0;
       }
