@@ -47,8 +47,8 @@ public:
       // A reduction several nodes read, directly or through a reshape (a gradient the optimizer's updates all
       // use; a dot product tested for zero and divided by), is computed once: readers that recomputed it
       // could each round it otherwise. So is a computation whose recomputation by its other readers would
-      // cost more than kMaxInlineOps: a parameter updated step after step without a sync is a chain every later step
-      // would recompute (scheduling and running it grow with the square of the steps); a max pool's
+      // cost more than kMaxInlineOps: a parameter updated step after step without a sync is a chain every
+      // later step would recompute (scheduling and running it grow with the square of the steps); a max pool's
       // gradient that batch norm's backward reads three times (two sums and its input gradient) indexes
       // with divisions that keep those sums from vector lanes.
       int64_t reads = uses_[n.get()] + view_reads_[n.get()];

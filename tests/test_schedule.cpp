@@ -204,8 +204,6 @@ size_t kernels_of(const std::vector<UOpPtr>& roots) { return schedule(roots, Tar
 
 } // namespace
 
-// A gradient read through one reshape by batch norm's backward (two sums and the input gradient) is
-// computed once: its three readers would each recompute it, divisions and all.
 // A reduction read through a reshape by several nodes is one value: computed once, not recomputed by each
 // reader, whose kernels could round it differently (a Jacobi rotation tested a dot of orthogonal columns for
 // zero in one kernel and divided by it in another: 0 in one, 1e-9 in the other).
@@ -221,6 +219,8 @@ TEST(Schedule, AShortReductionReadThroughAReshapeBySeveralNodesIsComputedOnce) {
   EXPECT_EQ(reducing, 1);
 }
 
+// A gradient read through one reshape by batch norm's backward (two sums and the input gradient) is
+// computed once: its three readers would each recompute it, divisions and all.
 TEST(Schedule, AValueReadThroughOneViewBySeveralNodesCountsEachRead) {
   const int64_t N = 2, C = 4, H = 7;
   UOpPtr g = alu(Ops::MUL, spread2x2(input({N, C, H, H})), spread2x2(input({N, C, H, H})));
