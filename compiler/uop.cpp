@@ -166,6 +166,7 @@ struct InternTable {
   std::mutex mu;
   std::vector<Slot> slots = std::vector<Slot>(2048); // a power of two, at most half full
   size_t count = 0;
+  size_t made = 0; // nodes inserted, ever
   static InternTable& get() {
     static InternTable* t = new InternTable(); // never destroyed: nodes may die during static teardown
     return *t;
@@ -175,6 +176,7 @@ struct InternTable {
   // mixes pointers, whose low bits are the same).
   size_t home(size_t h) const { return (h * 0x9e3779b97f4a7c15ULL) >> (64 - std::countr_zero(slots.size())); }
   void insert(UOp* n) {
+    made++;
     if (2 * ++count > slots.size()) grow();
     place(n->hash_, n);
   }
@@ -265,6 +267,12 @@ size_t live_uops() {
   InternTable& t = InternTable::get();
   std::lock_guard lock(t.mu);
   return t.count;
+}
+
+size_t uops_made() {
+  InternTable& t = InternTable::get();
+  std::lock_guard lock(t.mu);
+  return t.made;
 }
 
 double UOp::const_f() const {

@@ -178,6 +178,9 @@ private:
 };
 
 size_t live_uops();
+// Nodes built since the process started (found ones not counted): growth of the graphs, which
+// live_uops() alone cannot tell from nodes that caches keep.
+size_t uops_made();
 
 // Builders. Each checks its inputs and derives dtype and shape.
 UOpPtr const_int(DType dt, int64_t v);

@@ -99,12 +99,19 @@ bool is_whole(const StridedView& v, int64_t n) {
 }
 
 // A program that never syncs (a hand-written training loop without .item()) would grow one graph
-// without end: past TINY_MAX_PENDING_UOPS live graph nodes (default 100,000; a training step of the
-// demo has a few thousand), the next read realizes everything pending first. Checked every 64 reads.
+// without end: past TINY_MAX_PENDING_UOPS graph nodes (default 100,000; a training step of the demo has a
+// few thousand) built since the last sync and as many live, the write that ends an op realizes everything
+// pending. Checked every 64 writes. At a write, not a read: an op realized between its reads would hold
+// the old graph in the operands it had read already, and its result would be that whole graph again
+// (computed anew at the next check, and so on, every 64 reads). Counting the nodes built since the last
+// sync, not only the live ones: the caches' nodes (kernels of cached schedules) stay live after a sync.
+size_t uops_made_at_last_sync = 0;
+
 void realize_if_graphs_are_large() {
-  static int64_t reads = 0;
+  static int64_t writes = 0;
   static const size_t limit = static_cast<size_t>(env_limit("TINY_MAX_PENDING_UOPS", 100000));
-  if (++reads % 64 == 0 && pending_list.head && live_uops() > limit) synchronize();
+  if (++writes % 64 == 0 && pending_list.head && uops_made() - uops_made_at_last_sync > limit && live_uops() > limit)
+    synchronize();
 }
 
 } // namespace
@@ -204,7 +211,6 @@ UOpPtr elements(const UOpPtr& c, const StridedView& v) {
 
 UOpPtr LazyBuffer::read(const StridedView& v) {
   std::lock_guard lock(graph_mutex());
-  realize_if_graphs_are_large();
   return bitcast(elements(content_locked(v.dtype), v), v.dtype);
 }
 
@@ -221,6 +227,7 @@ void LazyBuffer::write(const StridedView& v, const UOpPtr& value) {
                : value->op == Ops::VIEW || n == 1 ? reshape(value, {n})
                                                   : view(value, ShapeTracker::of(View{{n}, {1}, 0, std::nullopt}));
     mark_pending();
+    realize_if_graphs_are_large();
     return;
   }
   UOpPtr c = content_locked(v.dtype);
@@ -244,6 +251,7 @@ void LazyBuffer::write(const StridedView& v, const UOpPtr& value) {
   else
     content_ = assign(c, val, View{v.sizes, v.strides, v.offset, std::nullopt});
   mark_pending();
+  realize_if_graphs_are_large();
 }
 
 void LazyBuffer::scatter(DType dtype, const UOpPtr& index, const UOpPtr& value, std::optional<Ops> combine) {
@@ -270,6 +278,7 @@ void LazyBuffer::scatter(DType dtype, const UOpPtr& index, const UOpPtr& value, 
     content_ = bitcast(tiny::scatter(bitcast(c, dtype), index, value, combine), c->dtype);
   }
   mark_pending();
+  realize_if_graphs_are_large();
 }
 
 void LazyBuffer::write_host(const StridedView& v, const void* src) {
@@ -375,6 +384,7 @@ void LazyBuffer::realize_pending(Device* only) {
   // A sync point waits for what it enqueued (GPU launches are asynchronous).
   for (Device* d : devices)
     d->synchronize();
+  uops_made_at_last_sync = uops_made();
   raise_kernel_errors();
 }
 

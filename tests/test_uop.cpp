@@ -26,6 +26,19 @@ TEST(UOp, NodesLeaveTheInternTableWhenTheyDie) {
   EXPECT_EQ(live_uops(), before);
 }
 
+TEST(UOp, NodesMadeCountsNewNodesOnly) {
+  auto c = const_int(DType::Int32, 987654321);
+  size_t made = uops_made();
+  auto n = alu(Ops::NEG, c);
+  EXPECT_EQ(uops_made(), made + 1);
+  auto again = alu(Ops::NEG, c); // found, not made
+  EXPECT_EQ(again.get(), n.get());
+  EXPECT_EQ(uops_made(), made + 1);
+  n.reset();
+  again.reset();
+  EXPECT_EQ(uops_made(), made + 1); // a node's death leaves the count as it is
+}
+
 TEST(UOp, ShapesAndDtypesAreDerived) {
   auto buf = std::make_shared<BufferBase>(DType::Float32, 12);
   auto b = buffer(buf);
