@@ -222,10 +222,15 @@ void LazyBuffer::write(const StridedView& v, const UOpPtr& value) {
   size_t item = itemsize(v.dtype);
   if (!content_ && nbytes_ > 0 && nbytes_ % item == 0 && is_whole(v, static_cast<int64_t>(nbytes_ / item))) {
     auto n = static_cast<int64_t>(nbytes_ / item);
-    // the value's row-major flattening: its tracker built as it is (a view below composes with it instead)
-    content_ = value->shape.size() == 1           ? value
-               : value->op == Ops::VIEW || n == 1 ? reshape(value, {n})
-                                                  : view(value, ShapeTracker::of(View{{n}, {1}, 0, std::nullopt}));
+    // The value's row-major flattening: its tracker built as it is (a view below composes with it instead).
+    // A value that is a reshape of another (a reduction's result without its reduced axes, a matmul's) is
+    // that one flattened: one view node, not a reshape composed onto a reshape.
+    const UOpPtr& flat = value->op == Ops::VIEW && value->st().is_contiguous() && prod(value->src[0]->shape) == n
+                             ? value->src[0]
+                             : value;
+    content_ = flat->shape.size() == 1           ? flat
+               : flat->op == Ops::VIEW || n == 1 ? reshape(flat, {n})
+                                                 : view(flat, ShapeTracker::of(View{{n}, {1}, 0, std::nullopt}));
     mark_pending();
     realize_if_graphs_are_large();
     return;
