@@ -7,11 +7,6 @@ namespace tiny {
 
 namespace {
 
-// A view that only reshapes its source (row-major, every element once).
-bool is_reshape(const UOpPtr& n) {
-  return n->op == Ops::VIEW && n->st().is_contiguous() && prod(n->shape) == prod(n->src[0]->shape);
-}
-
 // A value read by several nodes is computed once into a buffer when inlining it would cost more ops.
 constexpr int64_t kMaxInlineOps = 128;
 // The ops a read through a view of several views costs on top: its index is recomputed from the

@@ -371,6 +371,10 @@ UOpPtr reshape(const UOpPtr& x, const Shape& shape) {
   return view(x, ShapeTracker::from_shape(x->shape).reshape(shape));
 }
 
+bool is_reshape(const UOpPtr& n) {
+  return n->op == Ops::VIEW && n->st().is_contiguous() && prod(n->shape) == prod(n->src[0]->shape);
+}
+
 UOpPtr expand(const UOpPtr& x, const Shape& shape) {
   if (x->shape == shape) return x;
   return view(x, ShapeTracker::from_shape(x->shape).expand(shape));

@@ -193,6 +193,8 @@ UOpPtr buffer(const BufferRef& buf);
 UOpPtr iota(int64_t n, DType dt);              // shape (n,)
 UOpPtr view(const UOpPtr& x, ShapeTracker st); // st is moved into the node
 UOpPtr reshape(const UOpPtr& x, const Shape& shape);
+// A view that only reshapes its source (row-major, every element once).
+bool is_reshape(const UOpPtr& n);
 UOpPtr expand(const UOpPtr& x, const Shape& shape);
 UOpPtr permute(const UOpPtr& x, const std::vector<int64_t>& order);
 UOpPtr pad(const UOpPtr& x, const std::vector<std::pair<int64_t, int64_t>>& pads);

@@ -179,7 +179,7 @@ UOpPtr elements(const UOpPtr& c, const StridedView& v) {
   // The content is mostly the flattening of a value (a whole write makes it VIEW(value)): a window of the
   // content read inside it is that window of the value's row-major elements, the view that view() would
   // compose (ShapeTracker::on_top_of) built directly.
-  const UOpPtr& flat = c->op == Ops::VIEW && c->st().is_contiguous() ? c->src[0] : c;
+  const UOpPtr& flat = is_reshape(c) ? c->src[0] : c;
   if (v.sizes != c->shape && is_whole(v, c->shape[0])) {
     if (c->shape[0] == 0) return reshape(c, v.sizes);
     if (flat->shape == v.sizes) return flat; // the value written whole, read whole (an op's result, read next)
@@ -225,9 +225,7 @@ void LazyBuffer::write(const StridedView& v, const UOpPtr& value) {
     // The value's row-major flattening: its tracker built as it is (a view below composes with it instead).
     // A value that is a reshape of another (a reduction's result without its reduced axes, a matmul's) is
     // that one flattened: one view node, not a reshape composed onto a reshape.
-    const UOpPtr& flat = value->op == Ops::VIEW && value->st().is_contiguous() && prod(value->src[0]->shape) == n
-                             ? value->src[0]
-                             : value;
+    const UOpPtr& flat = is_reshape(value) ? value->src[0] : value;
     content_ = flat->shape.size() == 1           ? flat
                : flat->op == Ops::VIEW || n == 1 ? reshape(flat, {n})
                                                  : view(flat, ShapeTracker::of(View{{n}, {1}, 0, std::nullopt}));
