@@ -121,7 +121,9 @@ LazyBuffer::LazyBuffer(Device& device, size_t nbytes) : device_(device), nbytes_
 LazyBuffer::~LazyBuffer() {
   std::lock_guard lock(graph_mutex());
   leave_pending();
+  last_read_.reset();
   content_.reset();
+  whole_.reset();
 }
 
 void LazyBuffer::leave_pending() {
@@ -133,7 +135,7 @@ void LazyBuffer::leave_pending() {
 }
 
 void LazyBuffer::mark_pending() {
-  if (content_->op == Ops::BUFFER) {
+  if (!whole_ && content_->op == Ops::BUFFER) {
     leave_pending();
   } else if (!in_pending_) {
     prev_pending_ = pending_list.tail;
@@ -145,11 +147,31 @@ void LazyBuffer::mark_pending() {
 
 bool LazyBuffer::pending() const {
   std::lock_guard lock(graph_mutex());
-  return content_ && content_->op != Ops::BUFFER;
+  return whole_ || (content_ && content_->op != Ops::BUFFER);
+}
+
+const UOpPtr& LazyBuffer::content() {
+  if (!content_ && whole_) {
+    // The value's row-major flattening: its tracker built as it is (a view below composes with it
+    // instead). A value that is a reshape of another (a reduction's result without its reduced axes, a
+    // matmul's) is that one flattened: one view node, not a reshape composed onto a reshape.
+    int64_t n = prod(whole_->shape);
+    const UOpPtr& flat = is_reshape(whole_) ? whole_->src[0] : whole_;
+    content_ = flat->shape.size() == 1           ? flat
+               : flat->op == Ops::VIEW || n == 1 ? reshape(flat, {n})
+                                                 : view(flat, ShapeTracker::of(View{{n}, {1}, 0, std::nullopt}));
+  }
+  return content_;
+}
+
+void LazyBuffer::set_content(UOpPtr c) {
+  content_ = std::move(c);
+  whole_.reset();
+  last_read_.reset();
 }
 
 UOpPtr LazyBuffer::content_locked(DType dtype) {
-  if (!content_) {
+  if (!content()) {
     int64_t n = static_cast<int64_t>(nbytes_ / itemsize(dtype));
     content_ = buffer(std::make_shared<Buffer>(device_, dtype, n));
   }
@@ -166,7 +188,7 @@ UOpPtr LazyBuffer::content_locked(DType dtype) {
     DType held = dtype == DType::Bool ? DType::UInt8 : dtype;
     auto buf = std::make_shared<Buffer>(device_, held, static_cast<int64_t>(nbytes_ / itemsize(dtype)));
     device_.allocator().copy_in(buf->ptr(), bytes.data(), buf->nbytes());
-    content_ = buffer(buf);
+    set_content(buffer(buf));
     mark_pending();
   }
   return content_;
@@ -211,7 +233,15 @@ UOpPtr elements(const UOpPtr& c, const StridedView& v) {
 
 UOpPtr LazyBuffer::read(const StridedView& v) {
   std::lock_guard lock(graph_mutex());
-  return bitcast(elements(content_locked(v.dtype), v), v.dtype);
+  // An op's result read whole, as it was written (the next op's operand): the value itself.
+  if (whole_ && v.offset == 0 && v.sizes == whole_->shape && itemsize(whole_->dtype) == itemsize(v.dtype) &&
+      is_contiguous_window(v))
+    return bitcast(whole_, v.dtype);
+  if (last_read_ && last_view_ == v) return last_read_;
+  UOpPtr r = bitcast(elements(content_locked(v.dtype), v), v.dtype);
+  last_read_ = r;
+  last_view_ = v;
+  return r;
 }
 
 void LazyBuffer::write(const StridedView& v, const UOpPtr& value) {
@@ -220,15 +250,11 @@ void LazyBuffer::write(const StridedView& v, const UOpPtr& value) {
   // A fresh storage written whole (every op's new result) takes the value as its content, without the
   // empty buffer content_locked would make for it first: recording cost.
   size_t item = itemsize(v.dtype);
-  if (!content_ && nbytes_ > 0 && nbytes_ % item == 0 && is_whole(v, static_cast<int64_t>(nbytes_ / item))) {
-    auto n = static_cast<int64_t>(nbytes_ / item);
-    // The value's row-major flattening: its tracker built as it is (a view below composes with it instead).
-    // A value that is a reshape of another (a reduction's result without its reduced axes, a matmul's) is
-    // that one flattened: one view node, not a reshape composed onto a reshape.
-    const UOpPtr& flat = is_reshape(value) ? value->src[0] : value;
-    content_ = flat->shape.size() == 1           ? flat
-               : flat->op == Ops::VIEW || n == 1 ? reshape(flat, {n})
-                                                 : view(flat, ShapeTracker::of(View{{n}, {1}, 0, std::nullopt}));
+  if (!content_ && !whole_ && nbytes_ > 0 && nbytes_ % item == 0 && is_whole(v, static_cast<int64_t>(nbytes_ / item))) {
+    if (value->shape.size() == 1)
+      content_ = value;
+    else
+      whole_ = value; // its flattening is built when needed (content())
     mark_pending();
     realize_if_graphs_are_large();
     return;
@@ -237,7 +263,7 @@ void LazyBuffer::write(const StridedView& v, const UOpPtr& value) {
   if (prod(v.sizes) == 0) return;
   // A bool storage written through a view of another 1-byte type (`b.view(torch.uint8)[0] = 5`) holds
   // bytes a bool cannot: its content becomes that type, and bool reads of it see nonzero as true.
-  if (c->dtype == DType::Bool && v.dtype != DType::Bool) c = content_ = bitcast(c, v.dtype);
+  if (c->dtype == DType::Bool && v.dtype != DType::Bool) set_content(c = bitcast(c, v.dtype));
   UOpPtr val = bitcast(value, c->dtype);
   // A bool write that keeps the old element where a mask says so (masked_fill_, x[mask] = v) into bytes
   // of another type keeps those bytes: its bool read of them would make a byte other than 0 or 1 a 1.
@@ -248,11 +274,11 @@ void LazyBuffer::write(const StridedView& v, const UOpPtr& value) {
     if (a == old) val = where(cond, raw, bitcast(b, c->dtype));
   }
   if (is_whole(v, c->shape[0]))
-    content_ = reshape(val, c->shape);
+    set_content(reshape(val, c->shape));
   else if (covers_storage(v, c->shape[0]))
-    content_ = view(val, storage_order(v));
+    set_content(view(val, storage_order(v)));
   else
-    content_ = assign(c, val, View{v.sizes, v.strides, v.offset, std::nullopt});
+    set_content(assign(c, val, View{v.sizes, v.strides, v.offset, std::nullopt}));
   mark_pending();
   realize_if_graphs_are_large();
 }
@@ -266,19 +292,19 @@ void LazyBuffer::scatter(DType dtype, const UOpPtr& index, const UOpPtr& value, 
   // Combining needs the elements as `dtype`: a storage first written as another type of the same size
   // is viewed as `dtype` for the scatter.
   if (c->dtype == dtype) {
-    content_ = tiny::scatter(c, index, value, combine);
+    set_content(tiny::scatter(c, index, value, combine));
   } else if (dtype == DType::Bool && !combine) {
     // bools placed into bytes: the bytes not written keep their bits
-    content_ = tiny::scatter(c, index, bitcast(value, c->dtype), combine);
+    set_content(tiny::scatter(c, index, bitcast(value, c->dtype), combine));
   } else if (dtype == DType::Bool) {
     // combined as bools where written (0 or 1 there, as torch stores), the other bytes unchanged
     UOpPtr combined = bitcast(tiny::scatter(bitcast(c, dtype), index, value, combine), c->dtype);
     UOpPtr none = expand(reshape(const_int(c->dtype, 0), {1}), c->shape);
     UOpPtr written =
         tiny::scatter(none, index, expand(reshape(const_int(c->dtype, 1), {1}), index->shape), std::nullopt);
-    content_ = where(bitcast(written, DType::Bool), combined, c);
+    set_content(where(bitcast(written, DType::Bool), combined, c));
   } else {
-    content_ = bitcast(tiny::scatter(bitcast(c, dtype), index, value, combine), c->dtype);
+    set_content(bitcast(tiny::scatter(bitcast(c, dtype), index, value, combine), c->dtype));
   }
   mark_pending();
   realize_if_graphs_are_large();
@@ -288,13 +314,13 @@ void LazyBuffer::write_host(const StridedView& v, const void* src) {
   std::lock_guard lock(graph_mutex());
   int64_t n = prod(v.sizes);
   if (n == 0) return;
-  if (content_ && itemsize(content_->dtype) != itemsize(v.dtype)) return write_host_bytes(v, src);
+  if (content() && itemsize(content_->dtype) != itemsize(v.dtype)) return write_host_bytes(v, src);
   UOpPtr c = content_locked(v.dtype);
   auto staging = std::make_shared<Buffer>(device_, c->dtype, n);
   device_.allocator().copy_in(staging->ptr(), src, staging->nbytes());
   UOpPtr b = buffer(staging);
   if (v.offset == 0 && n == c->shape[0] && is_contiguous_window(v)) {
-    content_ = b;
+    set_content(b);
     mark_pending();
     return;
   }
@@ -314,7 +340,7 @@ void LazyBuffer::write_host_bytes(const StridedView& v, const void* src) {
   std::memcpy(bytes.data() + begin, src, len);
   auto buf = std::make_shared<Buffer>(device_, content_->dtype, content_->shape[0]);
   device_.allocator().copy_in(buf->ptr(), bytes.data(), buf->nbytes());
-  content_ = buffer(buf);
+  set_content(buffer(buf));
   mark_pending();
 }
 
@@ -329,7 +355,7 @@ void LazyBuffer::read_host(const StridedView& v, void* dst) {
   if (prod(v.sizes) == 0) return;
   // A strided view of a storage filled as bytes (torch.load without map_location) reads after its bytes
   // become its type; a contiguous window of another element size is copied out as bytes.
-  if (content_ && itemsize(content_->dtype) != itemsize(v.dtype) && !is_contiguous_window(v)) content_locked(v.dtype);
+  if (content() && itemsize(content_->dtype) != itemsize(v.dtype) && !is_contiguous_window(v)) content_locked(v.dtype);
   if (content_ && itemsize(content_->dtype) != itemsize(v.dtype)) {
     size_t begin = static_cast<size_t>(v.offset) * itemsize(v.dtype), len = prod(v.sizes) * itemsize(v.dtype);
     if (begin + len > nbytes_) throw std::out_of_range("tiny: read past the end of the storage");
@@ -376,11 +402,11 @@ void LazyBuffer::realize_pending(Device* only) {
     for (LazyBuffer* lb = pending_list.head; lb; lb = lb->next_pending_) {
       if (&lb->device_ != d) continue;
       list.push_back(lb);
-      roots.push_back(lb->content_);
+      roots.push_back(lb->content());
     }
     std::vector<UOpPtr> results = realize_all(roots, d);
     for (size_t i = 0; i < list.size(); i++) {
-      list[i]->content_ = results[i];
+      list[i]->set_content(results[i]);
       list[i]->leave_pending();
     }
   }

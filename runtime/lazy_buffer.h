@@ -25,6 +25,7 @@ struct StridedView {
   Shape strides;
   int64_t offset = 0;
   DType dtype = DType::Float32;
+  friend bool operator==(const StridedView&, const StridedView&) = default;
 };
 
 class LazyBuffer {
@@ -61,11 +62,23 @@ private:
   friend void synchronize(Device& device);
   static void realize_pending(Device* only);
   UOpPtr content_locked(DType dtype); // content as `dtype`, created empty on first use
+  const UOpPtr& content();            // content_, built from whole_ first where it is deferred (may be null)
+  void set_content(UOpPtr c);         // a new content (whole_ dropped)
   void write_host_bytes(const StridedView& v, const void* src);
   void copy_out_bytes(void* dst); // the whole storage, realized
   Device& device_;
   size_t nbytes_;
   UOpPtr content_; // null until first use; flat array
+  // The value a whole write of a fresh storage stored (every op's result), in its own shape: the content
+  // is its row-major flattening, a view node built only when something needs the flat content (a
+  // partial read or write, a sync). A result read whole by the next op and dead before the sync never
+  // builds it: recording cost. Null when the content is not such a value.
+  UOpPtr whole_;
+  // The last read through a view of the content (a parameter read by every step's ops, a tensor used
+  // as an operand again and again): the same view read again is that node, without building and
+  // interning it anew. Dropped with the content it reads (set_content).
+  UOpPtr last_read_;
+  StridedView last_view_;
   // The pending list, in the order storages first became pending (a step that repeats writes them in
   // the same order, so its graphs have the same key in the schedule cache): intrusive, so that
   // recording an op allocates nothing for it.

@@ -1,0 +1,79 @@
+// LazyBuffer's storage model: what a read of a storage returns after whole and partial writes, and what
+// recording them costs in graph nodes.
+#include "runtime/device.h"
+#include "runtime/lazy_buffer.h"
+#include <gtest/gtest.h>
+#include <numeric>
+#include <vector>
+
+using namespace tiny;
+using namespace tiny::runtime;
+
+namespace {
+
+StridedView rows(int64_t r, int64_t c) { return {{r, c}, {c, 1}, 0, DType::Float32}; }
+
+std::vector<float> host(LazyBuffer& b, const StridedView& v) {
+  std::vector<float> out(prod(v.sizes));
+  b.read_host(v, out.data());
+  return out;
+}
+
+// a (4, 16) storage filled with 0..63, realized
+void fill(LazyBuffer& b) {
+  std::vector<float> x(64);
+  std::iota(x.begin(), x.end(), 0.0f);
+  b.write_host({{64}, {1}, 0, DType::Float32}, x.data());
+}
+
+} // namespace
+
+TEST(LazyBuffer, AResultWrittenWholeAndReadWholeIsTheValueWithoutAFlatteningNode) {
+  LazyBuffer src(cpu_device(), 64 * 4), dst(cpu_device(), 64 * 4);
+  fill(src);
+  UOpPtr x = src.read(rows(4, 16));
+  UOpPtr value = alu(Ops::ADD, x, x);
+  size_t made = uops_made();
+  dst.write(rows(4, 16), value); // every op's result
+  EXPECT_EQ(dst.read(rows(4, 16)), value);
+  EXPECT_EQ(uops_made(), made); // no node for the storage's flat content yet
+  EXPECT_TRUE(dst.pending());
+  // read another way (transposed, then a window), the flat content is built and the values are the sum
+  std::vector<float> t = host(dst, {{16, 4}, {1, 16}, 0, DType::Float32});
+  for (int64_t i = 0; i < 16; i++)
+    for (int64_t j = 0; j < 4; j++)
+      EXPECT_EQ(t[i * 4 + j], 2.0f * static_cast<float>(j * 16 + i));
+  std::vector<float> w = host(dst, {{2, 3}, {16, 1}, 17, DType::Float32});
+  EXPECT_EQ(w, (std::vector<float>{34, 36, 38, 66, 68, 70}));
+}
+
+TEST(LazyBuffer, AResultWrittenWholeThenPartlyHoldsBoth) {
+  LazyBuffer src(cpu_device(), 64 * 4), dst(cpu_device(), 64 * 4);
+  fill(src);
+  UOpPtr x = src.read(rows(4, 16));
+  dst.write(rows(4, 16), alu(Ops::MUL, x, x));
+  // row 1 replaced by a constant: the deferred flattening is the content the partial write changes
+  dst.write({{16}, {1}, 16, DType::Float32}, expand(reshape(const_float(DType::Float32, -1.0), {1}), {16}));
+  std::vector<float> got = host(dst, rows(4, 16));
+  for (int64_t i = 0; i < 64; i++)
+    EXPECT_EQ(got[i], i / 16 == 1 ? -1.0f : static_cast<float>(i * i)) << i;
+}
+
+TEST(LazyBuffer, TheSameViewReadAgainIsTheSameNodeUntilTheContentChanges) {
+  LazyBuffer b(cpu_device(), 64 * 4);
+  fill(b);
+  StridedView col{{4}, {16}, 2, DType::Float32};
+  UOpPtr first = b.read(col);
+  size_t made = uops_made();
+  EXPECT_EQ(b.read(col), first);
+  EXPECT_EQ(uops_made(), made);
+  EXPECT_EQ(host(b, col), (std::vector<float>{2, 18, 34, 50}));
+  // a write into the column: the next read of it sees the new content, not the node read before
+  b.write({{1}, {1}, 18, DType::Float32}, reshape(const_float(DType::Float32, 7.0), {1}));
+  UOpPtr again = b.read(col);
+  EXPECT_NE(again, first);
+  EXPECT_EQ(host(b, col), (std::vector<float>{2, 7, 34, 50}));
+  // another view of the same storage replaces the remembered one; both read right
+  EXPECT_EQ(host(b, {{2}, {1}, 17, DType::Float32}), (std::vector<float>{17, 7}));
+  EXPECT_EQ(host(b, col), (std::vector<float>{2, 7, 34, 50}));
+}
