@@ -156,13 +156,15 @@ const UOpPtr& LazyBuffer::content() {
     // instead). A value that is a reshape of another (a reduction's result without its reduced axes, a
     // matmul's) is that one flattened: one view node, not a reshape composed onto a reshape.
     int64_t n = prod(whole_->shape);
-    const UOpPtr& flat = is_reshape(whole_) ? whole_->src[0] : whole_;
+    const UOpPtr& flat = flattened();
     content_ = flat->shape.size() == 1           ? flat
                : flat->op == Ops::VIEW || n == 1 ? reshape(flat, {n})
                                                  : view(flat, ShapeTracker::of(View{{n}, {1}, 0, std::nullopt}));
   }
   return content_;
 }
+
+const UOpPtr& LazyBuffer::flattened() const { return is_reshape(whole_) ? whole_->src[0] : whole_; }
 
 void LazyBuffer::set_content(UOpPtr c) {
   content_ = std::move(c);
@@ -195,16 +197,16 @@ UOpPtr LazyBuffer::content_locked(DType dtype) {
 }
 
 namespace {
-// The elements of the flat content c that the view names, in c's dtype.
-UOpPtr elements(const UOpPtr& c, const StridedView& v) {
-  if (v.sizes == c->shape && v.offset == 0 && (v.sizes[0] == 1 || v.strides[0] == 1)) return c;
-  // The content is mostly the flattening of a value (a whole write makes it VIEW(value)): a window of the
-  // content read inside it is that window of the value's row-major elements, the view that view() would
-  // compose (ShapeTracker::on_top_of) built directly.
-  const UOpPtr& flat = is_reshape(c) ? c->src[0] : c;
-  if (v.sizes != c->shape && is_whole(v, c->shape[0])) {
-    if (c->shape[0] == 0) return reshape(c, v.sizes);
-    if (flat->shape == v.sizes) return flat; // the value written whole, read whole (an op's result, read next)
+// The elements that the view names of a flat content of n elements, in its dtype. The content is mostly the
+// row-major flattening of a value `flat` (a whole write makes it VIEW(value)), else `flat` is the content
+// itself; `content()` gives the content, built only where a view cannot be composed onto `flat` directly.
+template <class Content> UOpPtr elements(const UOpPtr& flat, int64_t n, const StridedView& v, const Content& content) {
+  if (v.sizes.size() == 1 && v.sizes[0] == n && v.offset == 0 && (n == 1 || v.strides[0] == 1)) return content();
+  // A window of the content read inside it is that window of the value's row-major elements, the view that
+  // view() would compose (ShapeTracker::on_top_of) built directly.
+  if (is_whole(v, n)) {
+    if (n == 0) return reshape(content(), v.sizes);
+    if (flat->shape == v.sizes) return flat; // the value written whole, read whole
     // The row-major reshape of the flat content, built as the one view it is (ShapeTracker::reshape's
     // strides for it: each dim's the product of the sizes after it) rather than by reshaping a tracker.
     Shape strides(v.sizes.size());
@@ -217,7 +219,6 @@ UOpPtr elements(const UOpPtr& c, const StridedView& v) {
   }
   // A window whose every dim walks inside the content is the one view ShapeTracker::as_strided composes
   // onto the flat content (a stride of 0 where a dim has size 1), built as it is.
-  int64_t n = c->shape[0];
   bool inside = n > 1 && v.offset >= 0 && v.offset < n && prod(v.sizes) > 0;
   Shape strides(v.sizes.size(), 0);
   for (size_t d = 0; d < v.sizes.size() && inside; d++) {
@@ -227,8 +228,15 @@ UOpPtr elements(const UOpPtr& c, const StridedView& v) {
     strides[d] = v.strides[d];
   }
   if (inside) return view(flat, ShapeTracker::of(View{v.sizes, std::move(strides), v.offset, std::nullopt}));
+  const UOpPtr& c = content();
   return view(c, ShapeTracker::from_shape(c->shape).as_strided(v.sizes, v.strides, v.offset));
 }
+
+// The elements of the flat content c that the view names, in c's dtype.
+UOpPtr elements(const UOpPtr& c, const StridedView& v) {
+  return elements(is_reshape(c) ? c->src[0] : c, c->shape[0], v, [&]() -> const UOpPtr& { return c; });
+}
+
 } // namespace
 
 UOpPtr LazyBuffer::read(const StridedView& v) {
@@ -238,7 +246,15 @@ UOpPtr LazyBuffer::read(const StridedView& v) {
       is_contiguous_window(v))
     return bitcast(whole_, v.dtype);
   if (last_read_ && last_view_ == v) return last_read_;
-  UOpPtr r = bitcast(elements(content_locked(v.dtype), v), v.dtype);
+  UOpPtr r;
+  const UOpPtr* flat = whole_ && !content_ && itemsize(whole_->dtype) == itemsize(v.dtype) ? &flattened() : nullptr;
+  if (flat && (*flat)->shape.size() != 1 && (*flat)->op != Ops::VIEW && prod((*flat)->shape) != 1) {
+    // a window of an op's result (y[0]) whose content would be one view of the value: a view of the value,
+    // without that flattening
+    r = bitcast(elements(*flat, prod((*flat)->shape), v, [&]() -> const UOpPtr& { return content(); }), v.dtype);
+  } else {
+    r = bitcast(elements(content_locked(v.dtype), v), v.dtype);
+  }
   last_read_ = r;
   last_view_ = v;
   return r;

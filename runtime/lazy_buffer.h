@@ -64,6 +64,7 @@ private:
   UOpPtr content_locked(DType dtype); // content as `dtype`, created empty on first use
   const UOpPtr& content();            // content_, built from whole_ first where it is deferred (may be null)
   void set_content(UOpPtr c);         // a new content (whole_ dropped)
+  const UOpPtr& flattened() const;    // the value whose row-major flattening whole_'s content is
   void write_host_bytes(const StridedView& v, const void* src);
   void copy_out_bytes(void* dst); // the whole storage, realized
   Device& device_;

@@ -28,7 +28,7 @@ void fill(LazyBuffer& b) {
 
 } // namespace
 
-TEST(LazyBuffer, AResultWrittenWholeAndReadWholeIsTheValueWithoutAFlatteningNode) {
+TEST(LazyBuffer, AResultReadWholeOrByAWindowNeedsNoFlatteningNode) {
   LazyBuffer src(cpu_device(), 64 * 4), dst(cpu_device(), 64 * 4);
   fill(src);
   UOpPtr x = src.read(rows(4, 16));
@@ -38,6 +38,10 @@ TEST(LazyBuffer, AResultWrittenWholeAndReadWholeIsTheValueWithoutAFlatteningNode
   EXPECT_EQ(dst.read(rows(4, 16)), value);
   EXPECT_EQ(uops_made(), made); // no node for the storage's flat content yet
   EXPECT_TRUE(dst.pending());
+  // a row of it (y[1]) is one view of the value, still without the flattening
+  UOpPtr row = dst.read({{16}, {1}, 16, DType::Float32});
+  EXPECT_EQ(uops_made(), made + 1);
+  EXPECT_EQ(row->src[0], value);
   // read another way (transposed, then a window), the flat content is built and the values are the sum
   std::vector<float> t = host(dst, {{16, 4}, {1, 16}, 0, DType::Float32});
   for (int64_t i = 0; i < 16; i++)
