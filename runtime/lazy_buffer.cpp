@@ -289,12 +289,17 @@ void LazyBuffer::write(const StridedView& v, const UOpPtr& value) {
     if (b == old) val = where(cond, bitcast(a, c->dtype), raw);
     if (a == old) val = where(cond, raw, bitcast(b, c->dtype));
   }
-  if (is_whole(v, c->shape[0]))
+  if (is_whole(v, c->shape[0]) && val->shape.size() != 1) {
+    // written whole in place (an optimizer's update of a parameter): kept unflattened, as a fresh result is
+    set_content(nullptr);
+    whole_ = val;
+  } else if (is_whole(v, c->shape[0])) {
     set_content(reshape(val, c->shape));
-  else if (covers_storage(v, c->shape[0]))
+  } else if (covers_storage(v, c->shape[0])) {
     set_content(view(val, storage_order(v)));
-  else
+  } else {
     set_content(assign(c, val, View{v.sizes, v.strides, v.offset, std::nullopt}));
+  }
   mark_pending();
   realize_if_graphs_are_large();
 }

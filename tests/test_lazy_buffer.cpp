@@ -81,3 +81,20 @@ TEST(LazyBuffer, TheSameViewReadAgainIsTheSameNodeUntilTheContentChanges) {
   EXPECT_EQ(host(b, {{2}, {1}, 17, DType::Float32}), (std::vector<float>{17, 7}));
   EXPECT_EQ(host(b, col), (std::vector<float>{2, 7, 34, 50}));
 }
+
+TEST(LazyBuffer, AStorageWrittenWholeInPlaceKeepsTheValueUnflattened) {
+  LazyBuffer b(cpu_device(), 64 * 4);
+  fill(b);
+  UOpPtr x = b.read(rows(4, 16));
+  UOpPtr value = alu(Ops::MUL, x, x); // b.mul_(b), as an optimizer updates a parameter
+  size_t made = uops_made();
+  b.write(rows(4, 16), value);
+  EXPECT_EQ(b.read(rows(4, 16)), value);
+  EXPECT_EQ(uops_made(), made);
+  // it reads back squared, realized, and a strided window of it after the sync too
+  std::vector<float> got = host(b, rows(4, 16));
+  for (int64_t i = 0; i < 64; i++)
+    EXPECT_EQ(got[i], static_cast<float>(i * i)) << i;
+  EXPECT_FALSE(b.pending());
+  EXPECT_EQ(host(b, {{2}, {16}, 1, DType::Float32}), (std::vector<float>{1, 17 * 17}));
+}
