@@ -155,16 +155,27 @@ const UOpPtr& LazyBuffer::content() {
     // The value's row-major flattening: its tracker built as it is (a view below composes with it
     // instead). A value that is a reshape of another (a reduction's result without its reduced axes, a
     // matmul's) is that one flattened: one view node, not a reshape composed onto a reshape.
-    int64_t n = prod(whole_->shape);
     const UOpPtr& flat = flattened();
-    content_ = flat->shape.size() == 1           ? flat
-               : flat->op == Ops::VIEW || n == 1 ? reshape(flat, {n})
-                                                 : view(flat, ShapeTracker::of(View{{n}, {1}, 0, std::nullopt}));
+    int64_t n = prod(flat->shape);
+    content_ = flat_is_one_view()        ? view(flat, ShapeTracker::of(View{{n}, {1}, 0, std::nullopt}))
+               : flat->shape.size() == 1 ? flat
+                                         : reshape(flat, {n});
   }
   return content_;
 }
 
 const UOpPtr& LazyBuffer::flattened() const { return is_reshape(whole_) ? whole_->src[0] : whole_; }
+
+bool LazyBuffer::flat_is_one_view() const {
+  const UOpPtr& flat = flattened();
+  return flat->shape.size() != 1 && flat->op != Ops::VIEW && prod(flat->shape) != 1;
+}
+
+void LazyBuffer::set_whole(UOpPtr value) {
+  if (value->shape.size() == 1) return set_content(std::move(value));
+  set_content(nullptr);
+  whole_ = std::move(value); // its flat content is built when needed (content())
+}
 
 void LazyBuffer::set_content(UOpPtr c) {
   content_ = std::move(c);
@@ -247,11 +258,10 @@ UOpPtr LazyBuffer::read(const StridedView& v) {
     return bitcast(whole_, v.dtype);
   if (last_read_ && last_view_ == v) return last_read_;
   UOpPtr r;
-  const UOpPtr* flat = whole_ && !content_ && itemsize(whole_->dtype) == itemsize(v.dtype) ? &flattened() : nullptr;
-  if (flat && (*flat)->shape.size() != 1 && (*flat)->op != Ops::VIEW && prod((*flat)->shape) != 1) {
+  if (whole_ && !content_ && itemsize(whole_->dtype) == itemsize(v.dtype) && flat_is_one_view()) {
     // a window of an op's result (y[0]) whose content would be one view of the value: a view of the value,
     // without that flattening
-    r = bitcast(elements(*flat, prod((*flat)->shape), v, [&]() -> const UOpPtr& { return content(); }), v.dtype);
+    r = bitcast(elements(flattened(), prod(whole_->shape), v, [&]() -> const UOpPtr& { return content(); }), v.dtype);
   } else {
     r = bitcast(elements(content_locked(v.dtype), v), v.dtype);
   }
@@ -267,10 +277,7 @@ void LazyBuffer::write(const StridedView& v, const UOpPtr& value) {
   // empty buffer content_locked would make for it first: recording cost.
   size_t item = itemsize(v.dtype);
   if (!content_ && !whole_ && nbytes_ > 0 && nbytes_ % item == 0 && is_whole(v, static_cast<int64_t>(nbytes_ / item))) {
-    if (value->shape.size() == 1)
-      content_ = value;
-    else
-      whole_ = value; // its flattening is built when needed (content())
+    set_whole(value);
     mark_pending();
     realize_if_graphs_are_large();
     return;
@@ -289,12 +296,8 @@ void LazyBuffer::write(const StridedView& v, const UOpPtr& value) {
     if (b == old) val = where(cond, bitcast(a, c->dtype), raw);
     if (a == old) val = where(cond, raw, bitcast(b, c->dtype));
   }
-  if (is_whole(v, c->shape[0]) && val->shape.size() != 1) {
-    // written whole in place (an optimizer's update of a parameter): kept unflattened, as a fresh result is
-    set_content(nullptr);
-    whole_ = val;
-  } else if (is_whole(v, c->shape[0])) {
-    set_content(reshape(val, c->shape));
+  if (is_whole(v, c->shape[0])) {
+    set_whole(val); // written whole in place (an optimizer's update of a parameter), as a fresh result is
   } else if (covers_storage(v, c->shape[0])) {
     set_content(view(val, storage_order(v)));
   } else {

@@ -65,15 +65,17 @@ private:
   const UOpPtr& content();            // content_, built from whole_ first where it is deferred (may be null)
   void set_content(UOpPtr c);         // a new content (whole_ dropped)
   const UOpPtr& flattened() const;    // the value whose row-major flattening whole_'s content is
+  bool flat_is_one_view() const;      // that content is one view of flattened() (not it, nor a composed reshape)
+  void set_whole(UOpPtr value);       // a value written over the whole storage: 1-D the content, else whole_
   void write_host_bytes(const StridedView& v, const void* src);
   void copy_out_bytes(void* dst); // the whole storage, realized
   Device& device_;
   size_t nbytes_;
   UOpPtr content_; // null until first use; flat array
-  // The value a whole write of a fresh storage stored (every op's result), in its own shape: the content
-  // is its row-major flattening, a view node built only when something needs the flat content (a
-  // partial read or write, a sync). A result read whole by the next op and dead before the sync never
-  // builds it: recording cost. Null when the content is not such a value.
+  // The value a write over the whole storage stored (every op's result, a whole in-place update), in its own
+  // shape, where it is not 1-D: the content is its row-major flattening, a view node built only when something
+  // needs the flat content (a partial write, a sync). A result read whole or through a window by the next op
+  // and dead before the sync never builds it: recording cost. Null when the content is not such a value.
   UOpPtr whole_;
   // The last read through a view of the content (a parameter read by every step's ops, a tensor used
   // as an operand again and again): the same view read again is that node, without building and
