@@ -113,7 +113,7 @@ void Allocator::empty_cache() {
 void Allocator::empty_cache_locked() {
   for (auto& [size, blocks] : free_) {
     for (void* p : blocks) {
-      system_free(p);
+      system_free(p, size);
       stats_.num_device_free++;
       for_pools(stats_, size, [&](PoolMemoryStats& s) {
         s.segment.decrease(1);

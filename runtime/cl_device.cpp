@@ -234,7 +234,7 @@ protected:
     return m;
   }
   // clReleaseMemObject defers the release until enqueued commands using the block have finished.
-  void system_free(void* ptr) override { cl_api().ReleaseMemObject(static_cast<cl_mem>(ptr)); }
+  void system_free(void* ptr, size_t) override { cl_api().ReleaseMemObject(static_cast<cl_mem>(ptr)); }
 
 private:
   cl_context ctx_;

@@ -2,6 +2,7 @@
 // disk, loaded with dlopen and run on the thread pool.
 
 #include <dlfcn.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -41,7 +42,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Host memory, 64-byte aligned for vector loads; the base class caches freed blocks.
+// Host memory, 64-byte aligned for vector loads; the base class caches freed blocks. A block of 2 MiB or more is
+// mapped on its own, 2 MiB aligned, and advised to use transparent huge pages (THP's "madvise" mode, a common
+// default, gives them to no other memory): a kernel streaming through it misses the TLB once per 2 MiB instead of
+// once per 4 KiB page, and the hardware prefetchers, which stop at a page's end, keep going (a sum of 16M float32,
+// one Zen 4 core: 3.3-3.8 -> 2.0-2.1 ms). Where THP is off the advice is ignored and the block is plain memory.
 class CpuAllocator : public Allocator {
 public:
   void copy_in(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
@@ -50,8 +55,28 @@ public:
   }
 
 protected:
-  void* system_alloc(size_t nbytes) override { return std::aligned_alloc(64, nbytes); } // nbytes: multiples of 64
-  void system_free(void* ptr) override { std::free(ptr); }
+  // nbytes: a multiple of 64, and of the 4 KiB page from 4 KiB on (Allocator's buckets)
+  void* system_alloc(size_t nbytes) override {
+    if (nbytes < kHugePage) return std::aligned_alloc(64, nbytes);
+    // the block at the first 2 MiB boundary of a mapping 2 MiB longer; the rest unmapped again
+    size_t span = nbytes + kHugePage;
+    void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return nullptr;
+    auto begin = reinterpret_cast<uintptr_t>(raw), block = (begin + kHugePage - 1) & ~(kHugePage - 1);
+    if (block > begin) munmap(raw, block - begin);
+    if (size_t tail = begin + span - (block + nbytes)) munmap(reinterpret_cast<void*>(block + nbytes), tail);
+    madvise(reinterpret_cast<void*>(block), nbytes, MADV_HUGEPAGE);
+    return reinterpret_cast<void*>(block);
+  }
+  void system_free(void* ptr, size_t nbytes) override {
+    if (nbytes < kHugePage)
+      std::free(ptr);
+    else
+      munmap(ptr, nbytes);
+  }
+
+private:
+  static constexpr size_t kHugePage = size_t{2} << 20;
 };
 
 std::string find_cc() {

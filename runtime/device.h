@@ -81,7 +81,7 @@ public:
 protected:
   // A block of `nbytes` from the system; nullptr when the device is out of memory.
   virtual void* system_alloc(size_t nbytes) = 0;
-  virtual void system_free(void* ptr) = 0;
+  virtual void system_free(void* ptr, size_t nbytes) = 0; // a block system_alloc gave for nbytes
   // Called after the cache returned its blocks to the system (system_free for each), with the lock held.
   virtual void returned_to_system() {}
 

@@ -299,7 +299,7 @@ protected:
     c_.check(r, c_.api.name(c_.api.MemAlloc) + " of " + std::to_string(nbytes) + " bytes");
     return reinterpret_cast<void*>(p);
   }
-  void system_free(void* ptr) override {
+  void system_free(void* ptr, size_t) override {
     std::lock_guard lock(free_mu_);
     unfenced_.push_back(ptr);
   }
