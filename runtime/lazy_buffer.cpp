@@ -114,6 +114,9 @@ void realize_if_graphs_are_large() {
     synchronize();
 }
 
+// The value a flat content or a whole write is the row-major flattening of: below a reshape, the reshaped value.
+const UOpPtr& unreshaped(const UOpPtr& n) { return is_reshape(n) ? n->src[0] : n; }
+
 } // namespace
 
 LazyBuffer::LazyBuffer(Device& device, size_t nbytes) : device_(device), nbytes_(nbytes) {}
@@ -164,7 +167,7 @@ const UOpPtr& LazyBuffer::content() {
   return content_;
 }
 
-const UOpPtr& LazyBuffer::flattened() const { return is_reshape(whole_) ? whole_->src[0] : whole_; }
+const UOpPtr& LazyBuffer::flattened() const { return unreshaped(whole_); }
 
 bool LazyBuffer::flat_is_one_view() const {
   const UOpPtr& flat = flattened();
@@ -245,7 +248,7 @@ template <class Content> UOpPtr elements(const UOpPtr& flat, int64_t n, const St
 
 // The elements of the flat content c that the view names, in c's dtype.
 UOpPtr elements(const UOpPtr& c, const StridedView& v) {
-  return elements(is_reshape(c) ? c->src[0] : c, c->shape[0], v, [&]() -> const UOpPtr& { return c; });
+  return elements(unreshaped(c), c->shape[0], v, [&]() -> const UOpPtr& { return c; });
 }
 
 } // namespace

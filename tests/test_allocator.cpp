@@ -132,7 +132,7 @@ TEST(Allocator, TheCpuMapsALargeBlockAlignedForHugePages) {
         bool inside = false;
         while (std::getline(smaps, line)) {
           uintptr_t begin = 0, end = 0;
-          if (std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR, &begin, &end) == 2 && line.find(' ') < 40)
+          if (std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR, &begin, &end) == 2) // a mapping's first line
             inside = begin <= address && address < end;
           else if (inside && line.rfind("VmFlags:", 0) == 0)
             flags = line;
