@@ -201,10 +201,10 @@ int device_count();
 Device& backend_device(const std::string& backend);
 Device& cpu_device(int index = 0); // index < cpu_device_count()
 int cpu_device_count();            // TINY_CPU_DEVICES, default 1
+Device& cl_device();               // TINY_CL_DEVICE=N picks the N-th OpenCL device (all platforms, in order)
 // The C compiler the CPU device runs: TINY_CC, else the newest `clang-N` on PATH, else clang, cc or gcc; throws
 // a runtime_error when there is none.
 std::string cpu_c_compiler();
-Device& cl_device(); // TINY_CL_DEVICE=N picks the N-th OpenCL device (all platforms, in order)
 
 // Programs loaded now (on the CPU each is a dlopen'ed library, and a process can map only so many):
 // devices keep at most TINY_MAX_PROGRAMS (default 2048) cached, dropping the least recently used, and
