@@ -260,11 +260,16 @@ def test_conv_weight_gradient_over_a_batch_of_32_or_more_matches_cpu(x_shape, w_
     check(rounded_once(conv_grads(**args)), x, w, bf16(*gy.shape, seed=2), **BF16)
 
 
-@pytest.mark.skipif(not amx_bf16(), reason="the weight gradient's tile copies are made on a CPU with AMX-BF16 only")
-def test_conv_weight_gradient_beside_its_input_gradient_keeps_its_tile_copies():
-    """A bfloat16 weight gradient next to its input gradient still sums the batch innermost in tiles: its input
-    copied batch-innermost, grad_output's paired panels, the tile sums and their total (4 kernels more than the
-    input gradient alone); float32's shared padded grad_output (test_conv_pool.py) is not taken."""
+def pairs_the_batch():
+    """Whether tiny sums a bfloat16 weight gradient's batch in pairs here: AMX-BF16 tiles or AVX512_BF16 pair dots."""
+    return amx_bf16() or (platform.machine() == "x86_64" and "avx512_bf16" in Path("/proc/cpuinfo").read_text())
+
+
+@pytest.mark.skipif(not pairs_the_batch(), reason="the batch is summed in pairs on a CPU with AMX-BF16 or AVX512_BF16")
+def test_conv_weight_gradient_beside_its_input_gradient_keeps_its_paired_copies():
+    """A bfloat16 weight gradient next to its input gradient still sums the batch innermost in pairs (in tiles with
+    AMX): its input copied batch-innermost, grad_output's paired panels, the chunks' sums and their total (4 kernels
+    more than the input gradient alone); float32's shared padded grad_output (test_conv_pool.py) is not taken."""
 
     def kernels(wanted):
         return conv2d_gradient_kernels(
@@ -277,6 +282,29 @@ def test_conv_weight_gradient_beside_its_input_gradient_keeps_its_tile_copies():
     want = torch.autograd.grad(F.conv2d(x, w, padding=1), [x, w], bf16(64, 32, 14, 14, seed=2))
     torch.testing.assert_close(gx.cpu(), want[0], **BF16)
     torch.testing.assert_close(gw.cpu(), want[1], **BF16)
+
+
+WEIGHT_GRADIENT = """
+import torch, torch_tiny
+import torch.nn.functional as F
+g = torch.Generator().manual_seed(0)
+x = torch.randn(64, 32, 14, 14, generator=g).bfloat16().to("tiny")
+w = torch.randn(32, 32, 3, 3, generator=g).bfloat16().to("tiny").requires_grad_()
+gy = torch.randn(64, 32, 14, 14, generator=g).bfloat16().to("tiny")
+torch.autograd.grad(F.conv2d(x, w, padding=1), [w], gy)[0].cpu()
+"""
+
+
+@pytest.mark.skipif(not pairs_the_batch(), reason="the batch is summed in pairs on a CPU with AMX-BF16 or AVX512_BF16")
+def test_conv_weight_gradient_steps_by_pair_dots(tmp_path):
+    """The weight gradient alone (no input gradient) sums the batch in pairs: its kernel steps by pair dot products
+    (vdpbf16ps, or tdpbf16ps in tiles), where with the batch outermost it widened each bfloat16 and multiply-added."""
+    env = dict(os.environ, TINY_DEBUG="3", TINY_CACHE_DIR=str(tmp_path))
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-c", WEIGHT_GRADIENT], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    sources = re.split(r"^tiny: kernel .*$", proc.stderr, flags=re.M)
+    assert any("dpbf16" in s for s in sources), proc.stderr[-3000:]
 
 
 FRESH_AND_OUT = """
