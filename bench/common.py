@@ -11,6 +11,16 @@ import os
 import sys
 import time
 
+# torch's OpenMP workers (libgomp) spin on a core for 6-10 ms of CPU after each parallel region by default, and a
+# contender timed right after an eager op ran on one core fewer (tiny's bfloat16 conv2d: median 3.0 ms alone, 4.6-5.7
+# interleaved with eager; OMP_WAIT_POLICY=passive or a bounded spin: 3.0-3.3). GOMP_SPINCOUNT=30000 bounds it to
+# ~0.1 ms of CPU, about what tiny's idle workers spin (TINY_SPIN_US, 200 us: ~0.25 ms); back-to-back eager ops still
+# find their workers awake. libgomp reads it when torch loads, so the benchmark starts again with it set; setting
+# GOMP_SPINCOUNT yourself (300000 is libgomp's default) keeps yours.
+if "GOMP_SPINCOUNT" not in os.environ:
+    os.environ["GOMP_SPINCOUNT"] = "30000"
+    os.execv(sys.executable, [sys.executable, *sys.argv])
+
 CPU_TIME = "--cpu-time" in sys.argv
 if CPU_TIME:
     os.environ["TINY_THREADS"] = "1"  # read when tiny's thread pool starts
