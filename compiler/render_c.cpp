@@ -605,15 +605,15 @@ private:
     if (contiguous_stores && n >= 16 && loads_step(1, !wide))
       return wide ? "#pragma clang loop vectorize_width(16)\n" : "#pragma clang loop vectorize_width(8)\n";
     // Fewer than 16 iterations whose float32 reads step by 1 or 2, some by 2 (a 2-wide max pool's window pairs,
-    // elementwise over its outputs): clang vectorizes it only when told. The demo's 2x2 max pool of
-    // 128 x 32 x 28 x 28 (rows of 14 outputs), one thread: with AVX-512 2.28 ms scalar, 0.78 as one masked step of
-    // 8 lanes, 0.82 as 4 lanes and a scalar rest, 1.00 as 8 lanes and a scalar rest; with AVX2 (a Zen 3, the
-    // pool with its batch norm before it) 2.89 ms scalar, 1.54 as 4 lanes and a scalar rest, 1.93 as 8, 3.96-4.51
-    // masked (AVX2's masked stores).
+    // elementwise over its outputs): clang vectorizes it only when told, as 4 lanes and a scalar rest. The demo's 2x2
+    // max pool of 128 x 32 x 28 x 28 (rows of 14 outputs), one thread: on a Sapphire Rapids 2.28 ms scalar, 0.78 as
+    // one masked step of 8 lanes, 0.82 as 4 lanes, 1.00 as 8 lanes and a scalar rest; on a Zen 4 (the pool with its
+    // batch norm before it; its argmax kernel) 2.2-3.2 ms (2.0-2.2) scalar, 2.3-3.2 (2.2-3.6) masked in 8 lanes, whose
+    // pairs are read by gathers, 0.80 (1.15) in 8 lanes, 0.61 (0.85) in 4, the pairs split by shuffles; with AVX2 (a
+    // Zen 3) 2.89 ms scalar, 1.54 as 4 lanes, 1.93 as 8, 3.96-4.51 masked (AVX2's masked stores).
     const bool pairs = std::ranges::any_of(loads, [](const auto& l) { return l.first == 2; });
     if (k_.loops.size() >= 2 && n < 16 && contiguous_stores && pairs && loads_step(2, true))
-      return wide ? "#pragma clang loop vectorize_width(8) vectorize_predicate(enable)\n"
-                  : "#pragma clang loop vectorize_width(4)\n";
+      return "#pragma clang loop vectorize_width(4)\n";
     // A loop split in phases (see phase_split in compiler/lower.cpp): each iteration stores c interleaved
     // outputs at c steps along it, every read contiguous or the same. clang unrolls such a short loop in full
     // and, without AVX-512's masks, branches on each select of a float (a non-overlapping max pool's gradient,

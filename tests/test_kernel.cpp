@@ -472,8 +472,8 @@ TEST(Kernel, AnElementwiseLoopOfContiguousReadsStepsByAFullVectorRegister) {
 }
 
 // A 2x2 max pool elementwise over its outputs (rows of 14 of a 28-wide input): the innermost loop reads
-// pairs (step 2) and is shorter than 16 lanes, vectorized as one masked step of 8 lanes with AVX-512, as
-// 4 lanes and a scalar rest without (AVX2's masked stores cost more).
+// pairs (step 2) and is shorter than 16 lanes, vectorized as 4 lanes and a scalar rest (a masked step of 8
+// lanes reads the pairs by gathers, slow on a Zen 4; AVX2's masked stores cost more).
 TEST(Kernel, AShortLoopOfPairReadsVectorizes) {
   const int64_t R = 6, W = 28, O = W / 2;
   auto xv = random_vec(R * 2 * W, 15);
@@ -486,9 +486,7 @@ TEST(Kernel, AShortLoopOfPairReadsVectorizes) {
     }
   auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, R * O);
   std::string src = render_c(lower_kernel(out, View::contiguous({R, O}), m), "k");
-  EXPECT_NE(src.find(wide_vectors() ? "vectorize_width(8) vectorize_predicate(enable)" : "vectorize_width(4)\n"),
-            std::string::npos)
-      << src;
+  EXPECT_NE(src.find("vectorize_width(4)\n"), std::string::npos) << src;
   auto got = values(realize_value(m));
   for (int64_t r = 0; r < R; r++)
     for (int64_t o = 0; o < O; o++) {
