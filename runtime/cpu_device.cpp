@@ -79,12 +79,15 @@ private:
   static constexpr size_t kHugePage = size_t{2} << 20;
 };
 
-// Whether `name` is an executable file in a directory of PATH.
+// Whether `name` is an executable file (not a directory) in a directory of PATH.
 bool on_path(const std::string& name) {
   const char* path = std::getenv("PATH");
   std::stringstream dirs(path ? path : "");
+  std::error_code ec;
   for (std::string dir; std::getline(dirs, dir, ':');)
-    if (!dir.empty() && access((fs::path(dir) / name).c_str(), X_OK) == 0) return true;
+    if (fs::path at = fs::path(dir) / name;
+        !dir.empty() && fs::is_regular_file(at, ec) && access(at.c_str(), X_OK) == 0)
+      return true;
   return false;
 }
 

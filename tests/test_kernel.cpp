@@ -1085,6 +1085,7 @@ TEST(Kernel, TheCpuCompilerIsTheNewestClangOnPath) {
   tool("clang-9");
   EXPECT_EQ(cpu_c_compiler(), "clang-21");
   std::ofstream(dir / "clang-22") << "not executable";
+  fs::create_directories(dir / "clang-23"); // a directory, searchable but not a program
   EXPECT_EQ(cpu_c_compiler(), "clang-21");
   setenv("TINY_CC", "gcc", 1);
   EXPECT_EQ(cpu_c_compiler(), "gcc");
