@@ -168,7 +168,7 @@ UOpPtr conv_input_grad(const UOpPtr& go, const UOpPtr& w, const Shape& in, const
 // -> (G, A, B, kernel...), or (G, B, A, kernel...) with swap_ab: the chunks' total, in vectors, is copied into
 // that order by a kernel of its own (the total summed in the swapped order ran scalar along the chunks, 2-3x
 // slower; left a permuted view, it was copied and read through its permutation by the optimizer's kernels too).
-// batch_inner: the batch is the innermost reduced axis, whole (see tiles_pair_batch). chunk: the images summed
+// batch_inner: the batch is the innermost reduced axis, whole (see pairs_batch). chunk: the images summed
 // first (see weight_grad_chunk).
 UOpPtr weight_grad_sum(const UOpPtr& p, size_t nd, bool batch_inner, int64_t chunk, bool swap_ab) {
   const int64_t N = p->shape[0], n = static_cast<int64_t>(nd), chunks = N / chunk;
@@ -262,7 +262,7 @@ UOpPtr bias_grad(const UOpPtr& go) {
 // multiply-adds. The demo's (128, 32, 14, 14) gradient of a (64, 32, 3, 3) filter, one thread (the C kernels): 7.8 ms
 // -> 1.96 whole, 1.17 in chunks of 32 images (see conv_weight_grad) on a Sapphire Rapids' tiles; on a Zen 4's pair
 // dots, two threads, its kernels 5.1 -> 3.2 ms, the convolution's backward with its input gradient 8.1 -> 6.1.
-bool tiles_pair_batch(const at::Tensor& input) {
+bool pairs_batch(const at::Tensor& input) {
   const int64_t N = input.size(0);
   const Target& target = runtime::device(input.device().index()).target();
   return input.scalar_type() == at::kBFloat16 && N % 2 == 0 && N >= 32 &&
@@ -270,7 +270,7 @@ bool tiles_pair_batch(const at::Tensor& input) {
 }
 
 // The images a weight gradient of `input` and `grad_output` sums first (see weight_grad_sum), its chunks' sums added
-// after. Batch innermost (see tiles_pair_batch): 32 images where they divide (one tile step a pixel), each chunk's
+// after. Batch innermost (see pairs_batch): 32 images where they divide (one tile step a pixel), each chunk's
 // input and gradient (1.3 MB for the demo's) held in L2 while every filter tap and channel block reads them; the whole
 // batch streamed the gradient's panel from L3 for each block (the demo's kernel 1.96 -> 1.17 ms, one thread).
 // Otherwise, a batch of 16 or more in 8s: 8 images, or 4, 2 or 1 where 8 images' input and gradient do not fit in one
@@ -353,7 +353,7 @@ convolution_backward(const at::Tensor& grad_output, const at::Tensor& input, con
                         transposed ? conv_forward(go, w, spatial(x), c.g, groups)
                                    : conv_input_grad(go, w, spatial(x), c.g, groups));
   if (output_mask[1]) {
-    const bool batch_inner = tiles_pair_batch(input);
+    const bool batch_inner = pairs_batch(input);
     const int64_t chunk = weight_grad_chunk(input, grad_output, batch_inner);
     grad_weight = result(ints(weight.sizes()), weight, weight.suggest_memory_format(),
                          transposed ? conv_weight_grad(go, x, c.g, groups, batch_inner, chunk)

@@ -98,18 +98,19 @@ public:
       : cc_(cpu_c_compiler()),
         flags_("-O2 -march=native -mprefer-vector-width=512 -fPIC -shared -fwrapv -fno-math-errno "
                "-ffp-contract=fast -fno-strict-aliasing") {
+    const bool clang = cc_.find("clang") != std::string::npos;
 #if defined(__x86_64__)
     // clang's x86 backend turns every conditional move with a memory operand inside a loop into a branch, which
     // data mispredicts: a max pool's gradient keeps a window's gradient where the index says, as its bits
     // masked (render_c's where(c, x, 0)); with its load folded into a cmov it branched (the demo's 14 x 14 pool
     // gradient, one thread on a Zen 3: 4.7 -> 0.9 ms; the step's other kernels unchanged).
-    if (cc_.find("clang") != std::string::npos) flags_ += " -mllvm -x86-cmov-converter-force-mem-operand=false";
+    if (clang) flags_ += " -mllvm -x86-cmov-converter-force-mem-operand=false";
 #endif
     // LLVM's machine scheduler, before register allocation, hoists the loads of a fully unrolled register block
     // (a convolution's 14 x 16 broadcasts) far ahead of their multiplies, and the registers they then hold spill:
     // the demo's 28 x 28 weight gradient, one Zen 4 thread, 20.8-30.2 ms with it, 16.6-16.8 without (clang-14
     // and clang-19 alike); the order render_c writes (each load beside its use) is kept.
-    if (cc_.find("clang") != std::string::npos) flags_ += " -mllvm -enable-misched=false";
+    if (clang) flags_ += " -mllvm -enable-misched=false";
     if (const char* more = std::getenv("TINY_CFLAGS")) flags_ += std::string(" ") + more;
   }
   std::string key() const override { return cc_ + " " + flags_; }
