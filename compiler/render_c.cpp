@@ -207,14 +207,18 @@ static inline tv_float tiny_rbf_v(tv_float f) { return (tv_float)(tiny_f2bf_v(f)
 constexpr const char* kVectorHelpers[] = {"tiny_f2bf_v", "tiny_rbf_v"};
 
 // Sixteen rows of up to 8 contiguous floats from 8 float32 vectors (a block of 8 x 16, transposed in
-// registers): row l holds lane l of r0, r1, ... and is stored at o + s * l, its first n floats. A kernel
+// registers, tiny_rows): row l holds lane l of r0, r1, ... and is stored at o + s * l, its first n floats
+// (tiny_store_rows; tiny_store_rows_bf16 the same of bfloat16 bits, 2 bytes an element). A kernel
 // whose lanes stride through its output (a convolution's NCHW result, lanes along the channels) and whose
 // register block holds consecutive positions stores 16 rows instead of 16 * n scalars (the demo's conv2d
 // kernel: 12.4 -> 11.1 ms, one thread, AVX-512; with AVX2, as two ymm registers a vector, on a Zen 3 its 28 x 28
 // forward and input-gradient kernels 26.6 -> 23.7 and 31.1 -> 28.9 ms, the first layer's 4.03 -> 2.57).
 constexpr const char* kStoreRows = R"C(typedef float tv_float8 __attribute__((ext_vector_type(8)));
-static inline __attribute__((always_inline)) void tiny_store_rows(float* o, int64_t s, int n, tv_float r0,
-    tv_float r1, tv_float r2, tv_float r3, tv_float r4, tv_float r5, tv_float r6, tv_float r7) {
+typedef int16_t tv_int16_8 __attribute__((ext_vector_type(8)));
+/* c[q] holds two rows, lanes 0-7 and 8-15: rows (0, 4), (8, 12), (1, 5), (9, 13), (2, 6), (10, 14), (3, 7), (11, 15) */
+static const int tiny_rows_at[8][2] = {{0, 4}, {8, 12}, {1, 5}, {9, 13}, {2, 6}, {10, 14}, {3, 7}, {11, 15}};
+static inline __attribute__((always_inline)) void tiny_rows(tv_float* c, tv_float r0, tv_float r1, tv_float r2,
+    tv_float r3, tv_float r4, tv_float r5, tv_float r6, tv_float r7) {
   /* pairs of rows interleaved by lanes, then by pairs of lanes, then by quads */
   tv_float a0 = __builtin_shufflevector(r0, r1, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
   tv_float a1 = __builtin_shufflevector(r0, r1, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
@@ -232,26 +236,45 @@ static inline __attribute__((always_inline)) void tiny_store_rows(float* o, int6
   tv_float b5 = __builtin_shufflevector(a4, a6, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
   tv_float b6 = __builtin_shufflevector(a5, a7, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
   tv_float b7 = __builtin_shufflevector(a5, a7, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
-  /* c[q] holds two rows, lanes 0-7 and 8-15: rows (0, 4), (8, 12), (1, 5), (9, 13), (2, 6), (10, 14), (3, 7), (11, 15) */
-  tv_float c[8] = {
-      __builtin_shufflevector(b0, b4, 0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23),
-      __builtin_shufflevector(b0, b4, 8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31),
-      __builtin_shufflevector(b2, b6, 0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23),
-      __builtin_shufflevector(b2, b6, 8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31),
-      __builtin_shufflevector(b1, b5, 0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23),
-      __builtin_shufflevector(b1, b5, 8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31),
-      __builtin_shufflevector(b3, b7, 0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23),
-      __builtin_shufflevector(b3, b7, 8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31)};
-  static const int row[8][2] = {{0, 4}, {8, 12}, {1, 5}, {9, 13}, {2, 6}, {10, 14}, {3, 7}, {11, 15}};
+  c[0] = __builtin_shufflevector(b0, b4, 0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  c[1] = __builtin_shufflevector(b0, b4, 8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+  c[2] = __builtin_shufflevector(b2, b6, 0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  c[3] = __builtin_shufflevector(b2, b6, 8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+  c[4] = __builtin_shufflevector(b1, b5, 0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  c[5] = __builtin_shufflevector(b1, b5, 8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+  c[6] = __builtin_shufflevector(b3, b7, 0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  c[7] = __builtin_shufflevector(b3, b7, 8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+}
+static inline __attribute__((always_inline)) void tiny_store_rows(float* o, int64_t s, int n, tv_float r0,
+    tv_float r1, tv_float r2, tv_float r3, tv_float r4, tv_float r5, tv_float r6, tv_float r7) {
+  tv_float c[8];
+  tiny_rows(c, r0, r1, r2, r3, r4, r5, r6, r7);
   for (int q = 0; q < 8; q++) {
     tv_float8 lo = __builtin_shufflevector(c[q], c[q], 0, 1, 2, 3, 4, 5, 6, 7);
     tv_float8 hi = __builtin_shufflevector(c[q], c[q], 8, 9, 10, 11, 12, 13, 14, 15);
-    memcpy(o + s * row[q][0], &lo, (size_t)n * sizeof(float));
-    memcpy(o + s * row[q][1], &hi, (size_t)n * sizeof(float));
+    memcpy(o + s * tiny_rows_at[q][0], &lo, (size_t)n * sizeof(float));
+    memcpy(o + s * tiny_rows_at[q][1], &hi, (size_t)n * sizeof(float));
+  }
+}
+/* bfloat16 bits in the low halves of int32 lanes (tiny_f2bf_v's), transposed as 32-bit lanes, stored as rows
+   of 2-byte elements */
+static inline __attribute__((always_inline)) void tiny_store_rows_bf16(uint16_t* o, int64_t s, int n,
+    tv_int32_t r0, tv_int32_t r1, tv_int32_t r2, tv_int32_t r3, tv_int32_t r4, tv_int32_t r5, tv_int32_t r6,
+    tv_int32_t r7) {
+  tv_float c[8];
+  tiny_rows(c, (tv_float)r0, (tv_float)r1, (tv_float)r2, (tv_float)r3, (tv_float)r4, (tv_float)r5, (tv_float)r6,
+      (tv_float)r7);
+  for (int q = 0; q < 8; q++) {
+    tv_int32_t bits = (tv_int32_t)c[q];
+    tv_int16_8 lo = __builtin_convertvector(__builtin_shufflevector(bits, bits, 0, 1, 2, 3, 4, 5, 6, 7), tv_int16_8);
+    tv_int16_8 hi = __builtin_convertvector(__builtin_shufflevector(bits, bits, 8, 9, 10, 11, 12, 13, 14, 15), tv_int16_8);
+    memcpy(o + s * tiny_rows_at[q][0], &lo, (size_t)n * sizeof(uint16_t));
+    memcpy(o + s * tiny_rows_at[q][1], &hi, (size_t)n * sizeof(uint16_t));
   }
 }
 )C";
-constexpr const char* kStoreRowsNames[] = {"tv_float8", "tiny_store_rows"};
+constexpr const char* kStoreRowsNames[] = {"tv_float8", "tv_int16_8",      "tiny_rows_at",
+                                           "tiny_rows", "tiny_store_rows", "tiny_store_rows_bf16"};
 
 std::string lane_elem(DType dt) { return dt == DType::Bool ? "uint8_t" : reg_type(dt); }
 std::string vec_type(DType dt) { return "tv_" + lane_elem(dt); }
@@ -485,6 +508,8 @@ public:
     if (k_.lane_range >= 0) os << kVectorPrelude;
     if (store_rows_) os << kStoreRows;
     if (pair_dots_) os << "#if defined(__AVX512BF16__)\n#include <immintrin.h>\n#endif\n";
+    if (avx512_masked_loads_)
+      os << "#if defined(__AVX512BW__) && defined(__AVX512VL__)\n#include <immintrin.h>\n#endif\n";
     if (!tile_config_.empty())
       os << "#if !defined(__AMXBF16__) && !defined(__AMX_BF16__)\n#error \"tiny: this kernel computes in AMX tiles "
             "and the C compiler does not target AMX-BF16 (TINY_AMX=0 lowers without tiles)\"\n#endif\n"
@@ -670,6 +695,7 @@ private:
   std::vector<size_t> open_;                              // scopes enclosing the code being emitted, outermost first
   int next_ = 0;
   bool pair_dots_ = false;                        // some reduction steps by bfloat16 pair dot products (see pair_dot)
+  bool avx512_masked_loads_ = false;              // some vector loads are AVX-512 masked loads (emit_vector_load)
   size_t copy_stores_ = 0;                        // stores of a value as it was loaded (bits copied)
   bool store_rows_ = false;                       // some stores go through tiny_store_rows (see emit_store_rows)
   std::unordered_set<const UOp*> stored_as_rows_; // the stores emitted by emit_store_rows
@@ -996,6 +1022,19 @@ private:
         std::string x = from_storage(n->dtype, ref(buf) + "[" + at(l) + "]");
         return valid ? lane(*valid, l) + " ? " + x + " : 0" : x;
       });
+      // Contiguous lanes valid lane by lane (a row of a padded copy, see lower_transposed_copy): one masked
+      // load on AVX-512, which reads no masked-off lane's memory (it may lie outside the buffer).
+      if (stride == 1 && valid && k_.lanes == 16 && (n->dtype == DType::Float32 || n->dtype == DType::BFloat16)) {
+        std::string mask = "_mm_test_epi8_mask((__m128i)" + ref(*valid) + ", (__m128i)" + ref(*valid) + ")",
+                    at0 = ref(buf) + " + " + at(0);
+        std::string masked = n->dtype == DType::Float32
+                                 ? "(tv_float)_mm512_maskz_loadu_ps(" + mask + ", " + at0 + ")"
+                                 : "(tv_float)(__builtin_convertvector((tv_int16_t)_mm256_maskz_loadu_epi16(" + mask +
+                                       ", " + at0 + "), tv_int32_t) * 65536)";
+        e = "\n#if defined(__AVX512BW__) && defined(__AVX512VL__)\n    " + masked + "\n#else\n    " + e +
+            "\n#endif\n    ";
+        avx512_masked_loads_ = true;
+      }
     }
     names_[n.get()] = v;
     where_[n.get()] = open_[home(n)];
@@ -1010,10 +1049,7 @@ private:
     // its channels, converted lane by lane took ~8 instructions an element); a float32 vector rounded to
     // bfloat16 and stored rounds once: the same bits (a NaN's too).
     const bool bf16_lanes = dt == DType::BFloat16 && vec(value);
-    const UOpPtr& rounded =
-        bf16_lanes && value->op == Ops::CAST && value->src[0]->dtype == DType::Float32 && vec(value->src[0])
-            ? value->src[0]
-            : value;
+    const UOpPtr& rounded = rounded_from(value);
     emit(buf);
     emit(rounded);
     int64_t stride;
@@ -1027,6 +1063,7 @@ private:
       return;
     }
     if (bf16_lanes) {
+      if (stride > 1 && !valid && emit_store_rows(n, stride)) return;
       std::string bits = "v" + std::to_string(next_++);
       sc.code << ind << "const tv_int32_t " << bits << " = tiny_f2bf_v(" << ref(rounded) << ");\n";
       if (stride == 1 && !valid) {
@@ -1049,14 +1086,24 @@ private:
     }
   }
 
-  // Float32 vector stores whose lanes stride through the output by `stride` and whose bases are consecutive
-  // elements (the positions of a register block: a convolution's NCHW result, lanes along its channels) go
-  // out together, up to 8 at a time, as 16 rows of contiguous floats (tiny_store_rows) instead of a scalar
-  // store per lane. The group is the run of such stores into the same buffer, in the same scope, whose
-  // bases differ from n's by constants; its rows must not overlap (stride >= the run's length), and no load
-  // of the buffer may see the stores' order. Returns false (nothing emitted) where that does not hold.
+  // The float32 vector a bfloat16 vector rounds (its bits are stored through tiny_f2bf_v, one rounding: the
+  // same bits), else the value itself.
+  const UOpPtr& rounded_from(const UOpPtr& value) {
+    bool rounds = value->dtype == DType::BFloat16 && vec(value) && value->op == Ops::CAST &&
+                  value->src[0]->dtype == DType::Float32 && vec(value->src[0]);
+    return rounds ? value->src[0] : value;
+  }
+
+  // Float32 or bfloat16 vector stores whose lanes stride through the output by `stride` and whose bases are
+  // consecutive elements (the positions of a register block: a convolution's NCHW result, lanes along its
+  // channels) go out together, up to 8 at a time, as 16 rows of contiguous elements (tiny_store_rows,
+  // tiny_store_rows_bf16) instead of a scalar store per lane. The group is the run of such stores of one
+  // dtype into the same buffer, in the same scope, whose bases differ from n's by constants; its rows must
+  // not overlap (stride >= the run's length), and no load of the buffer may see the stores' order. Returns
+  // false (nothing emitted) where that does not hold.
   bool emit_store_rows(const UOpPtr& n, int64_t stride) {
-    if (k_.lanes != 16) return false;
+    const DType dt = n->src[2]->dtype;
+    if (k_.lanes != 16 || (dt != DType::Float32 && dt != DType::BFloat16)) return false;
     const UOpPtr& buf = n->src[0];
     for (const UOpPtr& m : toposort(k_.ast))
       if (m->op == Ops::LOAD && m->src[0] == buf) return false;
@@ -1068,7 +1115,7 @@ private:
     if (!base) return false;
     std::map<int64_t, UOpPtr> run;
     for (const UOpPtr& st : k_.ast->src) {
-      if (st->op != Ops::STORE || st->src[0] != buf || st->src.size() > 3 || st->src[2]->dtype != DType::Float32 ||
+      if (st->op != Ops::STORE || st->src[0] != buf || st->src.size() > 3 || st->src[2]->dtype != dt ||
           !vec(st->src[2]) || stored_as_rows_.count(st.get()))
         continue;
       UOpPtr b = base_of(st);
@@ -1084,7 +1131,7 @@ private:
     for (int64_t d = lo; d <= hi; d++)
       stores.push_back(run.at(d));
     for (const UOpPtr& st : stores)
-      emit(st->src[2]);
+      emit(rounded_from(st->src[2]));
     size_t at = home(n);
     for (const UOpPtr& st : stores)
       if (home(st) != at) return false;
@@ -1094,9 +1141,13 @@ private:
       size_t count = std::min<size_t>(8, stores.size() - first);
       int64_t s;
       auto start = lane_index(stores[first]->src[1], lane_node(), &s);
-      sc.code << ind << "tiny_store_rows(" << ref(buf) << " + " << start(0) << ", " << stride << ", " << count;
-      for (size_t r = 0; r < 8; r++)
-        sc.code << ", " << (r < count ? ref(stores[first + r]->src[2]) : std::string("(tv_float)0"));
+      const bool bf16 = dt == DType::BFloat16;
+      sc.code << ind << (bf16 ? "tiny_store_rows_bf16(" : "tiny_store_rows(") << ref(buf) << " + " << start(0) << ", "
+              << stride << ", " << count;
+      for (size_t r = 0; r < 8; r++) {
+        std::string row = r < count ? ref(rounded_from(stores[first + r]->src[2])) : std::string("(tv_float)0");
+        sc.code << ", " << (bf16 ? "tiny_f2bf_v(" + row + ")" : row);
+      }
       sc.code << ");\n";
     }
     for (const UOpPtr& st : stores)

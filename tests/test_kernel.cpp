@@ -407,6 +407,35 @@ TEST(Kernel, LanesThatStrideThroughTheOutputStoreTheirBlockAsRows) {
   expect_channel_mix(4, 32, 28, 20, 21, "  tiny_store_rows(");
 }
 
+// A padded channels-last copy as a storage holds it (flat: the reshape of a padded, permuted view) is lowered at
+// the view's rank, not as one flat loop that divides its index by every dim; on AVX-512 it loads 8 channels' rows
+// of 16 positions, masked where a lane falls on the padding, and stores their transpose as 16 rows of 8 channels
+// (lower_transposed_copy).
+TEST(Kernel, APaddedChannelsLastCopyTransposesBlocksInRegisters) {
+  const int64_t N = 2, C = 16, H = 14, P = H + 2;
+  auto xv = random_vec(N * C * H * H, 31);
+  // the movements on one tracker, as the torch ops record them
+  ShapeTracker st = ShapeTracker::from_shape({N, C, H, H}).pad({{0, 0}, {0, 0}, {1, 1}, {1, 1}}).permute({0, 2, 3, 1});
+  auto v = view(buffer(filled(xv)), st.reshape({N * P * P * C}));
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, N * P * P * C);
+  Kernel k = lower_kernel(out, View::contiguous({N * P * P * C}), v);
+  EXPECT_GE(k.loops.size(), 2u) << k.name;
+  if (wide_vectors()) {
+    std::string src = render_c(k, "k");
+    EXPECT_NE(src.find("_mm512_maskz_loadu_ps("), std::string::npos) << src;
+    EXPECT_NE(src.find("  tiny_store_rows(b0 + "), std::string::npos) << src;
+  }
+  auto got = values(realize_value(v));
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t y = 0; y < P; y++)
+      for (int64_t x = 0; x < P; x++)
+        for (int64_t c = 0; c < C; c++) {
+          bool inside = y >= 1 && y <= H && x >= 1 && x <= H;
+          float want = inside ? xv[((n * C + c) * H + y - 1) * H + x - 1] : 0.0f;
+          ASSERT_EQ(got[((n * P + y) * P + x) * C + c], want) << n << ", " << y << ", " << x << ", " << c;
+        }
+}
+
 // A register block of products of a broadcast value over a short reduce loop (14 or 28 steps: a weight
 // gradient's positions in a row) unrolls that loop in full on AVX-512.
 TEST(Kernel, AShortReduceLoopOfBroadcastProductsUnrollsInFull) {

@@ -6,7 +6,7 @@ show each folds into the index math of the kernel that consumes it.
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import ALL_DTYPES, FLOAT_DTYPES, check, check_devices, counting, dtype_name, recorded_warnings
+from conftest import ALL_DTYPES, DEVICE, FLOAT_DTYPES, check, check_devices, counting, dtype_name, recorded_warnings
 
 
 def sample(shape, dtype=torch.float32, *, seed=0):
@@ -318,6 +318,49 @@ def test_masked_fill_errors_match_torch():
     check(lambda t, m: t.masked_fill(m, torch.ones(2)), x, sample((3, 4), torch.bool))
     check(lambda t, m: t.masked_fill_(m, 1.0), sample((4,)), sample((3, 4), torch.bool))
     check(lambda t, m: t.masked_fill(m, 1000), sample((3, 4), torch.int8), sample((3, 4), torch.bool))
+
+
+def with_special_values(shape, dtype):
+    """sample() with a quiet and a signaling NaN, -0.0, infinities and a subnormal among the values."""
+    x = sample(shape, dtype)
+    flat = x.view(-1)
+    flat[:6] = torch.tensor([float("nan"), -0.0, float("inf"), -float("inf"), 0.0, 1e-40]).to(dtype)
+    if dtype is torch.float32:
+        flat.view(torch.int32)[6] = 0x7F800001
+    else:
+        flat.view(torch.int16)[6] = 0x7C01 if dtype is torch.float16 else 0x7F81
+    return x
+
+
+def into_a_slice(x):
+    out = torch.zeros(3, *x.t().shape, dtype=x.dtype, device=x.device)
+    out[1].copy_(x.t())
+    return out
+
+
+# A permuted tensor made contiguous is a copy whose read and write walk different dims innermost; on AVX-512 the
+# CPU device copies float32 and bfloat16 blocks of 16 x 8 transposed in registers (compiler/lower.cpp,
+# lower_transposed_copy), other shapes and dtypes element by element.
+TRANSPOSING_COPIES = {
+    "t": (lambda x: x.t().contiguous(), (48, 256)),
+    "t of odd sizes": (lambda x: x.t().contiguous(), (37, 45)),
+    "t into a slice": (into_a_slice, (48, 256)),
+    "channels last": (lambda x: x.permute(0, 2, 3, 1).contiguous(), (2, 32, 4, 8)),
+    "padded channels last": (lambda x: F.pad(x, (1, 1, 1, 1)).permute(0, 2, 3, 1).contiguous(), (2, 16, 14, 14)),
+    "padded channels last, 28": (lambda x: F.pad(x, (1, 1, 1, 1)).permute(0, 2, 3, 1).contiguous(), (2, 8, 28, 28)),
+    "3-d permute": (lambda x: x.permute(2, 0, 1).contiguous(), (64, 16, 24)),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=dtype_name)
+@pytest.mark.parametrize("case", TRANSPOSING_COPIES)
+def test_a_permuted_tensor_made_contiguous_has_the_cpus_bits(case, dtype):
+    fn, shape = TRANSPOSING_COPIES[case]
+    x = with_special_values(shape, dtype)
+    want, got = fn(x), fn(x.to(DEVICE)).cpu()
+    assert (got.shape, got.stride(), got.dtype) == (want.shape, want.stride(), want.dtype)
+    ints = torch.int32 if dtype is torch.float32 else torch.int16
+    assert torch.equal(got.view(ints), want.view(ints))
 
 
 # ---------------------------------------------------------------------------------------------
