@@ -7,6 +7,7 @@
 #include <map>
 #include <stdexcept>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace tiny {
 
@@ -1077,7 +1078,7 @@ std::optional<Kernel> lower_transposed_copy(const BufferRef& out, const View& ou
   const Shape& loops = plan.loops;
   const DType dt = value->dtype;
   if (!wide_vector_registers() || loops.size() < 2 || (dt != DType::Float32 && dt != DType::BFloat16) ||
-      value->op != Ops::VIEW || value->src[0]->op != Ops::BUFFER || value->src[0]->dtype != dt || out_region.mask)
+      out_region.mask)
     return std::nullopt;
   const size_t last = loops.size() - 1;
   if (loops[last] % 8 != 0 || out_region.strides[plan.groups[last].back()] != 1) return std::nullopt;
@@ -1090,18 +1091,22 @@ std::optional<Kernel> lower_transposed_copy(const BufferRef& out, const View& ou
     const UOp* lane = nullptr;
     for (const UOpPtr& n : toposort(k.ast))
       if (n->op == Ops::RANGE && std::get<int64_t>(n->arg) == k.lane_range) lane = n.get();
-    bool transposes = lane != nullptr;
+    // every load reads its lanes contiguously (one is enough; the others may be the same for all lanes), a
+    // float32 or bfloat16 vector; every store is a row apart
+    bool transposes = lane != nullptr, contiguous = false;
     for (const UOpPtr& n : toposort(k.ast)) {
       if (!transposes) break;
       if (n->op == Ops::LOAD) {
         auto split = lane_split(n->src[1], lane);
-        transposes = split && split->second == 1;
+        transposes = split && (split->second == 0 ||
+                               ((n->dtype == DType::Float32 || n->dtype == DType::BFloat16) && split->second == 1));
+        contiguous = contiguous || (split && split->second == 1);
       } else if (n->op == Ops::STORE) {
         auto split = lane_split(n->src[1], lane);
         transposes = n->src.size() == 3 && split && split->second >= 8;
       }
     }
-    if (transposes) return k;
+    if (transposes && contiguous) return k;
   }
   return std::nullopt;
 }
@@ -1536,16 +1541,72 @@ UOpPtr padded_lane_copy(const UOpPtr& m, size_t d, int64_t work) {
 // small reads that stride along d (a convolution's filters along the output channels) are read from
 // copies laid out with d innermost. Records those copies in `replace` and returns true when some
 // dim d works.
+// Whether v is computed elementwise from buffers and constants (no reduction, data-dependent read or write in
+// it): a copy of a view of it computes it once an element.
+bool computed_elementwise(const UOpPtr& v) {
+  if (v->op == Ops::BUFFER) return false;
+  for (const UOpPtr& n : toposort(v))
+    if (n->op == Ops::REDUCE || n->op == Ops::GATHER || n->op == Ops::SCATTER || n->op == Ops::ASSIGN ||
+        n->op == Ops::CONTIGUOUS)
+      return false;
+  return true;
+}
+
+// Whether a reduction that reads the view m `work` times in all reads it from a copy: m is a window (its last view,
+// unmasked, over views below it) of a padded buffer whose elements are each read 8 times or more (a convolution's
+// padded input: the copy has no masks left for the loop), or of a computed value whose elements are each read twice
+// or more (conv2d(x.relu(), w): a pad does not commute with the value, so the view stays on it, and the reduction
+// would compute it at every tap, element by element, at indexes clamped to the mask, unvectorized; the copy computes
+// it once: (128, 32, 14, 14) x (64, 32, 3, 3) after a ReLU, two threads, 133 -> 4.5 ms; a depthwise 3 x 3 conv of
+// (128, 32, 28, 28) after a ReLU, each element read 9 times, 23 -> ? ms).
+bool copied_window(const UOpPtr& m, int64_t work) {
+  if (m->op != Ops::VIEW) return false;
+  const auto& vs = m->st().views;
+  if (vs.size() < 2 || vs.back().mask) return false;
+  const int64_t size = prod(vs[vs.size() - 2].shape);
+  if (work < 2 * size) return false;
+  if (m->src[0]->op != Ops::BUFFER) return computed_elementwise(m->src[0]);
+  if (work < 8 * size) return false;
+  for (size_t i = 0; i + 1 < vs.size(); i++)
+    if (vs[i].mask) return true;
+  return false;
+}
+
+// The windows that reduction r reads from copies (copied_window): of computed values only, or of buffers too.
+std::vector<UOpPtr> copied_windows(const UOpPtr& r, bool computed_only) {
+  std::vector<UOpPtr> windows;
+  int64_t work = prod(r->src[0]->shape);
+  for (const UOpPtr& m : toposort(r->src[0]))
+    if (m->op == Ops::VIEW && (!computed_only || m->src[0]->op != Ops::BUFFER) && copied_window(m, work))
+      windows.push_back(m);
+  return windows;
+}
+
+// A window read from its copy: the views below the window laid out walked_innermost (on a GPU contiguous), the
+// window over it.
+UOpPtr window_copy(const UOpPtr& m, const std::vector<int64_t>& axes, const Target& target) {
+  const auto& vs = m->st().views;
+  UOpPtr below = view(m->src[0], ShapeTracker{std::vector<View>(vs.begin(), vs.end() - 1)});
+  below = target.gpu() ? contiguous(below) : walked_innermost(below, vs.back(), axes);
+  return view(below, ShapeTracker{{vs.back()}});
+}
+
 bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replace, int64_t reuse,
                  const Target& target) {
   const UOpPtr& src = n->src[0];
   const int64_t panel = panel_lanes(target);
   const auto& axes = n->reduce_arg().axes;
   auto reduced = [&](size_t d) { return std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) != axes.end(); };
-  std::vector<UOpPtr> reads;
-  for (const UOpPtr& m : toposort(src))
-    if (m->op == Ops::VIEW && m->src[0]->op == Ops::BUFFER) reads.push_back(m);
   int64_t work = prod(src->shape);
+  // The reads of buffers; those under a computed window are the window copy's, not the loop's.
+  std::vector<UOpPtr> reads, windows = copied_windows(n, true);
+  std::unordered_set<const UOp*> copied;
+  for (const UOpPtr& m : windows)
+    for (const UOpPtr& r : toposort(m->src[0]))
+      copied.insert(r.get());
+  for (const UOpPtr& m : toposort(src))
+    if (m->op == Ops::VIEW && m->src[0]->op == Ops::BUFFER && !copied.count(m.get()))
+      reads.push_back(m), windows.push_back(m);
   for (size_t d = src->shape.size(); d-- > 0;) {
     if (reduced(d) || src->shape[d] % kLanes != 0) continue;
     std::vector<UOpPtr> copies, panels;
@@ -1575,20 +1636,10 @@ bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replac
     if (!ok) continue;
     for (const auto& [m, c] : padded_lanes)
       replace[m.get()] = c;
-    // A padded window read (a convolution's input) reads a padded copy instead: no masks in the loop.
-    for (const UOpPtr& m : reads) {
-      const auto& vs = m->st().views;
-      if (vs.size() < 2 || vs.back().mask || replace.count(m.get())) continue;
-      std::vector<View> inner(vs.begin(), vs.end() - 1);
-      bool masked = false;
-      for (const View& v : inner)
-        masked = masked || v.mask.has_value();
-      if (masked && work >= 8 * prod(inner.back().shape)) {
-        UOpPtr padded = view(m->src[0], ShapeTracker{inner});
-        padded = target.gpu() ? contiguous(padded) : walked_innermost(padded, vs.back(), axes);
-        replace[m.get()] = view(padded, ShapeTracker{{vs.back()}});
-      }
-    }
+    // A padded window read (a convolution's input) reads a padded copy instead: no masks in the loop; so does a
+    // window of a computed value (see copied_window).
+    for (const UOpPtr& m : windows)
+      if (copied_window(m, work) && !replace.count(m.get())) replace[m.get()] = window_copy(m, axes, target);
     for (const UOpPtr& m : panels)
       replace[m.get()] = expand(panel_copy(unbroadcast(m), d, panel), m->shape);
     for (const UOpPtr& m : copies) {
@@ -1619,6 +1670,8 @@ UOpPtr contiguous_reduce_layout(const UOpPtr& value_in, const Target& target) {
     // lanes need no copy, or one of a read reused at least 16 times (256 where the reduction could
     // instead vectorize along a contiguous reduced axis)
     if (lane_copies(n, replace, reads_reduced_contiguously(n) ? 256 : 16, target)) continue;
+    for (const UOpPtr& m : copied_windows(n, true))
+      replace[m.get()] = window_copy(m, n->reduce_arg().axes, target);
     int64_t work = prod(src->shape);
     for (const UOpPtr& m : toposort(src)) {
       if (m->op != Ops::VIEW || m->src[0]->op != Ops::BUFFER || m->shape != src->shape || replace.count(m.get()))

@@ -208,6 +208,37 @@ def test_conv_bias_relu_forward_is_one_kernel():
     torch.testing.assert_close(y.cpu(), F.relu(F.conv2d(x.cpu(), w.cpu(), b.cpu(), padding=1)))
 
 
+# A convolution of a computed input (a ReLU's, a GELU's, an affine map's) reads a copy that computes the input once,
+# not the input's formula at every tap of every window (compiler/lower.cpp, copied_window).
+COMPUTED_INPUTS = {"relu": F.relu, "gelu": F.gelu, "affine": lambda x: x * 2 + 1, "exp": torch.exp}
+
+
+@pytest.mark.parametrize("groups", [1, 4, 8])
+@pytest.mark.parametrize("options", [{"padding": 1}, {}, {"stride": 2, "padding": 1}], ids=str)
+@pytest.mark.parametrize("computed", COMPUTED_INPUTS)
+def test_a_convolution_of_a_computed_input_matches_cpu(computed, options, groups):
+    f = COMPUTED_INPUTS[computed]
+    x, w = rand(2, 8, 10, 10), rand(16, 8 // groups, 3, 3, seed=1)
+    check_grads(lambda x, w: F.conv2d(f(x), w, groups=groups, **options), x, w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("groups", [1, 8])
+def test_a_convolution_of_a_relu_launches_the_kernels_of_one_of_a_tensor(groups):
+    """The padded window of relu(x) (a pad does not commute with the ReLU) is copied as a tensor's window is, the copy
+    computing the ReLU: before, one kernel computed the ReLU at every tap (133 ms against 4.5 at (128, 32, 14, 14) x
+    (64, 32, 3, 3)), a depthwise one too (23 ms against 1.9)."""
+    x, w = rand(2, 8, 10, 10).to("tiny"), rand(16, 8 // groups, 3, 3, seed=1).to("tiny")
+    torch.tiny.synchronize()
+    launched = []
+    for make_input in (lambda: x, lambda: x.relu()):
+        with counting() as c:
+            y = F.conv2d(make_input(), w, padding=1, groups=groups)
+            torch.tiny.synchronize()
+        launched.append(c["kernels"])
+    assert launched[1] == launched[0] + (groups > 1)  # a depthwise convolution reads x itself: no copy of x
+    torch.testing.assert_close(y.cpu(), F.conv2d(x.cpu().relu(), w.cpu(), padding=1, groups=groups))
+
+
 # ---- max pooling ----
 
 MAX_POOL_OPTIONS = [
