@@ -9,6 +9,7 @@ tests include nan, +-inf and signed zeros.
 
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import ALL_DTYPES, FLOAT_DTYPES, CpuUnsupported, check, dtype_name, tol
 
 NAN, INF = float("nan"), float("inf")
@@ -629,3 +630,23 @@ def test_exp_tanh_and_log_over_their_whole_range(dtype):
     check(lambda t: (t.exp(), t.tanh(), torch.sigmoid(t), t.exp2()), x, **tol(dtype))
     positive = torch.cat([torch.logspace(-45, 38, 3001), torch.tensor([0.0, -0.0, -1.0, 1.0, 0.7071, 0.7072])])
     check(lambda t: (t.log(), t.log_softmax(0)), torch.cat([positive, x.abs().float()]).to(dtype), **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_name)
+def test_erf_and_gelu_over_their_whole_range(dtype):
+    """erf is a polynomial for float (x P(x^2) below 0.921875, 1 - e^(-x^2) Q(t) above): check both forms and the
+    switch between them, where it rounds to +-1, denormals, signed zeros, NaN and infinities, to 4 ulp in float32."""
+    x = torch.cat(
+        [
+            torch.linspace(-5, 5, 20001),
+            torch.logspace(-40, 0, 2001),
+            -torch.logspace(-40, 0, 2001),
+            torch.tensor([0.921875, -0.921875, 0.92187494, 3.92, 3.93, 4.0, 4.1, 0.0, -0.0, 1e-45]),
+            torch.tensor([float("nan"), float("inf"), float("-inf")]),
+        ]
+    ).to(dtype)
+    close = {"rtol": 4 * 2.0**-23, "atol": 1e-44} if dtype is torch.float32 else tol(dtype)
+    check(torch.erf, x, **close)
+    # gelu (x / 2) (1 + erf(x / sqrt(2))) at torch's tolerance: 1 + erf cancels for negative x. Not at +inf, where
+    # torch's float32 gelu gives NaN (its float64 inf, as tiny's)
+    check(F.gelu, x[:-2], **tol(dtype))
