@@ -1070,9 +1070,11 @@ Kernel lower_kernel_gpu(const BufferRef& out, const View& out_region, const Loop
 // in the read): lanes along the read's contiguous loop, 8 outputs of the innermost loop a block, so that each
 // block is 8 vector loads (masked where lanes fall on padding) whose 8 x 16 values go out as 16 rows of 8
 // contiguous elements (tiny_store_rows in compiler/render_c.cpp), not an element at a time read 400 bytes apart.
-// Float32 and bfloat16 copies on AVX-512 (the masked loads). The demo's (128, 32, 14, 14) bfloat16 input into
-// (128, 16, 16, 32), one thread, C harness: 0.59 -> 0.12 ms; in float32 0.34 -> 0.13. A copy larger than the L3
-// (the demo's 28 x 28 float32, 27 MB moved) runs at memory speed either way.
+// Float32 and bfloat16 values on AVX-512 (the masked loads); a value computed elementwise too (a ReLU's, copied for
+// a convolution, see copied_window) where every load reads the lanes contiguously or alike. The demo's (128, 32, 14,
+// 14) bfloat16 input into (128, 16, 16, 32), one thread, C harness: 0.59 -> 0.12 ms; in float32 0.34 -> 0.13. A
+// copy larger than the L3 (the demo's 28 x 28 float32, 27 MB moved) runs at memory speed either way. The kernel is
+// kept only where its loads and stores came out so (a masked view of a computed value clamps its index: no lanes).
 std::optional<Kernel> lower_transposed_copy(const BufferRef& out, const View& out_region, const LoopPlan& plan) {
   const UOpPtr& value = plan.value;
   const Shape& loops = plan.loops;
@@ -1297,10 +1299,13 @@ Kernel lower_kernel_at(const BufferRef& out, const View& out_region, const UOpPt
     up[last] = contiguous_reduce ? pick(last, {4, 2}) : pick(last, {16, 8, 4});
     up[second] = rows(second, {4, 2});
   }
-  // A 2-byte layout copy that gathers blocks of columns (the bfloat16 panels of x @ w with w row-major: each
-  // panel reads 32 columns of every pair of rows) runs its two outer loops in the read's order, the rows
-  // outermost: each step reads whole rows and writes a row of every panel (1024², one thread: 0.24 ms ->
-  // 0.14; the panels outermost read 64 bytes of each 2 KiB row).
+  // A 2-byte layout copy runs its loops outside its innermost ones (those that write a cache line together) in the
+  // read's order, the largest read stride outermost, so that the lines it reads stay in L1 while it walks them: the
+  // bfloat16 panels of x @ w with w row-major (each panel reads 32 columns of every pair of rows) read whole rows
+  // (1024², one thread: 0.24 ms -> 0.14; the panels outermost read 64 bytes of each 2 KiB row); a bfloat16 weight
+  // gradient's paired grad_output panel ([chunk][channel block][position][image pair][channel][pair] from NCHW) walks
+  // the positions inside the image pairs (C harness, one thread: 0.99 -> 0.59 ms; the positions outside touched 64 KiB
+  // of rows between two reads of a line).
   auto order_groups = groups;
   Shape order_loops = loops;
   if (!has_reduce && loops.size() >= 3 && itemsize(value->dtype) == 2 && value->op == Ops::VIEW &&
@@ -1308,9 +1313,18 @@ Kernel lower_kernel_at(const BufferRef& out, const View& out_region, const UOpPt
       !out_region.mask) {
     auto stride = [&](const View& v, size_t g) { return v.strides[groups[g].back()]; };
     const View& read = value->st().views[0];
-    if (stride(read, 0) < stride(read, 1) && stride(out_region, 0) > stride(out_region, 1)) {
-      std::swap(order_groups[0], order_groups[1]);
-      std::swap(order_loops[0], order_loops[1]);
+    // the innermost loops, in the output's order, that write a cache line (32 elements) or more together
+    size_t run = loops.size() - 1;
+    for (int64_t written = loops[run]; run > 0 && written < 32; written *= loops[run])
+      run--;
+    std::vector<size_t> order(loops.size());
+    for (size_t g = 0; g < order.size(); g++)
+      order[g] = g;
+    std::stable_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(run),
+                     [&](size_t a, size_t b) { return std::abs(stride(read, a)) > std::abs(stride(read, b)); });
+    for (size_t g = 0; g < order.size(); g++) {
+      order_groups[g] = groups[order[g]];
+      order_loops[g] = loops[order[g]];
     }
   }
   Kernel k =
