@@ -82,10 +82,37 @@ ShapeTracker ShapeTracker::of(View v) {
 
 namespace {
 
+// A permutation of masked `inner` (outer walks inner's row-major layout dim for dim, in another order, whole and
+// unmasked) is inner permuted, its mask too: F.pad(x, ...).permute(0, 2, 3, 1) is one masked view, whose copy
+// reads its lanes contiguously (see lower_transposed_copy in compiler/lower.cpp).
+std::optional<View> permuted_masked(const View& inner, const View& outer) {
+  const Shape& S = inner.shape;
+  if (outer.mask || outer.offset != 0 || outer.shape.size() != S.size()) return std::nullopt;
+  Shape suffix(S.size(), 1);
+  for (size_t d = S.size(); d-- > 1;)
+    suffix[d - 1] = suffix[d] * S[d];
+  std::vector<bool> used(S.size(), false);
+  View out{outer.shape, Shape(S.size(), 0), inner.offset, std::vector<std::pair<int64_t, int64_t>>(S.size())};
+  for (size_t j = 0; j < S.size(); j++) {
+    size_t d = 0;
+    while (d < S.size() && (used[d] || S[d] != outer.shape[j] || (S[d] > 1 && suffix[d] != outer.strides[j])))
+      d++;
+    if (d == S.size()) return std::nullopt;
+    used[d] = true;
+    out.strides[j] = inner.strides[d];
+    (*out.mask)[j] = (*inner.mask)[d];
+  }
+  return out;
+}
+
 // `outer` reads the row-major flattening of `inner`'s shape. When each of outer's dims walks
-// within one dim of inner (a permute, expand, slice, step or flip of it), the two are one view.
+// within one dim of inner (a permute, expand, slice, step or flip of it), the two are one view; over a
+// contiguous inner (which maps each flat position to itself) outer alone is the view, whatever its offset
+// and mask (a pad of a contiguous tensor).
 std::optional<View> compose(const View& inner, const View& outer) {
   const Shape& S = inner.shape;
+  if (inner.is_contiguous()) return outer;
+  if (inner.mask && outer.offset >= 0 && prod(S) > 0) return permuted_masked(inner, outer);
   if (inner.mask || outer.offset < 0 || prod(S) == 0) return std::nullopt;
   // a reshape of inner (outer is row-major over all of it) is one view wherever torch's rule allows it
   if (outer.is_contiguous() && prod(outer.shape) == prod(S))

@@ -62,6 +62,28 @@ TEST(View, ViewsOfViewsComposeIntoOneTracker) {
   EXPECT_EQ(p->st().views[0].strides, Shape({1, 12, 4}));
 }
 
+// A pad of a contiguous tensor is one view (its offset negative, its mask the padding), and a permute of a masked
+// view is that view permuted, its mask too: F.pad(x).permute(0, 2, 3, 1) reads through one view, its padded
+// channels-last copy by lanes (compiler/lower.cpp, lower_transposed_copy). A reshape of a masked view stays a view
+// on top of it.
+TEST(View, APaddedTensorPermutedIsOneMaskedView) {
+  auto b = buffer(std::make_shared<BufferBase>(DType::Float32, 2 * 3 * 4 * 4));
+  auto x = reshape(b, {2, 3, 4, 4});
+  auto padded = pad(x, {{0, 0}, {0, 0}, {1, 1}, {1, 1}});
+  ASSERT_EQ(padded->st().views.size(), 1u);
+  EXPECT_EQ(padded->st().views[0].offset, -5);
+  auto p = permute(padded, {0, 2, 3, 1});
+  ASSERT_EQ(p->src[0], b);
+  ASSERT_EQ(p->st().views.size(), 1u);
+  const View& v = p->st().views[0];
+  EXPECT_EQ(v.shape, Shape({2, 6, 6, 3}));
+  EXPECT_EQ(v.strides, Shape({48, 4, 1, 16}));
+  EXPECT_EQ(v.offset, -5);
+  using Range = std::pair<int64_t, int64_t>;
+  EXPECT_EQ(*v.mask, (std::vector<Range>{{0, 2}, {1, 5}, {1, 5}, {0, 3}}));
+  EXPECT_EQ(reshape(p, {2 * 6 * 6 * 3})->st().views.size(), 2u);
+}
+
 TEST(View, ReshapeStridesFollowTorchViewRules) {
   EXPECT_EQ(*reshape_strides({4, 6}, {6, 1}, {2, 2, 6}), Shape({12, 6, 1}));
   EXPECT_EQ(*reshape_strides({4, 6}, {1, 4}, {4, 2, 3}), Shape({1, 12, 4}));
