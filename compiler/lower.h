@@ -53,6 +53,9 @@ struct Kernel {
 // reduce loops follow.
 constexpr int64_t kGroupRange = 0, kLocalRange = 3, kGpuRanges = 6;
 
+// The RANGE of a kernel's vector lanes (its id k.lane_range), null where the kernel has none.
+const UOp* lane_node(const Kernel& k);
+
 // idx = base + stride * lane with base free of `lane`: {base, stride}; nullopt when idx is not of that
 // form. An idx free of lane is {idx, 0}.
 std::optional<std::pair<UOpPtr, int64_t>> lane_split(const UOpPtr& idx, const UOp* lane);

@@ -1203,9 +1203,7 @@ private:
   }
 
   const UOp* lane_node() {
-    if (!lane_node_)
-      for (const UOpPtr& n : toposort(k_.ast))
-        if (n->op == Ops::RANGE && std::get<int64_t>(n->arg) == k_.lane_range) lane_node_ = n.get();
+    if (!lane_node_) lane_node_ = tiny::lane_node(k_);
     return lane_node_;
   }
 

@@ -33,11 +33,8 @@ UOpPtr input(const Shape& shape) { return reshape(buffer(placeholder(DType::Floa
 // lane 8 adjacent ones a block, the innermost loop the blocks of 8.
 bool writes_runs_of(const Kernel& k, int64_t c) {
   if (k.lane_range < 0) return k.loops.back() == c;
-  const UOp* lane = nullptr;
-  for (const UOpPtr& n : toposort(k.ast))
-    if (n->op == Ops::RANGE && std::get<int64_t>(n->arg) == k.lane_range) lane = n.get();
   for (const UOpPtr& st : k.ast->src)
-    if (auto split = lane_split(st->src[1], lane); !split || split->second != c) return false;
+    if (auto split = lane_split(st->src[1], lane_node(k)); !split || split->second != c) return false;
   return k.loops.back() * 8 == c;
 }
 
