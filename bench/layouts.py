@@ -1,7 +1,7 @@
 """Layout copies and computed inputs on tiny against PyTorch eager (and torch.compile), in one process, contenders
 interleaved round by round (bench/common.py): a permuted tensor made contiguous (x.t().contiguous(), NCHW to
-channels-last, padded channels-last), convolutions whose input is computed (a ReLU before a 3 x 3 conv, a
-depthwise one), and gelu (erf).
+channels-last; eager also into a preallocated tensor), a padded channels-last copy, convolutions whose input is
+computed (a ReLU before a 3 x 3 conv, a depthwise one), and gelu (erf).
 
 Run: .venv/bin/python bench/layouts.py [rounds] [--no-compile] [--cpu-time] (--cpu-time: bench/common.py)
 """
@@ -21,18 +21,23 @@ def main():
     def rand(*shape, dt=torch.float32):
         return torch.randn(*shape, generator=g).to(dt)
 
+    # Permuted views made contiguous; eager's .contiguous() allocates its result (a fresh 64 MB tensor page-faults),
+    # so eager also copies into a tensor allocated once, the honest reference for a copy.
+    views = {
+        "x.t().contiguous(), (1024, 1024)": (lambda a: a.t(), rand(1024, 1024)),
+        "x.t().contiguous(), (4096, 4096)": (lambda a: a.t(), rand(4096, 4096)),
+        "x.t().contiguous(), (1024, 1024) bfloat16": (lambda a: a.t(), rand(1024, 1024, dt=torch.bfloat16)),
+        "NCHW -> channels-last, (128, 64, 14, 14)": (lambda a: a.permute(0, 2, 3, 1), rand(128, 64, 14, 14)),
+    }
+    for name, (view, a) in views.items():
+        runs = contenders(lambda t, view=view: view(t).contiguous(), (a,), (a.to("tiny"),), compiled)
+        out = view(a).contiguous()
+        runs["eager, into a preallocated tensor"] = lambda view=view, a=a, out=out: out.copy_(view(a))
+        report(name, interleaved(runs, rounds, clock=CLOCK))
+        torch.testing.assert_close(view(a.to("tiny")).contiguous().cpu(), out)
+
     x, w = rand(128, 32, 28, 28), rand(32, 32, 3, 3)
     cases = {
-        "x.t().contiguous(), (1024, 1024)": (lambda a: a.t().contiguous(), (rand(1024, 1024),)),
-        "x.t().contiguous(), (4096, 4096)": (lambda a: a.t().contiguous(), (rand(4096, 4096),)),
-        "x.t().contiguous(), (1024, 1024) bfloat16": (
-            lambda a: a.t().contiguous(),
-            (rand(1024, 1024, dt=torch.bfloat16),),
-        ),
-        "NCHW -> channels-last, (128, 64, 14, 14)": (
-            lambda a: a.permute(0, 2, 3, 1).contiguous(),
-            (rand(128, 64, 14, 14),),
-        ),
         "padded channels-last, (128, 32, 14, 14) bfloat16": (
             lambda a: F.pad(a, (1, 1, 1, 1)).permute(0, 2, 3, 1).contiguous(),
             (rand(128, 32, 14, 14, dt=torch.bfloat16),),
