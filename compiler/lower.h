@@ -45,6 +45,9 @@ struct Kernel {
   UOpPtr thread_valid{};
   // CPU: the reductions are blocks of bfloat16 pair dots computed in AMX tiles (see TileBlock).
   bool tiles = false;
+  // CPU: each contiguous vector load also prefetches what it will load in the next iteration of the outermost
+  // loop (a layout copy whose reads the hardware prefetchers miss, see lower_transposed_copy).
+  bool prefetch_next = false;
 };
 
 // GPU kernels: RANGE ids [kGroupRange, +3) are work-group ids and [kLocalRange, +3) thread ids within

@@ -709,6 +709,7 @@ private:
 
   const Kernel& k_;
   std::unordered_map<const UOp*, std::string> names_;
+  std::unordered_map<const UOp*, std::string> bits_;          // a bfloat16 vector load's bits (emit_vector_load)
   std::unordered_map<const UOp*, size_t> where_;              // the scope each named value is declared in
   std::unordered_map<const UOp*, std::vector<int64_t>> deps_; // loop ids each node varies with
   std::deque<Scope> scopes_;
@@ -1030,38 +1031,66 @@ private:
     auto at = lane_index(n->src[1], lane_node(), &stride);
     if (valid) emit(*valid);
     Scope& sc = scopes_[open_[home(n)]];
-    std::string v = "v" + std::to_string(next_++), t = vec_type(n->dtype), e;
+    if (stride == 1 && k_.prefetch_next) emit_prefetch_next(n, ref(buf) + " + " + at(0), sc);
+    // bfloat16 lanes are loaded as their bits (int32 lanes, bits_), then widened to float: a value stored unchanged
+    // (a layout copy) stores those bits, not the float rounded back (the same bits; ~8 instructions a vector)
+    const bool bf16 = n->dtype == DType::BFloat16;
+    std::string v = "v" + std::to_string(next_++), t = vec_type(n->dtype), loaded = bf16 ? "tv_int32_t" : t, e;
     if (stride == 1 && (plain_storage(n->dtype) || is_half(n->dtype)) && (!valid || !vec(*valid))) {
-      // float16/bfloat16: the lanes' bits as one vector, widened to float in registers (bfloat16: the
-      // bits are float32's upper half; the sign extension of int16 shifts out)
-      std::string bits = n->dtype == DType::Float16 ? "tv_half" : n->dtype == DType::BFloat16 ? "tv_int16_t" : t;
-      std::string value = n->dtype == DType::Float16    ? "__builtin_convertvector(t_, tv_float)"
-                          : n->dtype == DType::BFloat16 ? "(tv_float)(__builtin_convertvector(t_, tv_int32_t) * 65536)"
-                                                        : "t_";
+      // float16/bfloat16: the lanes' bits as one vector, widened in registers
+      std::string bits = n->dtype == DType::Float16 ? "tv_half" : bf16 ? "tv_int16_t" : t;
+      std::string value = n->dtype == DType::Float16 ? "__builtin_convertvector(t_, tv_float)"
+                          : bf16                     ? "__builtin_convertvector(t_, tv_int32_t)"
+                                                     : "t_";
       e = "({ " + bits + " t_; memcpy(&t_, " + ref(buf) + " + " + at(0) + ", sizeof t_); " + value + "; })";
-      if (valid) e = ref(*valid) + " ? " + e + " : (" + t + "){}";
+      if (valid) e = ref(*valid) + " ? " + e + " : (" + loaded + "){}";
     } else {
-      e = per_lane(n->dtype, [&](int64_t l) {
-        std::string x = from_storage(n->dtype, ref(buf) + "[" + at(l) + "]");
+      e = per_lane(bf16 ? DType::Int32 : n->dtype, [&](int64_t l) {
+        std::string x = bf16 ? ref(buf) + "[" + at(l) + "]" : from_storage(n->dtype, ref(buf) + "[" + at(l) + "]");
         return valid ? lane(*valid, l) + " ? " + x + " : 0" : x;
       });
       // Contiguous lanes valid lane by lane (a row of a padded copy, see lower_transposed_copy): one masked
       // load on AVX-512, which reads no masked-off lane's memory (it may lie outside the buffer).
-      if (stride == 1 && valid && k_.lanes == 16 && (n->dtype == DType::Float32 || n->dtype == DType::BFloat16)) {
+      if (stride == 1 && valid && k_.lanes == 16 && (n->dtype == DType::Float32 || bf16)) {
         std::string mask = "_mm_test_epi8_mask((__m128i)" + ref(*valid) + ", (__m128i)" + ref(*valid) + ")",
                     at0 = ref(buf) + " + " + at(0);
-        std::string masked = n->dtype == DType::Float32
-                                 ? "(tv_float)_mm512_maskz_loadu_ps(" + mask + ", " + at0 + ")"
-                                 : "(tv_float)(__builtin_convertvector((tv_int16_t)_mm256_maskz_loadu_epi16(" + mask +
-                                       ", " + at0 + "), tv_int32_t) * 65536)";
+        std::string masked = bf16 ? "__builtin_convertvector((tv_int16_t)_mm256_maskz_loadu_epi16(" + mask + ", " +
+                                        at0 + "), tv_int32_t)"
+                                  : "(tv_float)_mm512_maskz_loadu_ps(" + mask + ", " + at0 + ")";
         e = "\n#if defined(__AVX512BW__) && defined(__AVX512VL__)\n    " + masked + "\n#else\n    " + e +
             "\n#endif\n    ";
         avx512_masked_loads_ = true;
       }
     }
+    if (bf16) {
+      // the bits are float32's upper half: the sign extension of int16 shifts out
+      std::string bits = "v" + std::to_string(next_++);
+      sc.code << indent(sc.depth) << "const tv_int32_t " << bits << " = " << e << ";\n";
+      bits_[n.get()] = bits;
+      e = "(tv_float)(" + bits + " * 65536)";
+    }
     names_[n.get()] = v;
     where_[n.get()] = open_[home(n)];
     sc.code << indent(sc.depth) << "const " << t << " " << v << " = " << e << ";\n";
+  }
+
+  // A prefetch of what the load at `address` will read in the next iteration of the outermost loop, where its
+  // index moves by a constant there (Kernel::prefetch_next); into L2 (one outer iteration ahead may be far).
+  void emit_prefetch_next(const UOpPtr& load, const std::string& address, Scope& sc) {
+    const UOp* outer = nullptr;
+    for (const UOpPtr& m : toposort(k_.ast))
+      if (m->op == Ops::RANGE && std::get<int64_t>(m->arg) == 0) outer = m.get();
+    auto next = outer ? lane_split(load->src[1], outer) : std::nullopt;
+    if (!next || next->second == 0) return;
+    // as an integer: the address one iteration on may lie past the buffer (a prefetch does not fault)
+    sc.code << indent(sc.depth) << "__builtin_prefetch((const void*)((uintptr_t)(" << address << ") + "
+            << next->second * static_cast<int64_t>(itemsize(load->dtype)) << "), 0, 2);\n";
+  }
+
+  // The bits of a bfloat16 vector: a load's own (bits_), else its float value rounded (tiny_f2bf_v).
+  std::string bf16_bits(const UOpPtr& v) {
+    auto it = bits_.find(v.get());
+    return it != bits_.end() ? it->second : "tiny_f2bf_v(" + ref(v) + ")";
   }
 
   void emit_vector_store(const UOpPtr& n) {
@@ -1088,7 +1117,7 @@ private:
     if (bf16_lanes) {
       if (stride > 1 && !valid && emit_store_rows(n, stride)) return;
       std::string bits = "v" + std::to_string(next_++);
-      sc.code << ind << "const tv_int32_t " << bits << " = tiny_f2bf_v(" << ref(rounded) << ");\n";
+      sc.code << ind << "const tv_int32_t " << bits << " = " << bf16_bits(rounded) << ";\n";
       if (stride == 1 && !valid) {
         sc.code << ind << "{ tv_int16_t t_ = __builtin_convertvector(" << bits << ", tv_int16_t); memcpy(" << ref(buf)
                 << " + " << at(0) << ", &t_, sizeof t_); }\n";
@@ -1168,8 +1197,12 @@ private:
       sc.code << ind << (bf16 ? "tiny_store_rows_bf16(" : "tiny_store_rows(") << ref(buf) << " + " << start(0) << ", "
               << stride << ", " << count;
       for (size_t r = 0; r < 8; r++) {
-        std::string row = r < count ? ref(rounded_from(stores[first + r]->src[2])) : std::string("(tv_float)0");
-        sc.code << ", " << (bf16 ? "tiny_f2bf_v(" + row + ")" : row);
+        if (r >= count)
+          sc.code << (bf16 ? ", (tv_int32_t)0" : ", (tv_float)0");
+        else
+          sc.code << ", "
+                  << (bf16 ? bf16_bits(rounded_from(stores[first + r]->src[2]))
+                           : ref(rounded_from(stores[first + r]->src[2])));
       }
       sc.code << ");\n";
     }

@@ -349,6 +349,10 @@ TRANSPOSING_COPIES = {
     "padded channels last": (lambda x: F.pad(x, (1, 1, 1, 1)).permute(0, 2, 3, 1).contiguous(), (2, 16, 14, 14)),
     "padded channels last, 28": (lambda x: F.pad(x, (1, 1, 1, 1)).permute(0, 2, 3, 1).contiguous(), (2, 8, 28, 28)),
     "3-d permute": (lambda x: x.permute(2, 0, 1).contiguous(), (64, 16, 24)),
+    # positions that do not fill whole vectors (196, 25, 20): the last vector overlaps the one before
+    "channels last, 14": (lambda x: x.permute(0, 2, 3, 1).contiguous(), (2, 16, 14, 14)),
+    "channels last, 5": (lambda x: x.permute(0, 2, 3, 1).contiguous(), (3, 8, 5, 5)),
+    "paired panel": (lambda x: x.reshape(2, 2, 2, 2, 32, 20).permute(0, 3, 5, 1, 4, 2).contiguous(), (8, 64, 20)),
 }
 
 
