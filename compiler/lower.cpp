@@ -1090,7 +1090,9 @@ Kernel lower_kernel_gpu(const BufferRef& out, const View& out_region, const Loop
 // positions, 0.68 -> 0.10 ms). Each load prefetches what it loads one outer iteration on (Kernel::prefetch_next):
 // read cold, a block's 8 rows hundreds of bytes apart defeat the hardware prefetchers (the bfloat16 backward's
 // padded 64-channel grad_output copy, its source evicted by the step before: 0.68 -> 0.19 ms; C harness, one
-// thread: 760-950 -> 260-300 us cold, warm unchanged).
+// thread: 760-950 -> 260-300 us cold, warm unchanged). A bfloat16 load whose lanes are 2 elements apart (a pair's
+// half: the panels of a bfloat16 x @ w.t()'s w, each lane a pair of columns) is one masked load as well (render_c):
+// the 1024² panel copy 0.35 -> 0.07 ms, element by element before.
 std::optional<Kernel> lower_transposed_copy(const BufferRef& out, const View& out_region, const LoopPlan& plan) {
   const UOpPtr& value = plan.value;
   const Shape& loops = plan.loops;
@@ -1125,10 +1127,12 @@ std::optional<Kernel> lower_transposed_copy(const BufferRef& out, const View& ou
     for (const UOpPtr& n : toposort(k.ast)) {
       if (!transposes) break;
       if (n->op == Ops::LOAD) {
+        // (bfloat16 lanes 2 elements apart, a pair's halves, are one masked load too: see render_c)
         auto split = lane_split(n->src[1], lane);
-        transposes = split && (split->second == 0 ||
+        const bool bf16_pairs = n->dtype == DType::BFloat16 && split && split->second == 2;
+        transposes = split && (split->second == 0 || bf16_pairs ||
                                ((n->dtype == DType::Float32 || n->dtype == DType::BFloat16) && split->second == 1));
-        contiguous = contiguous || (split && split->second == 1);
+        contiguous = contiguous || (split && split->second == 1) || bf16_pairs;
         // outputs stored twice must be the same values: nothing the kernel writes may be read
         transposes = transposes && !(overlaps && n->src[0] == k.ast->src[0]->src[0]);
       } else if (n->op == Ops::STORE) {

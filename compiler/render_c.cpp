@@ -1061,6 +1061,15 @@ private:
             "\n#endif\n    ";
         avx512_masked_loads_ = true;
       }
+      // bfloat16 lanes 2 elements apart (the pairs of a bfloat16 matmul panel of w.t(), see lower_transposed_copy):
+      // one AVX-512 load of the even 2-byte elements, zero-extended in 32-bit lanes as they come
+      if (stride == 2 && bf16 && k_.lanes == 16 && (!valid || !vec(*valid))) {
+        std::string masked = "(tv_int32_t)_mm512_maskz_loadu_epi16(0x55555555u, " + ref(buf) + " + " + at(0) + ")";
+        if (valid) masked = ref(*valid) + " ? " + masked + " : (tv_int32_t){}";
+        e = "\n#if defined(__AVX512BW__) && defined(__AVX512VL__)\n    " + masked + "\n#else\n    " + e +
+            "\n#endif\n    ";
+        avx512_masked_loads_ = true;
+      }
     }
     if (bf16) {
       // the bits are float32's upper half: the sign extension of int16 shifts out

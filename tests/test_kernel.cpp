@@ -172,6 +172,32 @@ TEST(Kernel, APanelCopyOfARowMajorOperandWalksItsRowsOutermost) {
           ASSERT_EQ(g[((p * (K / 2) + r) * 32 + j) * 2 + e], in[(2 * r + e) * N + 32 * p + j]);
 }
 
+// The panels of a bfloat16 x @ w.t()'s w ([panel][pair of columns][row of 32][pair], w row-major) read each lane's
+// pair 4 bytes after the last: lanes along the pairs, each half of the pairs one masked load of the even 2-byte
+// elements (the 1024² panel copy 0.35 -> 0.07 ms), stored as rows.
+TEST(Kernel, APanelOfPairsCopiesBitsWithMaskedLoadsOfEvenElements) {
+  const int64_t N = 64, K = 48;
+  auto b = std::make_shared<Buffer>(cpu_device(), DType::BFloat16, N * K);
+  auto* in = static_cast<uint16_t*>(b->ptr());
+  for (int64_t i = 0; i < N * K; i++)
+    in[i] = static_cast<uint16_t>(0x7f81 + 977 * i);
+  auto panels = permute(reshape(buffer(b), {N / 32, 32, K / 2, 2}), {0, 2, 1, 3});
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::BFloat16, N * K);
+  Kernel k = lower_kernel(out, View::contiguous({N / 32, K / 2, 32, 2}), panels);
+  if (wide_vectors()) {
+    std::string src = render_c(k, "k");
+    EXPECT_NE(src.find("_mm512_maskz_loadu_epi16(0x55555555u, b1 + "), std::string::npos) << src;
+    EXPECT_NE(src.find("  tiny_store_rows_bf16(b0 + "), std::string::npos) << src;
+  }
+  auto got = std::static_pointer_cast<Buffer>(realize_value(panels));
+  auto* g = static_cast<uint16_t*>(got->ptr());
+  for (int64_t p = 0; p < N / 32; p++)
+    for (int64_t r = 0; r < K / 2; r++)
+      for (int64_t j = 0; j < 32; j++)
+        for (int64_t e = 0; e < 2; e++)
+          ASSERT_EQ(g[((p * (K / 2) + r) * 32 + j) * 2 + e], in[(32 * p + j) * K + 2 * r + e]) << p << " " << r;
+}
+
 // A bfloat16 weight gradient's paired grad_output panel ([chunk][channel block][position][image pair][channel][pair]
 // of an (N, O, P) grad_output): with AVX-512 a transposed copy, lanes along the positions (20: the last vector
 // overlaps the one before), blocks of 4 channels x an image pair; else it runs its loops outside the innermost two
