@@ -329,11 +329,15 @@ std::string UOp::tree_str() const {
 }
 
 std::vector<UOpPtr> toposort(const UOpPtr& root) {
-  std::vector<UOpPtr> order;
   std::unordered_set<const UOp*> seen;
+  return toposort(root, seen);
+}
+
+std::vector<UOpPtr> toposort(const UOpPtr& root, std::unordered_set<const UOp*>& seen) {
+  std::vector<UOpPtr> order;
+  if (!seen.insert(root.get()).second) return order;
   // Iterative DFS: graphs can be deep chains.
   std::vector<std::pair<UOpPtr, size_t>> stack{{root, 0}};
-  seen.insert(root.get());
   while (!stack.empty()) {
     auto& [n, i] = stack.back();
     if (i < n->src.size()) {

@@ -11,6 +11,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_set>
 #include <variant>
 #include <vector>
 
@@ -225,5 +226,8 @@ UOpPtr operator*(const UOpPtr& a, const UOpPtr& b);
 
 // Nodes of the graph below `root` (inclusive), sources before users.
 std::vector<UOpPtr> toposort(const UOpPtr& root);
+// The nodes under root not in `seen`, in toposort's order, added to `seen`: the walk of several roots that share
+// nodes visits each once (a training step's hundred parameter updates read one backward graph).
+std::vector<UOpPtr> toposort(const UOpPtr& root, std::unordered_set<const UOp*>& seen);
 
 } // namespace tiny

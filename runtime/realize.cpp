@@ -71,9 +71,9 @@ struct GraphKey {
   GraphKey(const std::vector<UOpPtr>& roots, Device* on) : device(on) {
     if (device) tokens.push_back(reinterpret_cast<uintptr_t>(device)); // schedules are per device
     std::unordered_map<const UOp*, uint64_t> pos;
+    std::unordered_set<const UOp*> seen;
     for (const UOpPtr& r : roots) {
-      for (const UOpPtr& n : toposort(r)) {
-        if (pos.count(n.get())) continue;
+      for (const UOpPtr& n : toposort(r, seen)) { // the nodes no root before reached
         pos[n.get()] = pos.size();
         tokens.push_back(static_cast<uint64_t>(n->op) << 8 | static_cast<uint64_t>(n->dtype));
         tokens.push_back(n->src.size());

@@ -39,6 +39,20 @@ TEST(UOp, NodesMadeCountsNewNodesOnly) {
   EXPECT_EQ(uops_made(), made + 1); // a node's death leaves the count as it is
 }
 
+// A walk of several roots with one shared set visits each node once, each root's new nodes in toposort's order
+// (a schedule's key over a training step's parameter updates, which all read one backward graph).
+TEST(UOp, ToposortOfRootsSharingNodesVisitsEachOnceInOrder) {
+  auto x = view(const_float(DType::Float32, 2.0), ShapeTracker::from_shape({}).reshape({1}).expand({4}));
+  auto shared = alu(Ops::MUL, alu(Ops::ADD, x, x), x);
+  auto a = alu(Ops::NEG, shared), b = alu(Ops::SUB, shared, a);
+  std::unordered_set<const UOp*> seen;
+  std::vector<UOpPtr> first = toposort(a, seen), second = toposort(b, seen), again = toposort(a, seen);
+  EXPECT_EQ(first, toposort(a));
+  EXPECT_EQ(second, std::vector<UOpPtr>{b}); // all of b's sources came with a
+  EXPECT_TRUE(again.empty());
+  EXPECT_EQ(seen.size(), toposort(b).size());
+}
+
 TEST(UOp, ShapesAndDtypesAreDerived) {
   auto buf = std::make_shared<BufferBase>(DType::Float32, 12);
   auto b = buffer(buf);
