@@ -400,6 +400,28 @@ def test_max_pool2d_of_a_product_is_one_kernel():
     torch.testing.assert_close(y.cpu(), F.max_pool2d(x.cpu() * 2, 2))
 
 
+@pytest.mark.parametrize("sync_between", [False, True], ids=["one graph", "forward synced"])
+def test_max_pool_gradient_through_overlapping_strided_windows_is_written_phase_by_phase(sync_between):
+    # ResNet's stem pool: each of the 2 x 2 phases of the input (even and odd rows and columns) takes a fixed set
+    # of the windows' taps; its gradient is one kernel of shifted reads (no sum over the windows, no division by the
+    # stride), written into its strided positions, with the forward's window offsets or with the flat indices a
+    # synced forward leaves
+    x = special_values(2, 3, 9, 8)
+    xt = x.to("tiny").requires_grad_()
+    yt = F.max_pool2d(xt, 3, stride=2, padding=1)
+    gy = rand(*yt.shape, seed=3)
+    if sync_between:
+        torch.tiny.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.PrivateUse1]) as prof:
+        (got,) = torch.autograd.grad(yt, [xt], gy.to("tiny"))
+        got = got.cpu()
+    kernels = [e.name for e in prof.events() if e.name[:2] in ("E_", "R_")]
+    assert not [k for k in kernels if k.startswith("R_")], kernels
+    xc = x.clone().requires_grad_()
+    (want,) = torch.autograd.grad(F.max_pool2d(xc, 3, stride=2, padding=1), [xc], gy)
+    assert torch.equal(got, want)
+
+
 def test_bad_pooling_raises_like_cpu():
     x = rand(2, 3, 8, 8)
     check(lambda x: F.max_pool2d(x, 2, padding=2), x)  # padding over half the kernel
