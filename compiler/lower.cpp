@@ -725,7 +725,7 @@ RowScratchPlan plan_row_scratch(const BufferRef& out, const UOpPtr& value, const
 Kernel lower_blocked(const BufferRef& out, const View& out_region, const UOpPtr& value,
                      const std::vector<std::vector<size_t>>& groups, const Shape& loops, const Shape& up,
                      int64_t lane_group, const RowScratchPlan& scratch = {},
-                     std::pair<int64_t, int64_t> split = {-1, 1}) {
+                     std::pair<int64_t, int64_t> split = {-1, 1}, bool masked_stores = false) {
   // A lane loop that does not divide into whole vectors ends on a vector that overlaps the one before (its base
   // min(i * lanes, extent - lanes)): its outputs are computed and stored twice, the same values (a copy's; see
   // lower_transposed_copy, which allows it where the kernel reads nothing it writes and no two threads share it).
@@ -783,7 +783,11 @@ Kernel lower_blocked(const BufferRef& out, const View& out_region, const UOpPtr&
     lw.scratch.root_idx = idx;
     UOpPtr v = lw.eval(value, idx);
     auto [flat, valid] = view_index(ShapeTracker{{out_region}}, idx);
-    stores.push_back(UOp::make(Ops::STORE, DType::Void, {lw.param(out), flat, v}));
+    // (masked_stores: an output region padded past the output, see lower_transposed_copy, stores where valid only)
+    if (masked_stores && valid)
+      stores.push_back(UOp::make(Ops::STORE, DType::Void, {lw.param(out), flat, v, valid}));
+    else
+      stores.push_back(UOp::make(Ops::STORE, DType::Void, {lw.param(out), flat, v}));
   }
   stores.insert(stores.end(), lw.scratch.stores.begin(), lw.scratch.stores.end());
   UOpPtr ast = graph_rewrite(UOp::make(Ops::SINK, DType::Void, stores), symbolic);
@@ -1092,7 +1096,10 @@ Kernel lower_kernel_gpu(const BufferRef& out, const View& out_region, const Loop
 // padded 64-channel grad_output copy, its source evicted by the step before: 0.68 -> 0.19 ms; C harness, one
 // thread: 760-950 -> 260-300 us cold, warm unchanged). A bfloat16 load whose lanes are 2 elements apart (a pair's
 // half: the panels of a bfloat16 x @ w.t()'s w, each lane a pair of columns) is one masked load as well (render_c):
-// the 1024² panel copy 0.35 -> 0.07 ms, element by element before.
+// the 1024² panel copy 0.35 -> 0.07 ms, element by element before. A lane loop of 8 to 15 (a 3 x 3 convolution
+// weight's taps, read contiguously by its panel copy) takes the lanes masked: the value and the output region padded
+// to 16, the loads masked and the stores' rows past the loop skipped (tiny_store_rows_m): ResNet-18's layer4 panel
+// (512 x 512 x 3 x 3), one thread, 2.7 -> 0.9 ms; shorter rows (4 to 7 positions) ran slower so and keep their loops.
 std::optional<Kernel> lower_transposed_copy(const BufferRef& out, const View& out_region, const LoopPlan& plan) {
   const UOpPtr& value = plan.value;
   const Shape& loops = plan.loops;
@@ -1117,9 +1124,32 @@ std::optional<Kernel> lower_transposed_copy(const BufferRef& out, const View& ou
   for (size_t h = up[last - 1] > 1 ? last - 1 : last; h-- > 0;) {
     // the outermost loop is the threads': lanes there must leave it 8 iterations, whole vectors (a loop that does
     // not divide into them ends on a vector overlapping the one before, see lower_blocked: not the threads' loop)
-    const bool overlaps = loops[h] % kLanes != 0;
-    if ((overlaps && (h == 0 || loops[h] < kLanes)) || (h == 0 && loops[h] / kLanes < 8)) continue;
-    Kernel k = lower_blocked(out, out_region, value, plan.groups, loops, up, static_cast<int64_t>(h));
+    const bool overlaps = loops[h] % kLanes != 0 && loops[h] > kLanes, short_lanes = loops[h] < kLanes;
+    if (((overlaps || short_lanes) && h == 0) || (h == 0 && loops[h] / kLanes < 8)) continue;
+    // A lane loop shorter than the lanes (a 3 x 3 convolution weight's 9 taps: its panel copy) runs on a value and an
+    // output region padded to the lanes, the lanes past the loop masked off in its loads and stores.
+    // (A loop of several dims, the weight's 3 x 3 taps, is one dim of the value and region reshaped to the loops.)
+    UOpPtr v = value;
+    View region = out_region;
+    Shape lane_loops = loops;
+    std::vector<std::vector<size_t>> groups = plan.groups;
+    if (short_lanes) {
+      if (loops[h] < 8 || value->op != Ops::VIEW) continue;
+      ShapeTracker read = value->st().reshape(loops), written = ShapeTracker{{out_region}}.reshape(loops);
+      if (read.views.size() != 1 || written.views.size() != 1) continue;
+      std::vector<std::pair<int64_t, int64_t>> pads(loops.size(), {0, 0});
+      pads[h].second = kLanes - loops[h];
+      v = view(value->src[0], read.pad(pads));
+      region = written.views[0];
+      region.mask.emplace();
+      for (size_t i = 0; i < region.shape.size(); i++)
+        region.mask->emplace_back(0, region.shape[i]);
+      region.shape[h] = kLanes;
+      lane_loops[h] = kLanes;
+      for (size_t g = 0; g < groups.size(); g++)
+        groups[g] = {g};
+    }
+    Kernel k = lower_blocked(out, region, v, groups, lane_loops, up, static_cast<int64_t>(h), {}, {-1, 1}, short_lanes);
     const UOp* lane = lane_node(k);
     // every load reads its lanes contiguously (one is enough; the others may be the same for all lanes), a
     // float32 or bfloat16 vector; every store is a row apart
@@ -1137,7 +1167,7 @@ std::optional<Kernel> lower_transposed_copy(const BufferRef& out, const View& ou
         transposes = transposes && !(overlaps && n->src[0] == k.ast->src[0]->src[0]);
       } else if (n->op == Ops::STORE) {
         auto split = lane_split(n->src[1], lane);
-        transposes = n->src.size() == 3 && split && split->second >= 8;
+        transposes = n->src.size() == (short_lanes ? 4u : 3u) && split && split->second >= 8;
       }
     }
     if (transposes && contiguous) {

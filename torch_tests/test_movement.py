@@ -353,6 +353,9 @@ TRANSPOSING_COPIES = {
     "channels last, 14": (lambda x: x.permute(0, 2, 3, 1).contiguous(), (2, 16, 14, 14)),
     "channels last, 5": (lambda x: x.permute(0, 2, 3, 1).contiguous(), (3, 8, 5, 5)),
     "paired panel": (lambda x: x.reshape(2, 2, 2, 2, 32, 20).permute(0, 3, 5, 1, 4, 2).contiguous(), (8, 64, 20)),
+    # rows shorter than the lanes (9 taps, 9 padded positions): masked lanes
+    "3 x 3 weight panels": (lambda x: x.reshape(2, 32, 24, 3, 3).permute(0, 3, 4, 2, 1).contiguous(), (64, 24, 3, 3)),
+    "padded channels last, 7": (lambda x: F.pad(x, (1, 1, 1, 1)).permute(0, 2, 3, 1).contiguous(), (2, 16, 7, 7)),
     # a bfloat16 x @ w.t()'s panels of w: 32 rows of pairs (2 elements 4 bytes apart in the read) a panel
     "panels of pairs": (lambda x: x.reshape(3, 32, 24, 2).permute(0, 2, 1, 3).contiguous(), (96, 48)),
 }
