@@ -1100,6 +1100,19 @@ Kernel lower_kernel_gpu(const BufferRef& out, const View& out_region, const Loop
 // weight's taps, read contiguously by its panel copy) takes the lanes masked: the value and the output region padded
 // to 16, the loads masked and the stores' rows past the loop skipped (tiny_store_rows_m): ResNet-18's layer4 panel
 // (512 x 512 x 3 x 3), one thread, 2.7 -> 0.9 ms; shorter rows (4 to 7 positions) ran slower so and keep their loops.
+// An unmasked view whose dims `groups` walk together (each group's dims one run of memory, as coalesce found them)
+// as a view of one dim per group, of extents `loops`; nothing where it has a mask.
+std::optional<View> merged(const View& v, const std::vector<std::vector<size_t>>& groups, const Shape& loops) {
+  if (v.mask) return std::nullopt;
+  View m{loops, Shape(loops.size(), 0), v.offset, std::nullopt};
+  for (size_t g = 0; g < groups.size(); g++) {
+    for (size_t i = 1; i < groups[g].size(); i++)
+      if (v.strides[groups[g][i - 1]] != v.strides[groups[g][i]] * v.shape[groups[g][i]]) return std::nullopt;
+    m.strides[g] = v.strides[groups[g].back()];
+  }
+  return m;
+}
+
 std::optional<Kernel> lower_transposed_copy(const BufferRef& out, const View& out_region, const LoopPlan& plan) {
   const UOpPtr& value = plan.value;
   const Shape& loops = plan.loops;
@@ -1134,13 +1147,14 @@ std::optional<Kernel> lower_transposed_copy(const BufferRef& out, const View& ou
     Shape lane_loops = loops;
     std::vector<std::vector<size_t>> groups = plan.groups;
     if (short_lanes) {
-      if (loops[h] < 8 || value->op != Ops::VIEW) continue;
-      ShapeTracker read = value->st().reshape(loops), written = ShapeTracker{{out_region}}.reshape(loops);
-      if (read.views.size() != 1 || written.views.size() != 1) continue;
+      if (loops[h] < 8 || value->op != Ops::VIEW || value->st().views.size() != 1) continue;
+      std::optional<View> read = merged(value->st().views[0], plan.groups, loops),
+                          written = merged(out_region, plan.groups, loops);
+      if (!read || !written) continue;
       std::vector<std::pair<int64_t, int64_t>> pads(loops.size(), {0, 0});
       pads[h].second = kLanes - loops[h];
-      v = view(value->src[0], read.pad(pads));
-      region = written.views[0];
+      v = view(value->src[0], ShapeTracker{{*read}}.pad(pads));
+      region = *written;
       region.mask.emplace();
       for (size_t i = 0; i < region.shape.size(); i++)
         region.mask->emplace_back(0, region.shape[i]);
@@ -1160,9 +1174,11 @@ std::optional<Kernel> lower_transposed_copy(const BufferRef& out, const View& ou
         // (bfloat16 lanes 2 elements apart, a pair's halves, are one masked load too: see render_c)
         auto split = lane_split(n->src[1], lane);
         const bool bf16_pairs = n->dtype == DType::BFloat16 && split && split->second == 2;
-        transposes = split && (split->second == 0 || bf16_pairs ||
-                               ((n->dtype == DType::Float32 || n->dtype == DType::BFloat16) && split->second == 1));
-        contiguous = contiguous || (split && split->second == 1) || bf16_pairs;
+        // (and lanes walking memory backwards, a flipped kernel's taps: one load, its lanes reversed)
+        const bool whole = split && (split->second == 1 || split->second == -1) &&
+                           (n->dtype == DType::Float32 || n->dtype == DType::BFloat16);
+        transposes = split && (split->second == 0 || bf16_pairs || whole);
+        contiguous = contiguous || whole || bf16_pairs;
         // outputs stored twice must be the same values: nothing the kernel writes may be read
         transposes = transposes && !(overlaps && n->src[0] == k.ast->src[0]->src[0]);
       } else if (n->op == Ops::STORE) {

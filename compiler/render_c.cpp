@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -1039,10 +1040,12 @@ private:
     sc.code << indent(sc.depth) << "const " << vec_type(dt) << " " << v << " = " << e << ";\n";
   }
 
-  // The index of lane l of a LOAD/STORE address: base + stride * l when the index has that form.
+  // The index of lane l of a LOAD/STORE address: base + stride * l when the index has that form (else *stride is
+  // kNoStride: a stride of -1 is lanes walking memory backwards).
+  static constexpr int64_t kNoStride = std::numeric_limits<int64_t>::min();
   std::function<std::string(int64_t)> lane_index(const UOpPtr& idx, const UOp* lane_node, int64_t* stride) {
     auto split = lane_split(idx, lane_node);
-    *stride = split ? split->second : -1;
+    *stride = split ? split->second : kNoStride;
     if (split) {
       UOpPtr base = split->first;
       keep_.push_back(base); // names_ is keyed by address: the node must outlive the rendering
@@ -1091,6 +1094,30 @@ private:
         e = "\n#if defined(__AVX512BW__) && defined(__AVX512VL__)\n    " + masked + "\n#else\n    " + e +
             "\n#endif\n    ";
         avx512_masked_loads_ = true;
+      }
+      // Lanes walking memory backwards (a flipped kernel's taps, the panel of a convolution's input gradient): the
+      // 16 elements ending at lane 0's, one vector load (masked on AVX-512 where the lanes are valid lane by lane,
+      // the mask reversed too), its lanes reversed.
+      if (stride == -1 && k_.lanes == 16 && (n->dtype == DType::Float32 || bf16)) {
+        std::string rev = "15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0", last = ref(buf) + " + " + at(15);
+        auto reversed = [&](const std::string& v, const std::string& t) {
+          std::string r = "__builtin_shufflevector((" + t + ")(" + v + "), (" + t + ")(" + v + "), " + rev + ")";
+          return bf16 ? "__builtin_convertvector(" + r + ", tv_int32_t)" : r;
+        };
+        const std::string t16 = bf16 ? "tv_int16_t" : "tv_float";
+        if (!valid || !vec(*valid)) {
+          e = "({ " + t16 + " t_; memcpy(&t_, " + last + ", sizeof t_); " + reversed("t_", t16) + "; })";
+          if (valid) e = ref(*valid) + " ? " + e + " : (" + loaded + "){}";
+        } else {
+          std::string valid_rev = "__builtin_shufflevector(" + ref(*valid) + ", " + ref(*valid) + ", " + rev + ")",
+                      mask = "_mm_test_epi8_mask((__m128i)" + valid_rev + ", (__m128i)" + valid_rev + ")";
+          std::string masked = reversed(bf16 ? "_mm256_maskz_loadu_epi16(" + mask + ", " + last + ")"
+                                             : "_mm512_maskz_loadu_ps(" + mask + ", " + last + ")",
+                                        t16);
+          e = "\n#if defined(__AVX512BW__) && defined(__AVX512VL__)\n    " + masked + "\n#else\n    " + e +
+              "\n#endif\n    ";
+          avx512_masked_loads_ = true;
+        }
       }
       // bfloat16 lanes 2 elements apart (the pairs of a bfloat16 matmul panel of w.t(), see lower_transposed_copy):
       // one AVX-512 load of the even 2-byte elements, zero-extended in 32-bit lanes as they come
