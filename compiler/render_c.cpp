@@ -269,40 +269,9 @@ static inline __attribute__((always_inline)) void tiny_rows(tv_float* c, tv_floa
   c[6] = __builtin_shufflevector(b3, b7, 0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
   c[7] = __builtin_shufflevector(b3, b7, 8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
 }
-static inline __attribute__((always_inline)) void tiny_store_rows(float* o, int64_t s, int n, tv_float r0,
-    tv_float r1, tv_float r2, tv_float r3, tv_float r4, tv_float r5, tv_float r6, tv_float r7) {
-  tv_float c[8];
-  tiny_rows(c, r0, r1, r2, r3, r4, r5, r6, r7);
-  for (int q = 0; q < 8; q++) {
-    tv_float8 lo = __builtin_shufflevector(c[q], c[q], 0, 1, 2, 3, 4, 5, 6, 7);
-    tv_float8 hi = __builtin_shufflevector(c[q], c[q], 8, 9, 10, 11, 12, 13, 14, 15);
-    memcpy(o + s * tiny_rows_at[q][0], &lo, (size_t)n * sizeof(float));
-    memcpy(o + s * tiny_rows_at[q][1], &hi, (size_t)n * sizeof(float));
-  }
-}
-/* bfloat16 bits in the low halves of int32 lanes (tiny_f2bf_v's), transposed as 32-bit lanes, stored as rows
-   of 2-byte elements */
-static inline __attribute__((always_inline)) void tiny_store_rows_bf16(uint16_t* o, int64_t s, int n,
-    tv_int32_t r0, tv_int32_t r1, tv_int32_t r2, tv_int32_t r3, tv_int32_t r4, tv_int32_t r5, tv_int32_t r6,
-    tv_int32_t r7) {
-  tv_float c[8];
-  tiny_rows(c, (tv_float)r0, (tv_float)r1, (tv_float)r2, (tv_float)r3, (tv_float)r4, (tv_float)r5, (tv_float)r6,
-      (tv_float)r7);
-  for (int q = 0; q < 8; q++) {
-    tv_int32_t bits = (tv_int32_t)c[q];
-    tv_int16_8 lo = __builtin_convertvector(__builtin_shufflevector(bits, bits, 0, 1, 2, 3, 4, 5, 6, 7), tv_int16_8);
-    tv_int16_8 hi = __builtin_convertvector(__builtin_shufflevector(bits, bits, 8, 9, 10, 11, 12, 13, 14, 15), tv_int16_8);
-    memcpy(o + s * tiny_rows_at[q][0], &lo, (size_t)n * sizeof(uint16_t));
-    memcpy(o + s * tiny_rows_at[q][1], &hi, (size_t)n * sizeof(uint16_t));
-  }
-}
-)C";
-constexpr const char* kStoreRowsNames[] = {"tv_float8", "tv_int16_8",      "tiny_rows_at",
-                                           "tiny_rows", "tiny_store_rows", "tiny_store_rows_bf16"};
-// The same, the rows stored only where bit l of m is set (lanes past a short lane loop, see lower_transposed_copy).
-constexpr const char* kMaskedRows = R"C(static inline __attribute__((always_inline)) void tiny_store_rows_m(float* o,
-    int64_t s, int n, unsigned m, tv_float r0, tv_float r1, tv_float r2, tv_float r3, tv_float r4, tv_float r5,
-    tv_float r6, tv_float r7) {
+/* rows stored where bit l of m is set: 0xffff, or the lanes of a short lane loop (see lower_transposed_copy) */
+static inline __attribute__((always_inline)) void tiny_store_rows(float* o, int64_t s, int n, unsigned m,
+    tv_float r0, tv_float r1, tv_float r2, tv_float r3, tv_float r4, tv_float r5, tv_float r6, tv_float r7) {
   tv_float c[8];
   tiny_rows(c, r0, r1, r2, r3, r4, r5, r6, r7);
   for (int q = 0; q < 8; q++) {
@@ -312,7 +281,9 @@ constexpr const char* kMaskedRows = R"C(static inline __attribute__((always_inli
     if (m >> tiny_rows_at[q][1] & 1) memcpy(o + s * tiny_rows_at[q][1], &hi, (size_t)n * sizeof(float));
   }
 }
-static inline __attribute__((always_inline)) void tiny_store_rows_bf16_m(uint16_t* o, int64_t s, int n, unsigned m,
+/* bfloat16 bits in the low halves of int32 lanes (tiny_f2bf_v's), transposed as 32-bit lanes, stored as rows
+   of 2-byte elements */
+static inline __attribute__((always_inline)) void tiny_store_rows_bf16(uint16_t* o, int64_t s, int n, unsigned m,
     tv_int32_t r0, tv_int32_t r1, tv_int32_t r2, tv_int32_t r3, tv_int32_t r4, tv_int32_t r5, tv_int32_t r6,
     tv_int32_t r7) {
   tv_float c[8];
@@ -327,7 +298,8 @@ static inline __attribute__((always_inline)) void tiny_store_rows_bf16_m(uint16_
   }
 }
 )C";
-constexpr const char* kMaskedRowsNames[] = {"tiny_store_rows_m", "tiny_store_rows_bf16_m"};
+constexpr const char* kStoreRowsNames[] = {"tv_float8", "tv_int16_8",      "tiny_rows_at",
+                                           "tiny_rows", "tiny_store_rows", "tiny_store_rows_bf16"};
 
 std::string lane_elem(DType dt) { return dt == DType::Bool ? "uint8_t" : reg_type(dt); }
 std::string vec_type(DType dt) { return "tv_" + lane_elem(dt); }
@@ -560,7 +532,6 @@ public:
         os << "typedef " << t << " " << name << " __attribute__((ext_vector_type(" << k_.lanes << ")));\n";
     if (k_.lane_range >= 0) os << kVectorPrelude;
     if (store_rows_) os << kStoreRows;
-    if (masked_rows_) os << kMaskedRows;
     if (pair_dots_) os << "#if defined(__AVX512BF16__)\n#include <immintrin.h>\n#endif\n";
     if (avx512_masked_loads_)
       os << "#if defined(__AVX512BW__) && defined(__AVX512VL__)\n#include <immintrin.h>\n#endif\n";
@@ -753,7 +724,6 @@ private:
   bool avx512_masked_loads_ = false;              // some vector loads are AVX-512 masked loads (emit_vector_load)
   size_t copy_stores_ = 0;                        // stores of a value as it was loaded (bits copied)
   bool store_rows_ = false;                       // some stores go through tiny_store_rows (see emit_store_rows)
-  bool masked_rows_ = false;                      // some through tiny_store_rows_m (a short lane loop's)
   std::unordered_set<const UOp*> stored_as_rows_; // the stores emitted by emit_store_rows
   std::string tile_config_; // the AMX tile configuration of the kernel's tile blocks (see emit_tiles)
   const UOp* lane_node_ = nullptr;
@@ -1266,15 +1236,14 @@ private:
       sc.code << ind << "unsigned " << rows << " = 0;\n"
               << ind << "for (int l = 0; l < 16; l++) " << rows << " |= (unsigned)(" << ref(*valid)
               << "[l] != 0) << l;\n";
-      masked_rows_ = true;
     }
     for (size_t first = 0; first < stores.size(); first += 8) {
       size_t count = std::min<size_t>(8, stores.size() - first);
       int64_t s;
       auto start = lane_index(stores[first]->src[1], lane_node(), &s);
       const bool bf16 = dt == DType::BFloat16;
-      sc.code << ind << (bf16 ? "tiny_store_rows_bf16" : "tiny_store_rows") << (valid ? "_m(" : "(") << ref(buf)
-              << " + " << start(0) << ", " << stride << ", " << count << (valid ? ", " + rows : "");
+      sc.code << ind << (bf16 ? "tiny_store_rows_bf16(" : "tiny_store_rows(") << ref(buf) << " + " << start(0) << ", "
+              << stride << ", " << count << ", " << (valid ? rows : "0xffffu");
       for (size_t r = 0; r < 8; r++) {
         if (r >= count)
           sc.code << (bf16 ? ", (tv_int32_t)0" : ", (tv_float)0");
@@ -1674,9 +1643,6 @@ std::string render_c_bundle(const std::vector<std::string>& sources, const std::
     if (sources[i].find("void tiny_copy(") != std::string::npos) names.emplace_back("tiny_copy");
     if (sources[i].find("void tiny_store_rows(") != std::string::npos)
       for (const char* name : kStoreRowsNames)
-        names.emplace_back(name);
-    if (sources[i].find("void tiny_store_rows_m(") != std::string::npos)
-      for (const char* name : kMaskedRowsNames)
         names.emplace_back(name);
     os << "\n";
     for (const std::string& name : names)

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 
 #include "compiler/lower.h"
@@ -150,6 +151,24 @@ TEST(Kernel, APaddedHalfCopyMovesBitsAndZeroesThePadding) {
       ASSERT_EQ(g[h * C + c], h >= 1 && h <= H ? in[c * H + h - 1] : 0) << h << " " << c;
 }
 
+// With AVX-512 (where the transposed copies are chosen), k's C source holds each of `markers`.
+void expect_wide_source(const Kernel& k, std::initializer_list<std::string> markers) {
+  if (!wide_vectors()) return;
+  std::string src = render_c(k, "k");
+  for (const std::string& m : markers)
+    EXPECT_NE(src.find(m), std::string::npos) << m << " in " << src;
+}
+
+// g holds bfloat16 panels [N / 32][K / 2][32][2]: element (p, r, j, e) is in[source(p, r, j, e)].
+void expect_pair_panels(const uint16_t* g, const uint16_t* in, int64_t N, int64_t K,
+                        const std::function<int64_t(int64_t, int64_t, int64_t, int64_t)>& source) {
+  for (int64_t p = 0; p < N / 32; p++)
+    for (int64_t r = 0; r < K / 2; r++)
+      for (int64_t j = 0; j < 32; j++)
+        for (int64_t e = 0; e < 2; e++)
+          ASSERT_EQ(g[((p * (K / 2) + r) * 32 + j) * 2 + e], in[source(p, r, j, e)]) << p << " " << r << " " << j;
+}
+
 // The pair-interleaved panels of a row-major bfloat16 operand (32 columns of every pair of rows each) are
 // copied rows outermost: each step reads whole rows and writes a row of every panel (the panels outermost
 // read 64 bytes of each row, 1.8x slower at 1024²).
@@ -164,12 +183,8 @@ TEST(Kernel, APanelCopyOfARowMajorOperandWalksItsRowsOutermost) {
   Kernel k = lower_kernel(out, View::contiguous({N / 32, K / 2, 32, 2}), panels);
   EXPECT_EQ(k.loops, Shape({K / 2, N / 32, 32, 2}));
   auto got = std::static_pointer_cast<Buffer>(realize_value(panels));
-  auto* g = static_cast<uint16_t*>(got->ptr());
-  for (int64_t p = 0; p < N / 32; p++)
-    for (int64_t r = 0; r < K / 2; r++)
-      for (int64_t j = 0; j < 32; j++)
-        for (int64_t e = 0; e < 2; e++)
-          ASSERT_EQ(g[((p * (K / 2) + r) * 32 + j) * 2 + e], in[(2 * r + e) * N + 32 * p + j]);
+  expect_pair_panels(static_cast<const uint16_t*>(got->ptr()), in, N, K,
+                     [&](int64_t p, int64_t r, int64_t j, int64_t e) { return (2 * r + e) * N + 32 * p + j; });
 }
 
 // The panels of a bfloat16 x @ w.t()'s w ([panel][pair of columns][row of 32][pair], w row-major) read each lane's
@@ -184,18 +199,10 @@ TEST(Kernel, APanelOfPairsCopiesBitsWithMaskedLoadsOfEvenElements) {
   auto panels = permute(reshape(buffer(b), {N / 32, 32, K / 2, 2}), {0, 2, 1, 3});
   auto out = std::make_shared<Buffer>(cpu_device(), DType::BFloat16, N * K);
   Kernel k = lower_kernel(out, View::contiguous({N / 32, K / 2, 32, 2}), panels);
-  if (wide_vectors()) {
-    std::string src = render_c(k, "k");
-    EXPECT_NE(src.find("_mm512_maskz_loadu_epi16(0x55555555u, b1 + "), std::string::npos) << src;
-    EXPECT_NE(src.find("  tiny_store_rows_bf16(b0 + "), std::string::npos) << src;
-  }
+  expect_wide_source(k, {"_mm512_maskz_loadu_epi16(0x55555555u, b1 + ", "  tiny_store_rows_bf16(b0 + "});
   auto got = std::static_pointer_cast<Buffer>(realize_value(panels));
-  auto* g = static_cast<uint16_t*>(got->ptr());
-  for (int64_t p = 0; p < N / 32; p++)
-    for (int64_t r = 0; r < K / 2; r++)
-      for (int64_t j = 0; j < 32; j++)
-        for (int64_t e = 0; e < 2; e++)
-          ASSERT_EQ(g[((p * (K / 2) + r) * 32 + j) * 2 + e], in[(32 * p + j) * K + 2 * r + e]) << p << " " << r;
+  expect_pair_panels(static_cast<const uint16_t*>(got->ptr()), in, N, K,
+                     [&](int64_t p, int64_t r, int64_t j, int64_t e) { return (32 * p + j) * K + 2 * r + e; });
 }
 
 // A bfloat16 weight gradient's paired grad_output panel ([chunk][channel block][position][image pair][channel][pair]
@@ -466,6 +473,19 @@ TEST(Kernel, LanesThatStrideThroughTheOutputStoreTheirBlockAsRows) {
   expect_channel_mix(4, 32, 28, 20, 21, "  tiny_store_rows(");
 }
 
+// got holds the (N, H + 2, H + 2, C) channels-last copy of the (N, C, H, H) `in` padded by 1 with zeros.
+template <class T> void expect_padded_channels_last(const T* got, const T* in, int64_t N, int64_t C, int64_t H) {
+  const int64_t P = H + 2;
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t y = 0; y < P; y++)
+      for (int64_t x = 0; x < P; x++)
+        for (int64_t c = 0; c < C; c++) {
+          bool inside = y >= 1 && y <= H && x >= 1 && x <= H;
+          T want = inside ? in[((n * C + c) * H + y - 1) * H + x - 1] : T{0};
+          ASSERT_EQ(got[((n * P + y) * P + x) * C + c], want) << n << ", " << y << ", " << x << ", " << c;
+        }
+}
+
 // A padded channels-last copy as a storage holds it (flat: the reshape of a padded, permuted view) is lowered at
 // the view's rank, not as one flat loop that divides its index by every dim; on AVX-512 it loads 8 channels' rows
 // of 16 positions, masked where a lane falls on the padding, and stores their transpose as 16 rows of 8 channels
@@ -479,20 +499,8 @@ TEST(Kernel, APaddedChannelsLastCopyTransposesBlocksInRegisters) {
   auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, N * P * P * C);
   Kernel k = lower_kernel(out, View::contiguous({N * P * P * C}), v);
   EXPECT_GE(k.loops.size(), 2u) << k.name;
-  if (wide_vectors()) {
-    std::string src = render_c(k, "k");
-    EXPECT_NE(src.find("_mm512_maskz_loadu_ps("), std::string::npos) << src;
-    EXPECT_NE(src.find("  tiny_store_rows(b0 + "), std::string::npos) << src;
-  }
-  auto got = values(realize_value(v));
-  for (int64_t n = 0; n < N; n++)
-    for (int64_t y = 0; y < P; y++)
-      for (int64_t x = 0; x < P; x++)
-        for (int64_t c = 0; c < C; c++) {
-          bool inside = y >= 1 && y <= H && x >= 1 && x <= H;
-          float want = inside ? xv[((n * C + c) * H + y - 1) * H + x - 1] : 0.0f;
-          ASSERT_EQ(got[((n * P + y) * P + x) * C + c], want) << n << ", " << y << ", " << x << ", " << c;
-        }
+  expect_wide_source(k, {"_mm512_maskz_loadu_ps(", "  tiny_store_rows(b0 + "});
+  expect_padded_channels_last(values(realize_value(v)).data(), xv.data(), N, C, H);
 }
 
 // NCHW -> channels-last of 14 x 14 images: 196 positions do not fill whole vectors of 16, so the lanes' last vector
@@ -505,15 +513,29 @@ TEST(Kernel, AChannelsLastCopyOfPositionsThatDoNotFillVectorsEndsOnAnOverlapping
   Kernel k = lower_kernel(out, View::contiguous({N, P, C}), v);
   if (wide_vectors()) {
     EXPECT_EQ(k.loops, Shape({N, (P + 15) / 16, C / 8})) << k.name;
-    std::string src = render_c(k, "k");
-    EXPECT_NE(src.find(" < ((int64_t)180LL) ? "), std::string::npos) << src;
-    EXPECT_NE(src.find("  tiny_store_rows(b0 + "), std::string::npos) << src;
   }
+  expect_wide_source(k, {" < ((int64_t)180LL) ? ", "  tiny_store_rows(b0 + "});
   auto got = values(realize_value(v));
   for (int64_t n = 0; n < N; n++)
     for (int64_t p = 0; p < P; p++)
       for (int64_t c = 0; c < C; c++)
         ASSERT_EQ(got[(n * P + p) * C + c], xv[(n * C + c) * P + p]) << n << ", " << p << ", " << c;
+}
+
+// Lowers a 3 x 3 convolution weight's panel `panel` (contiguous, of `shape`: [block of 32][tap][channel][32]); with
+// AVX-512 its source has masked lanes (its 9 taps do not fill 16) and `marker`; element i is wv[source(i)].
+void expect_weight_panel(const UOpPtr& panel, const Shape& shape, const std::string& marker,
+                         const std::vector<float>& wv,
+                         const std::function<int64_t(int64_t, int64_t, int64_t, int64_t)>& source) {
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, prod(shape));
+  Kernel k = lower_kernel(out, View::contiguous(shape), panel);
+  expect_wide_source(k, {"[l] != 0) << l;\n" /* the rows' mask */, "  tiny_store_rows(b0 + ", marker});
+  auto got = values(realize_value(panel));
+  for (int64_t b = 0; b < shape[0]; b++)
+    for (int64_t t = 0; t < 9; t++)
+      for (int64_t c = 0; c < shape[2]; c++)
+        for (int64_t j = 0; j < 32; j++)
+          ASSERT_EQ(got[((b * 9 + t) * shape[2] + c) * 32 + j], wv[source(b, t, c, j)]) << b << " " << t << " " << c;
 }
 
 // A 3 x 3 convolution weight's panel ([block of 32 outputs][tap][input channel][output], from (O, I, 3, 3)) reads
@@ -524,20 +546,8 @@ TEST(Kernel, AConvolutionWeightPanelTakesMaskedLanesAlongItsNineTaps) {
   const int64_t O = 64, I = 24;
   auto wv = random_vec(O * I * 9, 33);
   auto panel = permute(reshape(buffer(filled(wv)), {O / 32, 32, I, 3, 3}), {0, 3, 4, 2, 1});
-  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, O * I * 9);
-  Kernel k = lower_kernel(out, View::contiguous({O / 32, 3, 3, I, 32}), panel);
-  if (wide_vectors()) {
-    EXPECT_GE(k.lane_range, 0) << k.name;
-    std::string src = render_c(k, "k");
-    EXPECT_NE(src.find("  tiny_store_rows_m(b0 + "), std::string::npos) << src;
-    EXPECT_NE(src.find("_mm512_maskz_loadu_ps("), std::string::npos) << src;
-  }
-  auto got = values(realize_value(panel));
-  for (int64_t b = 0; b < O / 32; b++)
-    for (int64_t t = 0; t < 9; t++)
-      for (int64_t i = 0; i < I; i++)
-        for (int64_t j = 0; j < 32; j++)
-          ASSERT_EQ(got[((b * 9 + t) * I + i) * 32 + j], wv[((b * 32 + j) * I + i) * 9 + t]) << b << " " << t;
+  expect_weight_panel(reshape(panel, {O / 32, 9, I, 32}), {O / 32, 9, I, 32}, "_mm512_maskz_loadu_ps(", wv,
+                      [&](int64_t b, int64_t t, int64_t i, int64_t j) { return ((b * 32 + j) * I + i) * 9 + t; });
 }
 
 // The panel of a convolution's input gradient reads the weight's taps flipped: lanes walking memory backwards, each
@@ -546,20 +556,10 @@ TEST(Kernel, AFlippedWeightPanelLoadsItsTapsBackwardsAsOneVector) {
   const int64_t O = 48, I = 64;
   auto wv = random_vec(O * I * 9, 34);
   auto w = reshape(buffer(filled(wv)), {O, I / 32, 32, 3, 3});
-  auto panel = permute(flip(w, {false, false, false, true, true}), {1, 3, 4, 0, 2}); // [block][tap][o][i]
-  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, O * I * 9);
-  Kernel k = lower_kernel(out, View::contiguous({I / 32, 3, 3, O, 32}), panel);
-  if (wide_vectors()) {
-    std::string src = render_c(k, "k");
-    EXPECT_NE(src.find("15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)"), std::string::npos) << src;
-    EXPECT_NE(src.find("  tiny_store_rows_m(b0 + "), std::string::npos) << src;
-  }
-  auto got = values(realize_value(panel));
-  for (int64_t b = 0; b < I / 32; b++)
-    for (int64_t t = 0; t < 9; t++)
-      for (int64_t o = 0; o < O; o++)
-        for (int64_t j = 0; j < 32; j++)
-          ASSERT_EQ(got[((b * 9 + t) * O + o) * 32 + j], wv[(o * I + b * 32 + j) * 9 + 8 - t]) << b << " " << t;
+  auto panel = permute(flip(w, {false, false, false, true, true}), {1, 3, 4, 0, 2}); // [block][kh][kw][o][i]
+  expect_weight_panel(reshape(panel, {I / 32, 9, O, 32}), {I / 32, 9, O, 32},
+                      "15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)", wv,
+                      [&](int64_t b, int64_t t, int64_t o, int64_t j) { return (o * I + b * 32 + j) * 9 + 8 - t; });
 }
 
 // The same copy of bfloat16 values stores the bits it loaded (not widened to float and rounded back: the same
@@ -583,15 +583,7 @@ TEST(Kernel, ABFloat16TransposedCopyStoresTheBitsItLoadedAndPrefetchesTheNextIma
     EXPECT_NE(src.find(") + " + std::to_string(C * H * H * 2) + "), 0, 2);"), std::string::npos) << src;
   }
   auto got = std::static_pointer_cast<Buffer>(realize_value(v));
-  auto* g = static_cast<uint16_t*>(got->ptr());
-  for (int64_t n = 0; n < N; n++)
-    for (int64_t y = 0; y < P; y++)
-      for (int64_t x = 0; x < P; x++)
-        for (int64_t c = 0; c < C; c++) {
-          bool inside = y >= 1 && y <= H && x >= 1 && x <= H;
-          uint16_t want = inside ? in[((n * C + c) * H + y - 1) * H + x - 1] : 0;
-          ASSERT_EQ(g[((n * P + y) * P + x) * C + c], want) << n << ", " << y << ", " << x << ", " << c;
-        }
+  expect_padded_channels_last(static_cast<const uint16_t*>(got->ptr()), in, N, C, H);
 }
 
 // A register block of products of a broadcast value over a short reduce loop (14 or 28 steps: a weight
