@@ -864,12 +864,14 @@ bool in_tiles(const Kernel& k) {
 
 } // namespace
 
-const UOp* lane_node(const Kernel& k) {
-  if (k.lane_range < 0) return nullptr;
+const UOp* range_node(const Kernel& k, int64_t id) {
+  if (id < 0) return nullptr;
   for (const UOpPtr& n : toposort(k.ast))
-    if (n->op == Ops::RANGE && std::get<int64_t>(n->arg) == k.lane_range) return n.get();
+    if (n->op == Ops::RANGE && std::get<int64_t>(n->arg) == id) return n.get();
   return nullptr;
 }
+
+const UOp* lane_node(const Kernel& k) { return range_node(k, k.lane_range); }
 
 std::optional<std::pair<UOpPtr, int64_t>> lane_split(const UOpPtr& idx, const UOp* lane) {
   std::unordered_map<const UOp*, bool> memo;
@@ -1078,6 +1080,19 @@ LoopPlan plan_loops(const View& out_region, const UOpPtr& value_in) {
 Kernel lower_kernel_gpu(const BufferRef& out, const View& out_region, const LoopPlan& plan, const Target& target,
                         int64_t lanes = 0);
 
+// An unmasked view whose dims `groups` walk together (each group's dims one run of memory, as coalesce found them)
+// as a view of one dim per group, of extents `loops`; nothing where it has a mask.
+std::optional<View> merged(const View& v, const std::vector<std::vector<size_t>>& groups, const Shape& loops) {
+  if (v.mask) return std::nullopt;
+  View m{loops, Shape(loops.size(), 0), v.offset, std::nullopt};
+  for (size_t g = 0; g < groups.size(); g++) {
+    for (size_t i = 1; i < groups[g].size(); i++)
+      if (v.strides[groups[g][i - 1]] != v.strides[groups[g][i]] * v.shape[groups[g][i]]) return std::nullopt;
+    m.strides[g] = v.strides[groups[g].back()];
+  }
+  return m;
+}
+
 // A layout copy whose output is contiguous along its innermost loop and whose read is contiguous along another
 // loop (a convolution's padded channels-last input read from NCHW: the channels innermost in the copy, the columns
 // in the read): lanes along the read's contiguous loop, 8 outputs of the innermost loop a block, so that each
@@ -1098,21 +1113,10 @@ Kernel lower_kernel_gpu(const BufferRef& out, const View& out_region, const Loop
 // half: the panels of a bfloat16 x @ w.t()'s w, each lane a pair of columns) is one masked load as well (render_c):
 // the 1024² panel copy 0.35 -> 0.07 ms, element by element before. A lane loop of 8 to 15 (a 3 x 3 convolution
 // weight's taps, read contiguously by its panel copy) takes the lanes masked: the value and the output region padded
-// to 16, the loads masked and the stores' rows past the loop skipped (tiny_store_rows_m): ResNet-18's layer4 panel
-// (512 x 512 x 3 x 3), one thread, 2.7 -> 0.9 ms; shorter rows (4 to 7 positions) ran slower so and keep their loops.
-// An unmasked view whose dims `groups` walk together (each group's dims one run of memory, as coalesce found them)
-// as a view of one dim per group, of extents `loops`; nothing where it has a mask.
-std::optional<View> merged(const View& v, const std::vector<std::vector<size_t>>& groups, const Shape& loops) {
-  if (v.mask) return std::nullopt;
-  View m{loops, Shape(loops.size(), 0), v.offset, std::nullopt};
-  for (size_t g = 0; g < groups.size(); g++) {
-    for (size_t i = 1; i < groups[g].size(); i++)
-      if (v.strides[groups[g][i - 1]] != v.strides[groups[g][i]] * v.shape[groups[g][i]]) return std::nullopt;
-    m.strides[g] = v.strides[groups[g].back()];
-  }
-  return m;
-}
-
+// to 16, the loads masked and the stores' rows past the loop skipped (tiny_store_rows' rows mask): ResNet-18's layer4
+// panel (512 x 512 x 3 x 3), one thread, 2.7 -> 0.9 ms; shorter rows (4 to 7 positions) ran slower so and keep their
+// loops. Lanes that walk memory backwards (the flipped taps of the input gradient's panel) are one load, its lanes
+// reversed (render_c): 1.8 -> 1.1 ms.
 std::optional<Kernel> lower_transposed_copy(const BufferRef& out, const View& out_region, const LoopPlan& plan) {
   const UOpPtr& value = plan.value;
   const Shape& loops = plan.loops;

@@ -56,6 +56,8 @@ struct Kernel {
 // reduce loops follow.
 constexpr int64_t kGroupRange = 0, kLocalRange = 3, kGpuRanges = 6;
 
+// The RANGE of a kernel numbered `id` (a loop's, or the lanes'), null where the kernel has none.
+const UOp* range_node(const Kernel& k, int64_t id);
 // The RANGE of a kernel's vector lanes (its id k.lane_range), null where the kernel has none.
 const UOp* lane_node(const Kernel& k);
 

@@ -1061,9 +1061,7 @@ private:
         std::string masked = bf16 ? "__builtin_convertvector((tv_int16_t)_mm256_maskz_loadu_epi16(" + mask + ", " +
                                         at0 + "), tv_int32_t)"
                                   : "(tv_float)_mm512_maskz_loadu_ps(" + mask + ", " + at0 + ")";
-        e = "\n#if defined(__AVX512BW__) && defined(__AVX512VL__)\n    " + masked + "\n#else\n    " + e +
-            "\n#endif\n    ";
-        avx512_masked_loads_ = true;
+        e = avx512_or(masked, e);
       }
       // Lanes walking memory backwards (a flipped kernel's taps, the panel of a convolution's input gradient): the
       // 16 elements ending at lane 0's, one vector load (masked on AVX-512 where the lanes are valid lane by lane,
@@ -1084,9 +1082,7 @@ private:
           std::string masked = reversed(bf16 ? "_mm256_maskz_loadu_epi16(" + mask + ", " + last + ")"
                                              : "_mm512_maskz_loadu_ps(" + mask + ", " + last + ")",
                                         t16);
-          e = "\n#if defined(__AVX512BW__) && defined(__AVX512VL__)\n    " + masked + "\n#else\n    " + e +
-              "\n#endif\n    ";
-          avx512_masked_loads_ = true;
+          e = avx512_or(masked, e);
         }
       }
       // bfloat16 lanes 2 elements apart (the pairs of a bfloat16 matmul panel of w.t(), see lower_transposed_copy):
@@ -1094,9 +1090,7 @@ private:
       if (stride == 2 && bf16 && k_.lanes == 16 && (!valid || !vec(*valid))) {
         std::string masked = "(tv_int32_t)_mm512_maskz_loadu_epi16(0x55555555u, " + ref(buf) + " + " + at(0) + ")";
         if (valid) masked = ref(*valid) + " ? " + masked + " : (tv_int32_t){}";
-        e = "\n#if defined(__AVX512BW__) && defined(__AVX512VL__)\n    " + masked + "\n#else\n    " + e +
-            "\n#endif\n    ";
-        avx512_masked_loads_ = true;
+        e = avx512_or(masked, e);
       }
     }
     if (bf16) {
@@ -1111,12 +1105,17 @@ private:
     sc.code << indent(sc.depth) << "const " << t << " " << v << " = " << e << ";\n";
   }
 
+  // `masked` (an AVX-512 masked load's expression) where the C compiler targets AVX512BW and VL, else `fallback`.
+  std::string avx512_or(const std::string& masked, const std::string& fallback) {
+    avx512_masked_loads_ = true;
+    return "\n#if defined(__AVX512BW__) && defined(__AVX512VL__)\n    " + masked + "\n#else\n    " + fallback +
+           "\n#endif\n    ";
+  }
+
   // A prefetch of what the load at `address` will read in the next iteration of the outermost loop, where its
   // index moves by a constant there (Kernel::prefetch_next); into L2 (one outer iteration ahead may be far).
   void emit_prefetch_next(const UOpPtr& load, const std::string& address, Scope& sc) {
-    const UOp* outer = nullptr;
-    for (const UOpPtr& m : toposort(k_.ast))
-      if (m->op == Ops::RANGE && std::get<int64_t>(m->arg) == 0) outer = m.get();
+    const UOp* outer = range_node(k_, 0);
     auto next = outer ? lane_split(load->src[1], outer) : std::nullopt;
     if (!next || next->second == 0) return;
     // as an integer: the address one iteration on may lie past the buffer (a prefetch does not fault)
