@@ -111,6 +111,58 @@ def test_conv_transpose1d_and_3d_match_cpu():
     check_grads(lambda x, w: F.conv_transpose3d(x, w, stride=2), rand(1, 2, 3, 2, 3), rand(2, 3, 2, 2, 2, seed=1))
 
 
+# Strided input gradients (and strided transposed convolutions) are computed phase by phase: the input positions
+# p, p + stride, ... of each dim take a fixed subset of the kernel's taps (none at all for a 1 x 1 kernel's odd
+# positions, or where the dilation skips them), each phase a stride-1 convolution written into strided positions.
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"stride": 2},
+        {"stride": 2, "padding": 1, "dilation": 3},
+        {"stride": (3, 2), "padding": (2, 0), "dilation": (2, 2)},  # dilation and stride share a factor: skipped taps
+        {"stride": 4, "padding": 3},  # stride past the kernel: positions no tap reaches
+        {"stride": (2, 3), "padding": (1, 2), "groups": 2},
+    ],
+    ids=str,
+)
+@pytest.mark.parametrize("kernel", [(1, 1), (3, 3), (4, 2)], ids=str)
+def test_strided_input_gradients_and_transposed_convolutions_match_cpu(options, kernel):
+    groups = options.get("groups", 1)
+    check_grads(lambda x, w: F.conv2d(x, w, **options), rand(2, 4, 11, 10), rand(6, 4 // groups, *kernel, seed=1))
+    transposed = {**options, "output_padding": 1}
+    check_grads(
+        lambda x, w, b: F.conv_transpose2d(x, w, b, **transposed),
+        rand(2, 4, 4, 5),
+        rand(4, 6 // groups, *kernel, seed=1),
+        rand(6, seed=2),
+    )
+
+
+def test_strided_input_gradient_runs_one_kernel_a_phase():
+    # 3 x 3 stride 2: each of the 2 x 2 phases sums its taps (2 x 2, 2 x 1, 1 x 2, 1 x 1) over the output channels,
+    # no division by the stride in its index math; a 1 x 1 kernel's three odd phases are zeros, not sums
+    def kernels(k):
+        x, w = rand(2, 8, 9, 8).to("tiny").requires_grad_(), rand(16, 8, k, k, seed=1).to("tiny")
+        y = F.conv2d(x, w, stride=2, padding=k // 2)
+        torch.tiny.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.PrivateUse1]) as prof:
+            (got,) = torch.autograd.grad(y, [x], rand(*y.shape, seed=2).to("tiny"))
+            got = got.cpu()
+        xc = x.detach().cpu().requires_grad_()
+        (want,) = torch.autograd.grad(F.conv2d(xc, w.cpu(), stride=2, padding=k // 2), [xc], rand(*y.shape, seed=2))
+        torch.testing.assert_close(got, want)
+        return [e.name for e in prof.events() if e.name[:2] == "R_"]
+
+    assert len(kernels(3)) == 4, kernels(3)
+    assert len(kernels(1)) == 1, kernels(1)
+
+
+def test_transposed_convolution_to_an_empty_output_matches_cpu():
+    # (in - 1) * stride - 2 * padding + kernel + output_padding = 0: torch gives an empty result, not an error
+    check(lambda x, w: F.conv_transpose1d(x, w, stride=2, padding=3, output_padding=1), rand(2, 1, 3), rand(1, 3, 1))
+    check(lambda x, w: F.conv_transpose1d(x, w, padding=2), rand(2, 4, 2), rand(4, 2, 3, seed=1))
+
+
 def test_conv_reads_non_contiguous_inputs_and_keeps_channels_last():
     x = rand(2, 3, 8, 8)
     w = rand(4, 3, 3, 3, seed=1)
