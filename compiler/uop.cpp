@@ -412,7 +412,11 @@ UOpPtr reduce(const UOpPtr& x, Ops op, const std::vector<int64_t>& axes) {
   }
   std::sort(kept.begin(), kept.end());
   kept.erase(std::unique(kept.begin(), kept.end()), kept.end());
-  if (kept.empty()) return x;
+  // A sum of one element is 0 + x, as torch's sums start from 0: -0 sums to +0.
+  if (kept.empty()) {
+    if (op != Ops::ADD || !is_float(x->dtype)) return x;
+    return alu(Ops::ADD, x, expand(reshape(const_like(x, 0), Shape(x->shape.size(), 1)), x->shape));
+  }
   return UOp::make(Ops::REDUCE, x->dtype, {x}, ReduceArg{op, std::move(kept)});
 }
 

@@ -410,3 +410,17 @@ def test_statistics_shared_across_a_batch_loop_are_still_computed_once():
 def test_int_dtypes_sum_to_int64():
     for dtype in INT_DTYPES + (torch.bool,):
         check(lambda t: t.sum(), sample((3, 4), dtype))
+
+
+def test_a_sum_of_one_element_starts_from_zero_as_torchs():
+    # torch's sums start from +0: a -0 summed alone (over dims of size 1) is +0; 1 / it tells the two apart
+    x = torch.tensor([[-0.0, 1.0], [2.0, -0.0]]).reshape(2, 1, 2)
+    for fn in (
+        lambda x: x.sum(1),
+        lambda x: x.mean(1),
+        lambda x: x.sum((1,), keepdim=True),
+        lambda x: x[:1, :, :1].sum(),
+        lambda x: torch.nn.functional.conv1d(x, torch.full((1, 1, 1), -2.0, device=x.device) * 0 - 0.0),
+        lambda x: torch.nn.functional.conv_transpose1d(x, -torch.ones(1, 1, 1, device=x.device), stride=2),
+    ):
+        check(lambda x: 1 / fn(x), x)
