@@ -323,20 +323,23 @@ bool pairs_batch(const at::Tensor& input) {
 }
 
 // The images a weight gradient of `input` and `grad_output` sums first (see weight_grad_sum), its chunks' sums added
-// after. Batch innermost (see pairs_batch): 32 images where they divide (one tile step a pixel), each chunk's
-// input and gradient (1.3 MB for the demo's) held in L2 while every filter tap and channel block reads them; the whole
-// batch streamed the gradient's panel from L3 for each block (the demo's kernel 1.96 -> 1.17 ms, one thread).
-// Otherwise, a batch of 16 or more in 8s: 8 images, or 4, 2 or 1 where 8 images' input and gradient do not fit in one
-// core's L2 (the device's Target::l2_bytes), since each chunk's are read again by every filter tap and channel block.
-// The demo's (128, 32, 28, 28) gradient with its input gradient, one thread on a Zen 3 (512 KiB of L2): 75.1 ms in
-// chunks of 8, 62.0 of 4, 54.1 of 2, 54.5 of 1; the (128, 64, 14, 14) one 56.0, 51.1, 52.2, 57.0 (on a Sapphire Rapids'
-// 2 MiB both keep 8).
+// after. Batch innermost (see pairs_batch): 32 images where they divide (one tile step a pixel), each chunk's input and
+// gradient (1.3 MB for the demo's) held in L2 while every filter tap and channel block reads them; the whole batch
+// streamed the gradient's panel from L3 for each block (the demo's kernel 1.96 -> 1.17 ms, one thread). Otherwise the
+// whole batch where its input and gradient fit in one core's L2 (ResNet-18's layer4 at batch 16, 256 KiB: in chunks,
+// each chunk's partial sum, the weight's size, was written and summed again; its 512 x 512 x 3 x 3 gradient, one
+// thread, 5.3 + 1.0 ms -> 4.8 ms whole), else a batch of 16 or more in 8s: 8 images, or 4, 2 or 1 where 8 images' input
+// and gradient do not fit in one core's L2 (the device's Target::l2_bytes), since each chunk's are read again by every
+// filter tap and channel block. The demo's (128, 32, 28, 28) gradient with its input gradient, one thread on a Zen 3
+// (512 KiB of L2): 75.1 ms in chunks of 8, 62.0 of 4, 54.1 of 2, 54.5 of 1; the (128, 64, 14, 14) one 56.0, 51.1, 52.2,
+// 57.0 (on a Sapphire Rapids' 2 MiB both keep 8).
 int64_t weight_grad_chunk(const at::Tensor& input, const at::Tensor& grad_output, bool batch_inner) {
   const int64_t N = input.size(0);
   if (batch_inner) return N % 32 == 0 ? 32 : N;
   if (N % 8 != 0 || N < 16) return N;
   const Target& target = runtime::device(input.device().index()).target();
   const int64_t image = (input.numel() + grad_output.numel()) / N * input.element_size();
+  if (!target.gpu() && N * image <= target.l2_bytes) return N;
   int64_t chunk = 8;
   while (chunk > 1 && !target.gpu() && chunk * image > target.l2_bytes)
     chunk /= 2;
