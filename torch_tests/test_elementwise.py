@@ -7,6 +7,12 @@ division by zero, no signed overflow) and include negatives; float inputs for th
 tests include nan, +-inf and signed zeros.
 """
 
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -650,3 +656,23 @@ def test_erf_and_gelu_over_their_whole_range(dtype):
     # gelu (x / 2) (1 + erf(x / sqrt(2))) at torch's tolerance: 1 + erf cancels for negative x. Not at +inf, where
     # torch's float32 gelu gives NaN (its float64 inf, as tiny's)
     check(F.gelu, x[:-2], **tol(dtype))
+
+
+SQUARE_GRADIENT = """
+import torch
+import torch_tiny
+x = torch.randn(4096).to("tiny").requires_grad_()
+(g,) = torch.autograd.grad(((x - 0.5) ** 2).sum(), [x])
+torch.testing.assert_close(g.cpu(), 2 * (x.detach().cpu() - 0.5))
+"""
+
+
+def test_the_gradient_of_a_square_calls_no_pow(tmp_path):
+    """pow's backward takes x.pow(exponent - 1): to the exponent 1 that is x itself, as torch's CPU pow copies it (with
+    the exponent a kernel argument, the kernel called C's powf an element, 5 ns each)."""
+    env = dict(os.environ, TINY_DEBUG="3", TINY_CACHE_DIR=str(tmp_path))
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-c", SQUARE_GRADIENT], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    kernels = [s for s in re.split(r"^tiny: kernel .*$", proc.stderr, flags=re.M) if "void " in s]
+    assert kernels and not [s for s in kernels if "powf(" in s], proc.stderr[-3000:]
