@@ -22,14 +22,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from mnist import build_model  # noqa: E402
 
 
-def make_step(model, device, compile_kwargs=None):
+def make_step(model, device, compile_kwargs=None, loss_fn=F.cross_entropy):
     """A closure running one training step on device; compile_kwargs: torch.compile's, or None for eager."""
     model = copy.deepcopy(model).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     run = model if compile_kwargs is None else torch.compile(model, **compile_kwargs)
 
     def step(x, y):
-        loss = F.cross_entropy(run(x), y)
+        loss = loss_fn(run(x), y)
         opt.zero_grad()
         loss.backward()
         opt.step()

@@ -2,9 +2,11 @@
 eager and torch.compile (Inductor) on the CPU, in one process, contenders interleaved round by round
 (bench/common.py), best and median. Each contender has its own copy of the same weights and batch; tiny's
 step is synchronized with its weight updates, not only the loss. `--model resnet18`: torchvision's ResNet-18
-(10 classes) on 64 x 64 images, batch 16 unless --batch-size says otherwise.
+(10 classes) on 64 x 64 images, batch 16 unless --batch-size says otherwise. `--model dcgan`: a DCGAN generator
+(transposed convolutions, 100-dim noise to 64 x 64 RGB, batch norm, ReLU, tanh) fitting target images by mean
+squared error, batch 32.
 
-Run: .venv/bin/python bench/training_step.py [rounds] [--model demo|resnet18] [--batch-size N] [--no-compile]
+Run: .venv/bin/python bench/training_step.py [rounds] [--model demo|resnet18|dcgan] [--batch-size N] [--no-compile]
      [--cpu-time]
 (--cpu-time: one thread each, its CPU time; bench/common.py)
 """
@@ -14,33 +16,52 @@ import sys
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from common import CLOCK, interleaved, report
 from compile import make_step
+from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from mnist import build_model  # noqa: E402
 
 
+def dcgan_generator():
+    """DCGAN's generator (Radford et al.), half width: noise (N, 100, 1, 1) to images (N, 3, 64, 64)."""
+    layers, channels = [], [100, 256, 128, 64, 32]
+    for i, (c_in, c_out) in enumerate(zip(channels, channels[1:], strict=False)):
+        layers += [nn.ConvTranspose2d(c_in, c_out, 4, 1 if i == 0 else 2, 0 if i == 0 else 1, bias=False)]
+        layers += [nn.BatchNorm2d(c_out), nn.ReLU()]
+    return nn.Sequential(*layers, nn.ConvTranspose2d(channels[-1], 3, 4, 2, 1, bias=False), nn.Tanh())
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("rounds", nargs="?", type=int, default=12)
-    parser.add_argument("--model", choices=("demo", "resnet18"), default="demo")
-    parser.add_argument("--batch-size", type=int, default=None, help="128 for the demo, 16 for resnet18")
+    parser.add_argument("--model", choices=("demo", "resnet18", "dcgan"), default="demo")
+    parser.add_argument("--batch-size", type=int, default=None, help="128 for the demo, 16 for resnet18, 32 for dcgan")
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--cpu-time", action="store_true", help="one thread each, its CPU time (bench/common.py)")
     args = parser.parse_args()
     torch.manual_seed(0)
+    loss_fn = F.cross_entropy
     if args.model == "demo":
         model, batch, image, title = build_model(), args.batch_size or 128, (1, 28, 28), "demo CNN"
-    else:
+    elif args.model == "resnet18":
         import torchvision
 
         model, batch, image = torchvision.models.resnet18(num_classes=10), args.batch_size or 16, (3, 64, 64)
         title = "torchvision ResNet-18, 64 x 64"
-    x, y = torch.randn(batch, *image), torch.randint(0, 10, (batch,))
-    steps = {"tiny": (make_step(model, "tiny"), x.to("tiny"), y.to("tiny")), "eager": (make_step(model, "cpu"), x, y)}
+    else:
+        model, batch, image, title = dcgan_generator(), args.batch_size or 32, (100, 1, 1), "DCGAN generator, MSE"
+        loss_fn = F.mse_loss
+    x = torch.randn(batch, *image)
+    y = torch.randn(batch, 3, 64, 64) if args.model == "dcgan" else torch.randint(0, 10, (batch,))
+    steps = {
+        "tiny": (make_step(model, "tiny", None, loss_fn), x.to("tiny"), y.to("tiny")),
+        "eager": (make_step(model, "cpu", None, loss_fn), x, y),
+    }
     if not args.no_compile:
-        steps["torch.compile"] = (make_step(model, "cpu", {}), x, y)
+        steps["torch.compile"] = (make_step(model, "cpu", {}, loss_fn), x, y)
     contenders = {name: (lambda s=s, a=a, b=b: s(a, b)) for name, (s, a, b) in steps.items()}
     times = interleaved(contenders, args.rounds, clock=CLOCK)
     report(f"training step, {title}, batch {batch}, Adam", times)
