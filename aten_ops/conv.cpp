@@ -217,6 +217,31 @@ std::vector<Phase> conv_input_grad_phases(const UOpPtr& go, const UOpPtr& w, con
   return phases;
 }
 
+// A transposed convolution of single positions without padding or dilation (a generator's first layer: noise (N, 100,
+// 1, 1) to (N, 256, 4, 4)): each output position takes one tap, out[n, g*Og + o, k] = sum_c x[n, g*Cg + c] *
+// w[g*Cg + c, o, k], a matmul of x by the weight's (Cg, Og * taps) matrix. Summed over the adjoint windows, each
+// position read every tap, all but one of them padding: that layer, batch 32, one thread, 3.8 ms (eager 1.0).
+bool single_position_transposed(const at::Tensor& input, const Conv& c) {
+  for (size_t i = 0; i < c.dims(); i++)
+    if (input.size(static_cast<int64_t>(2 + i)) != 1 || c.g.padding[i] != 0 || c.g.dilation[i] != 1 ||
+        c.output_padding[i] != 0)
+      return false;
+  return c.transposed;
+}
+
+UOpPtr single_position_transposed(const UOpPtr& x, const UOpPtr& w, int64_t groups) {
+  const int64_t N = x->shape[0], G = groups, Cg = w->shape[0] / G, Og = w->shape[1];
+  const Shape kernel(w->shape.begin() + 2, w->shape.end());
+  const int64_t K = prod(kernel);
+  const Shape full{N, G, Og, K, Cg};
+  UOpPtr xv = window::expanded(window::reshaped(x, {N, G, 1, 1, Cg}), full);
+  UOpPtr wv = window::permuted(window::reshaped(w, {G, Cg, Og, K}), {0, 2, 3, 1});
+  wv = window::expanded(window::reshaped(wv, {1, G, Og, K, Cg}), full);
+  const DType dt = opmath(x->dtype);
+  UOpPtr r = reduce(alu(Ops::MUL, cast(xv, dt), cast(wv, dt)), Ops::ADD, {4});
+  return window::reshaped(r, concat({{N, G * Og}, kernel}));
+}
+
 // The sum over the batch and the positions of a weight gradient's products p (N, G, A, B, positions..., kernel...)
 // -> (G, A, B, kernel...), or (G, B, A, kernel...) with swap_ab: the chunks' total, in vectors, is copied into
 // that order by a kernel of its own (the total summed in the swapped order ran scalar along the chunks, 2-3x
@@ -419,6 +444,10 @@ at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight, const 
   Shape shape = concat({{input.size(0), channels}, out});
   if (prod(shape) == 0) return empty_result(shape, input, result_format(input, weight));
   UOpPtr b = bias && bias->defined() ? read_as(*bias, dt) : nullptr;
+  if (single_position_transposed(input, c)) {
+    UOpPtr y = single_position_transposed(x, w, groups);
+    return result(shape, input, result_format(input, weight), b ? alu(Ops::ADD, y, bias_of(b, shape)) : y);
+  }
   if (transposed)
     return phased_result(shape, input, result_format(input, weight), conv_input_grad_phases(x, w, out, c.g, groups),
                          c.g.stride, b, const_like(cast(x, dt), 0));

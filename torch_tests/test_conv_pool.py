@@ -176,6 +176,16 @@ def test_a_transposed_convolutions_weight_gradient_runs_in_vector_lanes():
     torch.testing.assert_close(got, want)
 
 
+@pytest.mark.parametrize("groups", [1, 2])
+def test_a_transposed_convolution_of_single_positions_is_a_matmul(groups):
+    # a generator's first layer, noise (N, C, 1, 1) to (N, O, k, k): each output position takes one tap of the
+    # weight (with padding, dilation or output padding it goes through the adjoint windows, checked alike)
+    x, w, b = rand(4, 6, 1, 1), rand(6, 10 // groups, 4, 3, seed=1), rand(10, seed=2)
+    check_grads(lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, groups=groups), x, w, b)
+    check_grads(lambda x, w: F.conv_transpose2d(x, w, padding=1, groups=groups), x, w)
+    check_grads(lambda x, w: F.conv_transpose1d(x, w, dilation=2, groups=groups), rand(4, 6, 1), rand(6, 5, 3, seed=3))
+
+
 def test_transposed_convolution_to_an_empty_output_matches_cpu():
     # (in - 1) * stride - 2 * padding + kernel + output_padding = 0: torch gives an empty result, not an error
     check(lambda x, w: F.conv_transpose1d(x, w, stride=2, padding=3, output_padding=1), rand(2, 1, 3), rand(1, 3, 1))
