@@ -51,6 +51,14 @@ plain_matmul(const std::vector<float>& a, const std::vector<float>& b, int64_t M
   return {sum, mag};
 }
 
+// x (M, K) @ w (K, N) as tiny's matmul records it: the reduction over K of the broadcast product, w read transposed.
+UOpPtr matmul_of(const UOpPtr& x, const UOpPtr& w) {
+  const int64_t M = x->shape[0], K = x->shape[1], N = w->shape[1];
+  return reduce(alu(Ops::MUL, expand(reshape(x, {M, 1, K}), {M, N, K}),
+                    expand(reshape(permute(w, {1, 0}), {1, N, K}), {M, N, K})),
+                Ops::ADD, {2});
+}
+
 std::vector<float> random_vec(size_t n, unsigned seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> d(-2, 2);
@@ -783,9 +791,7 @@ namespace {
 void expect_matmul_in_lanes(const UOpPtr& x, const UOpPtr& w, const std::vector<float>& av,
                             const std::vector<float>& bv, const std::string& label) {
   const int64_t M = x->shape[0], K = x->shape[1], N = w->shape[1];
-  auto a = expand(reshape(x, {M, 1, K}), {M, N, K});
-  auto b = expand(reshape(permute(w, {1, 0}), {1, N, K}), {M, N, K});
-  auto value = reduce(alu(Ops::MUL, a, b), Ops::ADD, {2});
+  auto value = matmul_of(x, w);
   auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, M * N);
   Kernel k = lower_kernel(out, View::contiguous(value->shape), value);
   EXPECT_EQ(k.lanes, 16) << label;
@@ -808,26 +814,41 @@ TEST(Kernel, AMatmulWithARowMajorRightOperandComputesVectorLanes) {
   expect_matmul_in_lanes(reshape(buffer(filled(av)), {M, K}), reshape(buffer(filled(bv)), {K, N}), av, bv, "float32");
 }
 
+// x (M, K) @ w (K, N) of random float32 values (seeds `seed` and seed + 1) as one kernel, and its values checked
+// against plain loops.
+struct RandomMatmul {
+  int64_t M, K, N;
+  std::vector<float> av, bv;
+  UOpPtr value;
+  Kernel kernel;
+
+  static RandomMatmul make(int64_t M, int64_t K, int64_t N, unsigned seed) {
+    auto av = random_vec(M * K, seed), bv = random_vec(K * N, seed + 1);
+    auto value = matmul_of(reshape(buffer(filled(av)), {M, K}), reshape(buffer(filled(bv)), {K, N}));
+    auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, M * N);
+    Kernel k = lower_kernel(out, View::contiguous(value->shape), value);
+    return {M, K, N, std::move(av), std::move(bv), value, std::move(k)};
+  }
+
+  void expect_values() const {
+    auto got = values(realize_value(value));
+    auto [want, mag] = plain_matmul(av, bv, M, K, N);
+    for (int64_t i = 0; i < M * N; i++)
+      EXPECT_NEAR(got[i], want[i], 1e-5 * mag[i] + 1e-6) << i;
+  }
+};
+
 // A float32 matmul whose lanes' loop runs outermost (16 panels of 32 columns) computes a few panels per
 // block of rows (the innermost output loop), keeping 8 outer iterations, two per thread of the target (one
 // here: Target{}), for the threads; the values are the products'.
 TEST(Kernel, AWideFloat32MatmulComputesAFewPanelsPerBlockOfRows) {
   if (!wide_vectors()) GTEST_SKIP() << "this CPU has no AVX-512 (two vectors of lanes there only)";
-  const int64_t M = 64, K = 24, N = 512;
-  auto av = random_vec(M * K, 30), bv = random_vec(K * N, 31);
-  auto x = reshape(buffer(filled(av)), {M, K}), w = reshape(buffer(filled(bv)), {K, N});
-  auto value = reduce(alu(Ops::MUL, expand(reshape(x, {M, 1, K}), {M, N, K}),
-                          expand(reshape(permute(w, {1, 0}), {1, N, K}), {M, N, K})),
-                      Ops::ADD, {2});
-  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, M * N);
-  Kernel k = lower_kernel(out, View::contiguous(value->shape), value);
+  RandomMatmul mm = RandomMatmul::make(64, 24, 512, 30);
+  const Kernel& k = mm.kernel;
   ASSERT_EQ(k.loops.size(), 3u) << k.name;
   EXPECT_EQ(k.loops.front(), 8) << k.name;
   EXPECT_EQ(k.loops.back(), 2) << k.name;
-  auto got = values(realize_value(value));
-  auto [want, mag] = plain_matmul(av, bv, M, K, N);
-  for (int64_t i = 0; i < M * N; i++)
-    EXPECT_NEAR(got[i], want[i], 1e-5 * mag[i] + 1e-6) << i;
+  mm.expect_values();
 }
 
 // float16 and bfloat16 operands read as vectors of their bits, widened to float in registers: the matmul
@@ -964,9 +985,7 @@ TEST(Kernel, AMatmulsRegisterBlockFitsTheVectorRegisters) {
   const int64_t M = 256, K = 64, N = 256;
   auto x = reshape(buffer(filled(random_vec(M * K, 17))), {M, K});
   auto w = reshape(buffer(filled(random_vec(K * N, 18))), {K, N});
-  auto value = reduce(alu(Ops::MUL, expand(reshape(x, {M, 1, K}), {M, N, K}),
-                          expand(reshape(permute(w, {1, 0}), {1, N, K}), {M, N, K})),
-                      Ops::ADD, {2});
+  auto value = matmul_of(x, w);
   auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, M * N);
   Kernel k = lower_kernel(out, View::contiguous(value->shape), value);
   std::string src = render_c(k, k.name);
@@ -987,21 +1006,12 @@ TEST(Kernel, AMatmulsRegisterBlockFitsTheVectorRegisters) {
 // of rows; with one row a block, w was read once for every row of x (32 x 1024 by 1024 x 1024, one thread:
 // 5.4 -> 0.6 ms).
 TEST(Kernel, AMatmulOfFewRowsUnrollsThemWithTheLanesOutermost) {
-  const int64_t M = 32, K = 40, N = 1024;
-  auto av = random_vec(M * K, 41), bv = random_vec(K * N, 42);
-  auto x = reshape(buffer(filled(av)), {M, K}), w = reshape(buffer(filled(bv)), {K, N});
-  auto value = reduce(alu(Ops::MUL, expand(reshape(x, {M, 1, K}), {M, N, K}),
-                          expand(reshape(permute(w, {1, 0}), {1, N, K}), {M, N, K})),
-                      Ops::ADD, {2});
-  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, M * N);
-  Kernel k = lower_kernel(out, View::contiguous(value->shape), value);
+  RandomMatmul mm = RandomMatmul::make(32, 40, 1024, 41);
+  const Kernel& k = mm.kernel;
   EXPECT_GE(k.lane_range, 0) << k.name;
   // a store for each vector of the block: 4 rows or more by two vectors (by one on AVX2)
   EXPECT_GE(k.ast->src.size(), wide_vectors() ? 8u : 4u) << k.name;
-  auto got = values(realize_value(value));
-  auto [want, mag] = plain_matmul(av, bv, M, K, N);
-  for (int64_t i = 0; i < M * N; i++)
-    EXPECT_NEAR(got[i], want[i], 1e-5 * mag[i] + 1e-6) << i;
+  mm.expect_values();
 }
 
 TEST(Kernel, AReshapeOfAReductionIsOneViewOfIt) {
