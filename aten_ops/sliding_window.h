@@ -163,4 +163,29 @@ inline UOpPtr windows_adjoint(const UOpPtr& v, const Shape& in, const Geometry& 
   return strided(aligned, shape, strides, offset);
 }
 
+// The adjoint windows of a stride-1 geometry g (see windows_adjoint) over `common`, a value v padded by before[i]
+// before each spatial dim and by at least what the windows read after: windows_adjoint(v, in, g)'s elements, as one
+// strided view of common, so that windows of several geometries (the phases of a strided input gradient) read one
+// padded value and the lowering copies it once.
+inline UOpPtr windows_adjoint_from(const UOpPtr& common, const Shape& before, const Shape& in, const Geometry& g) {
+  size_t nd = g.dims(), lead = common->shape.size() - nd;
+  Shape flat = contiguous_strides(common->shape), shape, strides;
+  int64_t offset = 0;
+  for (size_t d = 0; d < lead; d++) {
+    shape.push_back(common->shape[d]);
+    strides.push_back(flat[d]);
+  }
+  for (size_t i = 0; i < nd; i++) {
+    shape.push_back(in[i]);
+    strides.push_back(flat[lead + i]);
+  }
+  for (size_t i = 0; i < nd; i++) {
+    // element [h, k] reads v[h + padding - k * dilation], at common's h + padding + before - k * dilation
+    shape.push_back(g.kernel[i]);
+    strides.push_back(-g.dilation[i] * flat[lead + i]);
+    offset += (g.padding[i] + before[i]) * flat[lead + i];
+  }
+  return strided(common, shape, strides, offset);
+}
+
 } // namespace tiny::window

@@ -157,6 +157,22 @@ def test_strided_input_gradient_runs_one_kernel_a_phase():
     assert len(kernels(1)) == 1, kernels(1)
 
 
+def test_the_phases_of_a_strided_input_gradient_read_one_padded_copy_of_grad_output():
+    # each phase's windows are an offset into one grad_output padded for all of them, so the lowering copies it
+    # (padded, channels-last) once, not once a phase: 10 kernels, that copy, a weight panel and a sum a phase, and the
+    # fresh storage's first write
+    x, w = rand(2, 32, 16, 16).to("tiny").requires_grad_(), rand(64, 32, 3, 3, seed=1).to("tiny")
+    y = F.conv2d(x, w, stride=2, padding=1)
+    torch.tiny.synchronize()
+    with counting() as c:
+        (got,) = torch.autograd.grad(y, [x], rand(*y.shape, seed=2).to("tiny"))
+        torch.tiny.synchronize()
+    assert c["kernels"] == 10
+    xc = x.detach().cpu().requires_grad_()
+    (want,) = torch.autograd.grad(F.conv2d(xc, w.cpu(), stride=2, padding=1), [xc], rand(*y.shape, seed=2))
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-4)  # 32 x 9 products: the sums' order differs
+
+
 def test_a_transposed_convolutions_weight_gradient_runs_in_vector_lanes():
     # a DCGAN generator's first layer: (32, 100, 1, 1) noise to (32, 256, 4, 4). Its weight gradient's output channels
     # and taps coalesce into one loop, which its grad_output's panel copy (lanes along the channels) walks only through
