@@ -122,51 +122,10 @@ inline UOpPtr tiled_adjoint(const UOpPtr& v, const Shape& in, const Geometry& g)
   return pad_spatial(reshaped(expanded(reshaped(v, split), repeated), joined), pads);
 }
 
-inline UOpPtr windows_adjoint(const UOpPtr& v, const Shape& in, const Geometry& g) {
-  size_t nd = g.dims(), lead = v->shape.size() - nd;
-  // Spread: v[o] moves to o * stride, with zeros between.
-  Shape split(v->shape.begin(), v->shape.begin() + static_cast<std::ptrdiff_t>(lead)), spread = split;
-  std::vector<std::pair<int64_t, int64_t>> gaps(lead, {0, 0});
-  for (size_t i = 0; i < nd; i++) {
-    int64_t o = v->shape[lead + i];
-    split.insert(split.end(), {o, 1});
-    gaps.insert(gaps.end(), {{0, 0}, {0, g.stride[i] - 1}});
-    spread.push_back(o * g.stride[i]);
-  }
-  UOpPtr s = reshaped(padded(reshaped(v, split), gaps), spread);
-  // Align: index j of the spread v is read at h + (kernel - 1 - k) * dilation, so it moves to
-  // j + (kernel - 1) * dilation - padding, in a row of in + (kernel - 1) * dilation elements.
-  std::vector<std::pair<int64_t, int64_t>> pads;
-  Shape rows(spread.begin(), spread.begin() + static_cast<std::ptrdiff_t>(lead));
-  for (size_t i = 0; i < nd; i++) {
-    int64_t reach = (g.kernel[i] - 1) * g.dilation[i], before = reach - g.padding[i];
-    rows.push_back(in[i] + reach);
-    pads.emplace_back(before, rows.back() - before - spread[lead + i]);
-  }
-  UOpPtr aligned = pad_spatial(s, pads);
-  // Read h + (kernel - 1 - k) * dilation: a window with a reversed kernel axis.
-  Shape flat = contiguous_strides(rows), shape, strides;
-  int64_t offset = 0;
-  for (size_t d = 0; d < lead; d++) {
-    shape.push_back(rows[d]);
-    strides.push_back(flat[d]);
-  }
-  for (size_t i = 0; i < nd; i++) {
-    shape.push_back(in[i]);
-    strides.push_back(flat[lead + i]);
-  }
-  for (size_t i = 0; i < nd; i++) {
-    shape.push_back(g.kernel[i]);
-    strides.push_back(-g.dilation[i] * flat[lead + i]);
-    offset += (g.kernel[i] - 1) * g.dilation[i] * flat[lead + i];
-  }
-  return strided(aligned, shape, strides, offset);
-}
-
-// The adjoint windows of a stride-1 geometry g (see windows_adjoint) over `common`, a value v padded by before[i]
+// The adjoint windows of g over `common`, a value v (spread by g's stride, see windows_adjoint) padded by before[i]
 // before each spatial dim and by at least what the windows read after: windows_adjoint(v, in, g)'s elements, as one
-// strided view of common, so that windows of several geometries (the phases of a strided input gradient) read one
-// padded value and the lowering copies it once.
+// strided view of common. Windows of several geometries (the phases of a strided input gradient, stride 1 each) may
+// so read one padded value, which the lowering then copies once.
 inline UOpPtr windows_adjoint_from(const UOpPtr& common, const Shape& before, const Shape& in, const Geometry& g) {
   size_t nd = g.dims(), lead = common->shape.size() - nd;
   Shape flat = contiguous_strides(common->shape), shape, strides;
@@ -186,6 +145,31 @@ inline UOpPtr windows_adjoint_from(const UOpPtr& common, const Shape& before, co
     offset += (g.padding[i] + before[i]) * flat[lead + i];
   }
   return strided(common, shape, strides, offset);
+}
+
+inline UOpPtr windows_adjoint(const UOpPtr& v, const Shape& in, const Geometry& g) {
+  size_t nd = g.dims(), lead = v->shape.size() - nd;
+  // Spread: v[o] moves to o * stride, with zeros between.
+  Shape split(v->shape.begin(), v->shape.begin() + static_cast<std::ptrdiff_t>(lead)), spread = split;
+  std::vector<std::pair<int64_t, int64_t>> gaps(lead, {0, 0});
+  for (size_t i = 0; i < nd; i++) {
+    int64_t o = v->shape[lead + i];
+    split.insert(split.end(), {o, 1});
+    gaps.insert(gaps.end(), {{0, 0}, {0, g.stride[i] - 1}});
+    spread.push_back(o * g.stride[i]);
+  }
+  UOpPtr s = reshaped(padded(reshaped(v, split), gaps), spread);
+  // Align: index j of the spread v is read at h + (kernel - 1 - k) * dilation, so it moves to
+  // j + (kernel - 1) * dilation - padding, in a row of in + (kernel - 1) * dilation elements.
+  std::vector<std::pair<int64_t, int64_t>> pads;
+  Shape befores;
+  for (size_t i = 0; i < nd; i++) {
+    int64_t reach = (g.kernel[i] - 1) * g.dilation[i], before = reach - g.padding[i];
+    befores.push_back(before);
+    pads.emplace_back(before, in[i] + reach - before - spread[lead + i]);
+  }
+  // Read h + (kernel - 1 - k) * dilation: a window with a reversed kernel axis.
+  return windows_adjoint_from(pad_spatial(s, pads), befores, in, g);
 }
 
 } // namespace tiny::window
