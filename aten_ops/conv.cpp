@@ -27,6 +27,7 @@
 #include <tuple>
 
 #include "aten_ops/sliding_window.h"
+#include "aten_ops/window_read.h"
 #include "compiler/lower.h"
 #include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
@@ -202,16 +203,12 @@ std::vector<Phase> conv_input_grad_phases(const UOpPtr& go, const UOpPtr& w, con
     bool reached;
   };
   std::vector<Taps> taps;
-  for (int64_t phase = 0, count = prod(g.stride); phase < count; phase++) {
-    std::vector<int64_t> p(nd);
-    Shape q(nd), w_shape(w->shape.begin(), w->shape.end()), w_strides = flat;
+  for (const auto& [p, q] : window::strided_phases(in, g.stride)) {
+    Shape w_shape(w->shape.begin(), w->shape.end()), w_strides = flat;
     window::Geometry pg{Shape(nd), Shape(nd, 1), Shape(nd), Shape(nd)};
     int64_t offset = 0;
-    for (size_t i = nd, rest = static_cast<size_t>(phase); i-- > 0;) {
+    for (size_t i = 0; i < nd; i++) {
       const int64_t s = g.stride[i], dil = g.dilation[i], common = std::gcd(s, dil);
-      p[i] = static_cast<int64_t>(rest) % s;
-      rest /= static_cast<size_t>(s);
-      q[i] = (in[i] - p[i] + s - 1) / s;
       int64_t k0 = 0;
       while (k0 < g.kernel[i] && (p[i] + g.padding[i] - k0 * dil) % s != 0)
         k0++;
@@ -260,7 +257,7 @@ std::vector<Phase> conv_input_grad_phases(const UOpPtr& go, const UOpPtr& w, con
 // 1, 1) to (N, 256, 4, 4)): each output position takes one tap, out[n, g*Og + o, k] = sum_c x[n, g*Cg + c] *
 // w[g*Cg + c, o, k], a matmul of x by the weight's (Cg, Og * taps) matrix. Summed over the adjoint windows, each
 // position read every tap, all but one of them padding: that layer, batch 32, one thread, 3.8 ms (eager 1.0).
-bool single_position_transposed(const at::Tensor& input, const Conv& c) {
+bool is_single_position_transposed(const at::Tensor& input, const Conv& c) {
   for (size_t i = 0; i < c.dims(); i++)
     if (input.size(static_cast<int64_t>(2 + i)) != 1 || c.g.padding[i] != 0 || c.g.dilation[i] != 1 ||
         c.output_padding[i] != 0)
@@ -432,10 +429,11 @@ UOpPtr bias_of(const UOpPtr& bias, const Shape& shape) {
 
 // A result of `shape` (N, C, positions...) from the phases of conv_input_grad_phases, each plus `bias` (C; null:
 // none): written into strided views of it phase by phase where a stride is above 1 (a phase no tap reaches is the
-// bias, or zero: `zero`'s value).
+// bias, or zeros).
 at::Tensor phased_result(const Shape& shape, const at::Tensor& like, c10::MemoryFormat format,
-                         const std::vector<Phase>& phases, const Shape& stride, const UOpPtr& bias,
-                         const UOpPtr& zero) {
+                         const std::vector<Phase>& phases, const Shape& stride, const UOpPtr& bias) {
+  const DType dt = to_tiny_dtype(like.scalar_type()), sums = opmath(dt); // the phases' and the bias's dtype
+  const UOpPtr zero = is_float(sums) ? const_float(sums, 0) : const_int(sums, 0);
   auto value = [&](const UOpPtr& v, const Shape& at) {
     UOpPtr r = v ? v : window::expanded(window::reshaped(zero, Shape(at.size(), 1)), at);
     return bias ? alu(Ops::ADD, r, bias_of(bias, at)) : r;
@@ -444,10 +442,8 @@ at::Tensor phased_result(const Shape& shape, const at::Tensor& like, c10::Memory
     return result(shape, like, format, value(phases.at(0).value, shape));
   at::Tensor out = empty_result(shape, like, format);
   for (const Phase& ph : phases) {
-    at::Tensor part = out;
-    for (size_t i = 0; i < ph.p.size(); i++)
-      part = part.slice(static_cast<int64_t>(2 + i), ph.p[i], std::nullopt, stride[i]);
-    write(part, cast(value(ph.value, ints(part.sizes())), to_tiny_dtype(like.scalar_type())));
+    at::Tensor part = aten_ops::phase_view(out, ph.p, stride);
+    write(part, cast(value(ph.value, ints(part.sizes())), dt));
   }
   return out;
 }
@@ -483,13 +479,13 @@ at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight, const 
   Shape shape = concat({{input.size(0), channels}, out});
   if (prod(shape) == 0) return empty_result(shape, input, result_format(input, weight));
   UOpPtr b = bias && bias->defined() ? read_as(*bias, dt) : nullptr;
-  if (single_position_transposed(input, c)) {
+  if (is_single_position_transposed(input, c)) {
     UOpPtr y = single_position_transposed(x, w, groups);
     return result(shape, input, result_format(input, weight), b ? alu(Ops::ADD, y, bias_of(b, shape)) : y);
   }
   if (transposed)
     return phased_result(shape, input, result_format(input, weight), conv_input_grad_phases(x, w, out, c.g, groups),
-                         c.g.stride, b, const_like(cast(x, dt), 0));
+                         c.g.stride, b);
   UOpPtr y = conv_forward(x, w, out, c.g, groups);
   return result(shape, input, result_format(input, weight), b ? alu(Ops::ADD, y, bias_of(b, shape)) : y);
 }
@@ -507,10 +503,10 @@ convolution_backward(const at::Tensor& grad_output, const at::Tensor& input, con
   c10::MemoryFormat format = result_format(input, weight);
   at::Tensor grad_input, grad_weight, grad_bias;
   if (output_mask[0])
-    grad_input = transposed ? result(ints(input.sizes()), input, format, conv_forward(go, w, spatial(x), c.g, groups))
-                            : phased_result(ints(input.sizes()), input, format,
-                                            conv_input_grad_phases(go, w, spatial(x), c.g, groups), c.g.stride, nullptr,
-                                            const_like(cast(go, dt), 0));
+    grad_input = transposed
+                     ? result(ints(input.sizes()), input, format, conv_forward(go, w, spatial(x), c.g, groups))
+                     : phased_result(ints(input.sizes()), input, format,
+                                     conv_input_grad_phases(go, w, spatial(x), c.g, groups), c.g.stride, nullptr);
   if (output_mask[1]) {
     const bool batch_inner = pairs_batch(input);
     const int64_t chunk = weight_grad_chunk(input, grad_output, batch_inner);

@@ -41,6 +41,7 @@
 
 #include "aten_ops/builders.h"
 #include "aten_ops/sliding_window.h"
+#include "aten_ops/window_read.h"
 #include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
 
@@ -319,19 +320,14 @@ std::vector<std::pair<std::vector<int64_t>, UOpPtr>> phased_max_pool_backward(co
   const size_t nd = g.dims(), lead = grad->shape.size() - nd;
   const UOpPtr off = offsets ? contiguous(offsets) : indices;
   std::vector<std::pair<std::vector<int64_t>, UOpPtr>> parts;
-  for (int64_t phase = 0, phases = prod(g.stride); phase < phases; phase++) {
-    // the phase's digit per dim, its positions' count, and its taps as (k, d): output position q + d, increasing d
-    std::vector<int64_t> p(nd);
-    Shape shape(grad->shape.begin(), grad->shape.begin() + static_cast<std::ptrdiff_t>(lead)), q(nd);
+  for (const auto& [p, q] : window::strided_phases(in, g.stride)) {
+    // the phase's taps as (k, d) per dim: output position q + d, increasing d
+    Shape shape(grad->shape.begin(), grad->shape.begin() + static_cast<std::ptrdiff_t>(lead));
     std::vector<std::vector<std::pair<int64_t, int64_t>>> taps(nd);
-    for (size_t i = nd, rest = static_cast<size_t>(phase); i-- > 0;) {
-      p[i] = static_cast<int64_t>(rest) % g.stride[i];
-      rest /= static_cast<size_t>(g.stride[i]);
-      q[i] = (in[i] - p[i] + g.stride[i] - 1) / g.stride[i];
+    for (size_t i = 0; i < nd; i++)
       for (int64_t k = g.kernel[i]; k-- > 0;)
         if (int64_t at = p[i] + g.padding[i] - k * g.dilation[i]; at % g.stride[i] == 0)
           taps[i].emplace_back(k, at / g.stride[i]);
-    }
     shape.insert(shape.end(), q.begin(), q.end());
     if (prod(shape) == 0) continue;
     const UOpPtr zero = full(const_like(grad, 0), shape);
@@ -437,13 +433,8 @@ std::tuple<at::Tensor&, at::Tensor&> max_pool2d_with_indices_out(const at::Tenso
 void write_max_pool_gradient(const at::Tensor& grad_input, const UOpPtr& grad, const UOpPtr& indices, const Shape& in,
                              const window::Geometry& g, DType dt) {
   if (!window::tiles(g) && std::ranges::any_of(g.stride, [](int64_t s) { return s > 1; })) {
-    const int64_t lead = grad_input.dim() - static_cast<int64_t>(g.dims());
-    for (const auto& [p, value] : phased_max_pool_backward(grad, recorded_offsets(indices, g, in), indices, in, g)) {
-      at::Tensor part = grad_input;
-      for (size_t i = 0; i < g.dims(); i++)
-        part = part.slice(lead + static_cast<int64_t>(i), p[i], std::nullopt, g.stride[i]);
-      write(part, cast(value, dt));
-    }
+    for (const auto& [p, value] : phased_max_pool_backward(grad, recorded_offsets(indices, g, in), indices, in, g))
+      write(aten_ops::phase_view(grad_input, p, g.stride), cast(value, dt));
     return;
   }
   write(grad_input, cast(max_pool_backward(grad, indices, in, g), dt));

@@ -122,6 +122,33 @@ inline UOpPtr tiled_adjoint(const UOpPtr& v, const Shape& in, const Geometry& g)
   return pad_spatial(reshaped(expanded(reshaped(v, split), repeated), joined), pads);
 }
 
+// The phases of positions strided by `stride` over `in` (a value's last dims): for each combination of digits
+// p[i] < stride[i], the last dim's fastest, the positions p[i], p[i] + stride[i], ... and their count q[i] (0 where
+// in[i] <= p[i]). Strided gradients through windows (a convolution's input gradient, a max pool's) are written phase
+// by phase, each phase a fixed set of the kernel's taps with no division by the stride in its index math.
+struct StridedPhase {
+  std::vector<int64_t> p;
+  Shape q;
+};
+
+inline std::vector<StridedPhase> strided_phases(const Shape& in, const Shape& stride) {
+  const size_t nd = stride.size();
+  int64_t count = 1;
+  for (int64_t s : stride)
+    count *= s;
+  std::vector<StridedPhase> phases;
+  for (int64_t phase = 0; phase < count; phase++) {
+    StridedPhase ph{std::vector<int64_t>(nd), Shape(nd)};
+    for (size_t i = nd, rest = static_cast<size_t>(phase); i-- > 0;) {
+      ph.p[i] = static_cast<int64_t>(rest) % stride[i];
+      rest /= static_cast<size_t>(stride[i]);
+      ph.q[i] = std::max<int64_t>((in[i] - ph.p[i] + stride[i] - 1) / stride[i], 0);
+    }
+    phases.push_back(std::move(ph));
+  }
+  return phases;
+}
+
 // The adjoint windows of g over `common`, a value v (spread by g's stride, see windows_adjoint) padded by before[i]
 // before each spatial dim and by at least what the windows read after: windows_adjoint(v, in, g)'s elements, as one
 // strided view of common. Windows of several geometries (the phases of a strided input gradient, stride 1 each) may
