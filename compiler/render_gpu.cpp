@@ -218,17 +218,24 @@ TINY_FN float tiny_expf(float x) {
   int ni = (int)(n == n ? n : 0.0f), a = ni >> 1, b = ni - a;
   return p * TINY_AS_FLOAT((unsigned int)(a + 127) << 23) * TINY_AS_FLOAT((unsigned int)(b + 127) << 23);
 }
+TINY_FN float tiny_expm1_parts(float y, float* n) {
+  float k = TINY_RINTF(y * 1.44269504088896341f);
+  float r = y - k * 0.693359375f;
+  r = r + k * 2.12194440e-4f;
+  float p = 1.3899713521823287e-3f;
+  p = p * r + 8.365967310965061e-3f;
+  p = p * r + 4.166683927178383e-2f;
+  p = p * r + 1.6666549444198608e-1f;
+  p = p * r + 0.5f;
+  *n = k == k ? k : 0.0f;
+  return r + r * r * p;
+}
 TINY_FN float tiny_tanhf(float x) {
-  float ax = TINY_FABSF(x), z = x * x;
-  float p = -5.70498872745E-3f;
-  p = p * z + 2.06390887954E-2f;
-  p = p * z - 5.37397155531E-2f;
-  p = p * z + 1.33314422036E-1f;
-  p = p * z - 3.33332819422E-1f;
-  float small = x + x * z * p;
-  float big = 1.0f - 2.0f / (tiny_expf(2.0f * ax) + 1.0f);
-  big = x < 0 ? -big : big;
-  return ax < 0.625f ? small : big;
+  float y = -2.0f * TINY_FABSF(x), n;
+  y = y < -30.0f ? -30.0f : y;
+  float q = tiny_expm1_parts(y, &n), e = TINY_AS_FLOAT((unsigned int)((int)n + 127) << 23);
+  float t = (-e * q + (1.0f - e)) / (e * q + (1.0f + e));
+  return TINY_AS_FLOAT(TINY_AS_UINT(t) | (TINY_AS_UINT(x) & 0x80000000u));
 }
 TINY_FN float tiny_logf(float x) {
   int sub = TINY_AS_UINT(x) < 0x00800000u;

@@ -658,6 +658,21 @@ TEST(Kernel, AnElementwiseLoopOfContiguousReadsStepsByAFullVectorRegister) {
             std::string::npos);
 }
 
+// A long loop whose body computes a polynomial of the prelude (exp, tanh, expm1, log1p, ...) interleaves four vectors
+// (each a chain of dependent operations the core would wait on); a short one, or one without such a function,
+// leaves clang's choice.
+TEST(Kernel, ALongLoopOfAPreludePolynomialInterleavesFourVectors) {
+  auto render = [](int64_t n, Ops op) {
+    auto a = buffer(filled(random_vec(n, 16)));
+    auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, n);
+    return render_c(lower_kernel(out, View::contiguous({n}), alu(op, alu(Ops::ABS, a))), "k");
+  };
+  for (Ops op : {Ops::EXP, Ops::TANH, Ops::EXPM1, Ops::LOG1P, Ops::LOG, Ops::ERF})
+    EXPECT_NE(render(1024, op).find("interleave_count(4)"), std::string::npos) << op_name(op);
+  EXPECT_EQ(render(1024, Ops::SQRT).find("interleave_count"), std::string::npos);
+  EXPECT_EQ(render(200, Ops::TANH).find("interleave_count"), std::string::npos);
+}
+
 // A 2x2 max pool elementwise over its outputs (rows of 14 of a 28-wide input): the innermost loop reads
 // pairs (step 2) and is shorter than 16 lanes, vectorized as 4 lanes and a scalar rest (a masked step of 8
 // lanes reads the pairs by gathers, slow on a Zen 4; AVX2's masked stores cost more).

@@ -669,12 +669,60 @@ torch.testing.assert_close(g.cpu(), want)
 """
 
 
+def kernel_sources(code, tmp_path):
+    """The C source of each kernel that `code` (a script importing torch_tiny) compiles, from TINY_DEBUG=3 in a fresh
+    process with its own kernel cache."""
+    env = dict(os.environ, TINY_DEBUG="3", TINY_CACHE_DIR=str(tmp_path))
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    kernels = [s for s in re.split(r"^tiny: kernel .*$", proc.stderr, flags=re.M) if "void " in s]
+    assert kernels, proc.stderr[-3000:]
+    return kernels
+
+
 def test_the_gradient_of_a_square_calls_no_pow(tmp_path):
     """pow's backward takes x.pow(exponent - 1): to the exponent 1 that is x itself, as torch's CPU pow copies it (with
     the exponent a kernel argument, the kernel called C's powf an element, 5 ns each)."""
-    env = dict(os.environ, TINY_DEBUG="3", TINY_CACHE_DIR=str(tmp_path))
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-c", SQUARE_GRADIENT], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    kernels = [s for s in re.split(r"^tiny: kernel .*$", proc.stderr, flags=re.M) if "void " in s]
-    assert kernels and not [s for s in kernels if "powf(" in s], proc.stderr[-3000:]
+    assert not [s for s in kernel_sources(SQUARE_GRADIENT, tmp_path) if "powf(" in s]
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_name)
+def test_expm1_log1p_and_tanh_over_their_whole_range(dtype):
+    """expm1, tanh and log1p are polynomials for float (expm1 and tanh from one reduction of e^y, log1p from log and
+    the rounding of 1 + x): check where they round to -1, +-1 or overflow, tiny and denormal inputs, signed zeros,
+    x = -1 and below, NaN and inf, to 4 ulp in float32; elu, selu, celu, softplus and mish go through them."""
+    x = torch.cat(
+        [
+            torch.linspace(-35, 95, 4001),
+            torch.linspace(-1.5, 1.5, 3001),
+            torch.logspace(-40, 1.5, 1001),
+            -torch.logspace(-40, 1.5, 1001),
+            torch.tensor([88.72, 88.73, 88.38, -30.0, -17.5, 9.02, -9.02, 0.0, -0.0, 1e-45, -1e-45, 2.0**-24]),
+            torch.tensor([-1.0, -0.99999994, -1.0000001, 0.34657, -0.34658, 0.5493, 3.4e38]),
+            torch.tensor([float("nan"), float("inf"), float("-inf")]),
+        ]
+    ).to(dtype)
+    close = {"rtol": 4 * 2.0**-23, "atol": 1e-44} if dtype is torch.float32 else tol(dtype)
+    check(lambda t: (t.expm1(), t.tanh(), t.log1p()), x, **close)
+    check(lambda t: (F.elu(t), F.selu(t), F.celu(t, 0.7), F.softplus(t), F.mish(t)), x, **tol(dtype))
+    zeros = torch.tensor([0.0, -0.0], dtype=dtype)
+    for fn in (torch.expm1, torch.tanh, torch.log1p):
+        assert fn(zeros.to("tiny")).cpu().signbit().tolist() == [False, True], fn
+
+
+ACTIVATIONS = """
+import torch
+import torch.nn.functional as F
+import torch_tiny
+x = torch.randn(4096)
+for f in (F.elu, F.selu, F.softplus, F.mish, torch.expm1, torch.log1p, F.logsigmoid):
+    torch.testing.assert_close(f(x.to("tiny")).cpu(), f(x), equal_nan=True)
+"""
+
+
+def test_float_expm1_and_log1p_call_no_libm(tmp_path):
+    """expm1 and log1p (elu, selu, softplus, mish, logsigmoid) are the prelude's polynomials, not libm's expm1f and
+    log1pf: a call per element keeps the loop scalar (elu of 1M floats, one thread: 15.7 -> 0.35 ms)."""
+    libm = re.compile(r"(?<!\w)(expm1f|log1pf)\(")
+    assert not [s for s in kernel_sources(ACTIVATIONS, tmp_path) if libm.search(s)]
