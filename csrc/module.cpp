@@ -3,7 +3,11 @@
 #include <ATen/Parallel.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <torch/csrc/Generator.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/utils/pybind.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "csrc/allocator.h"
 #include "csrc/backend.h"
@@ -14,6 +18,39 @@
 #include "runtime/thread_pool.h"
 
 namespace py = pybind11;
+
+namespace {
+
+// Whether torch's autograd engine has started its device threads (named pt_autograd_<index>) in this process.
+bool autograd_device_threads_started() {
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    std::string name;
+    std::getline(std::ifstream(task.path() / "comm"), name);
+    if (name.starts_with("pt_autograd_")) return true;
+  }
+  return false;
+}
+
+// torch's autograd engine runs a tiny tensor's backward on a thread of its own per tiny device. The graph task it
+// worked on last holds the caller's thread-local state, which holds a Python object (torch.autograd.graph stashes
+// a copy of the contextvars there): when that thread drops the task after the caller has, it takes the GIL to
+// free it, and once the interpreter finalizes, taking the GIL ends the thread by pthread_exit, whose forced unwind
+// through torch's noexcept frames calls std::terminate ("terminate called without an active exception" after a
+// script's last line, 5 runs in 10 of one that ran eager convolutions, whose spinning OpenMP threads delay that
+// thread). Called at exit, before finalization: each device's thread runs a backward made here (no Python object,
+// nothing stashed) with the GIL released, so that it has dropped the task before it takes this one.
+void drain_autograd_device_threads() {
+  if (!autograd_device_threads_started()) return;
+  py::gil_scoped_release no_gil;
+  for (c10::DeviceIndex i = 0; i < static_cast<c10::DeviceIndex>(tiny::device_count()); i++) {
+    at::Tensor leaf = at::zeros({1}, at::TensorOptions().device(c10::Device(c10::DeviceType::PrivateUse1, i)));
+    leaf.requires_grad_(true);
+    torch::autograd::grad({leaf.mul(2).sum()}, {leaf});
+  }
+}
+
+} // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "tiny: a lazy PyTorch device backend (torch.device('tiny'))";
@@ -114,6 +151,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     tiny::runtime::reset_stats();
     tiny::reset_fallback_op_counts();
   });
+
+  m.def("_drain_autograd_device_threads", &drain_autograd_device_threads);
 
   m.def("manual_seed", [](uint64_t seed) {
     at::Generator gen = tiny::default_generator(-1); // a handle sharing the default generator

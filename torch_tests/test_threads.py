@@ -9,6 +9,7 @@ import copy
 import faulthandler
 import os
 import queue
+import subprocess
 import sys
 import threading
 import time
@@ -233,3 +234,29 @@ def test_torch_set_num_threads_sizes_the_cpu_devices_kernels():
             torch.testing.assert_close(got, expected, **TOL)
     finally:
         torch.set_num_threads(before)
+
+
+EXIT_AFTER_BACKWARD = """
+import torch
+import torch.nn.functional as F
+import torch_tiny
+x, w, g = torch.randn(16, 512, 2, 2), torch.randn(512, 512, 3, 3) * 0.1, torch.randn(16, 512, 2, 2)
+def step(device):
+    xx, ww = x.to(device).requires_grad_(), w.to(device).requires_grad_()
+    F.conv2d(xx, ww, padding=1).backward(g.to(device))
+    torch.tiny.synchronize()
+for _ in range(2):
+    step("cpu")
+    step("tiny")
+"""
+
+
+def test_a_script_that_ends_after_a_backward_exits_cleanly():
+    """torch's autograd thread for tiny frees the graph it ran last, whose thread-local state holds a Python object,
+    by taking the GIL: after the interpreter has begun to finalize, that ended the process with `terminate called
+    without an active exception` (abort) in about half the runs of this script (eager's OpenMP threads spinning
+    beside it). torch_tiny lets that thread drop the graph at exit, before finalization."""
+    env = dict(os.environ, OMP_WAIT_POLICY="ACTIVE")
+    for _ in range(4):
+        proc = subprocess.run([sys.executable, "-c", EXIT_AFTER_BACKWARD], env=env, capture_output=True, timeout=300)
+        assert proc.returncode == 0 and b"terminate" not in proc.stderr, proc.stderr[-2000:]

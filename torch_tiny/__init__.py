@@ -10,6 +10,8 @@ def _autoload() -> None:
         _register()
 
 
+import atexit  # noqa: E402
+
 import torch  # noqa: E402
 import torch._tensor_str  # noqa: E402
 import torch.utils  # noqa: E402
@@ -33,6 +35,8 @@ def _register() -> None:
 
     route_inductor_graphs_on_tiny()
     _serve_distributed()
+    # before the interpreter finalizes, torch's autograd thread for tiny lets go of its last graph (csrc/module.cpp)
+    atexit.register(_C._drain_autograd_device_threads)
 
 
 def _sync_after_optimizer_steps() -> None:
