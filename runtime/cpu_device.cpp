@@ -179,8 +179,8 @@ private:
     fs::path c_tmp = dir / (base + mine + ".c"), so_tmp = dir / (base + ".so" + mine),
              log = dir / (base + mine + ".log");
     std::ofstream(c_tmp) << src;
-    std::string cmd = cc_ + " " + flags_ + " -o '" + so_tmp.string() + "' '" + c_tmp.string() + "'" + libs_ + " 2>'" +
-                      log.string() + "'";
+    std::string cmd =
+        cc_ + " " + flags_ + " -o '" + so_tmp.string() + "' '" + c_tmp.string() + "'" + libs_ + " 2>'" + log.string() + "'";
     if (std::system(cmd.c_str()) != 0) {
       std::ifstream in(log);
       std::stringstream msg;
