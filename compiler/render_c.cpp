@@ -685,9 +685,6 @@ private:
       });
     };
     const bool contiguous_stores = std::ranges::all_of(stores, [](int64_t s) { return s == 1; });
-    // sin, cos, tan and pow call libm; clang vectorizes them through a vector math library where the CPU device
-    // links one (runtime/cpu_device.cpp), in its widths (8 floats): a width of 16 would keep the loop scalar.
-    if (calls_vector_math()) return nullptr;
     // Every access contiguous along it or the same for all of it: a full vector register of floats at a time.
     // For a long body clang's cost model picks half of it (bench/elementwise.py's chain of 10 ops with exp,
     // divisions and a sqrt, one thread, 16M elements): with AVX-512 ymm registers, 16 lanes ran it in 27.6 ms
@@ -727,13 +724,6 @@ private:
     return nullptr;
   }
 
-  // Whether the kernel computes a float sin, cos, tan or pow (a libm call).
-  bool calls_vector_math() const {
-    return std::ranges::any_of(toposort(k_.ast), [](const UOpPtr& n) {
-      static constexpr std::array calls{Ops::SIN, Ops::COS, Ops::TAN, Ops::POW};
-      return is_float(n->dtype) && std::ranges::find(calls, n->op) != calls.end();
-    });
-  }
   // Whether the kernel computes a float32 exp, log, tanh, erf, expm1 or log1p: a polynomial of the prelude.
   bool calls_prelude_polynomial() const {
     return std::ranges::any_of(toposort(k_.ast), [](const UOpPtr& n) {

@@ -111,19 +111,9 @@ public:
     // the demo's 28 x 28 weight gradient, one Zen 4 thread, 20.8-30.2 ms with it, 16.6-16.8 without (clang-14
     // and clang-19 alike); the order render_c writes (each load beside its use) is kept.
     if (clang) flags_ += " -mllvm -enable-misched=false";
-#if defined(__x86_64__)
-    // sin, cos, tan and pow of float32 and float64 are libm calls; with glibc's vector math library (libmvec) clang
-    // vectorizes them into its 8-lane (AVX2) and 4-lane variants, within 4 ulp (1 measured for sin): sin of 64Ki
-    // floats in [-100, 100], one Zen 4 thread, 5.6 -> 0.39 ns an element. (render_c leaves such a loop's width to
-    // clang: there is no 16-lane variant.)
-    if (clang && dlopen("libmvec.so.1", RTLD_NOW | RTLD_LOCAL)) {
-      flags_ += " -fveclib=libmvec";
-      libs_ += " -l:libmvec.so.1";
-    }
-#endif
     if (const char* more = std::getenv("TINY_CFLAGS")) flags_ += std::string(" ") + more;
   }
-  std::string key() const override { return cc_ + " " + flags_ + libs_; }
+  std::string key() const override { return cc_ + " " + flags_; }
   std::string compile(const std::string& src, const std::string& name) override {
     return compile_library(src, "kernel " + name, content_hash(key() + "\n" + src)).string();
   }
@@ -180,7 +170,7 @@ private:
              log = dir / (base + mine + ".log");
     std::ofstream(c_tmp) << src;
     std::string cmd =
-        cc_ + " " + flags_ + " -o '" + so_tmp.string() + "' '" + c_tmp.string() + "'" + libs_ + " 2>'" + log.string() + "'";
+        cc_ + " " + flags_ + " -o '" + so_tmp.string() + "' '" + c_tmp.string() + "' -lm 2>'" + log.string() + "'";
     if (std::system(cmd.c_str()) != 0) {
       std::ifstream in(log);
       std::stringstream msg;
@@ -193,7 +183,7 @@ private:
     return so;
   }
 
-  std::string cc_, flags_, libs_ = " -lm";
+  std::string cc_, flags_;
 };
 
 using KernelFn = void (*)(void* const*, const int64_t*, const double*, int64_t, int64_t);

@@ -671,8 +671,6 @@ TEST(Kernel, ALongLoopOfAPreludePolynomialInterleavesFourVectors) {
     EXPECT_NE(render(1024, op).find("interleave_count(4)"), std::string::npos) << op_name(op);
   EXPECT_EQ(render(1024, Ops::SQRT).find("interleave_count"), std::string::npos);
   EXPECT_EQ(render(200, Ops::TANH).find("interleave_count"), std::string::npos);
-  // sin (a libm call, vectorized through a vector math library in its own widths): the width is clang's
-  EXPECT_EQ(render(1024, Ops::SIN).find("vectorize_width"), std::string::npos);
 }
 
 // A 2x2 max pool elementwise over its outputs (rows of 14 of a 28-wide input): the innermost loop reads

@@ -7,9 +7,7 @@ division by zero, no signed overflow) and include negatives; float inputs for th
 tests include nan, +-inf and signed zeros.
 """
 
-import ctypes
 import os
-import platform
 import re
 import subprocess
 import sys
@@ -728,47 +726,3 @@ def test_float_expm1_and_log1p_call_no_libm(tmp_path):
     log1pf: a call per element keeps the loop scalar (elu of 1M floats, one thread: 15.7 -> 0.35 ms)."""
     libm = re.compile(r"(?<!\w)(expm1f|log1pf)\(")
     assert not [s for s in kernel_sources(ACTIVATIONS, tmp_path) if libm.search(s)]
-
-
-@pytest.mark.parametrize("dtype", (torch.float32, torch.float64), ids=dtype_name)
-def test_sin_cos_tan_and_pow_over_their_whole_range(dtype):
-    """sin, cos, tan and pow are libm calls, which clang vectorizes through glibc's vector math library (libmvec)
-    where the machine has it: check arguments large and huge (reduced by pi/2), near multiples of pi/2, denormals,
-    signed zeros, NaN and inf, and pow's negative bases, zero, one and infinite operands, to 4 ulp."""
-    x = torch.cat(
-        [
-            torch.linspace(-100, 100, 20001),
-            torch.logspace(-40, 38, 2001),
-            -torch.logspace(-40, 38, 2001),
-            torch.tensor([0.0, -0.0, 1e-45, 1.5707964, 3.1415927, 4.712389, 1e30, -1e30, 3.4e38]),
-            torch.tensor([float("nan"), float("inf"), float("-inf")]),
-        ]
-    ).to(dtype)
-    eps = torch.finfo(dtype).eps
-    close = {"rtol": 4 * eps, "atol": torch.finfo(dtype).tiny}
-    check(lambda t: (t.sin(), t.cos(), t.tan()), x, **close)
-    special = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, 3.0, -3.0, float("inf"), float("-inf"), float("nan")]
-    base = torch.cat([torch.linspace(-4, 4, 161), torch.tensor(special)]).to(dtype)
-    exponent = torch.cat([torch.linspace(-6, 6, 49), torch.tensor(special)]).to(dtype)
-    check(lambda b, e: b[:, None] ** e[None, :], base, exponent, **close)
-
-
-VECTOR_SIN = """
-import torch
-import torch_tiny
-x = torch.linspace(-10, 10, 4096)
-torch.testing.assert_close(x.to("tiny").sin().cpu(), x.sin())
-"""
-
-
-def test_sin_kernels_call_the_vector_math_library(tmp_path):
-    """With libmvec on the machine, a float sin kernel calls its vector variants (_ZGV... symbols), not sinf a lane
-    (5.6 ns an element; the vector variant 0.39 on a Zen 4)."""
-    try:
-        ctypes.CDLL("libmvec.so.1")
-    except OSError:
-        pytest.skip("no libmvec.so.1 (glibc's vector math library) on this machine")
-    if "CPU" not in torch.tiny.get_device_name(0) or platform.machine() != "x86_64":
-        pytest.skip("the x86-64 CPU device's kernels")
-    kernel_sources(VECTOR_SIN, tmp_path)
-    assert any(b"_ZGV" in so.read_bytes() for so in tmp_path.rglob("*.so")), sorted(tmp_path.rglob("*"))
