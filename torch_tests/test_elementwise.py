@@ -726,3 +726,27 @@ def test_float_expm1_and_log1p_call_no_libm(tmp_path):
     log1pf: a call per element keeps the loop scalar (elu of 1M floats, one thread: 15.7 -> 0.35 ms)."""
     libm = re.compile(r"(?<!\w)(expm1f|log1pf)\(")
     assert not [s for s in kernel_sources(ACTIVATIONS, tmp_path) if libm.search(s)]
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float64), ids=dtype_name)
+def test_sin_cos_tan_and_pow_over_their_whole_range(dtype):
+    """sin, cos, tan and pow are libm calls, the same in every kernel (glibc's vector math library, libmvec, rounds its
+    vector lanes differently from the scalar calls of a loop's rest and of other kernels: a value recomputed in two
+    kernels, softmax's under amax's backward, no longer equalled its maximum there): check arguments large and huge,
+    near multiples of pi/2, denormals, signed zeros, NaN and inf, and pow's negative bases, zero, one and infinite
+    operands, to 4 ulp."""
+    x = torch.cat(
+        [
+            torch.linspace(-100, 100, 20001),
+            torch.logspace(-40, 38, 2001),
+            -torch.logspace(-40, 38, 2001),
+            torch.tensor([0.0, -0.0, 1e-45, 1.5707964, 3.1415927, 4.712389, 1e30, -1e30, 3.4e38]),
+            torch.tensor([float("nan"), float("inf"), float("-inf")]),
+        ]
+    ).to(dtype)
+    close = {"rtol": 4 * torch.finfo(dtype).eps, "atol": torch.finfo(dtype).tiny}
+    check(lambda t: (t.sin(), t.cos(), t.tan()), x, **close)
+    special = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, 3.0, -3.0, float("inf"), float("-inf"), float("nan")]
+    base = torch.cat([torch.linspace(-4, 4, 161), torch.tensor(special)]).to(dtype)
+    exponent = torch.cat([torch.linspace(-6, 6, 49), torch.tensor(special)]).to(dtype)
+    check(lambda b, e: b[:, None] ** e[None, :], base, exponent, **close)
