@@ -203,11 +203,16 @@ TINY_FN TINY_I64 tiny_ipow(TINY_I64 a, TINY_I64 b) {
   while (b) { if (b & 1) r *= a; a *= a; b >>= 1; }
   return r;
 }
+TINY_FN float tiny_exp_reduce(float y, int* n) {
+  float k = TINY_RINTF(y * 1.44269504088896341f);
+  *n = (int)(k == k ? k : 0.0f);
+  float r = y - k * 0.693359375f;
+  return r + k * 2.12194440e-4f;
+}
 TINY_FN float tiny_expf(float x) {
   float xc = x < -104.0f ? -104.0f : x > 89.0f ? 89.0f : x;
-  float n = TINY_RINTF(xc * 1.44269504088896341f);
-  float r = xc - n * 0.693359375f;
-  r = r + n * 2.12194440e-4f;
+  int ni;
+  float r = tiny_exp_reduce(xc, &ni);
   float p = 1.9875691500E-4f;
   p = p * r + 1.3981999507E-3f;
   p = p * r + 8.3334519073E-3f;
@@ -215,25 +220,23 @@ TINY_FN float tiny_expf(float x) {
   p = p * r + 1.6666665459E-1f;
   p = p * r + 5.0000001201E-1f;
   p = p * r * r + r + 1.0f;
-  int ni = (int)(n == n ? n : 0.0f), a = ni >> 1, b = ni - a;
+  int a = ni >> 1, b = ni - a;
   return p * TINY_AS_FLOAT((unsigned int)(a + 127) << 23) * TINY_AS_FLOAT((unsigned int)(b + 127) << 23);
 }
-TINY_FN float tiny_expm1_parts(float y, float* n) {
-  float k = TINY_RINTF(y * 1.44269504088896341f);
-  float r = y - k * 0.693359375f;
-  r = r + k * 2.12194440e-4f;
+TINY_FN float tiny_expm1_parts(float y, int* n) {
+  float r = tiny_exp_reduce(y, n);
   float p = 1.3899713521823287e-3f;
   p = p * r + 8.365967310965061e-3f;
   p = p * r + 4.166683927178383e-2f;
   p = p * r + 1.6666549444198608e-1f;
   p = p * r + 0.5f;
-  *n = k == k ? k : 0.0f;
   return r + r * r * p;
 }
 TINY_FN float tiny_tanhf(float x) {
-  float y = -2.0f * TINY_FABSF(x), n;
+  float y = -2.0f * TINY_FABSF(x);
   y = y < -30.0f ? -30.0f : y;
-  float q = tiny_expm1_parts(y, &n), e = TINY_AS_FLOAT((unsigned int)((int)n + 127) << 23);
+  int n;
+  float q = tiny_expm1_parts(y, &n), e = TINY_AS_FLOAT((unsigned int)(n + 127) << 23);
   float t = (-e * q + (1.0f - e)) / (e * q + (1.0f + e));
   return TINY_AS_FLOAT(TINY_AS_UINT(t) | (TINY_AS_UINT(x) & 0x80000000u));
 }
