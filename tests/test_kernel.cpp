@@ -893,9 +893,9 @@ TEST(Kernel, ABFloat16MatmulStepsByPairDotProducts) {
     auto bh = realize_value(cast(buffer(filled(random_vec(K * N, 20))), DType::BFloat16));
     auto av = values(realize_value(cast(buffer(ah), DType::Float32)));
     auto bv = values(realize_value(cast(buffer(bh), DType::Float32)));
-    auto a = expand(reshape(cast(buffer(ah), DType::Float32), {M, 1, K}), {M, N, K});
-    auto b = expand(reshape(permute(reshape(cast(buffer(bh), DType::Float32), {K, N}), {1, 0}), {1, N, K}), {M, N, K});
-    auto value = reshape(reduce(alu(Ops::MUL, a, b), Ops::ADD, {2}), {M, N});
+    auto value = reshape(
+        matmul_of(reshape(cast(buffer(ah), DType::Float32), {M, K}), reshape(cast(buffer(bh), DType::Float32), {K, N})),
+        {M, N});
     Schedule s = schedule_value(value, Target{},
                                 [](DType dt, int64_t n) { return std::make_shared<Buffer>(cpu_device(), dt, n); });
     std::string src;
