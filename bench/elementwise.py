@@ -4,10 +4,10 @@ process, contenders interleaved round by round (bench/common.py), best and media
 (sigmoid, sqrt and tanh among its ops: two exps and three divisions an element, which bind it to arithmetic,
 not memory, on this CPU) and one of ten cheap ops (multiplies, adds, abs, max, clamp), which only moves bytes.
 
-Run: .venv/bin/python bench/elementwise.py [rounds] [--numel N] [--no-compile] [--cpu-time] [--activations]
+Run: .venv/bin/python bench/elementwise.py [rounds] [--numel N] [--no-compile] [--cpu-time] [--activations [NAME ...]]
 (--cpu-time: one thread each, its CPU time; bench/common.py. --activations: also single activations and math
-functions on 4M float32, each its own kernel on tiny: elu, softplus, mish, silu, gelu, tanh, sigmoid, sin, cos, log1p,
-expm1, pow)
+functions on 4M float32, each its own kernel on tiny: elu, softplus, mish, silu, gelu, tanh, sigmoid, sin, cos, tan,
+log1p, expm1, pow; with names, only those, and no chains)
 
 The bandwidth of the fused chain counts the bytes it must move (reads x and y, writes the result); the copy's,
 the bytes it moves (reads and writes one tensor). The copy writes into a tensor allocated once: a clone()
@@ -54,14 +54,20 @@ def main():
     parser.add_argument("--numel", type=int, default=16 * 1024 * 1024)
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--cpu-time", action="store_true", help="one thread each, its CPU time (bench/common.py)")
-    parser.add_argument("--activations", action="store_true", help="also single activations and math functions")
+    parser.add_argument(
+        "--activations",
+        nargs="*",
+        metavar="NAME",
+        help="also single activations and math functions; with names, only those (no chains)",
+    )
     args = parser.parse_args()
 
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(args.numel, generator=g), torch.randn(args.numel, generator=g)
-    for name, fn in (("chain of 10 elementwise ops", chain), ("chain of 10 cheap elementwise ops", cheap_chain)):
-        measure(name, fn, x, y, args)
-    if args.activations:
+    if not args.activations:
+        for name, fn in (("chain of 10 elementwise ops", chain), ("chain of 10 cheap elementwise ops", cheap_chain)):
+            measure(name, fn, x, y, args)
+    if args.activations is not None:
         activations(x[: 4 * 1024 * 1024], args)
 
 
@@ -76,6 +82,7 @@ ACTIVATIONS = {
     "sigmoid": torch.sigmoid,
     "sin": torch.sin,
     "cos": torch.cos,
+    "tan": torch.tan,
     "log1p of |x|": lambda t: t.abs().log1p(),
     "expm1": torch.expm1,
     "|x| ** 1.7": lambda t: t.abs() ** 1.7,
@@ -84,6 +91,8 @@ ACTIVATIONS = {
 
 def activations(x, args):
     for name, fn in ACTIVATIONS.items():
+        if args.activations and name not in args.activations:
+            continue
         runs = contenders(fn, (x,), (x.to("tiny"),), not args.no_compile and not CPU_TIME)
         report(f"{name}, {x.numel():,} float32", interleaved(runs, args.rounds, clock=CLOCK))
         torch.testing.assert_close(fn(x.to("tiny")).cpu(), fn(x))
