@@ -281,3 +281,20 @@ TEST(Schedule, AReductionReadByEveryElementOfItsWindowIsRealizedFirst) {
   UOpPtr grad = where(alu(Ops::CMPEQ, x, spread), x, alu(Ops::MUL, x, x));
   EXPECT_EQ(schedule_of(grad).kernels.size(), 2u);
 }
+
+// sdpa's query gradient as torch records it: the scores' gradient times the key scaled by a runtime scalar, that
+// scalar broadcast to the key's shape through a reshape (a view over a view). The broadcast is read as it is, not
+// copied (a kernel that only fills a buffer with the scalar, whose layout then kept the reduction's lanes off).
+TEST(Schedule, AScalarBroadcastThroughTwoViewsIsReadAsItIsNotCopied) {
+  const int64_t B = 8, L = 65, D = 32;
+  // the key transposed, scaled, transposed back, then read by the batched matmul as (B, L, D)
+  UOpPtr s = expand(reshape(var_float(DType::Float32, 0.42), {1, 1, 1, 1}), {2, 4, D, L});
+  UOpPtr kt = permute(reshape(input({B, L, D}), {2, 4, L, D}), {0, 1, 3, 2});
+  UOpPtr ks = reshape(permute(alu(Ops::MUL, kt, s), {0, 1, 3, 2}), {B, L, D});
+  Shape full{B, L, D, L};
+  UOpPtr a = expand(reshape(input({B, L, L}), {B, L, 1, L}), full);
+  UOpPtr k = expand(reshape(permute(ks, {0, 2, 1}), {B, 1, D, L}), full);
+  Schedule sched = schedule_of(reduce(alu(Ops::MUL, a, k), Ops::ADD, {3}));
+  ASSERT_EQ(sched.kernels.size(), 1u);
+  EXPECT_GE(sched.kernels[0].lane_range, 0); // vector lanes along the key's columns
+}

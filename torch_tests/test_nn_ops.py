@@ -516,3 +516,12 @@ def test_glu_and_its_gradient():
     check(F.glu, torch.tensor(1.0))  # scalar
     check(F.glu, torch.ones(4, dtype=torch.int32))  # integers: torch's NotImplementedError
     check(lambda t, o: torch._C._nn.glu(t, -1, out=o), torch.ones(2, 4), torch.empty(0))
+
+
+@pytest.mark.parametrize("causal", (False, True), ids=("full", "causal"))
+def test_attention_of_a_sequence_not_a_multiple_of_the_lanes_and_its_gradients(causal):
+    """scaled_dot_product_attention over 65 positions (a ViT's 64 patches and its class token), heads of 32: torch's
+    math path scales the key by a Python float, whose broadcast the query's gradient reads through two views (it was
+    copied into a buffer of its own, and the gradient's kernel ran without vector lanes)."""
+    q, k, v = (_seeded((2, 3, 65, 32), s) for s in (1, 2, 3))
+    check_grads(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal), q, k, v)
