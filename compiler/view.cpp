@@ -157,6 +157,11 @@ ShapeTracker ShapeTracker::push(View v) const {
     out.views.back() = std::move(*c);
   else
     out.views.push_back(std::move(v));
+  // a contiguous view of the view below's shape is the identity on it (a reshape round trip: flattened, then
+  // unflattened), and a kernel's loops would coalesce over it as if the value were contiguous
+  const size_t n = out.views.size();
+  if (n >= 2 && out.views[n - 1].is_contiguous() && out.views[n - 1].shape == out.views[n - 2].shape)
+    out.views.pop_back();
   return out;
 }
 

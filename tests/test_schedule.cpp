@@ -271,15 +271,26 @@ TEST(Schedule, AValueReadThroughOneViewBySeveralNodesCountsEachRead) {
   EXPECT_EQ(kernels_of({sum, dx}), 2u);         // read twice it costs less than a buffer: inlined
 }
 
-// A window's reduction read by every element of the window (a max pool's index in its gradient), where
-// the kernel's blocks do not hold whole windows (14 outputs: no block of 4, 8 or 16), is computed once
-// per window in a kernel of its own, not once per element.
-TEST(Schedule, AReductionReadByEveryElementOfItsWindowIsRealizedFirst) {
+// Read by every element of its window (a max pool's gradient compares each element with its window's max), a
+// reduction is computed once a window: realized first, or (its window a row of the kernel's loops) once a row
+// before the row's elements, not once an element.
+TEST(Schedule, AReductionReadByEveryElementOfItsWindowIsComputedOnceAWindow) {
   UOpPtr x = input({14});
   UOpPtr max = reduce(reshape(x, {7, 2}), Ops::MAX, {1});
   UOpPtr spread = reshape(expand(max, {7, 2}), {14});
   UOpPtr grad = where(alu(Ops::CMPEQ, x, spread), x, alu(Ops::MUL, x, x));
-  EXPECT_EQ(schedule_of(grad).kernels.size(), 2u);
+  // the max's evaluations in all kernels: for each reduction, the iterations of the kernel loops it indexes with
+  int64_t evaluations = 0;
+  for (const Kernel& k : schedule_of(grad).kernels)
+    for (const UOpPtr& r : toposort(k.ast)) {
+      if (r->op != Ops::REDUCE) continue;
+      int64_t times = 1;
+      for (const UOpPtr& n : toposort(r))
+        if (n->op == Ops::RANGE && std::get<int64_t>(n->arg) < static_cast<int64_t>(k.loops.size()))
+          times *= k.loops[static_cast<size_t>(std::get<int64_t>(n->arg))];
+      evaluations += times;
+    }
+  EXPECT_EQ(evaluations, 7);
 }
 
 // sdpa's query gradient as torch records it: the scores' gradient times the key scaled by a runtime scalar, that
@@ -297,4 +308,20 @@ TEST(Schedule, AScalarBroadcastThroughTwoViewsIsReadAsItIsNotCopied) {
   Schedule sched = schedule_of(reduce(alu(Ops::MUL, a, k), Ops::ADD, {3}));
   ASSERT_EQ(sched.kernels.size(), 1u);
   EXPECT_GE(sched.kernels[0].lane_range, 0); // vector lanes along the key's columns
+}
+
+// A ViT block's MLP output with its residual: the linear layer's rows are batch-first, the block's tokens
+// sequence-first, and the sum is stored flat. Lowered at the shape the flattening reshape reads (each dim a loop of
+// its own), its block unrolls rows beside the vector lanes; one flat loop had one row of two vectors.
+TEST(Schedule, AFlatSumOverAPermutedMatmulUnrollsRowsBesideItsLanes) {
+  const int64_t B = 32, L = 65, K = 512, N = 128;
+  Shape full{B * L, N, K};
+  UOpPtr h = expand(reshape(input({B * L, K}), {B * L, 1, K}), full);
+  UOpPtr w = expand(reshape(permute(input({K, N}), {1, 0}), {1, N, K}), full);
+  UOpPtr mm = reduce(alu(Ops::MUL, h, w), Ops::ADD, {2});
+  auto seq_first = [&](const UOpPtr& x) { return reshape(permute(reshape(x, {B, L, N}), {1, 0, 2}), {L * B * N}); };
+  Schedule s = schedule_of(alu(Ops::ADD, seq_first(mm), seq_first(input({B, L, N}))));
+  const Kernel& k = s.kernels.back();
+  ASSERT_GE(k.lane_range, 0);
+  EXPECT_GT(k.ast->src.size(), 2u); // stores: more than one row of two vectors
 }
