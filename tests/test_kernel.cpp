@@ -1324,3 +1324,22 @@ TEST(Kernel, TheCpuCompilerIsTheNewestClangOnPath) {
     unsetenv("TINY_CC");
   fs::remove_all(dir);
 }
+
+// A matmul's epilogue with a prelude polynomial (GELU's erf in its gradient's kernel) computes it over the lanes in
+// a loop clang vectorizes, not one call a lane, and the values are the scalar function's.
+TEST(Kernel, APolynomialInAMatmulsEpilogueRunsOverItsLanesInOneLoop) {
+  const int64_t M = 32, K = 64, N = 64;
+  auto xv = random_vec(M * K, 31), wv = random_vec(K * N, 32);
+  UOpPtr mm = matmul_of(reshape(buffer(filled(xv)), {M, K}), reshape(buffer(filled(wv)), {K, N}));
+  UOpPtr v = alu(Ops::ERF, alu(Ops::MUL, mm, expand(reshape(const_float(DType::Float32, 0.05), {1, 1, 1}), mm->shape)));
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, M * N);
+  Kernel k = lower_kernel(out, View::contiguous(mm->shape), v);
+  ASSERT_GE(k.lane_range, 0);
+  std::string src = render_c(k, "k");
+  EXPECT_NE(src.find("o_[l_] = tiny_erff(a0_[l_])"), std::string::npos) << src.substr(src.find("void k("));
+  EXPECT_EQ(src.find("tiny_erff(v"), std::string::npos);
+  auto got = values(realize_value(v));
+  auto [want, mag] = plain_matmul(xv, wv, M, K, N);
+  for (int64_t i = 0; i < M * N; i++)
+    EXPECT_NEAR(got[i], std::erf(0.05 * want[i]), 1e-6 + 1e-6 * 0.05 * mag[i]) << i;
+}
