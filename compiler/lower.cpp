@@ -1408,6 +1408,19 @@ std::optional<Kernel> lower_kernel_at(const BufferRef& out, const View& out_regi
     size_t last = loops.size() - 1, second = loops.size() - 2;
     up[last] = contiguous_reduce ? pick(last, {4, 2}) : pick(last, {16, 8, 4});
     up[second] = rows(second, {4, 2});
+    // Neither of the last two loops unrolls (a 3 x 3 window's taps: a first convolution's weight gradient, 24 x 3 x
+    // 3 x 3 over 3-channel images): a block over the inner loops that do, up to 24 accumulators, so that the sums
+    // are independent chains, not one chain of dependent adds an output. ShuffleNet's first weight gradient (16
+    // images of 64 x 64, stride 2), one thread: 8.2 ms -> 1.9.
+    if (prod(up) == 1) {
+      // the two inner loops (not the threads') that unroll furthest, as far as 24 accumulators together
+      std::vector<std::pair<int64_t, size_t>> by_unroll;
+      for (size_t h = 1; h < loops.size(); h++)
+        if (int64_t u = rows(h, {8, 6, 4, 3, 2}); u > 1) by_unroll.emplace_back(u, h);
+      std::ranges::stable_sort(by_unroll, std::greater<>{}, [](const auto& p) { return p.first; });
+      for (const auto& [u, h] : by_unroll)
+        if (prod(up) * u <= 24 && std::ranges::count_if(up, [](int64_t x) { return x > 1; }) < 2) up[h] = u;
+    }
   }
   // A 2-byte layout copy runs its loops outside its innermost ones (those that write a cache line together) in the
   // read's order, the largest read stride outermost, so that the lines it reads stay in L1 while it walks them: the

@@ -1343,3 +1343,31 @@ TEST(Kernel, APolynomialInAMatmulsEpilogueRunsOverItsLanesInOneLoop) {
   for (int64_t i = 0; i < M * N; i++)
     EXPECT_NEAR(got[i], std::erf(0.05 * want[i]), 1e-6 + 1e-6 * 0.05 * mag[i]) << i;
 }
+
+// A reduction whose last two output loops are 3 long (a first convolution's weight gradient: 24 x 3 x 3 x 3 taps,
+// (c, kh, kw) not merged)
+// unrolls a block over the inner loops that divide (the 24 output channels by 8, a tap loop by 3): independent sums,
+// not one chain of dependent adds an output.
+TEST(Kernel, AReductionOverShortInnerLoopsUnrollsABlockOfOtherLoops) {
+  const int64_t P = 2, O = 24, T = 3, R = 40;
+  auto av = random_vec(P * T * T * T * R, 33), bv = random_vec(P * O * R, 34);
+  Shape full{P, O, T, T, T, R};
+  // the taps stored (kh, c, kw): their loops do not merge (a strided window's do not either)
+  UOpPtr taps = permute(reshape(buffer(filled(av)), {P, T, T, T, R}), {0, 2, 1, 3, 4});
+  UOpPtr a = expand(reshape(taps, {P, 1, T, T, T, R}), full);
+  UOpPtr b = expand(reshape(buffer(filled(bv)), {P, O, 1, 1, 1, R}), full);
+  UOpPtr v = reduce(alu(Ops::MUL, a, b), Ops::ADD, {5});
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, P * O * T * T * T);
+  Kernel k = lower_kernel(out, View::contiguous(v->shape), v);
+  EXPECT_GE(k.ast->src.size(), 8u); // stores: a block of outputs
+  auto got = values(realize_value(v));
+  for (int64_t p = 0; p < P; p++)
+    for (int64_t o = 0; o < O; o++)
+      for (int64_t t = 0; t < T * T * T; t++) {
+        double want = 0;
+        for (int64_t r = 0; r < R; r++)
+          want += static_cast<double>(av[(((p * T + t / 3 % 3) * T + t / 9) * T + t % 3) * R + r]) *
+                  bv[(p * O + o) * R + r];
+        EXPECT_NEAR(got[(p * O + o) * T * T * T + t], want, 1e-4) << p << " " << o << " " << t;
+      }
+}
