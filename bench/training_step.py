@@ -2,12 +2,14 @@
 eager and torch.compile (Inductor) on the CPU, in one process, contenders interleaved round by round
 (bench/common.py), best and median. Each contender has its own copy of the same weights and batch; tiny's
 step is synchronized with its weight updates, not only the loss. `--model resnet18`: torchvision's ResNet-18
-(10 classes) on 64 x 64 images, batch 16 unless --batch-size says otherwise. `--model dcgan`: a DCGAN generator
+(10 classes) on 64 x 64 images, batch 16 unless --batch-size says otherwise; `--model shufflenet` ShuffleNet v2 x0.5
+the same way; `--model vit`: a small torchvision VisionTransformer (4 layers, width 128, 4 heads, patches of 4 x 4
+from 32 x 32 images: 65 tokens), batch 32. `--model dcgan`: a DCGAN generator
 (transposed convolutions, 100-dim noise to 64 x 64 RGB, batch norm, ReLU, tanh) fitting target images by mean
 squared error, batch 32.
 
-Run: .venv/bin/python bench/training_step.py [rounds] [--model demo|resnet18|dcgan] [--batch-size N] [--no-compile]
-     [--cpu-time]
+Run: .venv/bin/python bench/training_step.py [rounds] [--model demo|resnet18|dcgan|vit|shufflenet] [--batch-size N]
+     [--no-compile] [--cpu-time]
 (--cpu-time: one thread each, its CPU time; bench/common.py)
 """
 
@@ -37,8 +39,13 @@ def dcgan_generator():
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("rounds", nargs="?", type=int, default=12)
-    parser.add_argument("--model", choices=("demo", "resnet18", "dcgan"), default="demo")
-    parser.add_argument("--batch-size", type=int, default=None, help="128 for the demo, 16 for resnet18, 32 for dcgan")
+    parser.add_argument("--model", choices=("demo", "resnet18", "dcgan", "vit", "shufflenet"), default="demo")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="128 for the demo, 16 for resnet18 and shufflenet, 32 for dcgan and vit",
+    )
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--cpu-time", action="store_true", help="one thread each, its CPU time (bench/common.py)")
     args = parser.parse_args()
@@ -51,6 +58,18 @@ def main():
 
         model, batch, image = torchvision.models.resnet18(num_classes=10), args.batch_size or 16, (3, 64, 64)
         title = "torchvision ResNet-18, 64 x 64"
+    elif args.model == "vit":
+        import torchvision
+
+        model = torchvision.models.VisionTransformer(
+            image_size=32, patch_size=4, num_layers=4, num_heads=4, hidden_dim=128, mlp_dim=512, num_classes=10
+        )
+        batch, image, title = args.batch_size or 32, (3, 32, 32), "torchvision ViT (4 layers, 128 wide), 32 x 32"
+    elif args.model == "shufflenet":
+        import torchvision
+
+        model, batch, image = torchvision.models.shufflenet_v2_x0_5(num_classes=10), args.batch_size or 16, (3, 64, 64)
+        title = "torchvision ShuffleNet v2 x0.5, 64 x 64"
     else:
         model, batch, image, title = dcgan_generator(), args.batch_size or 32, (100, 1, 1), "DCGAN generator, MSE"
         loss_fn = F.mse_loss
