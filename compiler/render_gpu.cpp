@@ -233,11 +233,11 @@ TINY_FN float tiny_expm1_parts(float y, int* n) {
   return r + r * r * p;
 }
 TINY_FN float tiny_tanhf(float x) {
-  float y = -2.0f * TINY_FABSF(x);
+  float a = TINY_FABSF(x), y = -2.0f * a;
   y = y < -30.0f ? -30.0f : y;
   int n;
-  float q = tiny_expm1_parts(y, &n), e = TINY_AS_FLOAT((unsigned int)(n + 127) << 23);
-  float t = (-e * q + (1.0f - e)) / (e * q + (1.0f + e));
+  float q = tiny_expm1_parts(y, &n), e = TINY_AS_FLOAT((unsigned int)(n + 127) << 23), big_e = e * q + e;
+  float t = a < 0.75f ? (-e * q + (1.0f - e)) / (e * q + (1.0f + e)) : 1.0f - 2.0f * big_e / (1.0f + big_e);
   return TINY_AS_FLOAT(TINY_AS_UINT(t) | (TINY_AS_UINT(x) & 0x80000000u));
 }
 TINY_FN float tiny_logf(float x) {

@@ -758,3 +758,11 @@ def test_sin_cos_tan_and_pow_over_their_whole_range(dtype):
     base = torch.cat([torch.linspace(-4, 4, 161), torch.tensor(special)]).to(dtype)
     exponent = torch.cat([torch.linspace(-6, 6, 49), torch.tensor(special)]).to(dtype)
     check(lambda b, e: b[:, None] ** e[None, :], base, exponent, **close)
+
+
+def test_tanh_near_its_saturation_converts_to_integers_as_torch():
+    """tanh(-9) is -0.99999994 in float32 (correctly rounded and torch's): it rounded to -1 when the quotient's two sums
+    each rounded to 1, and a conversion to an integer gave -1 where torch gives 0 (found by the differential fuzzer, an
+    int16 tensor assigned its own tanh)."""
+    x = torch.arange(-20, 21, dtype=torch.int16)
+    check(lambda t: t.tanh().to(torch.int16), x)
