@@ -140,6 +140,18 @@ def test_bool_view_of_bytes_other_than_0_and_1_reads_them_as_true(base_dtype, op
     check_devices(program)
 
 
+@pytest.mark.parametrize("n", [8, 40, 100])
+def test_a_long_bool_view_of_bytes_sums_them_as_true(n):
+    # a sum over 64 or more bytes steps in vector lanes, which a bool view's reinterpretation has none of: it
+    # raised "render_c: no BITCAST over lanes" at the sync
+    def program(dev):
+        base = (torch.arange(n, dtype=torch.int64) * 7 - 20).to(dev)
+        b = base.view(torch.bool)
+        return b.sum(), b.view(8, n).sum(1), b.float().sum()
+
+    check_devices(program)
+
+
 BOOL_WRITES = {
     "index_put": lambda b: b.index_put_((torch.tensor([0, 3, 1]).to(b.device),), torch.tensor(False).to(b.device)),
     "index_put_accumulate": lambda b: b.index_put_(
