@@ -329,22 +329,23 @@ std::string UOp::tree_str() const {
 }
 
 std::vector<UOpPtr> toposort(const UOpPtr& root) {
-  std::unordered_set<const UOp*> seen;
+  NodeSet seen;
   return toposort(root, seen);
 }
 
-std::vector<UOpPtr> toposort(const UOpPtr& root, std::unordered_set<const UOp*>& seen) {
+std::vector<UOpPtr> toposort(const UOpPtr& root, NodeSet& seen) {
   std::vector<UOpPtr> order;
-  if (!seen.insert(root.get()).second) return order;
-  // Iterative DFS: graphs can be deep chains.
-  std::vector<std::pair<UOpPtr, size_t>> stack{{root, 0}};
+  if (!seen.insert(root.get())) return order;
+  // Iterative DFS: graphs can be deep chains. The stack points at the owners' references (root, or a source
+  // of a node below root, alive while root is): no reference count moves but the one a node's place in order takes.
+  std::vector<std::pair<const UOpPtr*, size_t>> stack{{&root, 0}};
   while (!stack.empty()) {
     auto& [n, i] = stack.back();
-    if (i < n->src.size()) {
-      const UOpPtr& s = n->src[i++];
-      if (seen.insert(s.get()).second) stack.emplace_back(s, 0);
+    if (i < (*n)->src.size()) {
+      const UOpPtr& s = (*n)->src[i++];
+      if (seen.insert(s.get())) stack.emplace_back(&s, 0);
     } else {
-      order.push_back(n);
+      order.push_back(*n);
       stack.pop_back();
     }
   }

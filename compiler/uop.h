@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "compiler/dtype.h"
+#include "compiler/node_map.h"
 #include "compiler/small_vector.h"
 #include "compiler/view.h"
 
@@ -228,6 +229,6 @@ UOpPtr operator*(const UOpPtr& a, const UOpPtr& b);
 std::vector<UOpPtr> toposort(const UOpPtr& root);
 // The nodes under root not in `seen`, in toposort's order, added to `seen`: the walk of several roots that share
 // nodes visits each once (a training step's hundred parameter updates read one backward graph).
-std::vector<UOpPtr> toposort(const UOpPtr& root, std::unordered_set<const UOp*>& seen);
+std::vector<UOpPtr> toposort(const UOpPtr& root, NodeSet& seen);
 
 } // namespace tiny

@@ -70,27 +70,41 @@ struct GraphKey {
 
   GraphKey(const std::vector<UOpPtr>& roots, Device* on) : device(on) {
     if (device) tokens.push_back(reinterpret_cast<uintptr_t>(device)); // schedules are per device
-    std::unordered_map<const UOp*, uint64_t> pos;
-    std::unordered_set<const UOp*> seen;
+    // Each node's position in a walk of the roots in order, sources first (toposort's order): a node is entered
+    // (position kEntered) when first reached and numbered when its sources are.
+    constexpr uint64_t kEntered = ~uint64_t{0};
+    NodeMap<uint64_t> pos;
+    uint64_t numbered = 0;
+    std::vector<std::pair<const UOp*, size_t>> stack;
     for (const UOpPtr& r : roots) {
-      for (const UOpPtr& n : toposort(r, seen)) { // the nodes no root before reached
-        pos[n.get()] = pos.size();
-        tokens.push_back(static_cast<uint64_t>(n->op) << 8 | static_cast<uint64_t>(n->dtype));
-        tokens.push_back(n->src.size());
-        for (const UOpPtr& s : n->src)
-          tokens.push_back(pos.at(s.get()));
-        add_arg(n);
+      if (pos.try_emplace(r.get(), kEntered).second) stack.emplace_back(r.get(), 0);
+      while (!stack.empty()) {
+        auto& [n, i] = stack.back();
+        if (i < n->src.size()) {
+          const UOp* s = n->src[i++].get();
+          if (pos.try_emplace(s, kEntered).second) stack.emplace_back(s, 0);
+          continue;
+        }
+        const UOp* done = n;
+        stack.pop_back();
+        *pos.find(done) = numbered++;
+        tokens.push_back(static_cast<uint64_t>(done->op) << 8 | static_cast<uint64_t>(done->dtype));
+        tokens.push_back(done->src.size());
+        for (const UOpPtr& s : done->src)
+          tokens.push_back(*pos.find(s.get()));
+        add_arg(*done);
       }
       tokens.push_back(~uint64_t{0});
-      tokens.push_back(pos.at(r.get()));
+      tokens.push_back(*pos.find(r.get()));
     }
     for (uint64_t t : tokens)
       hash = hash * 1099511628211ULL ^ t;
   }
 
-  void add_arg(const UOpPtr& n) {
+  void add_arg(const UOp& node) {
+    const UOp* n = &node;
     if (n->op == Ops::BUFFER) {
-      auto [it, fresh] = buffer_index.emplace(n.get(), buffers.size());
+      auto [it, fresh] = buffer_index.emplace(n, buffers.size());
       if (fresh) {
         buffers.push_back(n->buffer());
         Device& d = static_cast<Buffer&>(*n->buffer()).device();
@@ -102,8 +116,8 @@ struct GraphKey {
       tokens.push_back(it->second);
       tokens.push_back(static_cast<uint64_t>(n->buffer()->numel));
     } else if (n->op == Ops::DEFINE_VAR) {
-      auto [it, fresh] = var_index.emplace(n.get(), vars.size());
-      if (fresh) vars.push_back(n);
+      auto [it, fresh] = var_index.emplace(n, vars.size());
+      if (fresh) vars.push_back(n->shared_from_this());
       tokens.push_back(it->second);
     } else {
       std::visit(

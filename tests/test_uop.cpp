@@ -45,7 +45,7 @@ TEST(UOp, ToposortOfRootsSharingNodesVisitsEachOnceInOrder) {
   auto x = view(const_float(DType::Float32, 2.0), ShapeTracker::from_shape({}).reshape({1}).expand({4}));
   auto shared = alu(Ops::MUL, alu(Ops::ADD, x, x), x);
   auto a = alu(Ops::NEG, shared), b = alu(Ops::SUB, shared, a);
-  std::unordered_set<const UOp*> seen;
+  NodeSet seen;
   std::vector<UOpPtr> first = toposort(a, seen), second = toposort(b, seen), again = toposort(a, seen);
   EXPECT_EQ(first, toposort(a));
   EXPECT_EQ(second, std::vector<UOpPtr>{b}); // all of b's sources came with a
