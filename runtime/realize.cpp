@@ -325,7 +325,7 @@ std::vector<UOpPtr> replay(const CachedSchedule& s, const GraphKey& key) {
       iv.clear();
       fv.clear();
       for (int64_t b : step.buffers)
-        ptrs.push_back(std::static_pointer_cast<Buffer>(buf(b))->ptr());
+        ptrs.push_back(static_cast<Buffer&>(*buf(b)).ptr());
       for (int64_t v : step.ivars)
         iv.push_back(key.vars[v]->const_i());
       for (int64_t v : step.fvars)

@@ -37,6 +37,26 @@ def test_cat_of_every_dtype_along_each_dim():
     check(lambda x, y: (torch.cat([x, y]), torch.cat([x, y], 1)), sample((2, 3)), sample((2, 3), seed=1))
 
 
+@pytest.mark.parametrize("channels", [24, 7])
+def test_concatenated_parts_of_computed_values_and_their_gradients_match_cpu(channels):
+    # a kernel reads a computed value through a concatenation's mask (its index narrowed to where the mask holds,
+    # unflatten_given): ShuffleNet's channel shuffle of a concatenation, a flipped and a cropped part beside it
+    def program(dev):
+        g = torch.Generator().manual_seed(0)
+        x, y = (torch.randn(3, 2 * channels, 5, 6, generator=g).to(dev).requires_grad_() for _ in range(2))
+        z = torch.randn(3, channels, 5, 6, generator=g).to(dev)
+        s = (x * y).view(3, 2, channels, 5, 6).transpose(1, 2).reshape(3, 2 * channels, 5, 6)
+        parts = [
+            torch.cat([s[:, channels:], z], 1),
+            torch.cat([z, (x + 1).flip(1)[:, 1 : channels + 1]], 1),
+            torch.cat([F.pad(x.relu(), (-1, 2, 0, -2)), y[:, :, :3] * 2], 3),
+        ]
+        out = sum(p.sum() * (i + 1) + (p * p).mean() for i, p in enumerate(parts))
+        return parts, torch.autograd.grad(out, (x, y))
+
+    check_devices(program)
+
+
 def test_cat_promotes_mixed_dtypes():
     check(
         lambda x, y, z: torch.cat([x, y, z]),
