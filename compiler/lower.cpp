@@ -1579,7 +1579,9 @@ std::optional<Kernel> lower_kernel_at(const BufferRef& out, const View& out_regi
 // .permute(0, 2, 3, 1).contiguous(), 1.0 ms -> 0.54 as a loop nest, 0.29 as a transposed copy, see
 // lower_transposed_copy; x.t().contiguous() of 1024^2 floats 2.0 -> 0.17 ms, where the loop nest alone gained
 // nothing).
-Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& value, const Target& target) {
+namespace {
+
+Kernel lower_kernel_shaped(const BufferRef& out, const View& out_region, const UOpPtr& value, const Target& target) {
   // Both forms below write a region contiguous but for its offset, lowered at another shape of the same elements.
   View flat = out_region;
   flat.offset = 0;
@@ -1610,6 +1612,17 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
       if (lifted.size() >= 2 && prod(lifted) == prod(value->shape)) return at_shape(reshape(value, lifted));
     }
   return *lower_kernel_at(out, out_region, value, target);
+}
+
+} // namespace
+
+Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& value, const Target& target) {
+  Kernel k = lower_kernel_shaped(out, out_region, value, target);
+  int64_t terms = 1;
+  for (const UOpPtr& n : toposort(value))
+    if (n->op == Ops::REDUCE) terms = std::max(terms, prod(n->src[0]->shape) / std::max<int64_t>(1, prod(n->shape)));
+  k.launch.work = prod(out_region.shape) * terms;
+  return k;
 }
 
 namespace {

@@ -36,6 +36,9 @@ struct Launch {
   std::array<int64_t, 3> local{1, 1, 1};
   // GPU kernels take float scalars as float, or as double when the kernel computes in float64.
   bool f64_scalars = false;
+  // CPU: the kernel's work, its outputs times the terms each one sums (0: unknown). The CPU device runs a kernel of
+  // little work on the calling thread alone (see CpuProgram::launch).
+  int64_t work = 0;
 };
 
 } // namespace tiny

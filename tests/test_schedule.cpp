@@ -382,3 +382,14 @@ TEST(Schedule, AConcatenatedHalfOfAChannelShuffleDividesOnlyItsChannelLoop) {
       EXPECT_EQ(n->src[1]->const_i(), 2);
     }
 }
+
+// Each kernel tells the device its work, its outputs times the terms each sums: the CPU device runs a kernel of
+// little work on the calling thread alone (waking the pool cost more than sharing saved).
+TEST(Schedule, AKernelsWorkIsItsOutputsTimesTheTermsEachSums) {
+  Schedule sum = schedule_of(reduce(input({64, 128}), Ops::ADD, {1}));
+  ASSERT_EQ(sum.kernels.size(), 1u);
+  EXPECT_EQ(sum.kernels[0].launch.work, 64 * 128);
+  Schedule add = schedule_of(alu(Ops::ADD, input({1000}), input({1000})));
+  ASSERT_EQ(add.kernels.size(), 1u);
+  EXPECT_EQ(add.kernels[0].launch.work, 1000);
+}
