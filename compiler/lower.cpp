@@ -1821,10 +1821,10 @@ UOpPtr padded_lane_copy(const UOpPtr& m, size_t d, int64_t work) {
 // unfolded, d innermost, U[.., kw, ow] = P[.., s ow + kw], every other source dim whole (P: what the window reads,
 // its pad included). Lanes along the output columns then load adjacent floats, and a weight gradient's reduce loop
 // over them reads contiguously: ShuffleNet's first convolution, 3 -> 24 channels, stride 2, batch 16 at 64 x 64, one
-// thread: forward 3.8 -> 0.3 ms (and the copy 0.13), weight gradient 1.9 -> 0.3 ms. Null where a dim of the window does
-// not walk one source dim alone (each stride a multiple of one dim's, within it), where U is not read `reuse` times
-// over, or where m is one view of a buffer (its source dims unknown: U would be any gather; lane_copies copies such
-// reads whole).
+// thread: forward 3.8 -> 0.3 ms (and the copy 0.13), weight gradient 1.9 -> 0.2-0.4 ms. Null where a dim of the window
+// does not walk one source dim alone (each stride a multiple of one dim's, within it), where U is not read `reuse`
+// times over, or where m is one view of a buffer (its source dims unknown: U would be any gather; lane_copies copies
+// such reads whole).
 UOpPtr unfolded_window(const UOpPtr& m, size_t d, int64_t work, int64_t reuse) {
   if (m->op != Ops::VIEW) return nullptr;
   const auto& vs = m->st().views;
