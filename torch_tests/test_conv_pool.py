@@ -384,6 +384,7 @@ def test_max_pool2d_picks_torchs_index_for_ties_infinities_and_nans():
     )
     check(lambda x: F.max_pool2d(x, 2, return_indices=True), x)
     check(lambda x: F.max_pool2d(x, 3, stride=1, padding=1, return_indices=True), x)
+    check(lambda x: F.max_pool2d(x, 3, stride=2, padding=1, return_indices=True), x)  # from unfolded windows
     check(lambda x: F.max_pool2d(x, 2, stride=1, return_indices=True), torch.full((1, 1, 3, 3), -float("inf")))
     ties = torch.randint(0, 3, (2, 2, 7, 7), generator=torch.Generator().manual_seed(0)).float()
     check_grads(lambda x: F.max_pool2d(x, 3, stride=2, padding=1), ties)  # overlapping windows
