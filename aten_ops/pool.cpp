@@ -42,6 +42,7 @@
 #include "aten_ops/builders.h"
 #include "aten_ops/sliding_window.h"
 #include "aten_ops/window_read.h"
+#include "compiler/lower.h"
 #include "csrc/kernel_library.h"
 #include "csrc/tensor_bridge.h"
 
@@ -156,29 +157,6 @@ struct MaxPool {
 };
 
 // Max pooling x (lead..., in...) into `out` positions.
-// windows(padded, out, g) read from a copy of the last dim's windows, U (lead..., P..., kernel column, output
-// column): overlapping windows strided along the last dim (a 3 x 3 pool with stride 2) read their taps 2 elements
-// apart, masked, scalar; from U each tap reads adjacent output columns, in vectors, and the pad is in the copy.
-// One thread: ShuffleNet's stem pool, (16, 24, 32, 32) -> 16 x 16, the values 0.34 -> 0.03 ms and the copy 0.16;
-// ResNet-18's, (16, 64, 32, 32), 0.94 -> 0.15 and 0.43. The backward's positions read the copy too but stay scalar
-// (0.56 and 1.46 ms: clang leaves their float compares feeding int32 selects unvectorized).
-UOpPtr unfolded_windows(const UOpPtr& padded, const Shape& out, const window::Geometry& g) {
-  const size_t nd = g.dims(), rank = padded->shape.size(), lead = rank - nd;
-  window::Geometry columns{{g.kernel.back()}, {g.stride.back()}, {0}, {g.dilation.back()}};
-  std::vector<int64_t> swap = range(0, static_cast<int64_t>(rank + 1));
-  std::swap(swap[rank - 1], swap[rank]);
-  UOpPtr u = contiguous(window::permuted(window::windows(padded, {out.back()}, columns), swap));
-  const Shape flat = contiguous_strides(u->shape); // (lead..., P..., KW, OW)
-  Shape shape, strides;
-  for (size_t d = 0; d < lead; d++)
-    shape.push_back(u->shape[d]), strides.push_back(flat[d]);
-  for (size_t i = 0; i < nd; i++) // output positions, then kernel taps
-    shape.push_back(out[i]), strides.push_back(i + 1 < nd ? g.stride[i] * flat[lead + i] : flat[rank]);
-  for (size_t i = 0; i < nd; i++)
-    shape.push_back(g.kernel[i]), strides.push_back(i + 1 < nd ? g.dilation[i] * flat[lead + i] : flat[rank - 1]);
-  return window::strided(u, shape, strides, 0);
-}
-
 MaxPool max_pool(const UOpPtr& x_in, const Shape& out, const window::Geometry& g) {
   size_t nd = g.dims(), lead = x_in->shape.size() - nd;
   // Small windows that overlap read a computed input (ResNet's stem pool reads a batch norm's output) at each
@@ -199,10 +177,15 @@ MaxPool max_pool(const UOpPtr& x_in, const Shape& out, const window::Geometry& g
   UOpPtr padded = inside_only
                       ? window::pad_for_windows(x, out, g)
                       : where(inside, window::pad_for_windows(x, out, g), full(lowest(x->dtype), inside->shape));
-  UOpPtr win = overlapping && g.stride.back() > 1 && prod(g.kernel) <= kUnrolledWindow
-                   ? unfolded_windows(padded, out, g)
-                   : window::windows(padded, out, g);
-  UOpPtr valid = window::windows(inside, out, g);
+  // Overlapping windows strided along the last dim (a 3 x 3 pool with stride 2) read their taps 2 elements apart,
+  // masked, scalar: they read a copy of the last dim's windows instead (unfolded_window, the pad in it), each tap
+  // adjacent output columns, in vectors. One thread: ShuffleNet's stem pool, (16, 24, 32, 32) -> 16 x 16, the values
+  // 0.34 -> 0.03 ms and the copy 0.16; ResNet-18's, (16, 64, 32, 32), 0.94 -> 0.15 and 0.43. The backward's
+  // positions read the copy too but stay scalar (0.56 and 1.46 ms: clang leaves their float compares feeding int32
+  // selects unvectorized).
+  UOpPtr win = window::windows(padded, out, g), valid = window::windows(inside, out, g);
+  if (overlapping && g.stride.back() > 1 && prod(g.kernel) <= kUnrolledWindow)
+    if (UOpPtr unfolded = unfolded_window(win, lead + nd - 1, 0, 0)) win = unfolded;
   std::vector<int64_t> kernel_axes = range(static_cast<int64_t>(lead + nd), static_cast<int64_t>(lead + 2 * nd));
   Shape result(x->shape.begin(), x->shape.begin() + static_cast<std::ptrdiff_t>(lead));
   result.insert(result.end(), out.begin(), out.end());

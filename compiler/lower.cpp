@@ -76,27 +76,6 @@ std::vector<UOpPtr> unflatten(const UOpPtr& flat, const Shape& shape) {
   return idx;
 }
 
-// e as coef * r + c for one RANGE r (r null: a constant); false where e is not of that form.
-bool affine_in_one_range(const UOpPtr& e, const UOp*& r, int64_t& coef, int64_t& c, int64_t scale = 1) {
-  switch (e->op) {
-  case Ops::CONST:
-    c += scale * e->const_i();
-    return true;
-  case Ops::RANGE:
-    if (r && r != e.get()) return false;
-    r = e.get(), coef += scale;
-    return true;
-  case Ops::ADD:
-    return affine_in_one_range(e->src[0], r, coef, c, scale) && affine_in_one_range(e->src[1], r, coef, c, scale);
-  case Ops::MUL:
-    return e->src[1]->op == Ops::CONST && affine_in_one_range(e->src[0], r, coef, c, scale * e->src[1]->const_i());
-  default:
-    return false;
-  }
-}
-
-int64_t floor_div(int64_t a, int64_t b) { return a / b - (a % b != 0 && (a < 0) != (b < 0)); }
-
 // The bounds [lo, hi] of each loop that `valid`'s clauses (lo <= a r + b, a r + b < hi, and-ed) narrow.
 std::map<const UOp*, std::pair<int64_t, int64_t>> narrowed_ranges(const UOpPtr& valid) {
   std::map<const UOp*, std::pair<int64_t, int64_t>> bounds;
@@ -111,9 +90,12 @@ std::map<const UOp*, std::pair<int64_t, int64_t>> narrowed_ranges(const UOpPtr& 
     bool le = n->op == Ops::CMPLE && n->src[0]->op == Ops::CONST,
          lt = n->op == Ops::CMPLT && n->src[1]->op == Ops::CONST;
     if (!le && !lt) continue;
-    const UOp* r = nullptr;
-    int64_t a = 0, b = 0;
-    if (!affine_in_one_range(n->src[le ? 1 : 0], r, a, b) || !r || a == 0 || r->src[0]->op != Ops::CONST) continue;
+    Sum sum; // a r + b for one loop r
+    flatten_sum(n->src[le ? 1 : 0], 1, sum);
+    if (sum.terms.size() != 1 || sum.terms[0].first->op != Ops::RANGE || sum.terms[0].second == 0) continue;
+    const UOp* r = sum.terms[0].first.get();
+    const int64_t a = sum.terms[0].second, b = sum.constant;
+    if (r->src[0]->op != Ops::CONST) continue;
     auto [it, fresh] = bounds.try_emplace(r, 0, r->src[0]->const_i() - 1);
     auto& [lo, hi] = it->second;
     // lo' <= a r + b: a r >= t; a r + b < hi': a r <= t
@@ -1816,23 +1798,19 @@ UOpPtr padded_lane_copy(const UOpPtr& m, size_t d, int64_t work) {
   return view(walked_innermost(padded, vs.back(), {static_cast<int64_t>(d)}), ShapeTracker{{vs.back()}});
 }
 
-// A window read m that strides along dim d (a stride-2 convolution's input along its output columns) read from a
-// copy in which d is contiguous: the window's dims that walk the same source dim as d (d and the kernel's columns)
-// unfolded, d innermost, U[.., kw, ow] = P[.., s ow + kw], every other source dim whole (P: what the window reads,
-// its pad included). Lanes along the output columns then load adjacent floats, and a weight gradient's reduce loop
-// over them reads contiguously: ShuffleNet's first convolution, 3 -> 24 channels, stride 2, batch 16 at 64 x 64, one
-// thread: forward 3.8 -> 0.3 ms (and the copy 0.13), weight gradient 1.9 -> 0.2-0.4 ms. Null where a dim of the window
-// does not walk one source dim alone (each stride a multiple of one dim's, within it), where U is not read `reuse`
-// times over, or where m is one view of a buffer (its source dims unknown: U would be any gather; lane_copies copies
-// such reads whole).
+} // namespace
+
+// (lower.h) ShuffleNet's first convolution, 3 -> 24 channels, stride 2, batch 16 at 64 x 64, one thread: forward 3.8 ->
+// 0.3 ms (and the copy 0.13), weight gradient 1.9 -> 0.2-0.4 ms. A single view of a buffer is refused: its source is
+// the flat storage, so U would be any gather (lane_copies copies such reads whole).
 UOpPtr unfolded_window(const UOpPtr& m, size_t d, int64_t work, int64_t reuse) {
   if (m->op != Ops::VIEW) return nullptr;
   const auto& vs = m->st().views;
   const View& v = vs.back();
-  if (vs.size() < 2 || v.mask || v.strides[d] <= 1 || v.shape[d] == 1 ||
+  if ((vs.size() < 2 && m->src[0]->op == Ops::BUFFER) || v.mask || v.strides[d] <= 1 || v.shape[d] == 1 ||
       std::any_of(v.strides.begin(), v.strides.end(), [](int64_t s) { return s < 0; }))
     return nullptr;
-  UOpPtr below = view(m->src[0], ShapeTracker{std::vector<View>(vs.begin(), vs.end() - 1)});
+  UOpPtr below = vs.size() < 2 ? m->src[0] : view(m->src[0], ShapeTracker{std::vector<View>(vs.begin(), vs.end() - 1)});
   const Shape& ps = below->shape;
   const Shape cs = contiguous_strides(ps);
   const size_t rank = v.shape.size();
@@ -1884,6 +1862,8 @@ UOpPtr unfolded_window(const UOpPtr& m, size_t d, int64_t work, int64_t reuse) {
   }
   return view(u, ShapeTracker::of(View{v.shape, strides, offset, std::nullopt}));
 }
+
+namespace {
 
 // Whether v is computed elementwise from buffers and constants (no reduction, data-dependent read or write in
 // it): a copy of a view of it computes it once an element. A value of constants alone (a scale broadcast, a

@@ -116,6 +116,14 @@ Kernel lower_kernel(const BufferRef& out, const View& out_region, const UOpPtr& 
 // The lanes' copies are laid out in panels as wide as the target's kernels block their lanes.
 UOpPtr contiguous_reduce_layout(const UOpPtr& value, const Target& target);
 
+// A window read m (a view of a padded or computed value) that strides along its dim d, read instead from a copy in
+// which d is contiguous: the window's dims that walk the same source dim as d unfolded, d innermost
+// (U[.., kernel column, output column] = P[.., s column + kernel column], the source's other dims whole). A stride-2
+// convolution's lanes along its output columns, and a strided max pool's taps, read adjacent elements from it. Null
+// where a dim of the window does not walk one source dim alone, where d does not stride its source dim, where m
+// is one view of a buffer (its source dims unknown), or where `work` is below `reuse` times U's size.
+UOpPtr unfolded_window(const UOpPtr& m, size_t d, int64_t work, int64_t reuse);
+
 // A computed value (two or more elementwise ops) that a reduction reads through a broadcasting or
 // windowed view would be recomputed for every reuse (a gradient read by a convolution's weight
 // gradient, once per filter tap and channel): it is wrapped in CONTIGUOUS, realized first. Runs on

@@ -149,6 +149,34 @@ bool is_c(const UOpPtr& n) { return n->op == Ops::CONST; }
 bool is_c(const UOpPtr& n, int64_t v) { return n->op == Ops::CONST && n->const_i() == v; }
 bool index_math(const UOpPtr& n) { return n->dtype == kIndex && n->shape.empty(); }
 
+} // namespace
+
+void Sum::add(const UOpPtr& base, int64_t coef) {
+  for (auto& t : terms)
+    if (t.first == base) {
+      t.second += coef;
+      return;
+    }
+  terms.emplace_back(base, coef);
+}
+
+void flatten_sum(const UOpPtr& n, int64_t coef, Sum& out) {
+  if (n->op == Ops::ADD && index_math(n)) {
+    flatten_sum(n->src[0], coef, out);
+    flatten_sum(n->src[1], coef, out);
+  } else if (is_c(n)) {
+    out.constant += coef * n->const_i();
+  } else if (n->op == Ops::MUL && is_c(n->src[1])) {
+    flatten_sum(n->src[0], coef * n->src[1]->const_i(), out);
+  } else {
+    out.add(n, coef);
+  }
+}
+
+int64_t floor_div(int64_t a, int64_t b) { return a / b - (a % b != 0 && (a < 0) != (b < 0)); }
+
+namespace {
+
 UOpPtr fold_const(const UOpPtr& n) {
   // index math whose bounds leave one value (a product with a loop of one iteration): that value, so that
   // equal indices are equal nodes and nothing names a loop it does not need
@@ -209,33 +237,6 @@ UOpPtr fold_const(const UOpPtr& n) {
     return nullptr;
   }
   return const_int(n->dtype, r);
-}
-
-// A sum as terms base*coef plus a constant.
-struct Sum {
-  std::vector<std::pair<UOpPtr, int64_t>> terms;
-  int64_t constant = 0;
-  void add(const UOpPtr& base, int64_t coef) {
-    for (auto& t : terms)
-      if (t.first == base) {
-        t.second += coef;
-        return;
-      }
-    terms.emplace_back(base, coef);
-  }
-};
-
-void flatten_sum(const UOpPtr& n, int64_t coef, Sum& out) {
-  if (n->op == Ops::ADD && index_math(n)) {
-    flatten_sum(n->src[0], coef, out);
-    flatten_sum(n->src[1], coef, out);
-  } else if (is_c(n)) {
-    out.constant += coef * n->const_i();
-  } else if (n->op == Ops::MUL && is_c(n->src[1])) {
-    flatten_sum(n->src[0], coef * n->src[1]->const_i(), out);
-  } else {
-    out.add(n, coef);
-  }
 }
 
 UOpPtr build_sum(const Sum& s) {
@@ -314,8 +315,6 @@ UOpPtr simplify_mul(const UOpPtr& n) {
   if (a->op == Ops::ADD) return simplify_add(UOp::make(Ops::ADD, kIndex, {a->src[0] * b, a->src[1] * b}));
   return nullptr;
 }
-
-int64_t floor_div(int64_t a, int64_t b) { return a / b - (a % b != 0 && (a < 0) != (b < 0)); }
 
 // x / c and x % c for x = g*y + z >= 0 with g dividing c and 0 <= z < g: x / c = y / (c/g) and
 // x % c = (y % (c/g))*g + z, for the largest such g among the gcds of c and the terms' coefficients (a flat

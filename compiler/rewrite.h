@@ -49,4 +49,16 @@ UOpPtr with_src(const UOpPtr& n, std::vector<UOpPtr> src);
 // Constant folding and algebraic simplification of integer and boolean math (index expressions).
 extern const PatternMatcher symbolic;
 
+// An index expression as a sum of terms base * coef plus a constant (flatten_sum: ADD and MUL by a constant
+// walked down to their other nodes, the bases).
+struct Sum {
+  std::vector<std::pair<UOpPtr, int64_t>> terms;
+  int64_t constant = 0;
+  void add(const UOpPtr& base, int64_t coef);
+};
+void flatten_sum(const UOpPtr& n, int64_t coef, Sum& out);
+
+// a / b rounded toward negative infinity.
+int64_t floor_div(int64_t a, int64_t b);
+
 } // namespace tiny
