@@ -36,6 +36,26 @@ def dcgan_generator():
     return nn.Sequential(*layers, nn.ConvTranspose2d(channels[-1], 3, 4, 2, 1, bias=False), nn.Tanh())
 
 
+# torchvision models: (build from torchvision.models, default batch, image shape, title)
+TORCHVISION = {
+    "resnet18": (lambda m: m.resnet18(num_classes=10), 16, (3, 64, 64), "torchvision ResNet-18, 64 x 64"),
+    "vit": (
+        lambda m: m.VisionTransformer(
+            image_size=32, patch_size=4, num_layers=4, num_heads=4, hidden_dim=128, mlp_dim=512, num_classes=10
+        ),
+        32,
+        (3, 32, 32),
+        "torchvision ViT (4 layers, 128 wide), 32 x 32",
+    ),
+    "shufflenet": (
+        lambda m: m.shufflenet_v2_x0_5(num_classes=10),
+        16,
+        (3, 64, 64),
+        "torchvision ShuffleNet v2 x0.5, 64 x 64",
+    ),
+}
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("rounds", nargs="?", type=int, default=12)
@@ -53,23 +73,11 @@ def main():
     loss_fn = F.cross_entropy
     if args.model == "demo":
         model, batch, image, title = build_model(), args.batch_size or 128, (1, 28, 28), "demo CNN"
-    elif args.model == "resnet18":
+    elif args.model in TORCHVISION:
         import torchvision
 
-        model, batch, image = torchvision.models.resnet18(num_classes=10), args.batch_size or 16, (3, 64, 64)
-        title = "torchvision ResNet-18, 64 x 64"
-    elif args.model == "vit":
-        import torchvision
-
-        model = torchvision.models.VisionTransformer(
-            image_size=32, patch_size=4, num_layers=4, num_heads=4, hidden_dim=128, mlp_dim=512, num_classes=10
-        )
-        batch, image, title = args.batch_size or 32, (3, 32, 32), "torchvision ViT (4 layers, 128 wide), 32 x 32"
-    elif args.model == "shufflenet":
-        import torchvision
-
-        model, batch, image = torchvision.models.shufflenet_v2_x0_5(num_classes=10), args.batch_size or 16, (3, 64, 64)
-        title = "torchvision ShuffleNet v2 x0.5, 64 x 64"
+        make, batch, image, title = TORCHVISION[args.model]
+        model, batch = make(torchvision.models), args.batch_size or batch
     else:
         model, batch, image, title = dcgan_generator(), args.batch_size or 32, (100, 1, 1), "DCGAN generator, MSE"
         loss_fn = F.mse_loss
