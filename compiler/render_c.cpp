@@ -730,6 +730,11 @@ public:
       const std::string ind = indent(static_cast<int>(d) + 1);
       auto loop = [&](const std::string& body) {
         if (const char* pragma = inner ? inner_loop_pragma() : nullptr) os << ind << pragma;
+        // Written in place (a kernel whose output is one of its inputs, read only at the elements it writes; see
+        // schedule()): clang's vectorized loop checks at run time that the output overlaps no input (restrict on
+        // a local is not kept) and, overlapping, ran its scalar loop. Adam's exp_avg_sq, 2.36M floats, one
+        // Sapphire Rapids thread: 1.52 ms into a new buffer, 1.75 in place scalar, 0.70 in place in vectors.
+        if (inner && in_place()) os << ind << "#pragma clang loop vectorize(assume_safety)\n";
         os << ind << "for (int64_t r" << d << " = " << (d == 0 ? "begin" : "0") << "; r" << d << " < "
            << (d == 0 ? "end" : std::to_string(k_.loops[d])) << "; r" << d << "++) {\n"
            << body;
@@ -784,6 +789,11 @@ private:
       invalid.replace(invalid.find(masked), masked.size(), "0");
     }
     return Unswitched{names_.at(condition), valid, invalid};
+  }
+
+  // Whether the kernel writes a buffer it also reads (schedule()'s in-place writes: only where it writes).
+  bool in_place() const {
+    return std::find(k_.buffers.begin() + 1, k_.buffers.end(), k_.buffers[0]) != k_.buffers.end();
   }
 
   // How clang vectorizes an elementwise kernel's innermost loop, where its cost model or its loop unroller
@@ -894,6 +904,7 @@ private:
   std::unordered_set<const UOp*> stored_as_rows_; // the stores emitted by emit_store_rows
   std::string tile_config_; // the AMX tile configuration of the kernel's tile blocks (see emit_tiles)
   const UOp* lane_node_ = nullptr;
+  std::unordered_map<int64_t, const UOp*> reduce_loops_; // RANGE by id (emit_prefetch_ahead)
   std::vector<UOpPtr> keep_;
   struct MaskedLoad {
     const UOp* load;
@@ -1229,6 +1240,7 @@ private:
     if (valid) emit(*valid);
     Scope& sc = scopes_[open_[home(n)]];
     if (stride == 1 && k_.prefetch_next) emit_prefetch_next(n, ref(buf) + " + " + at(0), sc);
+    if (stride == 1) emit_prefetch_ahead(n, ref(buf) + " + " + at(0), sc);
     // bfloat16 lanes are loaded as their bits (int32 lanes, bits_), then widened to float: a value stored unchanged
     // (a layout copy) stores those bits, not the float rounded back (the same bits; ~8 instructions a vector)
     const bool bf16 = n->dtype == DType::BFloat16;
@@ -1314,6 +1326,28 @@ private:
     // as an integer: the address one iteration on may lie past the buffer (a prefetch does not fault)
     sc.code << indent(sc.depth) << "__builtin_prefetch((const void*)((uintptr_t)(" << address << ") + "
             << next->second * static_cast<int64_t>(itemsize(load->dtype)) << "), 0, 2);\n";
+  }
+
+  // A prefetch, kPrefetchAhead iterations on, of a vector load in a reduction's innermost loop whose address moves
+  // 2 KiB or more an iteration (the rows of a matmul's right operand read in place, x @ w with few rows of x):
+  // the hardware prefetchers follow strides within a page, and Intel's stride prefetcher up to 2 KiB, so each such
+  // load waited on L3 or memory. (32, 1024) x (1024, 1024), one Sapphire Rapids thread (C harness): 822 -> 621 us;
+  // 4, 16 and 32 iterations ahead 705, 711 and 762.
+  // Loops of fewer steps (the demo's sums of 16 chunks' partial results, whose rows an outer loop walks in
+  // order, which the hardware follows) ran 10-30% slower with it.
+  static constexpr int64_t kPrefetchAhead = 8, kPrefetchStrideBytes = 2048, kPrefetchMinSteps = 64;
+  void emit_prefetch_ahead(const UOpPtr& load, const std::string& address, Scope& sc) {
+    if (k_.prefetch_next || sc.reduce_ranges.empty()) return;
+    const int64_t id = sc.reduce_ranges.back();
+    auto [it, added] = reduce_loops_.try_emplace(id, nullptr);
+    if (added) it->second = range_node(k_, id);
+    const UOp* loop = it->second;
+    auto step = loop ? lane_split(load->src[1], loop) : std::nullopt;
+    if (!step || loop->src[0]->const_i() < kPrefetchMinSteps) return;
+    const int64_t bytes = step->second * static_cast<int64_t>(itemsize(load->dtype));
+    if (bytes < kPrefetchStrideBytes && bytes > -kPrefetchStrideBytes) return;
+    sc.code << indent(sc.depth) << "__builtin_prefetch((const void*)((uintptr_t)(" << address << ") + "
+            << kPrefetchAhead * bytes << "), 0, 3);\n";
   }
 
   // The bits of a bfloat16 vector: a load's own (bits_), else its float value rounded (tiny_f2bf_v).

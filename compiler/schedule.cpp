@@ -211,10 +211,72 @@ private:
   }
 };
 
+// Whether every load of the kernel's buffer `slot` reads the element the store it feeds writes: each STORE's
+// value loads it at that STORE's index only (written in place, each element is read before it is written,
+// and by nothing after).
+bool reads_only_where_it_writes(const Kernel& k, int64_t slot) {
+  for (const UOpPtr& st : k.ast->src) {
+    if (st->op != Ops::STORE) return false;
+    for (const UOpPtr& n : toposort(st->src[2]))
+      if (n->op == Ops::LOAD && n->src[0]->op == Ops::PARAM && std::get<int64_t>(n->src[0]->arg) == slot &&
+          n->src[1] != st->src[1])
+        return false;
+  }
+  return true;
+}
+
+// Moves the results written by one kernel into a reusable input that kernel reads only where it writes, same
+// dtype and size, that no later kernel reads (see schedule()): the new buffer is not made, the kernel and the
+// later ones read and write the input's buffer instead. Adam's update of a 512 x 512 x 3 x 3 weight, one thread:
+// each of its three kernels wrote a fresh 9.4 MB buffer, whose lines were read in first.
+void write_in_place(Schedule& s, const std::vector<BufferRef>& reusable) {
+  std::vector<const BufferBase*> free;
+  for (const BufferRef& b : reusable)
+    free.push_back(b.get());
+  auto reads = [](const Kernel& k, const BufferBase* b) {
+    return std::any_of(k.buffers.begin() + 1, k.buffers.end(), [&](const BufferRef& x) { return x.get() == b; });
+  };
+  for (UOpPtr& r : s.results) {
+    UOpPtr node = r->op == Ops::BUFFER ? r : is_reshape(r) && r->src[0]->op == Ops::BUFFER ? r->src[0] : nullptr;
+    if (!node) continue;
+    const BufferRef out = node->buffer();
+    auto made = std::find(s.made.begin(), s.made.end(), out);
+    if (made == s.made.end()) continue;
+    size_t writer = s.kernels.size(), writers = 0;
+    for (size_t i = 0; i < s.kernels.size(); i++)
+      if (s.kernels[i].buffers[0] == out) writer = i, writers++;
+    if (writers != 1) continue;
+    Kernel& k = s.kernels[writer];
+    for (size_t slot = 1; slot < k.buffers.size(); slot++) {
+      const BufferRef in = k.buffers[slot];
+      auto at = std::find(free.begin(), free.end(), in.get());
+      if (at == free.end() || in->dtype != out->dtype || in->numel != out->numel) continue;
+      if (std::any_of(s.kernels.begin() + static_cast<std::ptrdiff_t>(writer) + 1, s.kernels.end(),
+                      [&](const Kernel& later) { return reads(later, in.get()); }) ||
+          !reads_only_where_it_writes(k, static_cast<int64_t>(slot)))
+        continue;
+      for (size_t i = writer; i < s.kernels.size(); i++)
+        std::replace(s.kernels[i].buffers.begin(), s.kernels[i].buffers.end(), out, in);
+      UOpPtr moved = buffer(in);
+      for (UOpPtr& other : s.results)
+        if (other == node)
+          other = moved;
+        else if (is_reshape(other) && other->src[0] == node)
+          other = reshape(moved, other->shape);
+      s.made.erase(made);
+      free.erase(at);
+      break;
+    }
+  }
+}
+
 } // namespace
 
-Schedule schedule(const std::vector<UOpPtr>& roots, const Target& target, const NewBuffer& new_buffer) {
-  return Scheduler(target, new_buffer).run(roots);
+Schedule schedule(const std::vector<UOpPtr>& roots, const Target& target, const NewBuffer& new_buffer,
+                  const std::vector<BufferRef>& reusable) {
+  Schedule s = Scheduler(target, new_buffer).run(roots);
+  if (!reusable.empty()) write_in_place(s, reusable);
+  return s;
 }
 
 Schedule schedule_value(const UOpPtr& value, const Target& target, const NewBuffer& new_buffer) {

@@ -27,7 +27,12 @@ using NewBuffer = std::function<BufferRef(DType, int64_t)>;
 
 // The kernels that realize the contents of pending storages together: each root becomes a BUFFER
 // node holding its value. A root that is a storage's flat reshape of a value shares that value's buffer.
-Schedule schedule(const std::vector<UOpPtr>& roots, const Target& target, const NewBuffer& new_buffer);
+// `reusable`: input buffers that nothing but the roots' graphs holds (dead once they are computed). A root
+// is written into one of them instead of a new buffer (an in-place update of a storage: an optimizer's
+// state, x.mul_(2)) when the one kernel that writes the root reads it only at the element it writes, the
+// same dtype and size, and no later kernel reads it.
+Schedule schedule(const std::vector<UOpPtr>& roots, const Target& target, const NewBuffer& new_buffer,
+                  const std::vector<BufferRef>& reusable = {});
 
 // The kernels that evaluate a graph over realized buffers into a new contiguous buffer (row-major
 // over its shape); results[0] is that buffer (or the value itself when it is a BUFFER already).

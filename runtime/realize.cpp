@@ -63,6 +63,9 @@ private:
 struct GraphKey {
   std::vector<uint64_t> tokens;
   std::vector<BufferRef> buffers; // parameter i
+  // The buffers nothing but the graph's nodes holds (no storage, no other graph): dead after this sync, a
+  // kernel may write its value into one (schedule()'s `reusable`); part of the key.
+  std::vector<BufferRef> reusable;
   std::vector<UOpPtr> vars;       // DEFINE_VAR parameter i
   std::unordered_map<const UOp*, size_t> buffer_index, var_index;
   size_t hash = 0;
@@ -77,6 +80,7 @@ struct GraphKey {
     constexpr uint64_t kEntered = ~uint64_t{0};
     NodeMap<uint64_t> pos;
     uint64_t numbered = 0;
+    std::vector<long> parents; // per buffer: the graph's references to its node
     std::vector<std::pair<const UOp*, size_t>> stack;
     for (const UOpPtr& r : roots) {
       if (pos.try_emplace(r.get(), kEntered).second) stack.emplace_back(r.get(), 0);
@@ -92,12 +96,22 @@ struct GraphKey {
         *pos.find(done) = numbered++;
         tokens.push_back(static_cast<uint64_t>(done->op) << 8 | static_cast<uint64_t>(done->dtype));
         tokens.push_back(done->src.size());
-        for (const UOpPtr& s : done->src)
+        for (const UOpPtr& s : done->src) {
           tokens.push_back(*pos.find(s.get()));
+          if (s->op == Ops::BUFFER) parents[buffer_index.at(s.get())]++;
+        }
         add_arg(*done);
+        if (done->op == Ops::BUFFER) parents.resize(buffers.size());
       }
       tokens.push_back(~uint64_t{0});
       tokens.push_back(*pos.find(r.get()));
+    }
+    for (const auto& [node, i] : buffer_index)
+      parents[i] -= node->weak_from_this().use_count();
+    for (size_t i = 0; i < buffers.size(); i++) {
+      bool dead = parents[i] == 0;
+      tokens.push_back(dead);
+      if (dead) reusable.push_back(buffers[i]);
     }
     for (uint64_t t : tokens)
       hash = hash * 1099511628211ULL ^ t;
@@ -378,9 +392,9 @@ std::vector<UOpPtr> realize_all(const std::vector<UOpPtr>& roots, Device* on) {
     hit = true;
   } else {
     if (dev.target().gpu() && gpu_compile_check_on())
-      check_gpu_compiles([&](const Target& t) { return schedule(roots, t, new_buffers_on(dev)); });
+      check_gpu_compiles([&](const Target& t) { return schedule(roots, t, new_buffers_on(dev), key.reusable); });
     Traced scheduling(RealizeSpan::Kind::Schedule);
-    Schedule s = schedule(roots, dev.target(), new_buffers_on(dev));
+    Schedule s = schedule(roots, dev.target(), new_buffers_on(dev), key.reusable);
     scheduling.end(dev, "tiny::schedule", static_cast<int64_t>(s.kernels.size()));
     if (std::optional<CachedSchedule> rec = run_and_record(s, key, dev)) {
       rec->tokens = key.tokens;

@@ -98,3 +98,43 @@ TEST(LazyBuffer, AStorageWrittenWholeInPlaceKeepsTheValueUnflattened) {
   EXPECT_FALSE(b.pending());
   EXPECT_EQ(host(b, {{2}, {16}, 1, DType::Float32}), (std::vector<float>{1, 17 * 17}));
 }
+
+namespace {
+
+// The buffer a realized storage holds (its content is that BUFFER node, or a view of it).
+const BufferBase* buffer_of(LazyBuffer& b) {
+  UOpPtr n = b.read({{64}, {1}, 0, DType::Float32});
+  while (n->op != Ops::BUFFER)
+    n = n->src[0];
+  return n->buffer().get();
+}
+
+} // namespace
+
+TEST(LazyBuffer, AStorageUpdatedInPlaceKeepsItsBufferUnlessAnotherStorageHoldsIt) {
+  LazyBuffer b(cpu_device(), 64 * 4), copy(cpu_device(), 64 * 4);
+  fill(b);
+  const BufferBase* before = buffer_of(b);
+  UOpPtr x = b.read(rows(4, 16));
+  b.write(rows(4, 16), alu(Ops::ADD, alu(Ops::MUL, x, x), x)); // b.mul_(b).add_(b): x read where written
+  x.reset();
+  std::vector<float> got = host(b, rows(4, 16));
+  for (int64_t i = 0; i < 64; i++)
+    EXPECT_EQ(got[i], static_cast<float>(i * i + i)) << i;
+  EXPECT_EQ(buffer_of(b), before); // written into the buffer it read: nothing else held it
+  // a copy of it holds the same buffer (a whole copy of a realized storage is its content): b's next update
+  // goes to a new buffer, and the copy keeps the old values
+  copy.write(rows(4, 16), b.read(rows(4, 16)));
+  x = b.read(rows(4, 16));
+  b.write(rows(4, 16), alu(Ops::MUL, x, x));
+  x.reset();
+  got = host(b, rows(4, 16));
+  std::vector<float> kept = host(copy, rows(4, 16));
+  for (int64_t i = 0; i < 64; i++) {
+    float v = static_cast<float>(i * i + i);
+    EXPECT_EQ(got[i], v * v) << i;
+    EXPECT_EQ(kept[i], v) << i;
+  }
+  EXPECT_NE(buffer_of(b), before);
+  EXPECT_EQ(buffer_of(copy), before);
+}

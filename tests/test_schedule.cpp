@@ -393,3 +393,23 @@ TEST(Schedule, AKernelsWorkIsItsOutputsTimesTheTermsEachSums) {
   ASSERT_EQ(add.kernels.size(), 1u);
   EXPECT_EQ(add.kernels[0].launch.work, 1000);
 }
+
+TEST(Schedule, ARootReadingADeadInputOnlyWhereItWritesIsWrittenIntoIt) {
+  BufferRef b = placeholder(DType::Float32, 4096);
+  UOpPtr x = reshape(buffer(b), {64, 64});
+  UOpPtr update = alu(Ops::ADD, alu(Ops::MUL, x, x), x); // x.mul_(x).add_(x) of a storage nothing else holds
+  Schedule s = schedule({update}, Target{}, placeholder, {b});
+  ASSERT_EQ(s.kernels.size(), 1u);
+  EXPECT_EQ(s.kernels[0].buffers[0], b);
+  EXPECT_TRUE(s.made.empty());
+  EXPECT_EQ(s.results[0]->op == Ops::BUFFER ? s.results[0] : s.results[0]->src[0], buffer(b));
+  // not when the input is held elsewhere (not reusable), of another dtype, read at other elements (flipped),
+  // or read by a later kernel (a second root's sum of it, realized after)
+  EXPECT_NE(schedule({update}, Target{}, placeholder).kernels[0].buffers[0], b);
+  EXPECT_NE(schedule({cast(update, DType::Float16)}, Target{}, placeholder, {b}).kernels[0].buffers[0], b);
+  UOpPtr flipped = alu(Ops::ADD, x, flip(x, {true, false}));
+  EXPECT_NE(schedule({flipped}, Target{}, placeholder, {b}).kernels[0].buffers[0], b);
+  Schedule two = schedule({update, reduce(x, Ops::ADD, {0, 1})}, Target{}, placeholder, {b});
+  for (const Kernel& k : two.kernels)
+    EXPECT_NE(k.buffers[0], b) << k.name;
+}
