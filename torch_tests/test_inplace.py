@@ -300,3 +300,34 @@ def test_process_survives_an_overlap_error_and_keeps_computing():
         torch.add(a[:4], 1, out=a[2:6])
     c = b + a
     assert_same(c, torch.arange(8.0) * 4)
+
+
+def _sync(dev):
+    if torch.device(dev).type == "tiny":
+        torch.tiny.synchronize()
+
+
+def realized_then_updated_in_place(dev):
+    """Realized tensors updated in place (tiny writes a buffer only the update reads into that buffer) while
+    other tensors hold the old buffer or read it: a copy, a view, a pending result, the same tensor flipped."""
+    x = torch.arange(4096.0).reshape(64, 64).to(dev)
+    g = torch.linspace(-1, 1, 4096).reshape(64, 64).to(dev)
+    m, v = torch.zeros(64, 64, device=dev), torch.zeros(64, 64, device=dev)
+    _sync(dev)
+    copy = x.clone()  # may share x's buffer until one of them changes
+    row = x[3]
+    pending = x * 1  # reads x's old buffer in the same sync as the update
+    x.mul_(0.5).add_(g)
+    flipped = g.clone()
+    _sync(dev)
+    flipped.add_(flipped.flip(0))  # reads other elements than it writes
+    for _ in range(3):  # Adam's updates of its states and the parameter, synced each step
+        m.lerp_(g, 0.1)
+        v.mul_(0.999).addcmul_(g, g, value=0.001)
+        x.addcdiv_(m, v.sqrt().add_(1e-8), value=-0.01)
+        _sync(dev)
+    return x, copy, row, pending, flipped, m, v
+
+
+def test_tensors_updated_in_place_after_a_sync_keep_the_values_others_hold():
+    check_devices(realized_then_updated_in_place)
