@@ -181,8 +181,8 @@ MaxPool max_pool(const UOpPtr& x_in, const Shape& out, const window::Geometry& g
   // masked, scalar: they read a copy of the last dim's windows instead (unfolded_window, the pad in it), each tap
   // adjacent output columns, in vectors. One thread: ShuffleNet's stem pool, (16, 24, 32, 32) -> 16 x 16, the values
   // 0.34 -> 0.03 ms and the copy 0.16; ResNet-18's, (16, 64, 32, 32), 0.94 -> 0.15 and 0.43. The backward's
-  // positions read the copy too but stay scalar (0.56 and 1.46 ms: clang leaves their float compares feeding int32
-  // selects unvectorized).
+  // positions read the copy too, in vectors since render_c keeps clang from peeling their rows of 16 (see
+  // inner_loop_pragma).
   UOpPtr win = window::windows(padded, out, g), valid = window::windows(inside, out, g);
   if (overlapping && g.stride.back() > 1 && prod(g.kernel) <= kUnrolledWindow)
     if (UOpPtr unfolded = unfolded_window(win, lead + nd - 1, 0, 0)) win = unfolded;
