@@ -1371,3 +1371,15 @@ TEST(Kernel, AReductionOverShortInnerLoopsUnrollsABlockOfOtherLoops) {
         EXPECT_NEAR(got[(p * O + o) * T * T * T + t], want, 1e-4) << p << " " << o << " " << t;
       }
 }
+
+// A matmul whose rows divide by 5 and by neither 8 nor 7 (a ViT's 65 tokens) takes blocks of 5 rows by two vectors:
+// ten products a step of the reduction, not one row's two (a ViT step's kernels, one thread: 202 -> 168 ms).
+TEST(Kernel, AMatmulOf65RowsComputesBlocksOfFiveRows) {
+  if (!wide_vectors()) GTEST_SKIP() << "this CPU has no AVX-512 (one vector of lanes, up to 4 rows, there)";
+  RandomMatmul m = RandomMatmul::make(65, 40, 64, 31);
+  int64_t reduces = 0;
+  for (const UOpPtr& n : toposort(m.kernel.ast))
+    reduces += n->op == Ops::REDUCE;
+  EXPECT_EQ(reduces, 10) << m.kernel.name;
+  m.expect_values();
+}
