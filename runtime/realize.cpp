@@ -66,7 +66,7 @@ struct GraphKey {
   // The buffers nothing but the graph's nodes holds (no storage, no other graph): dead after this sync, a
   // kernel may write its value into one (schedule()'s `reusable`); part of the key.
   std::vector<BufferRef> reusable;
-  std::vector<UOpPtr> vars;       // DEFINE_VAR parameter i
+  std::vector<UOpPtr> vars; // DEFINE_VAR parameter i
   std::unordered_map<const UOp*, size_t> buffer_index, var_index;
   size_t hash = 0;
   Device* device = nullptr; // the device its buffers are on (null: it reads none)
