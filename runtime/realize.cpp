@@ -80,7 +80,7 @@ struct GraphKey {
     constexpr uint64_t kEntered = ~uint64_t{0};
     NodeMap<uint64_t> pos;
     uint64_t numbered = 0;
-    std::vector<long> parents; // per buffer: the graph's references to its node
+    std::vector<int64_t> graph_refs; // per buffer: the graph's references to its BUFFER node
     std::vector<std::pair<const UOp*, size_t>> stack;
     for (const UOpPtr& r : roots) {
       if (pos.try_emplace(r.get(), kEntered).second) stack.emplace_back(r.get(), 0);
@@ -98,18 +98,19 @@ struct GraphKey {
         tokens.push_back(done->src.size());
         for (const UOpPtr& s : done->src) {
           tokens.push_back(*pos.find(s.get()));
-          if (s->op == Ops::BUFFER) parents[buffer_index.at(s.get())]++;
+          if (s->op == Ops::BUFFER) graph_refs[buffer_index.at(s.get())]++;
         }
         add_arg(*done);
-        if (done->op == Ops::BUFFER) parents.resize(buffers.size());
+        if (done->op == Ops::BUFFER) graph_refs.resize(buffers.size());
       }
       tokens.push_back(~uint64_t{0});
       tokens.push_back(*pos.find(r.get()));
     }
+    std::vector<int64_t> refs(buffers.size()); // per buffer: every reference to its node
     for (const auto& [node, i] : buffer_index)
-      parents[i] -= node->weak_from_this().use_count();
+      refs[i] = node->weak_from_this().use_count();
     for (size_t i = 0; i < buffers.size(); i++) {
-      bool dead = parents[i] == 0;
+      bool dead = refs[i] == graph_refs[i];
       tokens.push_back(dead);
       if (dead) reusable.push_back(buffers[i]);
     }
