@@ -426,12 +426,15 @@ void LazyBuffer::realize_pending(Device* only) {
   for (Device* d : devices) {
     std::vector<LazyBuffer*> list;
     std::vector<UOpPtr> roots;
+    std::vector<const UOp*> held; // every node they hold, dropped with them (set_content)
     for (LazyBuffer* lb = pending_list.head; lb; lb = lb->next_pending_) {
       if (&lb->device_ != d) continue;
       list.push_back(lb);
       roots.push_back(lb->content());
+      for (const UOpPtr* n : {&lb->content_, &lb->whole_, &lb->last_read_})
+        if (*n) held.push_back(n->get());
     }
-    std::vector<UOpPtr> results = realize_all(roots, d);
+    std::vector<UOpPtr> results = realize_all(roots, d, held);
     for (size_t i = 0; i < list.size(); i++) {
       list[i]->set_content(results[i]);
       list[i]->leave_pending();

@@ -63,15 +63,18 @@ private:
 struct GraphKey {
   std::vector<uint64_t> tokens;
   std::vector<BufferRef> buffers; // parameter i
-  // The buffers nothing but the graph's nodes holds (no storage, no other graph): dead after this sync, a
-  // kernel may write its value into one (schedule()'s `reusable`); part of the key.
+  // The buffers dead after this sync: a kernel may write its value into one (schedule()'s `reusable`); part of
+  // the key. A buffer is dead when only the graph's nodes hold its node, and no node above it (reading it) is held
+  // by anything but the graph and the storages being realized: a value an op's C++ code keeps across a sync (the
+  // QR steps of linalg.eig read a flag's old value after the sync that updated it) reads the old buffer after it.
   std::vector<BufferRef> reusable;
   std::vector<UOpPtr> vars; // DEFINE_VAR parameter i
   std::unordered_map<const UOp*, size_t> buffer_index, var_index;
   size_t hash = 0;
   Device* device = nullptr; // the device its buffers are on (null: it reads none)
 
-  GraphKey(const std::vector<UOpPtr>& roots, Device* on) : device(on) {
+  GraphKey(const std::vector<UOpPtr>& roots, Device* on, const std::vector<const UOp*>& storage_nodes = {})
+      : device(on) {
     if (device) tokens.push_back(reinterpret_cast<uintptr_t>(device)); // schedules are per device
     // Each node's position in a walk of the roots in order, sources first (toposort's order): a node is entered
     // (position kEntered) when first reached and numbered when its sources are. Walked here, not by toposort(r, seen):
@@ -80,7 +83,8 @@ struct GraphKey {
     constexpr uint64_t kEntered = ~uint64_t{0};
     NodeMap<uint64_t> pos;
     uint64_t numbered = 0;
-    std::vector<int64_t> graph_refs; // per buffer: the graph's references to its BUFFER node
+    std::vector<const UOp*> order;   // the nodes by position (sources first)
+    std::vector<int64_t> graph_refs; // by position: the graph's references to the node
     std::vector<std::pair<const UOp*, size_t>> stack;
     for (const UOpPtr& r : roots) {
       if (pos.try_emplace(r.get(), kEntered).second) stack.emplace_back(r.get(), 0);
@@ -94,25 +98,45 @@ struct GraphKey {
         const UOp* done = n;
         stack.pop_back();
         *pos.find(done) = numbered++;
+        order.push_back(done);
+        graph_refs.push_back(0);
         tokens.push_back(static_cast<uint64_t>(done->op) << 8 | static_cast<uint64_t>(done->dtype));
         tokens.push_back(done->src.size());
         for (const UOpPtr& s : done->src) {
-          tokens.push_back(*pos.find(s.get()));
-          if (s->op == Ops::BUFFER) graph_refs[buffer_index.at(s.get())]++;
+          uint64_t at = *pos.find(s.get());
+          tokens.push_back(at);
+          graph_refs[at]++;
         }
         add_arg(*done);
-        if (done->op == Ops::BUFFER) graph_refs.resize(buffers.size());
       }
       tokens.push_back(~uint64_t{0});
       tokens.push_back(*pos.find(r.get()));
     }
-    std::vector<int64_t> refs(buffers.size()); // per buffer: every reference to its node
-    for (const auto& [node, i] : buffer_index)
-      refs[i] = node->weak_from_this().use_count();
+    // held: a node something outside the graph and the pending storages holds, or one under such a node.
+    // Consumers come before their sources walking the positions down. The storages' references are counted
+    // exactly (a root is also in `roots`): a root that an op's code holds too is read after the sync.
+    NodeMap<int64_t> storages;
+    for (const UOpPtr& r : roots)
+      ++*storages.try_emplace(r.get()).first;
+    for (const UOp* n : storage_nodes)
+      ++*storages.try_emplace(n).first;
+    std::vector<char> held(order.size());
+    for (size_t at = order.size(); at-- > 0;) {
+      const UOp* n = order[at];
+      const int64_t* by_storages = storages.find(n);
+      held[at] = held[at] || n->weak_from_this().use_count() > graph_refs[at] + (by_storages ? *by_storages : 0);
+      if (held[at])
+        for (const UOpPtr& s : n->src)
+          held[*pos.find(s.get())] = 1;
+    }
+    std::vector<char> dead(buffers.size());
+    for (const auto& [node, i] : buffer_index) {
+      uint64_t at = *pos.find(node);
+      dead[i] = !held[at] && node->weak_from_this().use_count() == graph_refs[at];
+    }
     for (size_t i = 0; i < buffers.size(); i++) {
-      bool dead = refs[i] == graph_refs[i];
-      tokens.push_back(dead);
-      if (dead) reusable.push_back(buffers[i]);
+      tokens.push_back(dead[i]);
+      if (dead[i]) reusable.push_back(buffers[i]);
     }
     for (uint64_t t : tokens)
       hash = hash * 1099511628211ULL ^ t;
@@ -379,11 +403,12 @@ NewBuffer new_buffers_on(Device& device) {
 
 } // namespace
 
-std::vector<UOpPtr> realize_all(const std::vector<UOpPtr>& roots, Device* on) {
+std::vector<UOpPtr> realize_all(const std::vector<UOpPtr>& roots, Device* on,
+                                const std::vector<const UOp*>& storage_nodes) {
   auto t0 = Clock::now();
   int64_t k0 = stats().kernels;
   Traced syncing(RealizeSpan::Kind::Sync);
-  GraphKey key(roots, on);
+  GraphKey key(roots, on, storage_nodes);
   Device& dev = key.device ? *key.device : device(0);
   std::vector<UOpPtr> out;
   bool hit = false;

@@ -15,7 +15,11 @@ class Device;
 // Realizes the contents of pending storages together: each root becomes a BUFFER node holding
 // its value (schedule() says which kernels do it). The kernels run on `on` (null: the device of the
 // buffers the graphs read, tiny:0 when they read none); a graph reading buffers of two devices throws.
-std::vector<UOpPtr> realize_all(const std::vector<UOpPtr>& roots, Device* on = nullptr);
+// `storage_nodes`: each reference the pending storages hold (their contents, deferred values and cached reads),
+// dropped with them once realized; a node of the graphs that anything else holds keeps the buffers under it
+// unwritten (see GraphKey::reusable).
+std::vector<UOpPtr> realize_all(const std::vector<UOpPtr>& roots, Device* on = nullptr,
+                                const std::vector<const UOp*>& storage_nodes = {});
 
 // Evaluates a graph over realized buffers into a new contiguous buffer (row-major over its shape).
 BufferRef realize_value(const UOpPtr& value, Device* on = nullptr);

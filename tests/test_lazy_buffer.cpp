@@ -138,3 +138,27 @@ TEST(LazyBuffer, AStorageUpdatedInPlaceKeepsItsBufferUnlessAnotherStorageHoldsIt
   EXPECT_NE(buffer_of(b), before);
   EXPECT_EQ(buffer_of(copy), before);
 }
+
+TEST(LazyBuffer, AValueHeldAcrossTheSyncThatUpdatesItsStorageReadsTheOldValues) {
+  // What an op's code keeps across a sync (linalg.eig's steps, another thread's op in the middle of its
+  // recording) reads the storage's old buffer after the sync: the update then goes to a new buffer.
+  for (bool hold_the_update : {false, true}) {
+    LazyBuffer b(cpu_device(), 64 * 4), later(cpu_device(), 64 * 4);
+    fill(b);
+    UOpPtr x = b.read(rows(4, 16));
+    UOpPtr square = alu(Ops::MUL, x, x);
+    b.write(rows(4, 16), square);
+    // held: the read of the old values (not a storage's), or the update itself
+    UOpPtr kept = hold_the_update ? square : x;
+    x.reset();
+    square.reset();
+    std::vector<float> got = host(b, rows(4, 16));
+    later.write(rows(4, 16), alu(Ops::ADD, kept, kept));
+    std::vector<float> doubled = host(later, rows(4, 16));
+    for (int64_t i = 0; i < 64; i++) {
+      auto v = static_cast<float>(i);
+      EXPECT_EQ(got[i], v * v) << i;
+      EXPECT_EQ(doubled[i], hold_the_update ? 2 * v * v : 2 * v) << hold_the_update << " " << i;
+    }
+  }
+}
