@@ -164,12 +164,16 @@ SANITIZE_TESTS := torch_tests/test_views.py torch_tests/test_inplace.py torch_te
                   torch_tests/test_threads.py
 # tests/lsan.supp: leaks of other libraries (PoCL) that LeakSanitizer would report as the test's.
 LSAN_BASE := suppressions=$(CURDIR)/tests/lsan.supp
-SANITIZE_ENV := UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 LSAN_OPTIONS=$(LSAN_BASE)
+UBSAN_ENV := UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+SANITIZE_ENV := $(UBSAN_ENV) LSAN_OPTIONS=$(LSAN_BASE)
 # The CL device's tests (PoCL) run without scanning thread-local storage: on a Sapphire Rapids machine (Debian 12,
 # PoCL 3.1) LeakSanitizer's tracer crashed reading a dynamic TLS block of PoCL's threads (DTLS at 0x7f8) in every
 # ClDevice test. Memory held only in TLS would then be reported as leaked, not hidden (in those tests none is; in
 # others glibc's and the HIP runtime's own TLS allocations are, so they keep the default).
-SANITIZE_CL_ENV := $(SANITIZE_ENV) LSAN_OPTIONS=$(LSAN_BASE):use_tls=0
+SANITIZE_CL_ENV := $(UBSAN_ENV) LSAN_OPTIONS=$(LSAN_BASE):use_tls=0
+# $(call asan_ctest,ENV,SELECTION): the sanitized CTest run of those tests, the failed ones run again once alone
+asan_ctest = $(1) ASAN_OPTIONS=$(ASAN_CORE) ctest --test-dir build/asan --output-on-failure -j $(JOBS) $(2) || \
+  $(1) ASAN_OPTIONS=$(ASAN_CORE) ctest --test-dir build/asan --output-on-failure --rerun-failed
 ASAN_CORE := halt_on_error=1:detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:allocator_may_return_null=1
 ASAN_TORCH := halt_on_error=1:detect_leaks=0
 
@@ -181,10 +185,8 @@ build/asan/build.ninja: | $(STAMPS)/apt
 # leak or sanitizer error fails again.
 sanitize-core: $(STAMPS)/apt build/asan/build.ninja
 	$(CCACHE_ENV) cmake --build build/asan -j $(JOBS)
-	$(SANITIZE_ENV) ASAN_OPTIONS=$(ASAN_CORE) ctest --test-dir build/asan --output-on-failure -j $(JOBS) -E '^ClDevice\.' || \
-	  $(SANITIZE_ENV) ASAN_OPTIONS=$(ASAN_CORE) ctest --test-dir build/asan --output-on-failure --rerun-failed
-	$(SANITIZE_CL_ENV) ASAN_OPTIONS=$(ASAN_CORE) ctest --test-dir build/asan --output-on-failure -j $(JOBS) -R '^ClDevice\.' || \
-	  $(SANITIZE_CL_ENV) ASAN_OPTIONS=$(ASAN_CORE) ctest --test-dir build/asan --output-on-failure --rerun-failed
+	$(call asan_ctest,$(SANITIZE_ENV),-E '^ClDevice\.')
+	$(call asan_ctest,$(SANITIZE_CL_ENV),-R '^ClDevice\.')
 
 sanitize: sanitize-core $(STAMPS)/editable
 	CXX=$(CXX) TINY_SANITIZE=1 MAX_JOBS=$(JOBS) $(PY) setup.py -q build_ext
