@@ -379,8 +379,7 @@ UOpPtr bias_grad(const UOpPtr& go) {
 bool pairs_batch(const at::Tensor& input) {
   const int64_t N = input.size(0);
   const Target& target = runtime::device(input.device().index()).target();
-  return input.scalar_type() == at::kBFloat16 && N % 2 == 0 && N >= 32 &&
-         (target.amx_bf16 || (!target.gpu() && bf16_pair_dots()));
+  return input.scalar_type() == at::kBFloat16 && N % 2 == 0 && N >= 32 && target.bf16_pairs();
 }
 
 // The images a weight gradient of `input` and `grad_output` sums first (see weight_grad_sum), its chunks' sums added

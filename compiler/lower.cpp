@@ -656,12 +656,12 @@ constexpr int64_t kReduceLanes = -2; // lower_blocked's lane group: lanes along 
 
 // What the CPU the C kernels are compiled for (-march=native: this one) has, asked once.
 struct HostCpu {
-  bool avx512 = true, avx512bf16 = false;
+  bool avx512 = true;
 };
 
 const HostCpu& host_cpu() {
 #if defined(__x86_64__) || defined(__i386__)
-  static const HostCpu cpu{__builtin_cpu_supports("avx512f") != 0, __builtin_cpu_supports("avx512bf16") != 0};
+  static const HostCpu cpu{__builtin_cpu_supports("avx512f") != 0};
 #else
   static const HostCpu cpu;
 #endif
@@ -1023,8 +1023,6 @@ std::optional<PairDot> pair_dot(const UOpPtr& r, const UOp* lane) {
     return std::nullopt;
   return PairDot{pair, x, y};
 }
-
-bool bf16_pair_dots() { return host_cpu().avx512bf16; }
 
 bool wide_vectors() { return wide_vector_registers(); }
 
@@ -1659,7 +1657,8 @@ int64_t lane_stride(const ShapeTracker& st, size_t d, int64_t panel) {
 // Whether a read that walks lane dim d contiguously strides 1 KiB or more along a long reduced axis
 // (the right operand of a large x @ w): each step of the reduce loop then lands in the same cache
 // sets, and a copy in panels (see panel_copy) pays when the read is reused enough.
-bool wants_panels(const UOpPtr& m, size_t d, const std::vector<int64_t>& axes, int64_t work, int64_t panel) {
+bool wants_panels(const UOpPtr& m, size_t d, const std::vector<int64_t>& axes, int64_t work, int64_t panel,
+                  const Target& target) {
   const View& v = m->st().views.back();
   if (v.shape[d] % panel != 0 || v.mask) return false;
   int64_t size = static_cast<int64_t>(itemsize(m->dtype));
@@ -1668,7 +1667,7 @@ bool wants_panels(const UOpPtr& m, size_t d, const std::vector<int64_t>& axes, i
   // bfloat16 panels interleave pairs for pair dot products (see pair_reduced_axis), half the instructions of the
   // widened products: they pay from 16 reads an element (x @ w of 32 rows by 1024 x 1024, one thread: 0.66 ms widened,
   // 0.38 with the panel's copy)
-  const int64_t reuse = m->dtype == DType::BFloat16 && bf16_pair_dots() ? 16 : 64;
+  const int64_t reuse = m->dtype == DType::BFloat16 && target.bf16_pairs() ? 16 : 64;
   for (int64_t a : axes)
     if (std::llabs(v.strides[a]) * static_cast<int64_t>(itemsize(m->dtype)) >= 1024 && v.shape[a] >= 64)
       return work * static_cast<int64_t>(itemsize(m->dtype)) >= reuse * size;
@@ -1955,7 +1954,7 @@ bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replac
         bool single = m->st().views.size() == 1;
         int64_t stride = m->shape == src->shape ? lane_stride(m->st(), d, panel) : -1;
         if (stride == 0 || stride == 1) {
-          if (single && v.strides[d] == 1 && wants_panels(m, d, axes, work, panel)) panels.push_back(m);
+          if (single && v.strides[d] == 1 && wants_panels(m, d, axes, work, panel, target)) panels.push_back(m);
           continue;
         }
         if (m->shape == src->shape && !target.gpu())
@@ -1991,7 +1990,7 @@ bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replac
         order.push_back(static_cast<int64_t>(d));
         replace[m.get()] = expand(copied_in_order(unbroadcast(m), order), m->shape);
       }
-      if (!target.gpu() && bf16_pair_dots()) pair_reduced_axis(n, d, panel, replace);
+      if (target.bf16_pairs()) pair_reduced_axis(n, d, panel, replace);
       return true;
     }
   return false;

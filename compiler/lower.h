@@ -90,10 +90,6 @@ struct TileBlock {
 };
 std::optional<TileBlock> tile_block(const std::vector<UOpPtr>& reduces, const UOp* lane);
 
-// Whether the CPU the C kernels are compiled for (-march=native: this one) has AVX512_BF16: the CPU
-// lowering then lays the lane panels of bfloat16 products out by pairs (see pair_dot).
-bool bf16_pair_dots();
-
 // Whether the CPU the C kernels are compiled for has AVX-512 (vectors of 16 floats in one register).
 bool wide_vectors();
 

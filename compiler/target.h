@@ -20,12 +20,17 @@ struct Target {
   // CPU: AMX-BF16 tiles usable: the host has them and the OS granted this process their state (see
   // amx_tiles in runtime/cpu_device.cpp). A bfloat16 matmul's register block then accumulates in tiles.
   bool amx_bf16 = false;
+  // CPU: bfloat16 products step by AVX512_BF16 pair dot products (vdpbf16ps) where they pay on this host (see
+  // pair_dots_pay in runtime/cpu_device.cpp), else by widened float32 multiply-adds.
+  bool bf16_pair_dots = false;
   // CPU: the threads a kernel's outermost loop is split across (runtime/thread_pool.h).
   int64_t threads = 1;
   // CPU: the bytes of one core's L2 cache (sysconf), which a convolution's weight gradient sizes its batch
   // chunks by (see weight_grad_chunk in aten_ops/conv.cpp).
   int64_t l2_bytes = int64_t{2} << 20;
   bool gpu() const { return dialect != Dialect::C; }
+  // CPU: bfloat16 products pair their reduced axis (AMX tiles and pair dot products both step by pairs).
+  bool bf16_pairs() const { return !gpu() && (amx_bf16 || bf16_pair_dots); }
 };
 
 // Launch dimensions. GPU: `global` work-groups per axis of `local` threads each (CUDA's grid and

@@ -70,6 +70,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     const tiny::runtime::Device& d = tiny::runtime::device(index);
     return py::make_tuple(d.name(), d.total_memory(), d.compute_units());
   });
+  // Whether bfloat16 products on `tiny:index` pair their reduced axis (AMX tiles, or pair dot products where they
+  // pay on this CPU: Target::bf16_pairs), which the kernels of a bfloat16 weight gradient depend on (the tests ask).
+  m.def("bf16_pairs", [](int index) {
+    tiny::check_device_index(static_cast<c10::DeviceIndex>(index));
+    return tiny::runtime::device(index).target().bf16_pairs();
+  });
   m.def("current_device", [] { return static_cast<int>(tiny::current_device()); });
   m.def("set_device", [](int index) { tiny::set_device(static_cast<c10::DeviceIndex>(index)); });
   m.def(

@@ -880,34 +880,45 @@ TEST(Kernel, AHalfMatmulReadsItsOperandsAsVectors) {
   }
 }
 
-// bfloat16 x @ w (w row-major, read in panels) on a CPU with AVX512_BF16: the panel is interleaved by
-// pairs of the reduced axis, and each step of the inner loop is one pair dot product per lane
-// (vdpbf16ps) with the left operand's pair one 32-bit word, the plain path (two widened multiply-adds)
-// where the C compiler does not target AVX512_BF16. The sums match plain loops over the operands'
-// values at float32 accumulation's tolerance (the products of bfloat16 values are exact).
-TEST(Kernel, ABFloat16MatmulStepsByPairDotProducts) {
-  if (!bf16_pair_dots()) GTEST_SKIP() << "this CPU has no AVX512_BF16: bfloat16 matmuls take the plain path";
+// bfloat16 x @ w (w row-major, read in panels) on a CPU with AVX512_BF16, lowered for pair dot products (the CPU
+// device asks for them where they pay: Target::bf16_pair_dots): the panel is interleaved by pairs of the reduced
+// axis, and each step of the inner loop is one pair dot product per lane (vdpbf16ps) with the left operand's pair one
+// 32-bit word, the plain path (two widened multiply-adds) where the C compiler does not target AVX512_BF16. Lowered
+// without them, the same product widens each bfloat16 and multiply-adds. Both sums match plain loops over the
+// operands' values at float32 accumulation's tolerance (the products of bfloat16 values are exact).
+TEST(Kernel, ABFloat16MatmulStepsByPairDotProductsWhereTheTargetAsks) {
+  if (!__builtin_cpu_supports("avx512bf16"))
+    GTEST_SKIP() << "this CPU has no AVX512_BF16: bfloat16 matmuls take the plain path";
   const int64_t K = 96, N = 512;
-  for (int64_t M : {64, 16}) { // 16 rows: 16 reads of each element of the right operand pay for its pairs' panel
-    auto ah = realize_value(cast(buffer(filled(random_vec(M * K, 19))), DType::BFloat16));
-    auto bh = realize_value(cast(buffer(filled(random_vec(K * N, 20))), DType::BFloat16));
-    auto av = values(realize_value(cast(buffer(ah), DType::Float32)));
-    auto bv = values(realize_value(cast(buffer(bh), DType::Float32)));
-    auto value = reshape(
-        matmul_of(reshape(cast(buffer(ah), DType::Float32), {M, K}), reshape(cast(buffer(bh), DType::Float32), {K, N})),
-        {M, N});
-    Schedule s = schedule_value(value, Target{},
-                                [](DType dt, int64_t n) { return std::make_shared<Buffer>(cpu_device(), dt, n); });
-    std::string src;
-    for (const Kernel& k : s.kernels)
-      if (k.lanes == 16) src = render_c(k, k.name);
-    EXPECT_NE(src.find("_mm512_dpbf16_ps("), std::string::npos) << src;
-    EXPECT_NE(src.find("#else"), std::string::npos) << src;
-    auto got = values(realize_value(value));
-    auto [want, mag] = plain_matmul(av, bv, M, K, N);
-    for (int64_t i = 0; i < M * N; i++)
-      EXPECT_NEAR(got[i], want[i], 1e-5 * mag[i] + 1e-6) << M << ": " << i / N << " " << i % N;
-  }
+  for (bool pair_dots : {true, false})
+    for (int64_t M : {64, 16}) { // 16 rows: 16 reads of each element of the right operand pay for its pairs' panel
+      auto ah = realize_value(cast(buffer(filled(random_vec(M * K, 19))), DType::BFloat16));
+      auto bh = realize_value(cast(buffer(filled(random_vec(K * N, 20))), DType::BFloat16));
+      auto av = values(realize_value(cast(buffer(ah), DType::Float32)));
+      auto bv = values(realize_value(cast(buffer(bh), DType::Float32)));
+      auto value = reshape(matmul_of(reshape(cast(buffer(ah), DType::Float32), {M, K}),
+                                     reshape(cast(buffer(bh), DType::Float32), {K, N})),
+                           {M, N});
+      Target target;
+      target.bf16_pair_dots = pair_dots;
+      Schedule s = schedule_value(value, target,
+                                  [](DType dt, int64_t n) { return std::make_shared<Buffer>(cpu_device(), dt, n); });
+      std::string src;
+      for (const Kernel& k : s.kernels) {
+        std::string kernel_src = render_c(k, k.name);
+        if (k.lanes == 16) src = kernel_src;
+        std::vector<void*> ptrs;
+        for (const BufferRef& b : k.buffers)
+          ptrs.push_back(std::static_pointer_cast<Buffer>(b)->ptr());
+        cpu_device().program(kernel_src, k.name)->launch(ptrs, {}, {}, k.launch);
+      }
+      EXPECT_EQ(src.find("_mm512_dpbf16_ps(") != std::string::npos, pair_dots) << src;
+      EXPECT_EQ(src.find("#else") != std::string::npos, pair_dots) << src;
+      auto got = values(s.kernels.back().buffers[0]);
+      auto [want, mag] = plain_matmul(av, bv, M, K, N);
+      for (int64_t i = 0; i < M * N; i++)
+        EXPECT_NEAR(got[i], want[i], 1e-5 * mag[i] + 1e-6) << pair_dots << " " << M << ": " << i / N << " " << i % N;
+    }
 }
 
 // A matmul over an empty reduced axis (x (5, 0) @ w (0, 10), as upstream samples have) sums nothing: its

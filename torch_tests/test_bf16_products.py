@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from conftest import check, conv2d_gradient_kernels, rand, tol
 
+import torch_tiny
+
 BF16 = tol(torch.bfloat16)
 
 
@@ -131,23 +133,38 @@ print("ok")
 """
 
 
+def run_with(tmp_path, script, **env_vars):
+    """Runs script in a fresh process with these environment variables and an empty kernel cache; its stderr."""
+    env = dict(os.environ, TINY_CACHE_DIR=str(tmp_path), **env_vars)
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
+    return proc.stderr
+
+
+def has_pair_dots():
+    """Whether this CPU has AVX512_BF16's pair dot products (which tiny uses where they pay: TINY_PAIR_DOTS)."""
+    return platform.machine() == "x86_64" and "avx512_bf16" in Path("/proc/cpuinfo").read_text()
+
+
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="-mno-avx512bf16 is an x86 flag")
 def test_plain_path_without_avx512_bf16_matches_cpu(tmp_path):
-    """The kernels compiled for a CPU without AVX512_BF16 (-mno-avx512bf16), and lowered without AMX tiles,
-    take the loop's plain path."""
-    env = dict(os.environ, TINY_CFLAGS="-mno-avx512bf16", TINY_AMX="0", TINY_CACHE_DIR=str(tmp_path))
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-c", PLAIN_PATH], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
+    """The kernels lowered for pair dot products (TINY_PAIR_DOTS=1) but compiled for a CPU without AVX512_BF16
+    (-mno-avx512bf16), and without AMX tiles, take the pair loop's plain path."""
+    run_with(tmp_path, PLAIN_PATH, TINY_CFLAGS="-mno-avx512bf16", TINY_AMX="0", TINY_PAIR_DOTS="1")
 
 
-@pytest.mark.skipif(platform.machine() != "x86_64", reason="AMX is an x86 extension")
+@pytest.mark.skipif(not has_pair_dots(), reason="this CPU has no AVX512_BF16")
 def test_pair_dots_without_amx_tiles_match_cpu(tmp_path):
-    """With AMX tiles kept off (TINY_AMX=0, or a CPU without them) the same matmuls step by vdpbf16ps."""
-    env = dict(os.environ, TINY_AMX="0", TINY_CACHE_DIR=str(tmp_path))
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-c", PLAIN_PATH], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
+    """With AMX tiles kept off (TINY_AMX=0, or a CPU without them) and pair dots asked for, the same matmuls step
+    by vdpbf16ps."""
+    assert "_mm512_dpbf16_ps(" in run_with(tmp_path, PLAIN_PATH, TINY_AMX="0", TINY_PAIR_DOTS="1", TINY_DEBUG="3")
+
+
+def test_widened_products_match_cpu(tmp_path):
+    """Without pair dots or tiles (TINY_PAIR_DOTS=0, TINY_AMX=0: a CPU whose vdpbf16ps costs more than two
+    multiply-adds, or has none) each bfloat16 widens and multiply-adds."""
+    assert "dpbf16" not in run_with(tmp_path, PLAIN_PATH, TINY_AMX="0", TINY_PAIR_DOTS="0", TINY_DEBUG="3")
 
 
 def amx_bf16():
@@ -261,11 +278,12 @@ def test_conv_weight_gradient_over_a_batch_of_32_or_more_matches_cpu(x_shape, w_
 
 
 def pairs_the_batch():
-    """Whether tiny sums a bfloat16 weight gradient's batch in pairs here: AMX-BF16 tiles or AVX512_BF16 pair dots."""
-    return amx_bf16() or (platform.machine() == "x86_64" and "avx512_bf16" in Path("/proc/cpuinfo").read_text())
+    """Whether tiny sums a bfloat16 weight gradient's batch in pairs here: AMX-BF16 tiles, or AVX512_BF16 pair dots
+    where they pay on this CPU."""
+    return torch_tiny._C.bf16_pairs(0)
 
 
-@pytest.mark.skipif(not pairs_the_batch(), reason="the batch is summed in pairs on a CPU with AMX-BF16 or AVX512_BF16")
+@pytest.mark.skipif(not pairs_the_batch(), reason="the batch is summed in pairs with AMX-BF16 tiles or pair dots")
 def test_conv_weight_gradient_beside_its_input_gradient_keeps_its_paired_copies():
     """A bfloat16 weight gradient next to its input gradient still sums the batch innermost in pairs (in tiles with
     AMX): its input copied batch-innermost, grad_output's paired panels, the chunks' sums and their total (4 kernels
@@ -292,19 +310,18 @@ x = torch.randn(64, 32, 14, 14, generator=g).bfloat16().to("tiny")
 w = torch.randn(32, 32, 3, 3, generator=g).bfloat16().to("tiny").requires_grad_()
 gy = torch.randn(64, 32, 14, 14, generator=g).bfloat16().to("tiny")
 torch.autograd.grad(F.conv2d(x, w, padding=1), [w], gy)[0].cpu()
+print("ok")
 """
 
 
-@pytest.mark.skipif(not pairs_the_batch(), reason="the batch is summed in pairs on a CPU with AMX-BF16 or AVX512_BF16")
+@pytest.mark.skipif(not (amx_bf16() or has_pair_dots()), reason="this CPU has neither AMX-BF16 nor AVX512_BF16")
 def test_conv_weight_gradient_steps_by_pair_dots(tmp_path):
-    """The weight gradient alone (no input gradient) sums the batch in pairs: its kernel steps by pair dot products
-    (vdpbf16ps, or tdpbf16ps in tiles), where with the batch outermost it widened each bfloat16 and multiply-added."""
-    env = dict(os.environ, TINY_DEBUG="3", TINY_CACHE_DIR=str(tmp_path))
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-c", WEIGHT_GRADIENT], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    sources = re.split(r"^tiny: kernel .*$", proc.stderr, flags=re.M)
-    assert any("dpbf16" in s for s in sources), proc.stderr[-3000:]
+    """The weight gradient alone (no input gradient) sums the batch in pairs where pair dots are asked for
+    (TINY_PAIR_DOTS=1) or tiles used: its kernel steps by pair dot products (vdpbf16ps, or tdpbf16ps in tiles),
+    where with the batch outermost it widened each bfloat16 and multiply-added."""
+    stderr = run_with(tmp_path, WEIGHT_GRADIENT, TINY_DEBUG="3", TINY_PAIR_DOTS="1")
+    sources = re.split(r"^tiny: kernel .*$", stderr, flags=re.M)
+    assert any("dpbf16" in s for s in sources), stderr[-3000:]
 
 
 FRESH_AND_OUT = """
