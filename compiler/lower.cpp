@@ -1914,9 +1914,11 @@ std::vector<UOpPtr> computed_windows(const UOpPtr& r) {
 
 // A window read from its copy: the views below the window laid out walked_innermost (on a GPU contiguous), the
 // window over it.
-UOpPtr window_copy(const UOpPtr& m, const std::vector<int64_t>& axes, const Target& target) {
+UOpPtr window_copy(const UOpPtr& m, const std::vector<int64_t>& axes, const Target& target,
+                   std::optional<DType> as = std::nullopt) {
   const auto& vs = m->st().views;
   UOpPtr below = view(m->src[0], ShapeTracker{std::vector<View>(vs.begin(), vs.end() - 1)});
+  if (as) below = cast(below, *as);
   below = target.gpu() ? contiguous(below) : walked_innermost(below, vs.back(), axes);
   return view(below, ShapeTracker{{vs.back()}});
 }
@@ -1925,17 +1927,25 @@ UOpPtr window_copy(const UOpPtr& m, const std::vector<int64_t>& axes, const Targ
 // from float32 copies (where bfloat16 products do not step by pairs): each step of the loop otherwise widened one
 // element to a scalar and broadcast it from a general register, a shuffle-port instruction per row of the register
 // block beside the lanes' multiply-adds (x @ w of 32 rows by 1024 x 1024 in bfloat16 on one Sapphire Rapids thread,
-// the loop nest in C: 735 -> 545 us; a float32 broadcast is a load). Records the copies in `replace`.
-void widened_broadcast_copies(const UOpPtr& n, size_t d, int64_t work, std::unordered_map<const UOp*, UOpPtr>& replace) {
+// the loop nest in C: 735 -> 545 us; a float32 broadcast is a load). A window read from a copy (a convolution's
+// padded input, see copied_window) is copied as float32 instead. Records the copies in `replace`.
+void widened_broadcast_copies(const UOpPtr& n, size_t d, int64_t work, const Target& target,
+                              std::unordered_map<const UOp*, UOpPtr>& replace) {
   const UOpPtr& src = n->src[0];
   for (const UOpPtr& c : toposort(src)) {
     if (c->op != Ops::CAST || c->dtype != DType::Float32 || replace.count(c.get())) continue;
     const UOpPtr& m = c->src[0];
-    if (m->op != Ops::VIEW || m->src[0]->op != Ops::BUFFER || (m->dtype != DType::BFloat16 && m->dtype != DType::Float16) ||
-        replace.count(m.get()) || m->st().views.size() != 1 || m->shape != src->shape)
+    if (m->op != Ops::VIEW || (m->dtype != DType::BFloat16 && m->dtype != DType::Float16) || m->shape != src->shape)
       continue;
     const View& v = m->st().views.back();
     if (v.mask || v.strides[d] != 0) continue;
+    if (auto it = replace.find(m.get()); it != replace.end()) { // copied: as float32 where it is a window's copy
+      const auto& axes = n->reduce_arg().axes;
+      if (copied_window(m, work) && it->second == window_copy(m, axes, target))
+        replace[c.get()] = window_copy(m, axes, target, DType::Float32);
+      continue;
+    }
+    if (m->src[0]->op != Ops::BUFFER || m->st().views.size() != 1) continue;
     UOpPtr base = unbroadcast(m);
     if (work < 16 * prod(base->shape)) continue;
     replace[c.get()] = expand(contiguous(cast(base, DType::Float32)), m->shape);
@@ -2014,7 +2024,7 @@ bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replac
       if (target.bf16_pairs())
         pair_reduced_axis(n, d, panel, replace);
       else if (!target.gpu())
-        widened_broadcast_copies(n, d, work, replace);
+        widened_broadcast_copies(n, d, work, target, replace);
       return true;
     }
   return false;
