@@ -133,7 +133,7 @@ UOpPtr realize_reused_values(const UOpPtr& value);
 // fewer than kSplitOutputs outputs over kSplitMinElements or more elements each, with parts of
 // kSplitMinPart elements or more (so that a part's loop is long enough to pay for its launch share).
 constexpr int64_t kSplitOutputs = 256, kSplitMinElements = 16384, kSplitMinPart = 1024;
-UOpPtr split_long_reductions(const UOpPtr& value);
+UOpPtr split_long_reductions(const UOpPtr& value, const Target& target);
 
 // The kernel that scatters `value` into `out` at the flat positions `index` (same shape as value),
 // combining with the old value by `combine` (an Ops value as int64; -1 replaces), in element order.

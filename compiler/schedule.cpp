@@ -114,7 +114,7 @@ private:
   // must_realize is then a node of this graph, and the next try finds it realized.
   // The reused values come first: the layout copies are chosen for the buffers they are read from.
   UOpPtr prepare(const UOpPtr& value) {
-    UOpPtr v = realize_contiguous(realize_reused_values(split_long_reductions(resolve(value))));
+    UOpPtr v = realize_contiguous(realize_reused_values(split_long_reductions(resolve(value), target_)));
     return realize_contiguous(contiguous_reduce_layout(resolve(graph_rewrite(v, push_views)), target_));
   }
 

@@ -73,6 +73,37 @@ TEST(Schedule, AReductionOverSeveralAxesSplitsTheFlattenedAxes) {
   EXPECT_EQ(s.made[1]->numel, 6 * 32);
 }
 
+// x @ w with w row-major (1024 x 1024 floats, its rows 4 KiB apart) and 9 to 63 rows of x: each block of 8 rows would
+// read all of w from L3 (its strided rows do not stay in L2), so the sum runs in parts of 256 (partial results laid out
+// parts outermost, then their sum), each part's rows of w held in L2 while every block reads them. Not with 8 rows
+// (one block), 64 (w is copied in panels), a GPU target, or w read along its rows (x @ w.t()).
+TEST(Schedule, AFewRowsTimesARowMajorWeightSumInPartsOf256) {
+  auto product = [](int64_t M, bool transposed) {
+    const int64_t K = 1024, N = 1024;
+    auto a = expand(reshape(input({M, K}), {M, 1, K}), {M, N, K});
+    auto w = transposed ? input({N, K}) : permute(input({K, N}), {1, 0});
+    auto b = expand(reshape(w, {1, N, K}), {M, N, K});
+    return reshape(reduce(alu(Ops::MUL, a, b), Ops::ADD, {2}), {M, N});
+  };
+  Schedule s = schedule_of(product(32, false));
+  ASSERT_EQ(s.kernels.size(), 2u);
+  EXPECT_EQ(s.made[1]->numel, 4 * 32 * 1024);
+  EXPECT_EQ(s.kernels[0].buffers[0], s.made[1]);
+  auto no_partials = [](const Schedule& sc) { // one kernel reduces
+    int64_t reducing = 0;
+    for (const Kernel& k : sc.kernels)
+      reducing += std::ranges::any_of(toposort(k.ast), [](const UOpPtr& n) { return n->op == Ops::REDUCE; });
+    return reducing == 1;
+  };
+  EXPECT_TRUE(no_partials(schedule_of(product(8, false))));
+  EXPECT_TRUE(no_partials(schedule_of(product(64, false))));
+  EXPECT_TRUE(no_partials(schedule_of(product(32, true))));
+  Target gpu;
+  gpu.dialect = Dialect::OpenCL;
+  EXPECT_TRUE(no_partials(schedule_of(product(32, false), gpu)));
+  EXPECT_FALSE(no_partials(schedule_of(product(16, false))));
+}
+
 // A batch norm's per-channel sum over (batch, h, w): the parts split the batch axis, so that their loops
 // index x without recovering (batch, h, w) from one flat axis by a division and a modulo per element.
 TEST(Schedule, APerChannelSumSplitsItsFirstReducedAxisAndIndexesWithoutDivisions) {

@@ -122,3 +122,15 @@ def test_linear_relu_is_one_kernel():
         out = torch.relu(x @ w + b).cpu()
     assert c["kernels"] == 1
     torch.testing.assert_close(out, torch.relu(x.cpu() @ w.cpu() + b.cpu()))
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=str)
+def test_a_few_rows_times_a_large_row_major_weight_match_cpu(dtype):
+    """x @ w of 16 to 48 rows with w large and row-major sums in parts of 256 of the reduced axis (their partial
+    results, then their sum), epilogues after the sum."""
+    close = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else tol(dtype)
+    w = rand(1024, 1024, dtype=dtype, seed=1)
+    check(torch.mm, rand(32, 1024, dtype=dtype), w, **close)
+    x, b = rand(48, 1024, dtype=dtype), rand(1024, dtype=dtype, seed=2)
+    check(lambda x, w, b: torch.relu(x @ w + b), x, w, b, **close)
+    check(torch.mm, rand(16, 2048, dtype=dtype, seed=3), rand(2048, 512, dtype=dtype, seed=4), **close)
