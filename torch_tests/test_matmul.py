@@ -124,13 +124,17 @@ def test_linear_relu_is_one_kernel():
     torch.testing.assert_close(out, torch.relu(x.cpu() @ w.cpu() + b.cpu()))
 
 
-@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=str)
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16, torch.float16), ids=str)
 def test_a_few_rows_times_a_large_row_major_weight_match_cpu(dtype):
     """x @ w of 16 to 48 rows with w large and row-major sums in parts of 256 of the reduced axis (their partial
-    results, then their sum), epilogues after the sum."""
+    results, then their sum), epilogues after the sum; 16-bit x is read from a float32 copy (where bfloat16 does not
+    step by pair dots), as is a 16-bit convolution's padded input."""
     close = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else tol(dtype)
     w = rand(1024, 1024, dtype=dtype, seed=1)
     check(torch.mm, rand(32, 1024, dtype=dtype), w, **close)
     x, b = rand(48, 1024, dtype=dtype), rand(1024, dtype=dtype, seed=2)
     check(lambda x, w, b: torch.relu(x @ w + b), x, w, b, **close)
     check(torch.mm, rand(16, 2048, dtype=dtype, seed=3), rand(2048, 512, dtype=dtype, seed=4), **close)
+    if dtype != torch.float32:
+        x, w = rand(8, 32, 14, 14, dtype=dtype, seed=5), rand(64, 32, 3, 3, dtype=dtype, seed=6)
+        check(lambda x, w: F.conv2d(x, w, padding=1), x, w, **close)
