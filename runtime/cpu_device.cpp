@@ -290,22 +290,18 @@ __attribute__((target("avx512f"))) double seconds_per_instruction(bool pair_dots
   constexpr int64_t kSteps = 2048;
   int64_t n = kSteps;
   auto start = std::chrono::steady_clock::now();
-  if (pair_dots)
-    __asm__ volatile(".irp r,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15\n vxorps %%xmm\\r, %%xmm\\r, %%xmm\\r\n .endr\n"
-                     "1:\n .irp r,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15\n vdpbf16ps %[a], %[b], %%zmm\\r\n .endr\n"
-                     " dec %[n]\n jnz 1b\n"
-                     : [n] "+r"(n)
-                     : [a] "v"(a), [b] "v"(b)
-                     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
-                       "xmm12", "xmm13", "xmm14", "xmm15", "cc");
-  else
-    __asm__ volatile(".irp r,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15\n vxorps %%xmm\\r, %%xmm\\r, %%xmm\\r\n .endr\n"
-                     "1:\n .irp r,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15\n vfmadd231ps %[a], %[b], %%zmm\\r\n .endr\n"
-                     " dec %[n]\n jnz 1b\n"
-                     : [n] "+r"(n)
-                     : [a] "v"(a), [b] "v"(b)
-                     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
-                       "xmm12", "xmm13", "xmm14", "xmm15", "cc");
+  const int dots = pair_dots ? 1 : 0;
+  __asm__ volatile(".irp r,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15\n vxorps %%xmm\\r, %%xmm\\r, %%xmm\\r\n .endr\n"
+                   " test %[dots], %[dots]\n jz 2f\n"
+                   "1:\n .irp r,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15\n vdpbf16ps %[a], %[b], %%zmm\\r\n .endr\n"
+                   " dec %[n]\n jnz 1b\n jmp 3f\n"
+                   "2:\n .irp r,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15\n vfmadd231ps %[a], %[b], %%zmm\\r\n .endr\n"
+                   " dec %[n]\n jnz 2b\n"
+                   "3:\n"
+                   : [n] "+r"(n)
+                   : [a] "v"(a), [b] "v"(b), [dots] "r"(dots)
+                   : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
+                     "xmm12", "xmm13", "xmm14", "xmm15", "cc");
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / (kSteps * 16);
 }
 #endif
