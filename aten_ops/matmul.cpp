@@ -100,7 +100,9 @@ UOpPtr mm_value(const at::Tensor& a, const at::Tensor& b, DType dt) {
   return reshape(reduce(alu(Ops::MUL, x, y), Ops::ADD, {3}), {M, N});
 }
 
-UOpPtr bmm_value(const at::Tensor& a, const at::Tensor& b, DType dt, bool reduce_batch) {
+// `bmm`: torch.bmm, whose CPU kernel returns an empty or zero-filled result (batch2's dtype) before any dtype check;
+// baddbmm and addbmm keep the check (addbmm raises there; baddbmm's result would take batch2's dtype, not self's).
+UOpPtr bmm_value(const at::Tensor& a, const at::Tensor& b, DType dt, bool reduce_batch, bool bmm = false) {
   check_same_device({a, b});
   TORCH_CHECK(a.dim() == 3, "batch1 must be a 3D tensor");
   TORCH_CHECK(b.dim() == 3, "batch2 must be a 3D tensor");
@@ -108,8 +110,9 @@ UOpPtr bmm_value(const at::Tensor& a, const at::Tensor& b, DType dt, bool reduce
               "tensor to be: [", a.size(0), ", ", a.size(2), "] but got: [", b.size(0), ", ", b.size(1), "].");
   // torch's CPU kernel dispatches on batch1's dtype first, unless the result is empty or zero-filled
   // (a contraction over 0 elements)
-  if (a.size(0) * a.size(1) * b.size(2) * a.size(2) > 0) check_not_bool(a, "bmm");
-  check_same_dtype(a, b, "batch1 and batch2");
+  const bool products = a.size(0) * a.size(1) * b.size(2) * a.size(2) > 0;
+  if (products) check_not_bool(a, "bmm");
+  if (products || !bmm) check_same_dtype(a, b, "batch1 and batch2");
   return batched_product(read_as(a, dt), read_as(b, dt), reduce_batch);
 }
 
@@ -188,9 +191,9 @@ at::Tensor& mm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
 
 at::Tensor bmm(const at::Tensor& a, const at::Tensor& b) {
   if (a.is_complex() || b.is_complex()) return complex_product(a, b, "batch1 and batch2", bmm_of);
-  UOpPtr v = bmm_value(a, b, compute_of(a), false);
-  at::Tensor out = fresh(a, v->shape);
-  return store(out, v, a.scalar_type());
+  UOpPtr v = bmm_value(a, b, compute_of(a), false, /*bmm=*/true);
+  at::Tensor out = fresh(b, v->shape); // batch2's dtype, as torch's meta function gives it
+  return store(out, v, b.scalar_type());
 }
 
 at::Tensor& bmm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {

@@ -138,3 +138,14 @@ def test_a_few_rows_times_a_large_row_major_weight_match_cpu(dtype):
     if dtype != torch.float32:
         x, w = rand(8, 32, 14, 14, dtype=dtype, seed=5), rand(64, 32, 3, 3, dtype=dtype, seed=6)
         check(lambda x, w: F.conv2d(x, w, padding=1), x, w, **close)
+
+
+@pytest.mark.parametrize("shapes", [((1, 0, 3), (1, 3, 1)), ((1, 2, 0), (1, 0, 1)), ((1, 2, 3), (1, 3, 0))])
+def test_bmm_of_an_empty_or_zero_filled_result_skips_the_dtype_check_as_cpu(shapes):
+    """torch.bmm returns an empty or zero-filled result (batch2's dtype) before it checks the dtypes: a bool batch1
+    with an int32 batch2 gives int32 there (fuzzer seed 11005); with products to compute, it raises."""
+    a, b = torch.zeros(shapes[0], dtype=torch.bool), torch.ones(shapes[1], dtype=torch.int32)
+    check(torch.bmm, a, b)
+    check(torch.bmm, a.float(), b.double())
+    check(torch.bmm, torch.zeros(1, 2, 3, dtype=torch.bool), torch.ones(1, 3, 1, dtype=torch.int32))
+    check(torch.bmm, torch.zeros(1, 2, 3), torch.ones(1, 3, 1, dtype=torch.float64))
