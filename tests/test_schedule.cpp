@@ -76,10 +76,10 @@ TEST(Schedule, AReductionOverSeveralAxesSplitsTheFlattenedAxes) {
 // x @ w with w row-major (1024 x 1024 floats, its rows 4 KiB apart) and 9 to 63 rows of x: each block of 8 rows would
 // read all of w from L3 (its strided rows do not stay in L2), so the sum runs in parts of 256 (partial results laid out
 // parts outermost, then their sum), each part's rows of w held in L2 while every block reads them. Not with 8 rows
-// (one block), 64 (w is copied in panels), a GPU target, or w read along its rows (x @ w.t()).
+// (one block), 64 (w is copied in panels), a GPU target, w read along its rows (x @ w.t()), rows of w wider than 4
+// KiB or a reduced axis longer than 2048.
 TEST(Schedule, AFewRowsTimesARowMajorWeightSumInPartsOf256) {
-  auto product = [](int64_t M, bool transposed) {
-    const int64_t K = 1024, N = 1024;
+  auto product = [](int64_t M, bool transposed, int64_t K = 1024, int64_t N = 1024) {
     auto a = expand(reshape(input({M, K}), {M, 1, K}), {M, N, K});
     auto w = transposed ? input({N, K}) : permute(input({K, N}), {1, 0});
     auto b = expand(reshape(w, {1, N, K}), {M, N, K});
@@ -102,6 +102,10 @@ TEST(Schedule, AFewRowsTimesARowMajorWeightSumInPartsOf256) {
   gpu.dialect = Dialect::OpenCL;
   EXPECT_TRUE(no_partials(schedule_of(product(32, false), gpu)));
   EXPECT_FALSE(no_partials(schedule_of(product(16, false))));
+  EXPECT_FALSE(no_partials(schedule_of(product(32, false, 2048, 512))));
+  // measured slower: rows of 8 KiB (N = 2048), and 16 parts of a reduced axis of 4096
+  EXPECT_TRUE(no_partials(schedule_of(product(32, false, 1024, 2048))));
+  EXPECT_TRUE(no_partials(schedule_of(product(24, false, 4096, 1024))));
 }
 
 // A batch norm's per-channel sum over (batch, h, w): the parts split the batch axis, so that their loops
