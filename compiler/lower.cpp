@@ -1923,12 +1923,14 @@ UOpPtr window_copy(const UOpPtr& m, const std::vector<int64_t>& axes, const Targ
   return view(below, ShapeTracker{{vs.back()}});
 }
 
-// The 16-bit float reads of a float32 reduction whose lanes (dim d) broadcast them, reused 16 times or more, read
+// The 16-bit float reads of a float32 reduction whose lanes (dim d) broadcast them, reused 64 times or more, read
 // from float32 copies (where bfloat16 products do not step by pairs): each step of the loop otherwise widened one
 // element to a scalar and broadcast it from a general register, a shuffle-port instruction per row of the register
 // block beside the lanes' multiply-adds (x @ w of 32 rows by 1024 x 1024 in bfloat16 on one Sapphire Rapids thread,
-// the loop nest in C: 735 -> 545 us; a float32 broadcast is a load). A window read from a copy (a convolution's
-// padded input, see copied_window) is copied as float32 instead. Records the copies in `replace`.
+// the loop nest in C: 735 -> 545 us; a float32 broadcast is a load). Reused 16 or 32 times, the copy cost more than it
+// saved (4096 x 1024 by 1024 x 16, two threads: 1.10 ms against 0.97; x 32: 1.52 against 1.44; x 64: 0.70 against
+// 0.73). A window read from a copy (a convolution's padded input, see copied_window) is copied as float32 instead.
+// Records the copies in `replace`.
 void widened_broadcast_copies(const UOpPtr& n, size_t d, int64_t work, const Target& target,
                               std::unordered_map<const UOp*, UOpPtr>& replace) {
   const UOpPtr& src = n->src[0];
@@ -1947,7 +1949,7 @@ void widened_broadcast_copies(const UOpPtr& n, size_t d, int64_t work, const Tar
     }
     if (m->src[0]->op != Ops::BUFFER || m->st().views.size() != 1) continue;
     UOpPtr base = unbroadcast(m);
-    if (work < 16 * prod(base->shape)) continue;
+    if (work < 64 * prod(base->shape)) continue;
     replace[c.get()] = expand(contiguous(cast(base, DType::Float32)), m->shape);
   }
 }
