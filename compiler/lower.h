@@ -131,7 +131,10 @@ UOpPtr realize_reused_values(const UOpPtr& value);
 // equal runs, are reduced in parallel into a buffer of partial results (a CONTIGUOUS node the scheduler
 // realizes first), and the partial results are reduced in the kernel. It applies to reductions of
 // fewer than kSplitOutputs outputs over kSplitMinElements or more elements each, with parts of
-// kSplitMinPart elements or more (so that a part's loop is long enough to pay for its launch share).
+// kSplitMinPart elements or more (so that a part's loop is long enough to pay for its launch share). On a CPU
+// target a sum that re-reads a large strided operand from L3 once per block of rows (x @ w of 9-63 rows with w
+// row-major) is split too, into runs of 256 of its reduced axis, so that each run stays in L2 (see
+// rereads_strided_panel in lower.cpp).
 constexpr int64_t kSplitOutputs = 256, kSplitMinElements = 16384, kSplitMinPart = 1024;
 UOpPtr split_long_reductions(const UOpPtr& value, const Target& target);
 
