@@ -36,6 +36,14 @@ std::vector<float> values(const BufferRef& b) {
   return std::vector<float>(p, p + b->numel);
 }
 
+// Runs kernel k, rendered as src (its function named `name`), on the CPU device, over the buffers it names.
+void launch_on_cpu(const Kernel& k, const std::string& src, const std::string& name) {
+  std::vector<void*> ptrs;
+  for (const BufferRef& b : k.buffers)
+    ptrs.push_back(std::static_pointer_cast<Buffer>(b)->ptr());
+  cpu_device().program(src, name)->launch(ptrs, {}, {}, k.launch);
+}
+
 // a (M x K) @ b (K x N) in double by plain loops, and the sum of the products' magnitudes (a tolerance's
 // scale), each row-major M x N.
 std::pair<std::vector<double>, std::vector<double>>
@@ -907,10 +915,7 @@ TEST(Kernel, ABFloat16MatmulStepsByPairDotProductsWhereTheTargetAsks) {
       for (const Kernel& k : s.kernels) {
         std::string kernel_src = render_c(k, k.name);
         if (k.lanes == 16) src = kernel_src;
-        std::vector<void*> ptrs;
-        for (const BufferRef& b : k.buffers)
-          ptrs.push_back(std::static_pointer_cast<Buffer>(b)->ptr());
-        cpu_device().program(kernel_src, k.name)->launch(ptrs, {}, {}, k.launch);
+        launch_on_cpu(k, kernel_src, k.name);
       }
       EXPECT_EQ(src.find("_mm512_dpbf16_ps(") != std::string::npos, pair_dots) << src;
       EXPECT_EQ(src.find("#else") != std::string::npos, pair_dots) << src;
@@ -1124,19 +1129,12 @@ TEST(Kernel, KernelsCompiledAsOneLibraryRunTheirOwnCode) {
   cpu_device().precompile(sources);
   EXPECT_EQ(stats().compiles - before, 6);
   for (size_t i = 0; i < 5; i++) {
-    auto program = cpu_device().program(sources[i].first, "k");
-    std::vector<void*> ptrs;
-    for (const BufferRef& b : kernels[i].buffers)
-      ptrs.push_back(std::static_pointer_cast<Buffer>(b)->ptr());
-    program->launch(ptrs, {}, {}, kernels[i].launch);
+    launch_on_cpu(kernels[i], sources[i].first, "k");
     std::vector<float> in = values(std::static_pointer_cast<Buffer>(kernels[i].buffers[1])), got = values(out);
     for (size_t j = 0; j < 64; j++)
       ASSERT_FLOAT_EQ(got[j], in[j] + static_cast<float>(salt + static_cast<double>(i))) << "kernel " << i;
   }
-  std::vector<void*> ptrs;
-  for (const BufferRef& b : kernels[5].buffers)
-    ptrs.push_back(std::static_pointer_cast<Buffer>(b)->ptr());
-  cpu_device().program(sources[5].first, "k")->launch(ptrs, {}, {}, kernels[5].launch);
+  launch_on_cpu(kernels[5], sources[5].first, "k");
   EXPECT_THROW(raise_kernel_errors(), std::runtime_error);
   EXPECT_EQ(static_cast<int32_t*>(quot->ptr())[1], 7 + static_cast<int32_t>(salt)); // 7 / 1 + salt
   EXPECT_EQ(stats().compiles - before, 6);
@@ -1161,12 +1159,9 @@ TEST(Kernel, LayoutCopiesCompiledAsOneLibraryRunTheirOwnCode) {
   }
   cpu_device().precompile(sources);
   for (size_t i = 0; i < 2; i++) {
-    std::vector<void*> ptrs;
-    for (const BufferRef& b : kernels[i].buffers)
-      ptrs.push_back(std::static_pointer_cast<Buffer>(b)->ptr());
-    cpu_device().program(sources[i].first, "k")->launch(ptrs, {}, {}, kernels[i].launch);
+    launch_on_cpu(kernels[i], sources[i].first, "k");
     const int64_t R = salt + static_cast<int64_t>(i), C = 5;
-    auto* g = static_cast<uint16_t*>(ptrs[0]);
+    auto* g = static_cast<uint16_t*>(std::static_pointer_cast<Buffer>(kernels[i].buffers[0])->ptr());
     for (int64_t c = 0; c < C; c++)
       for (int64_t r = 0; r < R; r++)
         ASSERT_EQ(g[c * R + r], static_cast<uint16_t>(1000 * static_cast<int64_t>(i) + r * C + c)) << "kernel " << i;
@@ -1290,12 +1285,8 @@ TEST(Kernel, KernelsWithUint64LanesRunInALibraryWithOtherKernels) {
   int64_t before = stats().compiles;
   cpu_device().precompile(sources);
   EXPECT_EQ(stats().compiles - before, 3);
-  for (size_t i = 0; i < 2; i++) {
-    std::vector<void*> ptrs;
-    for (const BufferRef& b : kernels[i].buffers)
-      ptrs.push_back(std::static_pointer_cast<Buffer>(b)->ptr());
-    cpu_device().program(sources[i].first, "k")->launch(ptrs, {}, {}, kernels[i].launch);
-  }
+  for (size_t i = 0; i < 2; i++)
+    launch_on_cpu(kernels[i], sources[i].first, "k");
   uint64_t offset = static_cast<uint64_t>(salt);
   EXPECT_EQ(*static_cast<uint64_t*>(smallest->ptr()), *std::min_element(xv.begin(), xv.end()) + offset);
   EXPECT_EQ(*static_cast<uint64_t*>(largest->ptr()), *std::max_element(xv.begin(), xv.end()) + offset);
