@@ -20,6 +20,18 @@ from mnist import conv_block  # noqa: E402, F401  (the demo's block, for tests t
 
 DEVICE = "tiny"
 
+
+def _cpu_lowering():
+    try:
+        return torch.tiny.get_device_name().startswith("tiny CPU")
+    except RuntimeError:  # the device cannot run here: every test skips (see below)
+        return True
+
+
+# The CPU device's lowering (TINY_DEVICE unset); a GPU device's (TINY_DEVICE=CL) realizes row reductions in kernels
+# of their own and reads operands as they are stored.
+CPU_LOWERING = _cpu_lowering()
+
 FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 ALL_DTYPES = FLOAT_DTYPES + INT_DTYPES + (torch.bool,)

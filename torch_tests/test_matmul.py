@@ -3,7 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import check, counting, rand, tol
+from conftest import CPU_LOWERING, check, counting, rand, tol
 
 FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 DTYPES = FLOATS + (torch.int32, torch.int64)
@@ -138,6 +138,28 @@ def test_a_few_rows_times_a_large_row_major_weight_match_cpu(dtype):
     if dtype != torch.float32:
         x, w = rand(8, 32, 14, 14, dtype=dtype, seed=5), rand(64, 32, 3, 3, dtype=dtype, seed=6)
         check(lambda x, w: F.conv2d(x, w, padding=1), x, w, **close)
+
+
+@pytest.mark.skipif(not CPU_LOWERING, reason="the CPU lowering's copy (a GPU device reads a as stored; 18 s on PoCL)")
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float64), ids=str)
+def test_a_transposed_left_operand_matches_cpu(dtype):
+    """a.t() @ b with a's rows 512 B or more apart, 1 MiB or more of them walked, reads a from a copy with the reduced
+    axis innermost: with an epilogue, batched, and as a linear layer's weight gradient (grad_output stored
+    tokens-major)."""
+    close = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else tol(dtype)
+    a, b = rand(1024, 512, dtype=dtype), rand(1024, 128, dtype=dtype, seed=1)
+    check(lambda a, b: a.t() @ b, a, b, **close)
+    check(lambda c, a, b: torch.addmm(c, a.t(), b, beta=0.5), rand(512, 128, dtype=dtype, seed=2), a, b, **close)
+    x, y = rand(2, 1024, 256, dtype=dtype, seed=3), rand(2, 1024, 64, dtype=dtype, seed=4)
+    check(lambda x, y: torch.bmm(x.transpose(1, 2), y), x, y, **close)
+
+    def weight_grad(x, w, g):
+        w = w.clone().requires_grad_()
+        F.linear(x, w).backward(g)
+        return w.grad
+
+    x, w, g = rand(2048, 256, dtype=dtype, seed=5), rand(128, 256, dtype=dtype, seed=6), rand(2048, 128, dtype=dtype)
+    check(weight_grad, x, w, g, **close)
 
 
 @pytest.mark.parametrize("shapes", [((1, 0, 3), (1, 3, 1)), ((1, 2, 0), (1, 0, 1)), ((1, 2, 3), (1, 3, 0))])

@@ -6,7 +6,16 @@ reduction fusing with its elementwise inputs and epilogue.
 
 import pytest
 import torch
-from conftest import ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, check, check_devices, counting, recorded_warnings
+from conftest import (
+    ALL_DTYPES,
+    CPU_LOWERING,
+    FLOAT_DTYPES,
+    INT_DTYPES,
+    check,
+    check_devices,
+    counting,
+    recorded_warnings,
+)
 
 NAN, INF = float("nan"), float("inf")
 DIMS = (None, 0, -1, (0, 2), ())
@@ -335,16 +344,8 @@ def test_reductions_of_reductions_and_their_gradients():
 # Fusion: a reduction absorbs its elementwise inputs and epilogue
 
 
-# The CPU device's lowering computes a row's reductions in the kernel that writes the row (row kernels);
-# a GPU device's (TINY_DEVICE=CL) realizes them in kernels of their own.
-def _cpu_lowering():
-    try:
-        return torch.tiny.get_device_name().startswith("tiny CPU")
-    except RuntimeError:  # the device cannot run here: every test skips (conftest)
-        return True
-
-
-CPU_LOWERING = _cpu_lowering()
+# The CPU device's lowering (CPU_LOWERING) computes a row's reductions in the kernel that writes the row (row
+# kernels); a GPU device's (TINY_DEVICE=CL) realizes them in kernels of their own.
 
 
 def kernels_of(fn, *inputs):
