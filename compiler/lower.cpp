@@ -917,6 +917,14 @@ bool lanes_pay(const Kernel& k) {
   return true;
 }
 
+// Whether a kernel loads from the buffer it stores to (its outputs stored twice must be the same values: see
+// lower_blocked's overlapping vectors).
+bool reads_output(const Kernel& k) {
+  const UOpPtr& written = k.ast->src[0]->src[0];
+  return std::ranges::any_of(toposort(k.ast),
+                             [&](const UOpPtr& n) { return n->op == Ops::LOAD && n->src[0] == written; });
+}
+
 // Whether a kernel stores its lanes apart (not one vector store).
 bool lanes_stored_apart(const Kernel& k) {
   const UOp* lane = lane_node(k);
@@ -1314,7 +1322,7 @@ namespace {
 
 // unmerged: each dim its own loop, and only a kernel with vector lanes over one of them, else none (see below).
 std::optional<Kernel> lower_kernel_at(const BufferRef& out, const View& out_region, const UOpPtr& value_in,
-                                      const Target& target, bool unmerged = false) {
+                                      const Target& target, bool unmerged = false, bool odd_lanes = false) {
   LoopPlan plan = plan_loops(out_region, value_in);
   if (target.gpu()) return lower_kernel_gpu(out, out_region, plan, target);
   if (unmerged) { // a loop for each dim of more than one element (dims of one join the loop before, or the first)
@@ -1389,7 +1397,12 @@ std::optional<Kernel> lower_kernel_at(const BufferRef& out, const View& out_regi
       // tiles of 32 or 16 rows, then 16 rows by one vector (see below), then the register block
       for (auto [tile_rows, one_vector] : {std::pair{32, false}, {16, false}, {16, true}, {0, false}}) {
         const bool tiles = tile_rows > 0;
-        if (loops[g] % kLanes != 0 || (tiles && !try_tiles)) continue;
+        // odd_lanes: only a loop that does not divide into vectors, longer than one, not the threads' (its last vector
+        // overlaps the one before, see lower_blocked: two threads would store the same outputs), in a sum of 64 terms
+        // or fewer that stores its lanes together and reads nothing it writes (see short_contiguous_sum)
+        const bool odd = loops[g] % kLanes != 0;
+        if (odd != odd_lanes || (tiles && !try_tiles)) continue;
+        if (odd && (tiles || g == 0 || loops[g] < kLanes)) continue;
         Shape up(loops.size(), 1);
         // two vectors (with 32 registers) when the loop keeps two iterations (the outermost: enough to share
         // among threads)
@@ -1420,7 +1433,12 @@ std::optional<Kernel> lower_kernel_at(const BufferRef& out, const View& out_regi
             const bool free = h == 0 && loops[g] / (up[g] * kLanes) >= 8;
             // 6 and 5 too: a ViT's 65 tokens took blocks of one row by two vectors, a scalar load and two vector
             // loads for two products (its step's kernels on one Sapphire Rapids thread: 202 -> 168 ms)
-            int64_t u = wide ? rows(h, {8, 7, 6, 5, 4, 3, 2}, free) : rows(h, {4, 3, 2}, free);
+            // (odd lanes, one vector: as many rows as divide the loop up to 16, a ViT's 65 queries 13, whose
+            // multiply-adds then hide their latency; 5 rows: the scores of (128, 65, 32) x (128, 32, 65), one thread,
+            // 437 us, 13: 390)
+            int64_t u = wide && odd ? rows(h, {16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2}, free)
+                        : wide      ? rows(h, {8, 7, 6, 5, 4, 3, 2}, free)
+                                    : rows(h, {4, 3, 2}, free);
             if (u > best && acc * u <= budget && best < 4) row = h, best = u;
           }
           if (row == g || (wide && budget == 24 && acc > 8)) break;
@@ -1433,7 +1451,7 @@ std::optional<Kernel> lower_kernel_at(const BufferRef& out, const View& out_regi
         Shape order_loops = loops, order_up = up;
         size_t lane_at = g;
         for (size_t h = 0; h < g; h++)
-          if (up[h] > 1 && (h > 0 || loops[g] / (up[g] * kLanes) >= 8)) {
+          if (up[h] > 1 && (h > 0 || (!odd && loops[g] / (up[g] * kLanes) >= 8))) {
             order_groups.erase(order_groups.begin() + static_cast<std::ptrdiff_t>(g));
             order_groups.insert(order_groups.begin() + static_cast<std::ptrdiff_t>(h), groups[g]);
             for (Shape* v : {&order_loops, &order_up}) {
@@ -1481,8 +1499,9 @@ std::optional<Kernel> lower_kernel_at(const BufferRef& out, const View& out_regi
           continue;
         }
         if (fallback) return *fallback; // the one-vector try did not form tiles
-        if (lanes_pay(k)) return k;
+        if (lanes_pay(k) && !(odd && (reads_output(k) || lanes_stored_apart(k) || longest_reduction(k) > 64))) return k;
       }
+  if (odd_lanes) return std::nullopt;
   // Loops are coalesced by the last views of the reads; a read through a copy laid out in panels (see panel_copy) walks
   // a merged loop only through divisions by the panel (a transposed convolution's weight gradient, its output channels
   // and taps one loop (4096 of them), the panel's lanes its channels: no lanes paid, 4 x 16 scalar accumulators). Each
@@ -1490,6 +1509,12 @@ std::optional<Kernel> lower_kernel_at(const BufferRef& out, const View& out_regi
   if (unmerged) return std::nullopt;
   if (has_reduce && !bitcast && std::ranges::any_of(groups, [](const auto& g) { return g.size() > 1; }))
     if (std::optional<Kernel> k = lower_kernel_at(out, out_region, value_in, target, true)) return k;
+  // Lanes along a loop that does not divide into vectors, where no loop does (merged, then each dim a loop):
+  // attention's scores over 65 keys
+
+  if (has_reduce && !bitcast)
+    for (bool each_dim : {false, true})
+      if (std::optional<Kernel> k = lower_kernel_at(out, out_region, value_in, target, each_dim, true)) return k;
   if (!has_reduce)
     if (std::optional<Kernel> k = lower_transposed_copy(out, out_region, plan)) return *k;
   Shape up(loops.size(), 1);
@@ -1636,7 +1661,7 @@ UOpPtr copied_in_order(const UOpPtr& x, const std::vector<int64_t>& order) {
 int64_t lane_stride(const ShapeTracker& st, size_t d, int64_t panel) {
   const Shape shape = st.shape();
   int64_t step = shape[d] % panel == 0 ? panel : kLanes;
-  if (shape[d] % kLanes != 0) return -1;
+  if (shape[d] < kLanes) return -1;
   std::vector<UOpPtr> idx;
   UOpPtr lane = UOp::make(Ops::RANGE, kIndex, {idx_const(kLanes)}, static_cast<int64_t>(shape.size()) + 1);
   for (size_t e = 0; e < shape.size(); e++) {
@@ -1994,8 +2019,8 @@ UOpPtr reduced_innermost_copy(const UOpPtr& m, const std::vector<int64_t>& axes)
 // small reads that stride along d (a convolution's filters along the output channels) are read from
 // copies laid out with d innermost. Records those copies in `replace` and returns true when some
 // dim d works.
-bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replace, int64_t reuse,
-                 const Target& target) {
+bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replace, int64_t reuse, const Target& target,
+                 bool odd_lanes) {
   const UOpPtr& src = n->src[0];
   const int64_t panel = panel_lanes(target);
   const auto& axes = n->reduce_arg().axes;
@@ -2012,9 +2037,12 @@ bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replac
       reads.push_back(m), windows.push_back(m);
   // A window unfolded for its lanes (unfolded_window) only where no dim has lanes without it: a 7 x 7 stride-2
   // convolution to 64 channels keeps its lanes along the channels (3.5 ms, against 5.2 along unfolded columns).
+  // odd_lanes: a dim of more than 16 that does not divide into vectors may take them too (attention's scores over a
+  // ViT's 65 tokens: lanes along the keys), its last vector overlapping the one before (see lower_blocked).
   for (int pass = 0; pass < 2; pass++)
     for (size_t d = src->shape.size(); d-- > 0;) {
-      if (reduced(d) || src->shape[d] % kLanes != 0) continue;
+      const bool odd = src->shape[d] % kLanes != 0;
+      if (reduced(d) || (odd && (!odd_lanes || src->shape[d] < kLanes))) continue;
       std::vector<UOpPtr> copies, panels, reordered;
       std::vector<std::pair<UOpPtr, UOpPtr>> padded_lanes; // reads and their padded copies (padded_lane_copy)
       bool ok = true;
@@ -2071,17 +2099,51 @@ bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replac
   return false;
 }
 
+// The reductions a value reads through elementwise ops and reshapes only: their output dims are the value's, in order.
+std::unordered_set<const UOp*> reductions_read_in_place(const UOpPtr& value) {
+  std::unordered_set<const UOp*> seen, found;
+  std::vector<UOpPtr> stack{value};
+  while (!stack.empty()) {
+    UOpPtr n = stack.back();
+    stack.pop_back();
+    if (!seen.insert(n.get()).second) continue;
+    if (n->op == Ops::REDUCE)
+      found.insert(n.get());
+    else if (n->op != Ops::VIEW || is_reshape(n))
+      stack.insert(stack.end(), n->src.begin(), n->src.end());
+  }
+  return found;
+}
+
+// Whether every read of a sum walks its reduced axes contiguously and they hold 64 elements or fewer (attention's
+// scores over a head's 32 features): its loop vectorized along them is a few multiply-adds and a horizontal sum an
+// output. Where the CPU device's kernel stores the sum in place (reductions_read_in_place), its reads are copied for
+// lanes along an output dim from 16 reads an element (not 256), and a dim that does not divide into vectors may take
+// them (lane_copies' odd_lanes, lower_kernel_at's): q @ k.transpose(-2, -1) of (128, 65, 32), one Sapphire Rapids
+// thread, 975 us -> 98 (the keys' copy) + 390; scaled_dot_product_attention's forward and backward over (32, 4, L, 32),
+// 5.8 -> 3.6 ms at L = 65, 4.2 -> 2.7 at 64, 17.9 -> 10.8 at 128. No model of bench/training_step.py changed (the
+// ViT's attention reads its packed projection through views that realize later; its backward stores transposed).
+bool short_contiguous_sum(const UOpPtr& n) {
+  int64_t len = 1;
+  for (int64_t a : n->reduce_arg().axes)
+    len *= n->src[0]->shape[static_cast<size_t>(a)];
+  return len <= 64 && reads_reduced_contiguously(n);
+}
+
 } // namespace
 
 UOpPtr contiguous_reduce_layout(const UOpPtr& value_in, const Target& target) {
   const UOpPtr& value = value_in;
   std::unordered_map<const UOp*, UOpPtr> replace;
+  const std::unordered_set<const UOp*> in_place = reductions_read_in_place(value);
   for (const UOpPtr& n : toposort(value)) {
     if (n->op != Ops::REDUCE || n->reduce_arg().op != Ops::ADD) continue;
     const UOpPtr& src = n->src[0];
-    // lanes need no copy, or one of a read reused at least 16 times (256 where the reduction could
-    // instead vectorize along a contiguous reduced axis)
-    if (lane_copies(n, replace, reads_reduced_contiguously(n) ? 256 : 16, target)) continue;
+    // lanes need no copy, or one of a read reused at least 16 times (256 where the reduction could instead vectorize
+    // along a contiguous reduced axis of more than 64 elements; a shorter one, attention's scores over a head's
+    // features, may take lanes along a dim that does not divide into vectors: see short_contiguous_sum)
+    const bool short_sum = !target.gpu() && in_place.count(n.get()) && short_contiguous_sum(n);
+    if (lane_copies(n, replace, reads_reduced_contiguously(n) && !short_sum ? 256 : 16, target, short_sum)) continue;
     int64_t work = prod(src->shape);
     // Windows of computed values; and of padded buffers whose innermost reduced axis the window strides (a transposed
     // convolution to few channels, its sum over the input channels a plane apart), where the sum is long enough that

@@ -162,6 +162,23 @@ def test_a_transposed_left_operand_matches_cpu(dtype):
     check(weight_grad, x, w, g, **close)
 
 
+@pytest.mark.parametrize("length", (65, 17, 100, 64), ids=str)
+def test_scores_over_a_short_contiguous_sum_match_cpu(length):
+    """q @ k.transpose(-2, -1) over heads of 64 features or fewer (a sum each of whose reads walks contiguously) has
+    lanes along the keys, k read from a copy laid out keys-innermost; a key count that does not divide into vectors
+    (65, 17, 100) ends on a vector overlapping the one before; with an epilogue, batched, and where the result is
+    stored transposed (no lanes then)."""
+    close = dict(rtol=1e-4, atol=1e-4)
+    q, k = rand(2, 3, length, 32), rand(2, 3, length, 32, seed=1)
+    check(lambda q, k: q @ k.transpose(-2, -1), q, k, **close)
+    mask = rand(length, length, seed=2)
+    check(lambda q, k, m: (q @ k.transpose(-2, -1) * 0.125 + m).softmax(-1), q, k, mask, **close)
+    check(lambda q, k: (q @ k.transpose(-2, -1)).transpose(-2, -1).contiguous(), q, k, **close)
+    check(lambda q, k: q[..., :16] @ k[..., :16].transpose(-2, -1), q, k, **close)
+    x, y = rand(length, 64, dtype=torch.float64, seed=3), rand(length, 64, dtype=torch.float64, seed=4)
+    check(lambda x, y: x @ y.t(), x, y)
+
+
 @pytest.mark.parametrize("shapes", [((1, 0, 3), (1, 3, 1)), ((1, 2, 0), (1, 0, 1)), ((1, 2, 3), (1, 3, 0))])
 def test_bmm_of_an_empty_or_zero_filled_result_skips_the_dtype_check_as_cpu(shapes):
     """torch.bmm returns an empty or zero-filled result (batch2's dtype) before it checks the dtypes: a bool batch1
