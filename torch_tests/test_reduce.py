@@ -425,3 +425,15 @@ def test_a_sum_of_one_element_starts_from_zero_as_torchs():
         lambda x: torch.nn.functional.conv_transpose1d(x, -torch.ones(1, 1, 1, device=x.device), stride=2),
     ):
         check(lambda x, fn=fn: 1 / fn(x), x)
+
+
+@pytest.mark.parametrize("width", (1000, 33, 973), ids=str)
+def test_a_column_reduction_of_a_width_not_a_multiple_of_the_lanes_matches_cpu(width):
+    """x.sum(0) and its kin over a width that does not divide into 16 lanes: one loop of vectors, the last overlapping
+    the one before, split so that the two run on one thread (973: 61 vectors, a prime, one thread for all); it was a
+    scalar walk down each column (4096 x 1000: 28 ms)."""
+    x = torch.randn(4096 if width == 1000 else 300, width, generator=torch.Generator().manual_seed(width))
+    check(lambda x: x.sum(0), x, rtol=1e-4, atol=1e-3)
+    check(lambda x: x.amax(0), x)
+    check(lambda x: x.mean(0), x, rtol=1e-4, atol=1e-5)
+    check(lambda x: x.to(torch.int32).sum(0), x)
