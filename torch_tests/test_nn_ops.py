@@ -518,6 +518,23 @@ def test_glu_and_its_gradient():
     check(lambda t, o: torch._C._nn.glu(t, -1, out=o), torch.ones(2, 4), torch.empty(0))
 
 
+def test_multi_head_attention_sequence_first_and_its_gradients():
+    """nn.MultiheadAttention's sequence-first layout (a ViT's encoder): 65 tokens, batch 8, 4 heads of 16. Its key and
+    query gradients read the packed projection sequence-first; their register blocks run along the tokens, whose rows
+    share a load, not along the batch."""
+    x = _seeded((65, 8, 64), 1)
+    in_w, in_b = _seeded((192, 64), 2) * 0.1, _seeded((192,), 3) * 0.1
+    out_w, out_b = _seeded((64, 64), 4) * 0.1, _seeded((64,), 5) * 0.1
+
+    def mha(x, in_w, in_b, out_w, out_b):
+        y, _ = F.multi_head_attention_forward(
+            x, x, x, 64, 4, in_w, in_b, None, None, False, 0.0, out_w, out_b, need_weights=False
+        )
+        return y
+
+    check_grads(mha, x, in_w, in_b, out_w, out_b, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("causal", (False, True), ids=("full", "causal"))
 def test_attention_of_a_sequence_not_a_multiple_of_the_lanes_and_its_gradients(causal):
     """scaled_dot_product_attention over 65 positions (a ViT's 64 patches and its class token), heads of 32: torch's
