@@ -1,6 +1,7 @@
 """Reductions on tiny against PyTorch eager and torch.compile (Inductor) on the CPU, in one process,
 contenders interleaved round by round (bench/common.py): sum of 16M, softmax, layer_norm and
-log_softmax + nll_loss of (4096, 1024), float32. A copy into a preallocated tensor gives the machine's
+log_softmax + nll_loss of (4096, 1024), and a column sum of (4096, 1000) (a 1000-class layer's bias gradient over a
+large batch: its width does not divide into 16 lanes), float32. A copy into a preallocated tensor gives the machine's
 bandwidth for scale.
 
 Run: .venv/bin/python bench/reductions.py [rounds] [--no-compile] [--cpu-time] (--cpu-time: bench/common.py)
@@ -34,6 +35,7 @@ def main():
             lambda a, y: F.nll_loss(a.log_softmax(-1), y),
             (torch.randn(4096, 1024, generator=g), torch.randint(0, 1024, (4096,), generator=g)),
         ),
+        "column sum (4096, 1000)": (lambda a: a.sum(0), (torch.randn(4096, 1000, generator=g),)),
     }
     for name, (fn, args) in cases.items():
         tiny_args = tuple(a.to("tiny") for a in args)
