@@ -1412,15 +1412,15 @@ std::optional<Kernel> lower_kernel_at(const BufferRef& out, const View& out_regi
     float32_reads = float32_reads && (n->op != Ops::BUFFER || n->dtype == DType::Float32);
   }
   std::optional<Kernel> fallback; // a tile block of 16 rows by two vectors, when one vector does not form tiles
-  std::vector<bool> unshared(loops.size(), false); // row loops whose rows were found to share no load (see below)
   if (has_reduce && !bitcast)
     for (size_t g = loops.size(); g-- > 0;)
       // tiles of 32 or 16 rows, then 16 rows by one vector (see below), then the register block
       for (auto [tile_rows, one_vector] : {std::pair{32, false}, {16, false}, {16, true}, {0, false}}) {
         const bool tiles = tile_rows > 0;
         // odd_lanes: only a loop that does not divide into vectors, longer than one, not the threads' (its last vector
-        // overlaps the one before, see lower_blocked: two threads would store the same outputs), in a sum of 64 terms
-        // or fewer that stores its lanes together and reads nothing it writes (see short_contiguous_sum)
+        // overlaps the one before, see lower_blocked: two threads would store the same outputs) unless it is the only
+        // loop (see below), in a kernel that stores its lanes together and reads nothing it writes, and of a sum of 64
+        // terms or fewer (see short_contiguous_sum) unless it is the only loop
         const bool odd = loops[g] % kLanes != 0;
         if (odd != odd_lanes || (tiles && !try_tiles)) continue;
         if (odd && (tiles || (g == 0 && loops.size() > 1) || loops[g] < kLanes)) continue;
@@ -1440,105 +1440,112 @@ std::optional<Kernel> lower_kernel_at(const BufferRef& out, const View& out_regi
             break;
           }
         if (tiles && prod(up) == up[g]) continue;
+        // (tried again where the rows chosen share no load, see below)
+        std::vector<bool> unshared(loops.size(), false); // row loops whose rows were found to share no load
         const Shape lanes_up = up;
-      retry_rows:
-        up = lanes_up;
-        // rows: the innermost loop that unrolls by 4 or more (its loads share cache lines), else the one
-        // that unrolls furthest; then, while that leaves at most 8 accumulators, a second one as far as
-        // 24 (registers: 32 vectors). With half the registers (AVX2): one vector, up to 4 rows.
-        for (int64_t budget : {wide ? 16 : 4, wide ? 24 : 4}) {
-          if (tiles) break;
-          size_t row = g;
-          int64_t acc = prod(up), best = 1;
-          for (size_t h = loops.size(); h-- > 0;) {
-            if (h == g || up[h] > 1 || unshared[h]) continue;
-            // a short outermost loop (x @ w of 32 rows) unrolls where the lanes' loop can take its place: each
-            // row of w then read once a block of rows, not once a row (32 x 1024 by 1024 x 1024, one thread: 5.4 ms)
-            const bool free = h == 0 && loops[g] / (up[g] * kLanes) >= 8;
-            // 6 and 5 too: a ViT's 65 tokens took blocks of one row by two vectors, a scalar load and two vector
-            // loads for two products (its step's kernels on one Sapphire Rapids thread: 202 -> 168 ms)
-            // (odd lanes, one vector: as many rows as divide the loop up to 16, a ViT's 65 queries 13, whose
-            // multiply-adds then hide their latency; 5 rows: the scores of (128, 65, 32) x (128, 32, 65), one thread,
-            // 437 us, 13: 390)
-            int64_t u = wide && odd ? rows(h, {16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2}, free)
-                        : wide      ? rows(h, {8, 7, 6, 5, 4, 3, 2}, free)
-                                    : rows(h, {4, 3, 2}, free);
-            if (u > best && acc * u <= budget && best < 4) row = h, best = u;
-          }
-          if (row == g || (wide && budget == 24 && acc > 8)) break;
-          up[row] = best;
-        }
-        // Loop order: the lane loop runs outside the rows' loops, so that its operand's panel (a block of
-        // columns of x @ w's w, reduce length x 32) stays in cache while every row block reads it; the
-        // outermost loop keeps 8 iterations or more to share among threads.
-        auto order_groups = groups;
-        Shape order_loops = loops, order_up = up;
-        size_t lane_at = g;
-        for (size_t h = 0; h < g; h++)
-          if (up[h] > 1 && (h > 0 || (!odd && loops[g] / (up[g] * kLanes) >= 8))) {
-            order_groups.erase(order_groups.begin() + static_cast<std::ptrdiff_t>(g));
-            order_groups.insert(order_groups.begin() + static_cast<std::ptrdiff_t>(h), groups[g]);
-            for (Shape* v : {&order_loops, &order_up}) {
-              int64_t x = (*v)[g];
-              v->erase(v->begin() + static_cast<std::ptrdiff_t>(g));
-              v->insert(v->begin() + static_cast<std::ptrdiff_t>(h), x);
+        std::optional<Kernel> lowered;
+        for (bool retry = true; retry;) {
+          up = lanes_up;
+          // rows: the innermost loop that unrolls by 4 or more (its loads share cache lines), else the one
+          // that unrolls furthest; then, while that leaves at most 8 accumulators, a second one as far as
+          // 24 (registers: 32 vectors). With half the registers (AVX2): one vector, up to 4 rows.
+          for (int64_t budget : {wide ? 16 : 4, wide ? 24 : 4}) {
+            if (tiles) break;
+            size_t row = g;
+            int64_t acc = prod(up), best = 1;
+            for (size_t h = loops.size(); h-- > 0;) {
+              if (h == g || up[h] > 1 || unshared[h]) continue;
+              // a short outermost loop (x @ w of 32 rows) unrolls where the lanes' loop can take its place: each
+              // row of w then read once a block of rows, not once a row (32 x 1024 by 1024 x 1024, one thread: 5.4 ms)
+              const bool free = h == 0 && loops[g] / (up[g] * kLanes) >= 8;
+              // 6 and 5 too: a ViT's 65 tokens took blocks of one row by two vectors, a scalar load and two vector
+              // loads for two products (its step's kernels on one Sapphire Rapids thread: 202 -> 168 ms)
+              // (odd lanes, one vector: as many rows as divide the loop up to 16, a ViT's 65 queries 13, whose
+              // multiply-adds then hide their latency; 5 rows: the scores of (128, 65, 32) x (128, 32, 65), one thread,
+              // 437 us, 13: 390)
+              int64_t u = wide && odd ? rows(h, {16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2}, free)
+                          : wide      ? rows(h, {8, 7, 6, 5, 4, 3, 2}, free)
+                                      : rows(h, {4, 3, 2}, free);
+              if (u > best && acc * u <= budget && best < 4) row = h, best = u;
             }
-            lane_at = h;
-            break;
+            if (row == g || (wide && budget == 24 && acc > 8)) break;
+            up[row] = best;
           }
-        // Tiles, the lanes outermost: their loop splits, the inner part innermost, so that the row blocks
-        // between read the inner part's panels from L2: 8 panels (512 KiB at 1024³) while the outer keeps 4
-        // iterations for the threads, else 8 outer iterations. 1024³ on one thread, a C loop nest in tiny's
-        // form: 2.37 ms the lanes' loop whole, 1.65-1.75 ms 4 panels at a time, 1.54-1.60 8, 1.52-1.55 16,
-        // 2.1 32 (1 MiB of panels and the rows' block: L2 misses).
-        std::pair<int64_t, int64_t> split{-1, 1};
-        int64_t lane_iters = order_loops[lane_at] / (order_up[lane_at] * kLanes);
-        if (tiles && lane_at == 0 && order_loops.size() > 1 && lane_iters % 8 == 0 && lane_iters >= 16)
-          split = {0, lane_iters / 8 >= 4 ? 8 : lane_iters / 8};
-        // Vector accumulators, the lanes outermost: the same split, as many panels (of 128 KiB at 1024³) as
-        // leave the outer 8 iterations and two per thread of the target, so that a block of rows is read from L3
-        // once per few panels, not once per panel. 1024³ float32 on one thread (C harness): 12.8 ms the
-        // lanes' loop whole, 12.4 2 panels at a time, 12.2 4, 11.9 8, 14.4 16.
-        const int64_t min_outer = std::max<int64_t>(8, 2 * target.threads);
-        for (int64_t inner : {8, 4, 2})
-          if (!tiles && wide && float32_reads && split.first < 0 && lane_at == 0 && order_loops.size() > 1 &&
-              lane_iters % inner == 0 && lane_iters / inner >= min_outer)
-            split = {0, inner};
-        // A kernel of one loop with odd lanes (a column sum of (4096, 1000), scalar otherwise, each column a walk
-        // through lines 4000 bytes apart: 28 ms on one thread, 1.2 with lanes): its vectors split into an outer loop,
-        // the threads', and an inner one of the smallest divisor, so that the last two, which overlap, run on one
-        // thread (a prime count of vectors: one outer iteration).
-        if (odd && g == 0) {
-          const int64_t blocks = (loops[0] + kLanes - 1) / kLanes;
-          int64_t inner = blocks;
-          for (int64_t i = 2; i <= blocks; i++)
-            if (blocks % i == 0) {
-              inner = i;
+          // Loop order: the lane loop runs outside the rows' loops, so that its operand's panel (a block of
+          // columns of x @ w's w, reduce length x 32) stays in cache while every row block reads it; the
+          // outermost loop keeps 8 iterations or more to share among threads.
+          auto order_groups = groups;
+          Shape order_loops = loops, order_up = up;
+          size_t lane_at = g;
+          for (size_t h = 0; h < g; h++)
+            if (up[h] > 1 && (h > 0 || (!odd && loops[g] / (up[g] * kLanes) >= 8))) {
+              order_groups.erase(order_groups.begin() + static_cast<std::ptrdiff_t>(g));
+              order_groups.insert(order_groups.begin() + static_cast<std::ptrdiff_t>(h), groups[g]);
+              for (Shape* v : {&order_loops, &order_up}) {
+                int64_t x = (*v)[g];
+                v->erase(v->begin() + static_cast<std::ptrdiff_t>(g));
+                v->insert(v->begin() + static_cast<std::ptrdiff_t>(h), x);
+              }
+              lane_at = h;
               break;
             }
-          split = {0, inner};
+          // Tiles, the lanes outermost: their loop splits, the inner part innermost, so that the row blocks
+          // between read the inner part's panels from L2: 8 panels (512 KiB at 1024³) while the outer keeps 4
+          // iterations for the threads, else 8 outer iterations. 1024³ on one thread, a C loop nest in tiny's
+          // form: 2.37 ms the lanes' loop whole, 1.65-1.75 ms 4 panels at a time, 1.54-1.60 8, 1.52-1.55 16,
+          // 2.1 32 (1 MiB of panels and the rows' block: L2 misses).
+          std::pair<int64_t, int64_t> split{-1, 1};
+          int64_t lane_iters = order_loops[lane_at] / (order_up[lane_at] * kLanes);
+          if (tiles && lane_at == 0 && order_loops.size() > 1 && lane_iters % 8 == 0 && lane_iters >= 16)
+            split = {0, lane_iters / 8 >= 4 ? 8 : lane_iters / 8};
+          // Vector accumulators, the lanes outermost: the same split, as many panels (of 128 KiB at 1024³) as
+          // leave the outer 8 iterations and two per thread of the target, so that a block of rows is read from L3
+          // once per few panels, not once per panel. 1024³ float32 on one thread (C harness): 12.8 ms the
+          // lanes' loop whole, 12.4 2 panels at a time, 12.2 4, 11.9 8, 14.4 16.
+          const int64_t min_outer = std::max<int64_t>(8, 2 * target.threads);
+          for (int64_t inner : {8, 4, 2})
+            if (!tiles && wide && float32_reads && split.first < 0 && lane_at == 0 && order_loops.size() > 1 &&
+                lane_iters % inner == 0 && lane_iters / inner >= min_outer)
+              split = {0, inner};
+          // A kernel of one loop with odd lanes (a column sum of (4096, 1000), scalar otherwise, each column a walk
+          // through lines 4000 bytes apart: 28 ms on one thread, 1.2 with lanes): its vectors split into an outer loop,
+          // the threads', and an inner one of the smallest divisor, so that the last two, which overlap, run on one
+          // thread (a prime count of vectors: one outer iteration).
+          if (odd && g == 0) {
+            const int64_t blocks = (loops[0] + kLanes - 1) / kLanes;
+            int64_t inner = blocks;
+            for (int64_t i = 2; i <= blocks; i++)
+              if (blocks % i == 0) {
+                inner = i;
+                break;
+              }
+            split = {0, inner};
+          }
+          lowered = lower_blocked(out, out_region, value, order_groups, order_loops, order_up,
+                                  static_cast<int64_t>(lane_at), {}, split);
+          // Rows along a loop that every load of the sums depends on (a batch: attention's key gradient over 8 images,
+          // 16 vector loads and 8 broadcasts for 16 multiply-adds) are tried instead along a loop some load does not,
+          // whose rows share that load: a ViT's key and query gradients (sequence-first, 65 tokens, rows along them),
+          // one thread, 2.4 -> 0.85, 1.8 -> 0.55, 2.2 -> 0.9 ms; no kernel of the other models of training_step.py
+          // changed.
+          retry = false;
+          if (!tiles) {
+            std::vector<bool> shares = loops_sharing_loads(*lowered);
+            auto at = [&](size_t h) {
+              return static_cast<size_t>(std::ranges::find(order_groups, groups[h]) - order_groups.begin());
+            };
+            bool moved = false;
+            for (size_t h = 0; h < loops.size() && !moved; h++)
+              if (h != g && up[h] > 1 && !shares[at(h)])
+                for (size_t o = 0; o < loops.size(); o++)
+                  if (o != g && up[o] == 1 && shares[at(o)] && !unshared[o] && rows(o, {8, 7, 6, 5, 4, 3, 2}) > 1) {
+                    unshared[h] = moved = true;
+                    break;
+                  }
+            retry = moved;
+          }
         }
-        Kernel k = lower_blocked(out, out_region, value, order_groups, order_loops, order_up,
-                                 static_cast<int64_t>(lane_at), {}, split);
-        // Rows along a loop that every load of the sums depends on (a batch: attention's key gradient over 8 images, 16
-        // vector loads and 8 broadcasts for 16 multiply-adds) are tried instead along a loop some load does not, whose
-        // rows share that load: a ViT's key and query gradients (sequence-first, 65 tokens, rows along them), one
-        // thread, 2.4 -> 0.85, 1.8 -> 0.55, 2.2 -> 0.9 ms; no kernel of the other models of training_step.py changed.
-        if (!tiles) {
-          std::vector<bool> shares = loops_sharing_loads(k);
-          auto at = [&](size_t h) {
-            return static_cast<size_t>(std::ranges::find(order_groups, groups[h]) - order_groups.begin());
-          };
-          bool moved = false;
-          for (size_t h = 0; h < loops.size() && !moved; h++)
-            if (h != g && up[h] > 1 && !shares[at(h)])
-              for (size_t o = 0; o < loops.size(); o++)
-                if (o != g && up[o] == 1 && shares[at(o)] && !unshared[o] && rows(o, {8, 7, 6, 5, 4, 3, 2}) > 1) {
-                  unshared[h] = moved = true;
-                  break;
-                }
-          if (moved) goto retry_rows;
-        }
+        Kernel k = std::move(*lowered);
         // A block of 32 rows whose output strides along the lanes (a bfloat16 convolution's NCHW output, the
         // lanes its channels) writes 1024 cache lines per block, reused by the next block (the next pixel)
         // only if they stay in L1: 16 rows (512 lines) ran the 128 x 64 x 14 x 14 forward kernel in 2.34 ms
@@ -1569,8 +1576,7 @@ std::optional<Kernel> lower_kernel_at(const BufferRef& out, const View& out_regi
   if (has_reduce && !bitcast && std::ranges::any_of(groups, [](const auto& g) { return g.size() > 1; }))
     if (std::optional<Kernel> k = lower_kernel_at(out, out_region, value_in, target, true)) return k;
   // Lanes along a loop that does not divide into vectors, where no loop does (merged, then each dim a loop):
-  // attention's scores over 65 keys
-
+  // attention's scores over 65 keys, a column sum of (4096, 1000)
   if (has_reduce && !bitcast)
     for (bool each_dim : {false, true})
       if (std::optional<Kernel> k = lower_kernel_at(out, out_region, value_in, target, each_dim, true)) return k;
