@@ -888,6 +888,8 @@ Kernel lower_blocked(const BufferRef& out, const View& out_region, const UOpPtr&
   for (int64_t s : kloops)
     name += "_" + std::to_string(s);
   Kernel k{name, ast, lw.buffers, kloops, lw.ivars, lw.fvars, lw.var_nodes, lw.must_realize};
+  k.stores_twice =
+      lane_group >= 0 && loops[static_cast<size_t>(lane_group)] % (up[static_cast<size_t>(lane_group)] * kLanes) != 0;
   k.launch.global[0] = kloops[0];
   if (lane_group >= 0 || lw.reduce_lanes_used) {
     k.lane_range = lane_id;

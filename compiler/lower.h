@@ -48,6 +48,10 @@ struct Kernel {
   // CPU: each contiguous vector load also prefetches what it will load in the next iteration of the outermost
   // loop (a layout copy whose reads the hardware prefetchers miss, see lower_transposed_copy).
   bool prefetch_next = false;
+  // CPU: some outputs are computed and stored twice (a lane loop that does not divide into vectors ends on one
+  // overlapping the vector before, see lower_blocked): the kernel must not write a buffer it reads, even where it
+  // reads each element only where it writes it (write_in_place).
+  bool stores_twice = false;
 };
 
 // GPU kernels: RANGE ids [kGroupRange, +3) are work-group ids and [kLocalRange, +3) thread ids within

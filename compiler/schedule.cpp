@@ -215,6 +215,7 @@ private:
 // value loads it at that STORE's index only (written in place, each element is read before it is written,
 // and by nothing after).
 bool reads_only_where_it_writes(const Kernel& k, int64_t slot) {
+  if (k.stores_twice) return false; // an element written, then read for its second computation
   for (const UOpPtr& st : k.ast->src) {
     if (st->op != Ops::STORE) return false;
     for (const UOpPtr& n : toposort(st->src[2]))

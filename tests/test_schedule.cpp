@@ -172,6 +172,7 @@ TEST(Schedule, ScoresOverAShortContiguousSumTakeLanesAlongTheKeys) {
     EXPECT_GE(lanes_of(s), 0) << L;
     bool overlaps = std::ranges::any_of(toposort(s.kernels[1].ast), [](const UOpPtr& n) { return n->op == Ops::MIN; });
     EXPECT_EQ(overlaps, L == 65);
+    EXPECT_EQ(s.kernels[1].stores_twice, L == 65);
   }
   auto copies_keys = [&](int64_t D, const Target& target = Target{}, bool transposed = false) {
     Schedule s = schedule_of(scores(65, D, transposed), target);
@@ -197,6 +198,7 @@ TEST(Schedule, AColumnSumOfAnOddWidthTakesOverlappingLanesOnOneThreadAtTheEnd) {
     EXPECT_GE(k.lane_range, 0);
     EXPECT_EQ(k.loops, (Shape{outer, inner})) << width;
     EXPECT_EQ(k.launch.global[0], outer);
+    EXPECT_TRUE(k.stores_twice); // never written in place over a buffer it reads (write_in_place)
   }
 }
 

@@ -177,6 +177,15 @@ def test_scores_over_a_short_contiguous_sum_match_cpu(length):
     check(lambda q, k: q[..., :16] @ k[..., :16].transpose(-2, -1), q, k, **close)
     x, y = rand(length, 64, dtype=torch.float64, seed=3), rand(length, 64, dtype=torch.float64, seed=4)
     check(lambda x, y: x @ y.t(), x, y)
+    # in place: outputs the overlapping vectors store twice must not be read back (write_in_place keeps c's buffer
+    # apart: the second computation read the first's result, adding q @ k.t() twice)
+    check(
+        lambda c, q, k: c.view(6, length, length).baddbmm_(q.view(6, length, 32), k.view(6, length, 32).mT),
+        rand(2, 3, length, length, seed=5),
+        q,
+        k,
+        **close,
+    )
 
 
 @pytest.mark.parametrize("shapes", [((1, 0, 3), (1, 3, 1)), ((1, 2, 0), (1, 0, 1)), ((1, 2, 3), (1, 3, 0))])

@@ -437,3 +437,5 @@ def test_a_column_reduction_of_a_width_not_a_multiple_of_the_lanes_matches_cpu(w
     check(lambda x: x.amax(0), x)
     check(lambda x: x.mean(0), x, rtol=1e-4, atol=1e-5)
     check(lambda x: x.to(torch.int32).sum(0), x)
+    # in place: outputs stored twice must not be read back (the overlapping vectors added their sums twice)
+    check(lambda o, x: o.add_(x.sum(0)), torch.ones(width), x, rtol=1e-4, atol=1e-3)
