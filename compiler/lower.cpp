@@ -2129,7 +2129,11 @@ bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replac
           }
         // a copy pays when each element is reused enough; windows and pads would be copied expanded
         int64_t size = prod(unbroadcast(m)->shape);
-        if (m->shape != src->shape || v.mask || !single || size > prod(m->src[0]->shape) || work < reuse * size) {
+        bool masked = false;
+        for (const View& w : m->st().views)
+          masked = masked || w.mask.has_value();
+        if (m->shape != src->shape || masked || (!single && !odd_lanes) || size > prod(m->src[0]->shape) ||
+            work < reuse * size) {
           ok = false;
           break;
         }
@@ -2188,13 +2192,26 @@ std::unordered_set<const UOp*> reductions_read_in_place(const UOpPtr& value) {
 // lanes along an output dim from 16 reads an element (not 256), and a dim that does not divide into vectors may take
 // them (lane_copies' odd_lanes, lower_kernel_at's): q @ k.transpose(-2, -1) of (128, 65, 32), one Sapphire Rapids
 // thread, 975 us -> 98 (the keys' copy) + 390; scaled_dot_product_attention's forward and backward over (32, 4, L, 32),
-// 5.8 -> 3.6 ms at L = 65, 4.2 -> 2.7 at 64, 17.9 -> 10.8 at 128. No model of bench/training_step.py changed (the
-// ViT's attention reads its packed projection through views that realize later; its backward stores transposed).
+// 5.8 -> 3.6 ms at L = 65, 4.2 -> 2.7 at 64, 17.9 -> 10.8 at 128. Of the models of bench/training_step.py only the
+// ViT's kernels changed (its attention's scores, below).
 bool short_contiguous_sum(const UOpPtr& n) {
   int64_t len = 1;
   for (int64_t a : n->reduce_arg().axes)
     len *= n->src[0]->shape[static_cast<size_t>(a)];
-  return len <= 64 && reads_reduced_contiguously(n);
+  if (len > 64) return false;
+  // Reads through several views, unmasked, count by the stride of their flat index along each reduced axis: a ViT's
+  // nn.MultiheadAttention reads q and k from its packed projection, (65, 32, 384) viewed as (128, 65, 32), which
+  // were copied whole first (2 x 0.1 ms), the scores summed with a horizontal sum an output (1.8 ms); now k alone
+  // is copied keys-innermost (0.3 ms) and the scores take lanes (0.85 ms), one thread.
+  for (const UOpPtr& m : own_buffer_reads(n)) {
+    if (m->shape != n->src[0]->shape) return false;
+    for (const View& v : m->st().views)
+      if (v.mask) return false;
+    for (int64_t a : n->reduce_arg().axes)
+      if (m->shape[static_cast<size_t>(a)] > 1)
+        if (int64_t st = lane_stride(m->st(), static_cast<size_t>(a), kLanes); st != 0 && st != 1) return false;
+  }
+  return true;
 }
 
 } // namespace

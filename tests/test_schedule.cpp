@@ -184,6 +184,18 @@ TEST(Schedule, ScoresOverAShortContiguousSumTakeLanesAlongTheKeys) {
   gpu.dialect = Dialect::OpenCL;
   EXPECT_FALSE(copies_keys(32, gpu));
   EXPECT_FALSE(copies_keys(32, Target{}, true));
+  // q and k read through two views of a packed projection (nn.MultiheadAttention's (65, 32, 384), sequence-first, as
+  // (128, 65, 32)): their flat index walks the features contiguously all the same
+  auto packed = input({65, 32, 384});
+  auto head = [&](int64_t part) {
+    auto x = shrink(packed, {{0, 65}, {0, 32}, {part * 128, part * 128 + 128}});
+    return reshape(permute(reshape(x, {65, 32, 4, 32}), {1, 2, 0, 3}), {128, 65, 32});
+  };
+  auto q = expand(reshape(head(0), {128, 65, 1, 32}), {128, 65, 65, 32});
+  auto k = expand(reshape(head(1), {128, 1, 65, 32}), {128, 65, 65, 32});
+  Schedule s = schedule_of(reshape(reduce(alu(Ops::MUL, q, k), Ops::ADD, {3}), {128, 65, 65}));
+  EXPECT_GE(lanes_of(s), 0);
+  EXPECT_TRUE(std::ranges::any_of(s.kernels, [](const Kernel& kn) { return kn.buffers[0]->numel == 128 * 65 * 32; }));
 }
 
 // A column sum whose width does not divide into 16 lanes (4096 x 1000) is one loop of vectors, the last overlapping the
