@@ -1300,14 +1300,13 @@ std::optional<Kernel> lower_transposed_copy(const BufferRef& out, const View& ou
                            (n->dtype == DType::Float32 || n->dtype == DType::BFloat16);
         transposes = split && (split->second == 0 || bf16_pairs || whole);
         contiguous = contiguous || whole || bf16_pairs;
-        // outputs stored twice must be the same values: nothing the kernel writes may be read
-        transposes = transposes && !(overlaps && n->src[0] == k.ast->src[0]->src[0]);
       } else if (n->op == Ops::STORE) {
         auto split = lane_split(n->src[1], lane);
         transposes = n->src.size() == (short_lanes ? 4u : 3u) && split && split->second >= 8;
       }
     }
-    if (transposes && contiguous) {
+    // outputs stored twice must be the same values: nothing the kernel writes may be read
+    if (transposes && contiguous && !(overlaps && reads_output(k))) {
       k.prefetch_next = true;
       return k;
     }
@@ -2129,10 +2128,7 @@ bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replac
           }
         // a copy pays when each element is reused enough; windows and pads would be copied expanded
         int64_t size = prod(unbroadcast(m)->shape);
-        bool masked = false;
-        for (const View& w : m->st().views)
-          masked = masked || w.mask.has_value();
-        if (m->shape != src->shape || masked || (!single && !odd_lanes) || size > prod(m->src[0]->shape) ||
+        if (m->shape != src->shape || has_mask(m->st()) || (!single && !odd_lanes) || size > prod(m->src[0]->shape) ||
             work < reuse * size) {
           ok = false;
           break;
@@ -2204,9 +2200,7 @@ bool short_contiguous_sum(const UOpPtr& n) {
   // were copied whole first (2 x 0.1 ms), the scores summed with a horizontal sum an output (1.8 ms); now k alone
   // is copied keys-innermost (0.3 ms) and the scores take lanes (0.85 ms), one thread.
   for (const UOpPtr& m : own_buffer_reads(n)) {
-    if (m->shape != n->src[0]->shape) return false;
-    for (const View& v : m->st().views)
-      if (v.mask) return false;
+    if (m->shape != n->src[0]->shape || has_mask(m->st())) return false;
     for (int64_t a : n->reduce_arg().axes)
       if (m->shape[static_cast<size_t>(a)] > 1)
         if (int64_t st = lane_stride(m->st(), static_cast<size_t>(a), kLanes); st != 0 && st != 1) return false;
