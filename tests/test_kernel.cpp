@@ -10,6 +10,7 @@
 #include <fstream>
 #include <functional>
 #include <random>
+#include <regex>
 
 #include "compiler/lower.h"
 #include "compiler/render_c.h"
@@ -301,6 +302,78 @@ TEST(Kernel, ARowReductionIntoOneVectorRunsTwoAccumulators) {
         EXPECT_NEAR(got[i], want, 1e-3) << i;
     }
   }
+}
+
+// A reduction's lanes combine after its loop as whole vectors, each step the vector and its halves swapped (not a
+// tree of 15 scalar steps): sums, products, max and min of float32, float64, int32 and bool rows, NaN in one lane of
+// the loop (the lanes' combine), in its scalar tail, or nowhere.
+TEST(Kernel, TheLanesOfARowReductionCombineAsWholeVectors) {
+  const int64_t R = 5, C = 67; // 4 vector steps and a tail of 3
+  auto av = random_vec(R * C, 31);
+  av[1 * C + 9] = NAN;  // row 1: lane 9 of the first vector
+  av[2 * C + 63] = NAN; // row 2: lane 15 of the last
+  av[3 * C + 65] = NAN; // row 3: the tail
+  auto a = reshape(buffer(filled(av)), {R, C});
+  for (DType dt : {DType::Float32, DType::Float64, DType::Int32, DType::Bool})
+    for (Ops op : {Ops::ADD, Ops::MUL, Ops::MAX, Ops::MIN}) {
+      if (dt == DType::Bool && (op == Ops::MAX || op == Ops::MIN)) continue;
+      // bool rows: whether each value is below 1.5 (any, all); ints: the values rounded toward zero
+      auto x = dt == DType::Bool ? alu(Ops::CMPLT, a, expand(reshape(const_float(DType::Float32, 1.5), {1, 1}), {R, C}))
+                                 : cast(a, dt);
+      // (a product of 67 values in [-2, 2] overflows no float; their ints are mostly -1, 0 and 1)
+      auto r = reduce(x, op, {1});
+      auto out = std::make_shared<Buffer>(cpu_device(), dt, R);
+      std::string src = render_c(lower_kernel(out, View::contiguous({R, 1}), r), "k");
+      EXPECT_NE(src.find("__builtin_shufflevector("), std::string::npos) << info(dt).c_name << src;
+      const std::string body = src.substr(src.find("void k("));
+      EXPECT_FALSE(std::regex_search(body, std::regex("acc[0-9]+\\[15\\]"))) << body; // no scalar step reads a lane
+      auto got = std::static_pointer_cast<Buffer>(realize_value(r));
+      for (int64_t i = 0; i < R; i++) {
+        double want = op == Ops::ADD ? 0 : op == Ops::MUL ? 1 : op == Ops::MAX ? -INFINITY : INFINITY;
+        bool nan = false;
+        for (int64_t j = 0; j < C; j++) {
+          float f = av[i * C + j];
+          double v = dt == DType::Bool ? (f < 1.5f ? 1 : 0) : dt == DType::Int32 ? std::trunc(f) : f;
+          nan = nan || std::isnan(f);
+          want = op == Ops::ADD ? want + v : op == Ops::MUL ? want * v : op == Ops::MAX ? std::max(want, v) : std::min(want, v);
+        }
+        if (dt == DType::Bool) want = op == Ops::ADD ? want > 0 : want != 0;
+        double have = dt == DType::Float32   ? static_cast<const float*>(got->ptr())[i]
+                      : dt == DType::Float64 ? static_cast<const double*>(got->ptr())[i]
+                      : dt == DType::Int32   ? static_cast<const int32_t*>(got->ptr())[i]
+                                             : static_cast<const uint8_t*>(got->ptr())[i];
+        if (dt == DType::Int32 && nan) continue; // a NaN cast to an int is no particular value
+        if (is_float(dt) && nan)
+          EXPECT_TRUE(std::isnan(have)) << info(dt).c_name << " row " << i;
+        else
+          EXPECT_NEAR(have, want, 1e-4 * std::max(1.0, std::abs(want))) << info(dt).c_name << " row " << i;
+      }
+    }
+}
+
+// A scalar argument (a value from Python) is read once before the kernel's loops: read where a select uses it, under the
+// select's condition, it kept clang from vectorizing the loop (softmax's value for rows that are all -inf).
+TEST(Kernel, AScalarArgumentIsReadOnceBeforeTheLoops) {
+  const int64_t R = 3, C = 65;
+  auto av = random_vec(R * C, 32);
+  for (int64_t j = 0; j < C; j++)
+    av[C + j] = -INFINITY; // row 1 is all -inf
+  auto a = reshape(buffer(filled(av)), {R, C});
+  auto fill = expand(reshape(var_float(DType::Float32, 0.25), {1, 1}), {R, C});
+  auto minus_inf = expand(reshape(const_float(DType::Float32, -INFINITY), {1, 1}), {R, C});
+  auto all_inf = expand(reshape(reduce(alu(Ops::CMPEQ, a, minus_inf), Ops::MUL, {1}), {R, 1}), {R, C});
+  auto two = expand(reshape(const_float(DType::Float32, 2.0), {1, 1}), {R, C});
+  auto v = where(all_inf, fill, alu(Ops::MUL, a, two));
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, R * C);
+  std::string src = render_c(lower_kernel(out, View::contiguous({R, C}), v), "k");
+  std::string body = src.substr(src.find("void k("));
+  EXPECT_NE(body.find("const double tiny_f0 = fvars[0];"), std::string::npos) << body;
+  EXPECT_LT(body.find("tiny_f0"), body.find("for (")) << body;
+  EXPECT_EQ(body.find("fvars[0]", body.find("for (")), std::string::npos) << body;
+  auto got = values(realize_value(v));
+  for (int64_t i = 0; i < R; i++)
+    for (int64_t j = 0; j < C; j++)
+      EXPECT_EQ(got[i * C + j], i == 1 ? 0.25f : av[i * C + j] * 2) << i << " " << j;
 }
 
 // where(c, x, 0) of floats (a max pool's gradient) keeps x's bits masked by c, without a branch: x exactly

@@ -439,3 +439,26 @@ def test_a_column_reduction_of_a_width_not_a_multiple_of_the_lanes_matches_cpu(w
     check(lambda x: x.to(torch.int32).sum(0), x)
     # in place: outputs stored twice must not be read back (the overlapping vectors added their sums twice)
     check(lambda o, x: o.add_(x.sum(0)), torch.ones(width), x, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float64, torch.int32, torch.int64, torch.bool), ids=str)
+def test_row_reductions_whose_lanes_combine_as_vectors_match_cpu(dtype):
+    """A row reduction vectorized along its row combines its 16 lanes after the loop in four whole-vector steps (each
+    the vector and its halves swapped), not in a tree of scalar steps: sums, products, max and min, any and all over
+    rows of 67 (four vectors and a tail of three) and 1024, NaN in a lane of the loop, in the tail, or nowhere."""
+    gen = torch.Generator().manual_seed(67)
+    for width in (67, 1024):
+        x = torch.randn(6, width, generator=gen) * 2
+        x[1, 9] = x[2, width - 4] = x[3, width - 1] = NAN
+        if dtype == torch.bool:
+            b = x > 0
+            b[4] = True
+            b[5] = False
+            check(lambda t: (t.any(1), t.all(1), t.sum(1), t.amax(1), t.amin(1)), b)
+            continue
+        x = x.to(dtype) if dtype.is_floating_point else x.nan_to_num(0).to(dtype)
+        check(lambda t: (t.amax(1), t.amin(1), t.max(1).values, t.min(1).values), x)
+        check(lambda t: t.sum(1), x, rtol=1e-5, atol=1e-4)
+        check(lambda t: (t / 2).sum(1) if dtype.is_floating_point else t.prod(1), x, rtol=1e-5, atol=1e-4)
+        if dtype.is_floating_point:
+            check(lambda t: (t.softmax(1), t.logsumexp(1), t.norm(dim=1)), x, rtol=1e-5, atol=1e-5)
