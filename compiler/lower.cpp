@@ -858,8 +858,12 @@ Kernel lower_blocked(const BufferRef& out, const View& out_region, const UOpPtr&
         UOpPtr base = ranges[g] * idx_const(per);
         if (loops[g] % per != 0) base = UOp::make(Ops::MIN, kIndex, {base, idx_const(loops[g] - per)});
         r = base + idx_const(u * kLanes) + lane;
-      } else
+      } else if (up[g] > 1 && loops[g] % up[g] != 0) {
+        // (a block of rows that does not divide its loop overlaps the block before the same way)
+        r = UOp::make(Ops::MIN, kIndex, {ranges[g] * idx_const(up[g]), idx_const(loops[g] - up[g])}) + idx_const(u);
+      } else {
         r = up[g] == 1 ? ranges[g] : ranges[g] * idx_const(up[g]) + idx_const(u);
+      }
       // the index of each original dim in the group, from the group's loop variable
       int64_t suffix = 1;
       for (size_t k = groups[g].size(); k-- > 0;) {
@@ -888,8 +892,8 @@ Kernel lower_blocked(const BufferRef& out, const View& out_region, const UOpPtr&
   for (int64_t s : kloops)
     name += "_" + std::to_string(s);
   Kernel k{name, ast, lw.buffers, kloops, lw.ivars, lw.fvars, lw.var_nodes, lw.must_realize};
-  k.stores_twice =
-      lane_group >= 0 && loops[static_cast<size_t>(lane_group)] % (up[static_cast<size_t>(lane_group)] * kLanes) != 0;
+  for (size_t g = 0; g < loops.size(); g++)
+    k.stores_twice = k.stores_twice || loops[g] % (up[g] * (static_cast<int64_t>(g) == lane_group ? kLanes : 1)) != 0;
   k.launch.global[0] = kloops[0];
   if (lane_group >= 0 || lw.reduce_lanes_used) {
     k.lane_range = lane_id;
@@ -1247,7 +1251,11 @@ std::optional<Kernel> lower_transposed_copy(const BufferRef& out, const View& ou
   auto out_stride = [&](size_t g) { return out_region.strides[plan.groups[g].back()]; };
   if (out_stride(last) != 1) return std::nullopt;
   Shape up(loops.size(), 1);
-  if (loops[last] % 8 == 0) {
+  // (a loop longer than 8 that does not divide into blocks of 8 ends on a block overlapping the one before, see
+  // lower_blocked: the keys of a ViT's attention, 65 of them, copied keys-innermost from its packed projection, one
+  // thread, 300 -> ... us)
+  const bool rows_overlap = loops[last] % 8 != 0 && loops[last] > 8;
+  if (loops[last] % 8 == 0 || rows_overlap) {
     up[last] = 8;
   } else if (8 % loops[last] == 0 && loops[last - 1] % (8 / loops[last]) == 0 && out_stride(last - 1) == loops[last]) {
     up[last] = loops[last];
@@ -1306,7 +1314,7 @@ std::optional<Kernel> lower_transposed_copy(const BufferRef& out, const View& ou
       }
     }
     // outputs stored twice must be the same values: nothing the kernel writes may be read
-    if (transposes && contiguous && !(overlaps && reads_output(k))) {
+    if (transposes && contiguous && !((overlaps || rows_overlap) && reads_output(k))) {
       k.prefetch_next = true;
       return k;
     }
@@ -1674,8 +1682,10 @@ Kernel lower_kernel_shaped(const BufferRef& out, const View& out_region, const U
   // another order; or the result permuted, then flattened: the tokens of a ViT's MLP batch-first, its output
   // sequence-first) is lowered at the shape the reshape flattens: its output dims become loops of their own, rows to
   // unroll beside the lanes, instead of one flat loop whose block is a row of vectors with as many accumulators. The
-  // MLP's second layer of a ViT block with its residual, 2080 x 512 @ 512 x 128, one thread: 5.2 ms -> 2.6.
-  if (contiguous_out && value->shape.size() == 1)
+  // MLP's second layer of a ViT block with its residual, 2080 x 512 @ 512 x 128, one thread: 5.2 ms -> 2.6. So is a
+  // value of more dims whose loops all merge into one (sdpa's query gradient, (128, 65, 32) written as (32, 4, 65, 32)
+  // and scaled: one row of two vectors a block, 556 us on one thread; at (128, 65, 32), blocks of 5 rows, 280 us).
+  if (contiguous_out && (value->shape.size() == 1 || plan_loops(out_region, value).loops.size() == 1))
     for (const UOpPtr& n : toposort(value)) {
       if (n->op != Ops::VIEW || n->src[0]->op != Ops::REDUCE) continue;
       const auto& vs = n->st().views;
@@ -2045,6 +2055,46 @@ void widened_broadcast_copies(const UOpPtr& n, size_t d, int64_t work, const Tar
   }
 }
 
+// A factor of a sum of products that the lanes broadcast (the same value in every lane) and that is computed from its
+// reads (sdpa's query scaled by the square root of the scale before q @ k.transpose(-2, -1)): in a register block each
+// row's factor is then a scalar op and a broadcast beside every multiply-add, recomputed for each block of lanes.
+// Reused 16 times or more, it is computed once into a copy that the block reads as plain loads (multiply-adds from a
+// broadcast load): sdpa's forward scores over (128, 65, 32), one Sapphire Rapids thread, 770 us -> 63 (the copy) +
+// 441; a ViT's (nn.MultiheadAttention's, q read from its packed projection) 800-870 -> 95-145 + 415-500 a layer. No
+// kernel of the other models of bench/training_step.py changed.
+void computed_broadcast_factor_copies(const UOpPtr& n, size_t d, int64_t work,
+                                      std::unordered_map<const UOp*, UOpPtr>& replace) {
+  const UOpPtr& src = n->src[0];
+  if (src->op != Ops::MUL) return;
+  for (const UOpPtr& f : src->src) {
+    if (replace.count(f.get())) continue;
+    std::vector<bool> broadcast(f->shape.size(), true);
+    bool computed = false, reads = false, plain = true;
+    for (const UOpPtr& m : toposort(f)) {
+      computed = computed || is_alu(m->op);
+      if (m->op == Ops::VIEW && m->src[0]->op == Ops::BUFFER) {
+        const View& v = m->st().views.back();
+        plain = plain && !v.mask && m->shape.size() == f->shape.size();
+        for (size_t e = 0; plain && e < v.shape.size(); e++)
+          broadcast[e] = broadcast[e] && (v.strides[e] == 0 || v.shape[e] == 1);
+        reads = true;
+      } else if (m->op == Ops::VIEW) {
+        plain = plain && (m->src[0]->op == Ops::CONST || m->src[0]->op == Ops::DEFINE_VAR);
+      } else {
+        plain = plain && (is_alu(m->op) || m->op == Ops::CAST || m->op == Ops::BUFFER || m->op == Ops::CONST ||
+                          m->op == Ops::DEFINE_VAR);
+      }
+    }
+    if (!computed || !reads || !plain || !broadcast[d]) continue;
+    std::vector<std::pair<int64_t, int64_t>> keep;
+    for (size_t e = 0; e < f->shape.size(); e++)
+      keep.push_back({0, broadcast[e] ? 1 : f->shape[e]});
+    UOpPtr base = shrink(f, keep);
+    if (work < 16 * prod(base->shape)) continue;
+    replace[f.get()] = expand(contiguous(base), f->shape);
+  }
+}
+
 // Whether a float read that the lanes broadcast (the left operand of a.t() @ b: a linear layer's weight gradient
 // reads its grad_output or activations so, tokens-major) sums over one axis, 512 B or more apart and 1 MiB or more of
 // it walked, reused 64 times or more: each step of the reduce loop then reads a block of output rows' elements from a
@@ -2161,6 +2211,7 @@ bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replac
         pair_reduced_axis(n, d, panel, replace);
       else if (!target.gpu())
         widened_broadcast_copies(n, d, work, target, replace);
+      if (!target.gpu()) computed_broadcast_factor_copies(n, d, work, replace);
       return true;
     }
   return false;

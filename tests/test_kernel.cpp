@@ -611,6 +611,25 @@ TEST(Kernel, AChannelsLastCopyOfPositionsThatDoNotFillVectorsEndsOnAnOverlapping
         ASSERT_EQ(got[(n * P + p) * C + c], xv[(n * C + c) * P + p]) << n << ", " << p << ", " << c;
 }
 
+// A transposed copy whose innermost loop does not divide into blocks of 8 rows (a ViT's keys, 65 of them, copied
+// keys-innermost) ends on a block overlapping the one before, as the lanes do; it was a scalar copy element by element.
+TEST(Kernel, ATransposedCopyOfRowsThatDoNotFillBlocksEndsOnAnOverlappingBlock) {
+  const int64_t T = 65, F = 128; // (the threads' loop, the features' vectors, keeps 8 iterations)
+  auto xv = random_vec(T * F, 33);
+  auto v = permute(reshape(buffer(filled(xv)), {T, F}), {1, 0});
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, F * T);
+  Kernel k = lower_kernel(out, View::contiguous({F, T}), v);
+  if (wide_vectors()) {
+    EXPECT_EQ(k.loops, Shape({F / 16, (T + 7) / 8})) << k.name;
+    EXPECT_TRUE(k.stores_twice);
+  }
+  expect_wide_source(k, {" < ((int64_t)57LL) ? ", "  tiny_store_rows(b0 + "});
+  auto got = values(realize_value(v));
+  for (int64_t f = 0; f < F; f++)
+    for (int64_t t = 0; t < T; t++)
+      ASSERT_EQ(got[f * T + t], xv[t * F + f]) << f << ", " << t;
+}
+
 // Lowers a 3 x 3 convolution weight's panel `panel` (contiguous, of `shape`: [block of 32][tap][channel][32]); with
 // AVX-512 its source has masked lanes (its 9 taps do not fill 16) and `marker`; element i is wv[source(i)].
 void expect_weight_panel(const UOpPtr& panel, const Shape& shape, const std::string& marker,

@@ -198,6 +198,56 @@ TEST(Schedule, ScoresOverAShortContiguousSumTakeLanesAlongTheKeys) {
   EXPECT_TRUE(std::ranges::any_of(s.kernels, [](const Kernel& kn) { return kn.buffers[0]->numel == 128 * 65 * 32; }));
 }
 
+// sdpa's scores of a query scaled before the product (q * s) @ (k * s).T: the scaled query, the factor every lane of a
+// block reads alike, is computed once into a copy, so that the block's rows read plain loads (a scalar multiply and a
+// broadcast beside each multiply-add otherwise); the keys' factor, read along the lanes, stays in the loop.
+TEST(Schedule, AComputedFactorThatTheLanesBroadcastIsCopiedFirst) {
+  auto scale = [](const UOpPtr& x) {
+    return alu(Ops::MUL, x, expand(reshape(var_float(DType::Float32, 0.42), {1, 1, 1}), x->shape));
+  };
+  auto scores = [&](bool scaled) {
+    auto qs = scaled ? scale(input({128, 65, 32})) : input({128, 65, 32});
+    auto q = expand(reshape(qs, {128, 65, 1, 32}), {128, 65, 65, 32});
+    auto k = expand(reshape(scale(input({128, 65, 32})), {128, 1, 65, 32}), {128, 65, 65, 32});
+    return reshape(reduce(alu(Ops::MUL, q, k), Ops::ADD, {3}), {128, 65, 65});
+  };
+  auto copies = [](const Schedule& s) {
+    return std::ranges::count_if(s.kernels, [](const Kernel& k) { return k.buffers[0]->numel == 128 * 65 * 32; });
+  };
+  Schedule s = schedule_of(scores(true));
+  EXPECT_EQ(copies(s), 2); // the keys' (transposed) and the scaled queries'
+  const Kernel& k = s.kernels.back();
+  ASSERT_GE(k.lane_range, 0);
+  // the scale multiplies the keys' vectors in the scores' loop, never a query's value (the same in every lane)
+  int scaled = 0;
+  for (const UOpPtr& n : toposort(k.ast))
+    if (n->op == Ops::MUL && n->src[1]->op == Ops::ARG && n->src[0]->op == Ops::LOAD) {
+      auto split = lane_split(n->src[0]->src[1], lane_node(k));
+      ASSERT_TRUE(split);
+      EXPECT_NE(split->second, 0) << "a query scaled in the scores' loop";
+      scaled++;
+    }
+  EXPECT_GE(scaled, 1);
+  EXPECT_EQ(copies(schedule_of(scores(false))), 1); // a plain query is read as it is
+}
+
+// A reduction read through a reshape that merges its output dims with others' (sdpa's query gradient: (128, 65, 32)
+// written as (32, 4, 65, 32), scaled after the product) is lowered at the reduction's own shape: its rows unroll beside
+// the lanes. Lowered as one flat loop its block was a single row of two vectors (one thread: 556 -> 280 us).
+TEST(Schedule, AReductionReadThroughAReshapeIsBlockedAtItsOwnShape) {
+  auto s = expand(reshape(var_float(DType::Float32, 0.42), {1, 1, 1, 1}), {128, 65, 65, 32});
+  auto a = expand(reshape(input({128, 65, 65}), {128, 65, 65, 1}), {128, 65, 65, 32});
+  auto k = expand(reshape(input({128, 65, 32}), {128, 1, 65, 32}), {128, 65, 65, 32});
+  auto g = reduce(alu(Ops::MUL, a, alu(Ops::MUL, k, s)), Ops::ADD, {2});
+  auto out = reshape(g, {32, 4, 65, 32});
+  auto scaled = alu(Ops::MUL, out, expand(reshape(var_float(DType::Float32, 0.42), {1, 1, 1, 1}), {32, 4, 65, 32}));
+  Schedule sch = schedule_of(scaled);
+  ASSERT_EQ(sch.kernels.size(), 1u);
+  const Kernel& kn = sch.kernels[0];
+  EXPECT_GE(kn.lane_range, 0);
+  EXPECT_GE(kn.ast->src.size(), 8u) << kn.name; // a block of rows by two vectors, not one row
+}
+
 // A column sum whose width does not divide into 16 lanes (4096 x 1000) is one loop of vectors, the last overlapping the
 // one before, split into the threads' loop and an inner one of the smallest divisor of the vector count, so that the
 // two that overlap run on one thread: 63 vectors as 21 x 3, 61 (a prime) as 1 x 61. It was a scalar walk down each

@@ -197,3 +197,24 @@ def test_bmm_of_an_empty_or_zero_filled_result_skips_the_dtype_check_as_cpu(shap
     check(torch.bmm, a.float(), b.double())
     check(torch.bmm, torch.zeros(1, 2, 3, dtype=torch.bool), torch.ones(1, 3, 1, dtype=torch.int32))
     check(torch.bmm, torch.zeros(1, 2, 3), torch.ones(1, 3, 1, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("length", (65, 17, 64), ids=str)
+def test_a_computed_factor_that_the_lanes_broadcast_matches_cpu(length):
+    """(q * s) @ (k * s).transpose(-2, -1), sdpa's math: the scaled query, read alike by every lane of a block, is
+    computed once into a copy first; its gradients (the query's a reduction written through a reshape, lowered at the
+    reduction's own shape); other computed left operands (a ReLU of an affine map, a cast) and one computed in place."""
+    close = dict(rtol=1e-4, atol=1e-4)
+    q, k = rand(2, 3, length, 32), rand(2, 3, length, 32, seed=1)
+    s = 32**-0.25
+    check(lambda q, k: (q * s) @ (k * s).transpose(-2, -1), q, k, **close)
+    check(lambda q, k: ((q * 0.5 + 1).relu() @ k.transpose(-2, -1)).softmax(-1), q, k, **close)
+    check(lambda q, k: (q.double() * s) @ k.double().transpose(-2, -1), q, k)
+    check(lambda q, k: q.mul_(s) @ k.transpose(-2, -1), q, k, **close)
+
+    def grads(q, k, g):
+        q, k = q.clone().requires_grad_(), k.clone().requires_grad_()
+        ((q * s) @ (k * s).transpose(-2, -1)).backward(g)
+        return q.grad, k.grad
+
+    check(grads, q, k, rand(2, 3, length, length, seed=2), **close)
