@@ -1881,7 +1881,9 @@ private:
   }
 
   // A reduction's op over bools as a C operator (on bytes of 0 or 1: a vector's lanes too): any, all, parity.
-  static std::string bool_op(Ops op) { return op == Ops::ADD || op == Ops::MAX ? " | " : op == Ops::XOR ? " ^ " : " & "; }
+  static std::string bool_op(Ops op) {
+    return op == Ops::ADD || op == Ops::MAX ? " | " : op == Ops::XOR ? " ^ " : " & ";
+  }
 
   // acc op v for a reduction's op.
   static std::string combine(Ops op, DType dt, const std::string& acc, const std::string& v) {

@@ -335,7 +335,10 @@ TEST(Kernel, TheLanesOfARowReductionCombineAsWholeVectors) {
           float f = av[i * C + j];
           double v = dt == DType::Bool ? (f < 1.5f ? 1 : 0) : dt == DType::Int32 ? std::trunc(f) : f;
           nan = nan || std::isnan(f);
-          want = op == Ops::ADD ? want + v : op == Ops::MUL ? want * v : op == Ops::MAX ? std::max(want, v) : std::min(want, v);
+          want = op == Ops::ADD   ? want + v
+                 : op == Ops::MUL ? want * v
+                 : op == Ops::MAX ? std::max(want, v)
+                                  : std::min(want, v);
         }
         if (dt == DType::Bool) want = op == Ops::ADD ? want > 0 : want != 0;
         double have = dt == DType::Float32   ? static_cast<const float*>(got->ptr())[i]
@@ -351,8 +354,8 @@ TEST(Kernel, TheLanesOfARowReductionCombineAsWholeVectors) {
     }
 }
 
-// A scalar argument (a value from Python) is read once before the kernel's loops: read where a select uses it, under the
-// select's condition, it kept clang from vectorizing the loop (softmax's value for rows that are all -inf).
+// A scalar argument (a value from Python) is read once before the kernel's loops: read where a select uses it, under
+// the select's condition, it kept clang from vectorizing the loop (softmax's value for rows that are all -inf).
 TEST(Kernel, AScalarArgumentIsReadOnceBeforeTheLoops) {
   const int64_t R = 3, C = 65;
   auto av = random_vec(R * C, 32);
