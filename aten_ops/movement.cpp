@@ -513,6 +513,72 @@ at::Tensor unfold_backward(const at::Tensor& grad, c10::SymIntArrayRef input_siz
   return out;
 }
 
+// ---- select's and slice's backward ----
+
+// The gradient g of a slice (dim d holding its n elements, each `step` apart from `start`) spread into zeros of the
+// input's dim d of `length`: padding views, no buffer filled (see unfold_sum).
+UOpPtr spread_slice(UOpPtr g, size_t d, int64_t length, int64_t start, int64_t step) {
+  const int64_t n = g->shape[d];
+  if (step > 1) {
+    Shape spread = g->shape; // (.., n, 1, ..) padded to (.., n, step, ..): element i at i * step
+    spread.insert(spread.begin() + static_cast<std::ptrdiff_t>(d) + 1, 1);
+    g = pad_dim(reshape(g, spread), d + 1, 0, step - 1);
+    Shape flat = g->shape;
+    flat.erase(flat.begin() + static_cast<std::ptrdiff_t>(d) + 1);
+    flat[d] = n * step;
+    g = reshape(g, flat);
+  }
+  const int64_t after = length - start - n * step; // past the last element, only padding is cut
+  return after >= 0 ? pad_dim(g, d, start, after) : shrink_dim(pad_dim(g, d, start, 0), d, 0, length);
+}
+
+// Zeros of the input's shape where the selected part holds the gradient, as torch's select_backward and slice_backward
+// (a buffer of zeros, the gradient copied into that part, broadcast as copy_ does) compute it, but as one lazy value:
+// autograd's sum of several (nn.MultiheadAttention's query, key and value selected from its packed projection: three
+// zero-filled (3, L, N, E) buffers, three copies into them, then their sum) becomes one kernel.
+at::Tensor spread_gradient(const at::Tensor& grad, const Shape& in, size_t d, int64_t start, int64_t n, int64_t step,
+                           bool keep_dim) {
+  at::Tensor out = empty_tiny(c10::IntArrayRef(in), grad.scalar_type(), grad.device());
+  Shape part = in;
+  part[d] = n;
+  if (!keep_dim) part.erase(part.begin() + static_cast<std::ptrdiff_t>(d));
+  at::Tensor g = grad.expand(c10::IntArrayRef(part)); // copy_'s broadcast
+  if (out.numel() == 0) return out;
+  UOpPtr v = read_values(g);
+  if (!keep_dim) {
+    Shape one = v->shape;
+    one.insert(one.begin() + static_cast<std::ptrdiff_t>(d), 1);
+    v = reshape(v, one);
+  }
+  write_values(out, spread_slice(v, d, in[d], start, step));
+  return out;
+}
+
+at::Tensor select_backward(const at::Tensor& grad, c10::SymIntArrayRef input_sizes, int64_t dim, c10::SymInt index) {
+  Shape in = to_shape(C10_AS_INTARRAYREF_SLOW(input_sizes));
+  TORCH_CHECK_INDEX(!in.empty(), "select() cannot be applied to a 0-dim tensor.");
+  size_t d = at::maybe_wrap_dim(dim, static_cast<int64_t>(in.size()));
+  int64_t i = index.expect_int(), size = in[d];
+  TORCH_CHECK_INDEX(i >= -size && i < size, "select(): index ", i, " out of range for tensor of size ",
+                    c10::IntArrayRef(in), " at dimension ", dim);
+  return spread_gradient(grad, in, d, i < 0 ? i + size : i, 1, 1, false);
+}
+
+at::Tensor slice_backward(const at::Tensor& grad, c10::SymIntArrayRef input_sizes, int64_t dim, c10::SymInt start,
+                          c10::SymInt end, c10::SymInt step) {
+  Shape in = to_shape(C10_AS_INTARRAYREF_SLOW(input_sizes));
+  TORCH_CHECK_INDEX(!in.empty(), "slice() cannot be applied to a 0-dim tensor.");
+  size_t d = at::maybe_wrap_dim(dim, static_cast<int64_t>(in.size()));
+  int64_t size = in[d], b = start.expect_int(), e = end.expect_int(), st = step.expect_int();
+  TORCH_CHECK(st > 0, "slice step must be positive");
+  // slice()'s bounds: negative ones from the end, clamped to the dim, an empty slice where end precedes start
+  if (b < 0) b += size;
+  if (e < 0) e += size;
+  b = std::clamp<int64_t>(b, 0, size);
+  e = std::clamp<int64_t>(e, b, size);
+  return spread_gradient(grad, in, d, b, (e - b + st - 1) / st, st, true);
+}
+
 // ---- flip, roll, repeat ----
 
 at::Tensor flip(const at::Tensor& self, c10::IntArrayRef dims) {
@@ -814,6 +880,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
   m.impl("replication_pad3d_backward", pad_backward<3, PadMode::Replicate>);
   m.impl("replication_pad3d_backward.grad_input", pad_backward_out<3, PadMode::Replicate>);
   m.impl("unfold_backward", unfold_backward);
+  m.impl("select_backward", select_backward, UnsignedPolicy::Native);
+  m.impl("slice_backward", slice_backward, UnsignedPolicy::Native);
   m.impl("flip", flip, UnsignedPolicy::Native);
   m.impl("roll", roll, UnsignedPolicy::Native);
   m.impl("repeat", repeat, UnsignedPolicy::Native);

@@ -3,7 +3,7 @@ through the shared storage."""
 
 import pytest
 import torch
-from conftest import ALL_DTYPES, DEVICE, by_dtype, check, check_devices, dtype_name
+from conftest import ALL_DTYPES, DEVICE, by_dtype, check, check_devices, counting, dtype_name
 
 VIEWS = {
     "view": lambda a: a.view(6, 4),
@@ -185,3 +185,59 @@ def test_data_ptr_of_a_nonempty_tiny_tensor_is_not_null(dtype):
     t = torch.zeros(3, dtype=dtype, device=DEVICE)
     assert t.data_ptr() != 0
     assert t[1:].data_ptr() == t.data_ptr() + t.element_size()
+
+
+def test_select_and_slice_backward_match_cpu():
+    """select_backward and slice_backward (zeros but where the selected part holds the gradient) as lazy padding:
+    negative index and bounds, bounds past the dim, steps, a broadcast gradient (copy_'s), an empty slice, complex and
+    int gradients, and their errors."""
+    g = torch.randn(4, 5)
+    sel = torch.ops.aten.select_backward
+    check(lambda g: sel(g, [3, 4, 5], 0, 1), g)
+    check(lambda g: sel(g, [4, 3, 5], 1, -1), g)
+    check(lambda g: sel(g, [4, 5, 2], 2, 0), g)
+    check(lambda g: sel(g[:1], [3, 4, 5], 0, 2), g)  # broadcast along the selected part's first dim
+    check(lambda g: sel(g, [3, 4, 5], 0, 3), g)  # out of range: IndexError
+    check(lambda g: sel(g, [3, 4, 5], 3, 0), g)  # no such dim
+    check(lambda g: sel(g.to(torch.complex64), [2, 4, 5], 0, 1), g)
+    check(lambda g: sel(g.to(torch.int32), [2, 4, 5], 0, 0), g)
+    sl = torch.ops.aten.slice_backward
+    h = torch.randn(4, 3)
+    check(lambda h: sl(h, [4, 9], 1, 2, 5, 1), h)
+    check(lambda h: sl(h, [4, 9], 1, 0, 9, 3), h)
+    check(lambda h: sl(h, [4, 9], 1, 2, 100, 3), h)  # the last element's step ends past the dim
+    check(lambda h: sl(h, [4, 7], 1, -5, -1, 2), h)
+    check(lambda h: sl(h.t(), [9, 4], 0, 1, 8, 3), h)
+    check(lambda h: sl(h[:, :0], [4, 9], 1, 5, 2, 1), h)  # end before start: an empty slice
+    check(lambda h: sl(h, [4, 9], 1, 0, 3, 0), h)  # step 0: an error
+    check(lambda h: sl(h.to(torch.complex64), [4, 6], 1, 1, 6, 2), h)
+
+
+def test_gradients_of_selections_sum_in_one_kernel():
+    """Autograd sums the gradients of parts selected from one tensor (q, k and v of a packed projection): each part's
+    gradient is zeros padding it, so their sum is one kernel over the three, with no zero-filled buffers."""
+    x = torch.randn(3, 8, 16)
+
+    def grads(x):
+        x = x.clone().requires_grad_()
+        q, k, v = x[0], x[1], x[2]
+        (q * 2 + k * 3 + v.relu()).sum().backward()
+        return x.grad
+
+    check(grads, x)
+    a, b = torch.randn(8, 6), torch.randn(8, 6)
+
+    def chunks(x):
+        x = x.clone().requires_grad_()
+        p, q = x.chunk(2, dim=1)
+        r = x[:, 1::2]
+        (p * a.to(x.device) + q * b.to(x.device) + r).sum().backward()
+        return x.grad
+
+    check(chunks, torch.randn(8, 12))
+    xt = x.to(DEVICE).requires_grad_()
+    with counting() as c:
+        q, k, v = xt[0], xt[1], xt[2]
+        (q * 2 + k * 3 + v.relu()).sum().backward()
+        xt.grad.cpu()
+    assert c["kernels"] == 1  # 7 with a zero-filled buffer for each part's gradient
