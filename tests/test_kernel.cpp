@@ -969,6 +969,29 @@ TEST(Kernel, AWideFloat32MatmulComputesAFewPanelsPerBlockOfRows) {
   mm.expect_values();
 }
 
+// A register block's epilogue reads (here c of (a @ b) * c, a GELU's input in its gradient's matmul) are prefetched
+// before the block's reduce loop, the first and last lane of each vector, so that they arrive while it runs; the
+// values are the products' times c's.
+TEST(Kernel, AMatmulsEpilogueReadsArePrefetchedBeforeItsSums) {
+  const int64_t M = 40, K = 64, N = 96;
+  auto av = random_vec(M * K, 41), bv = random_vec(K * N, 42), cv = random_vec(M * N, 43);
+  auto c = reshape(buffer(filled(cv)), {M, N});
+  auto value = alu(Ops::MUL, matmul_of(reshape(buffer(filled(av)), {M, K}), reshape(buffer(filled(bv)), {K, N})),
+                   reshape(c, {M, N, 1}));
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, M * N);
+  Kernel k = lower_kernel(out, View::contiguous(value->shape), value);
+  ASSERT_GE(k.lane_range, 0) << k.name;
+  std::string src = render_c(k, "k");
+  const size_t loop = src.find("for (int64_t r", src.find("tv_float acc"));
+  const size_t prefetch = src.find("__builtin_prefetch(b3 + ");
+  ASSERT_NE(prefetch, std::string::npos) << src;
+  EXPECT_LT(prefetch, loop) << src;
+  auto got = values(realize_value(value));
+  auto [want, mag] = plain_matmul(av, bv, M, K, N);
+  for (int64_t i = 0; i < M * N; i++)
+    EXPECT_NEAR(got[i], want[i] * cv[i], (1e-5 * mag[i] + 1e-6) * std::abs(cv[i]) + 1e-6) << i;
+}
+
 // float16 and bfloat16 operands read as vectors of their bits, widened to float in registers: the matmul
 // keeps its 16 lanes (it ran lane by lane, 8x slower than float32) and its values.
 TEST(Kernel, AHalfMatmulReadsItsOperandsAsVectors) {
