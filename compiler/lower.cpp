@@ -1238,6 +1238,8 @@ std::optional<View> merged(const View& v, const std::vector<std::vector<size_t>>
 // panel (512 x 512 x 3 x 3), one thread, 2.7 -> 0.9 ms; shorter rows (4 to 7 positions) ran slower so and keep their
 // loops. Lanes that walk memory backwards (the flipped taps of the input gradient's panel) are one load, its lanes
 // reversed (render_c): 1.8 -> 1.1 ms.
+int64_t lane_stride(const ShapeTracker& st, size_t d, int64_t panel); // (below)
+
 std::optional<Kernel> lower_transposed_copy(const BufferRef& out, const View& out_region, const LoopPlan& plan) {
   const UOpPtr& value = plan.value;
   const Shape& loops = plan.loops;
@@ -1252,9 +1254,15 @@ std::optional<Kernel> lower_transposed_copy(const BufferRef& out, const View& ou
   if (out_stride(last) != 1) return std::nullopt;
   Shape up(loops.size(), 1);
   // (a loop longer than 8 that does not divide into blocks of 8 ends on a block overlapping the one before, see
-  // lower_blocked: the keys of a ViT's attention, 65 of them, copied keys-innermost from its packed projection, one
-  // thread, 270-375 -> 150-215 us)
-  const bool rows_overlap = loops[last] % 8 != 0 && loops[last] > 8;
+  // lower_blocked, where the read walks it 4 KiB or more a step: the keys of a ViT's attention, 65 of them, copied
+  // keys-innermost from its packed projection, rows 48 KiB apart, one thread, 280-286 -> 132-154 us; sdpa's keys from
+  // (128, 65, 32), rows 128 bytes apart, ran slower so, 96-104 -> 124-130, and stay element by element)
+  bool far_rows = false;
+  for (const UOpPtr& m : toposort(value))
+    if (m->op == Ops::VIEW && m->src[0]->op == Ops::BUFFER && m->shape == value->shape)
+      if (int64_t st = lane_stride(m->st(), plan.groups[last].back(), kLanes); st != -1)
+        far_rows = far_rows || std::llabs(st) * static_cast<int64_t>(itemsize(m->dtype)) >= 4096;
+  const bool rows_overlap = loops[last] % 8 != 0 && loops[last] > 8 && far_rows;
   if (loops[last] % 8 == 0 || rows_overlap) {
     up[last] = 8;
   } else if (8 % loops[last] == 0 && loops[last - 1] % (8 / loops[last]) == 0 && out_stride(last - 1) == loops[last]) {

@@ -614,12 +614,14 @@ TEST(Kernel, AChannelsLastCopyOfPositionsThatDoNotFillVectorsEndsOnAnOverlapping
         ASSERT_EQ(got[(n * P + p) * C + c], xv[(n * C + c) * P + p]) << n << ", " << p << ", " << c;
 }
 
-// A transposed copy whose innermost loop does not divide into blocks of 8 rows (a ViT's keys, 65 of them, copied
-// keys-innermost) ends on a block overlapping the one before, as the lanes do; it was a scalar copy element by element.
-TEST(Kernel, ATransposedCopyOfRowsThatDoNotFillBlocksEndsOnAnOverlappingBlock) {
-  const int64_t T = 65, F = 128; // (the threads' loop, the features' vectors, keeps 8 iterations)
-  auto xv = random_vec(T * F, 33);
-  auto v = permute(reshape(buffer(filled(xv)), {T, F}), {1, 0});
+// A transposed copy whose innermost loop does not divide into blocks of 8 rows, read from rows 4 KiB or more apart (a
+// ViT's keys, 65 of them, copied keys-innermost from its packed projection), ends on a block overlapping the one
+// before, as the lanes do; it was a scalar copy element by element, as one from rows close together stays.
+TEST(Kernel, ATransposedCopyOfFarRowsThatDoNotFillBlocksEndsOnAnOverlappingBlock) {
+  const int64_t T = 65, F = 128, W = 1024; // (the threads' loop, the features' vectors, keeps 8 iterations)
+  auto xv = random_vec(T * W, 33);
+  auto rows = reshape(buffer(filled(xv)), {T, W});
+  auto v = permute(shrink(rows, {{0, T}, {0, F}}), {1, 0});
   auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, F * T);
   Kernel k = lower_kernel(out, View::contiguous({F, T}), v);
   if (wide_vectors()) {
@@ -630,7 +632,10 @@ TEST(Kernel, ATransposedCopyOfRowsThatDoNotFillBlocksEndsOnAnOverlappingBlock) {
   auto got = values(realize_value(v));
   for (int64_t f = 0; f < F; f++)
     for (int64_t t = 0; t < T; t++)
-      ASSERT_EQ(got[f * T + t], xv[t * F + f]) << f << ", " << t;
+      ASSERT_EQ(got[f * T + t], xv[t * W + f]) << f << ", " << t;
+  // rows 512 bytes apart: element by element
+  auto near = permute(reshape(buffer(filled(random_vec(T * F, 34))), {T, F}), {1, 0});
+  EXPECT_LT(lower_kernel(out, View::contiguous({F, T}), near).lane_range, 0);
 }
 
 // Lowers a 3 x 3 convolution weight's panel `panel` (contiguous, of `shape`: [block of 32][tap][channel][32]); with
