@@ -6,6 +6,11 @@
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/TypeProperties.h>
+#include <ATen/ops/addmm_meta_dispatch.h>
+#include <ATen/ops/addmv_meta_dispatch.h>
+#include <ATen/ops/baddbmm_meta_dispatch.h>
+#include <ATen/ops/bmm_meta_dispatch.h>
+#include <ATen/ops/mm_meta_dispatch.h>
 #include <torch/library.h>
 
 #include <optional>
@@ -176,7 +181,11 @@ at::Tensor mm(const at::Tensor& a, const at::Tensor& b) {
   return out;
 }
 
+// torch's structured out= kernels (mm, bmm, addmm, baddbmm, addmv) run their meta function first, its shape and dtype
+// checks and out= resized to the result, and then the CPU kernel, whose dtype dispatch raises for bool products: out= is
+// resized even where the call raises (fuzzer seed 14494: torch.mm of bools into a (2, 1) out= leaves it (4, 3)).
 at::Tensor& mm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  at::meta::mm_outf(a, b, out);
   if (a.is_complex() || b.is_complex()) {
     at::Tensor product = complex_product(a, b, "mat1 and mat2", mm_of);
     check_out_dtype(out, a.scalar_type());
@@ -197,6 +206,7 @@ at::Tensor bmm(const at::Tensor& a, const at::Tensor& b) {
 }
 
 at::Tensor& bmm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  at::meta::bmm_outf(a, b, out); // (see mm_out)
   if (a.is_complex() || b.is_complex()) {
     at::Tensor product = complex_product(a, b, "batch1 and batch2", bmm_of);
     check_out_dtype(out, a.scalar_type());
@@ -235,6 +245,7 @@ at::Tensor addmm(const at::Tensor& self, const at::Tensor& m1, const at::Tensor&
 
 at::Tensor& addmm_out(const at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2, const at::Scalar& beta,
                       const at::Scalar& alpha, at::Tensor& out) {
+  at::meta::addmm_outf(self, m1, m2, beta, alpha, out); // (see mm_out)
   if (any_complex({self, m1, m2, out}))
     return complex_out(out, complex_addmm(self, m1, m2, beta, alpha), m1.scalar_type());
   UOpPtr v = addmm_value(self, m1, m2, beta, alpha);
@@ -293,6 +304,7 @@ at::Tensor addmv(const at::Tensor& self, const at::Tensor& mat, const at::Tensor
 
 at::Tensor& addmv_out(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec, const at::Scalar& beta,
                       const at::Scalar& alpha, at::Tensor& out) {
+  at::meta::addmv_outf(self, mat, vec, beta, alpha, out); // (see mm_out)
   if (any_complex({self, mat, vec, out}))
     return complex_out(out, complex_addmv(self, mat, vec, beta, alpha), mat.scalar_type());
   return store(out, addmv_value(self, mat, vec, beta, alpha), mat.scalar_type());
@@ -360,6 +372,7 @@ at::Tensor baddbmm(const at::Tensor& self, const at::Tensor& b1, const at::Tenso
 template <bool ReduceBatch>
 at::Tensor& baddbmm_out(const at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2, const at::Scalar& beta,
                         const at::Scalar& alpha, at::Tensor& out) {
+  if constexpr (!ReduceBatch) at::meta::baddbmm_outf(self, b1, b2, beta, alpha, out); // (see mm_out)
   if (any_complex({self, b1, b2, out}))
     return complex_out(out, complex_baddbmm(self, b1, b2, beta, alpha, ReduceBatch), b1.scalar_type());
   return store(out, baddbmm_value(self, b1, b2, beta, alpha, ReduceBatch), b1.scalar_type());

@@ -3,7 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import CPU_LOWERING, check, counting, rand, tol
+from conftest import CPU_LOWERING, DEVICE, check, counting, rand, tol
 
 FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 DTYPES = FLOATS + (torch.int32, torch.int64)
@@ -218,3 +218,33 @@ def test_a_computed_factor_that_the_lanes_broadcast_matches_cpu(length):
         return q.grad, k.grad
 
     check(grads, q, k, rand(2, 3, length, length, seed=2), **close)
+
+
+@pytest.mark.parametrize(
+    "name,shapes",
+    [
+        ("mm", ((4, 2), (2, 3))),
+        ("bmm", ((2, 4, 2), (2, 2, 3))),
+        ("addmm", ((4, 3), (4, 2), (2, 3))),
+        ("baddbmm", ((2, 4, 3), (2, 4, 2), (2, 2, 3))),
+        ("addmv", ((4,), (4, 2), (2,))),
+        ("matmul", ((4, 2), (2, 3))),
+        ("mv", ((4, 2), (2,))),
+    ],
+)
+def test_a_structured_out_form_is_resized_before_its_dtype_error(name, shapes):
+    """torch's structured out= kernels run their meta function (shape checks, out= resized) before the CPU kernel's
+    dtype dispatch raises for bool products: out= keeps the result's shape though the call raises (fuzzer seed
+    14494)."""
+    fn = getattr(torch, name)
+
+    def call(*ts):
+        out = torch.zeros(2, 1, dtype=torch.bool, device=ts[0].device)
+        try:
+            fn(*ts, out=out)
+        except NotImplementedError:
+            return out.shape
+        raise AssertionError("no error")
+
+    shapes_seen = [call(*[torch.ones(s, dtype=torch.bool, device=dev) for s in shapes]) for dev in ("cpu", DEVICE)]
+    assert shapes_seen[0] == shapes_seen[1], shapes_seen
