@@ -182,8 +182,8 @@ at::Tensor mm(const at::Tensor& a, const at::Tensor& b) {
 }
 
 // torch's structured out= kernels (mm, bmm, addmm, baddbmm, addmv) run their meta function first, its shape and dtype
-// checks and out= resized to the result, and then the CPU kernel, whose dtype dispatch raises for bool products: out= is
-// resized even where the call raises (fuzzer seed 14494: torch.mm of bools into a (2, 1) out= leaves it (4, 3)).
+// checks and out= resized to the result, and then the CPU kernel, whose dtype dispatch raises for bool products: out=
+// is resized even where the call raises (fuzzer seed 14494: torch.mm of bools into a (2, 1) out= leaves it (4, 3)).
 at::Tensor& mm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   at::meta::mm_outf(a, b, out);
   if (a.is_complex() || b.is_complex()) {
