@@ -184,8 +184,15 @@ at::Tensor mm(const at::Tensor& a, const at::Tensor& b) {
 // torch's structured out= kernels (mm, bmm, addmm, baddbmm, addmv) run their meta function first, its shape and dtype
 // checks and out= resized to the result, and then the CPU kernel, whose dtype dispatch raises for bool products: out=
 // is resized even where the call raises (fuzzer seed 14494: torch.mm of bools into a (2, 1) out= leaves it (4, 3)).
-at::Tensor& mm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
-  at::meta::mm_outf(a, b, out);
+// An input that is out= itself is read as it was before that resize (mm(t, u, out=t): as tiny read it before the
+// meta function ran, and the bool error the CPU raises; fuzzer seed 15245).
+at::Tensor unresized(const at::Tensor& input, const at::Tensor& out) {
+  return input.is_same(out) ? input.alias() : input;
+}
+
+at::Tensor& mm_out(const at::Tensor& a_arg, const at::Tensor& b_arg, at::Tensor& out) {
+  const at::Tensor a = unresized(a_arg, out), b = unresized(b_arg, out);
+  at::meta::mm_outf(a_arg, b_arg, out);
   if (a.is_complex() || b.is_complex()) {
     at::Tensor product = complex_product(a, b, "mat1 and mat2", mm_of);
     check_out_dtype(out, a.scalar_type());
@@ -205,8 +212,9 @@ at::Tensor bmm(const at::Tensor& a, const at::Tensor& b) {
   return store(out, v, b.scalar_type());
 }
 
-at::Tensor& bmm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
-  at::meta::bmm_outf(a, b, out); // (see mm_out)
+at::Tensor& bmm_out(const at::Tensor& a_arg, const at::Tensor& b_arg, at::Tensor& out) {
+  const at::Tensor a = unresized(a_arg, out), b = unresized(b_arg, out);
+  at::meta::bmm_outf(a_arg, b_arg, out); // (see mm_out)
   if (a.is_complex() || b.is_complex()) {
     at::Tensor product = complex_product(a, b, "batch1 and batch2", bmm_of);
     check_out_dtype(out, a.scalar_type());
@@ -243,9 +251,10 @@ at::Tensor addmm(const at::Tensor& self, const at::Tensor& m1, const at::Tensor&
   return store(out, v, m1.scalar_type());
 }
 
-at::Tensor& addmm_out(const at::Tensor& self, const at::Tensor& m1, const at::Tensor& m2, const at::Scalar& beta,
-                      const at::Scalar& alpha, at::Tensor& out) {
-  at::meta::addmm_outf(self, m1, m2, beta, alpha, out); // (see mm_out)
+at::Tensor& addmm_out(const at::Tensor& self_arg, const at::Tensor& m1_arg, const at::Tensor& m2_arg,
+                      const at::Scalar& beta, const at::Scalar& alpha, at::Tensor& out) {
+  const at::Tensor self = unresized(self_arg, out), m1 = unresized(m1_arg, out), m2 = unresized(m2_arg, out);
+  at::meta::addmm_outf(self_arg, m1_arg, m2_arg, beta, alpha, out); // (see mm_out)
   if (any_complex({self, m1, m2, out}))
     return complex_out(out, complex_addmm(self, m1, m2, beta, alpha), m1.scalar_type());
   UOpPtr v = addmm_value(self, m1, m2, beta, alpha);
@@ -302,9 +311,10 @@ at::Tensor addmv(const at::Tensor& self, const at::Tensor& mat, const at::Tensor
   return store(out, v, mat.scalar_type());
 }
 
-at::Tensor& addmv_out(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec, const at::Scalar& beta,
-                      const at::Scalar& alpha, at::Tensor& out) {
-  at::meta::addmv_outf(self, mat, vec, beta, alpha, out); // (see mm_out)
+at::Tensor& addmv_out(const at::Tensor& self_arg, const at::Tensor& mat_arg, const at::Tensor& vec_arg,
+                      const at::Scalar& beta, const at::Scalar& alpha, at::Tensor& out) {
+  const at::Tensor self = unresized(self_arg, out), mat = unresized(mat_arg, out), vec = unresized(vec_arg, out);
+  at::meta::addmv_outf(self_arg, mat_arg, vec_arg, beta, alpha, out); // (see mm_out)
   if (any_complex({self, mat, vec, out}))
     return complex_out(out, complex_addmv(self, mat, vec, beta, alpha), mat.scalar_type());
   return store(out, addmv_value(self, mat, vec, beta, alpha), mat.scalar_type());
@@ -370,9 +380,10 @@ at::Tensor baddbmm(const at::Tensor& self, const at::Tensor& b1, const at::Tenso
 }
 
 template <bool ReduceBatch>
-at::Tensor& baddbmm_out(const at::Tensor& self, const at::Tensor& b1, const at::Tensor& b2, const at::Scalar& beta,
-                        const at::Scalar& alpha, at::Tensor& out) {
-  if constexpr (!ReduceBatch) at::meta::baddbmm_outf(self, b1, b2, beta, alpha, out); // (see mm_out)
+at::Tensor& baddbmm_out(const at::Tensor& self_arg, const at::Tensor& b1_arg, const at::Tensor& b2_arg,
+                        const at::Scalar& beta, const at::Scalar& alpha, at::Tensor& out) {
+  const at::Tensor self = unresized(self_arg, out), b1 = unresized(b1_arg, out), b2 = unresized(b2_arg, out);
+  if constexpr (!ReduceBatch) at::meta::baddbmm_outf(self_arg, b1_arg, b2_arg, beta, alpha, out); // (see mm_out)
   if (any_complex({self, b1, b2, out}))
     return complex_out(out, complex_baddbmm(self, b1, b2, beta, alpha, ReduceBatch), b1.scalar_type());
   return store(out, baddbmm_value(self, b1, b2, beta, alpha, ReduceBatch), b1.scalar_type());

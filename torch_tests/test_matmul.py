@@ -248,3 +248,17 @@ def test_a_structured_out_form_is_resized_before_its_dtype_error(name, shapes):
 
     shapes_seen = [call(*[torch.ones(s, dtype=torch.bool, device=dev) for s in shapes]) for dev in ("cpu", DEVICE)]
     assert shapes_seen[0] == shapes_seen[1], shapes_seen
+
+
+def test_an_out_form_whose_out_is_an_input_reads_it_as_it_was():
+    """mm(t, u, out=t): torch's meta function resizes t before the CPU kernel's dtype error for bools; tiny reads t as
+    it was before that resize, so the call raises the CPU's error (not a shape mismatch) and leaves t resized
+    (fuzzer seed 15245)."""
+
+    def call(dev):
+        t = torch.ones(3, 2, dtype=torch.bool, device=dev)
+        with pytest.raises(NotImplementedError):
+            torch.mm(t, torch.ones(2, 1, dtype=torch.bool, device=dev), out=t)
+        return t.shape
+
+    assert call("cpu") == call(DEVICE)
