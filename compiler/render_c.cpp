@@ -1876,24 +1876,14 @@ private:
   // lanes took 15 dependent scalar ops a row (with a NaN test each for a max); softmax over rows of 65 (sdpa's,
   // 8320 rows, one thread): 595 -> 491 us. A sum's order changes as torch's vectorized sums' does.
   std::string combine_lanes(std::ostream& os, const UOpPtr& m, const std::string& acc, const std::string& ind) {
-    const DType dt = m->dtype;
-    const Ops op = m->reduce_arg().op;
-    const std::string type = vec_type(dt);
+    const std::string type = vec_type(m->dtype);
     std::string v = acc;
     for (int64_t half = k_.lanes / 2; half >= 1; half /= 2) {
       std::string swapped = "acc" + std::to_string(next_++), next = "acc" + std::to_string(next_++);
       os << ind << "const " << type << " " << swapped << " = __builtin_shufflevector(" << v << ", " << v;
       for (int64_t l = 0; l < k_.lanes; l++)
         os << ", " << (l ^ half);
-      os << ");\n";
-      std::string e;
-      if (dt == DType::Bool)
-        e = v + bool_op(op) + swapped;
-      else if (op == Ops::MAX || op == Ops::MIN)
-        e = vector_minmax(op, dt, v, swapped);
-      else
-        e = v + (op == Ops::ADD ? " + " : op == Ops::MUL ? " * " : " ^ ") + swapped;
-      os << ind << "const " << type << " " << next << " = " << e << ";\n";
+      os << ");\n" << ind << "const " << type << " " << next << " = " << vector_update(m, v, swapped) << ";\n";
       v = next;
     }
     return "(" + v + "[0])";
