@@ -108,6 +108,32 @@ TEST(Schedule, AFewRowsTimesARowMajorWeightSumInPartsOf256) {
   EXPECT_TRUE(no_partials(schedule_of(product(24, false, 4096, 1024))));
 }
 
+// A column sum over 3072 or more rows 1 KiB or more apart sums runs of about 256 rows (a divisor of the rows: 256 of
+// 4096, 273 of 4095) into partial results laid out runs outermost, then their sum. Not over 2080 rows (measured no
+// faster), rows 512 bytes apart, a prime count of rows, fewer than 256 columns read contiguously, a read broadcast
+// along the columns (a product's operand) or on a GPU.
+TEST(Schedule, AColumnSumOverManyRowsFarApartSumsInRunsOfAbout256) {
+  auto partials = [](const UOpPtr& value, const Target& target = Target{}) -> int64_t {
+    Schedule s = schedule_of(value, target);
+    return s.kernels.size() == 2 ? s.made[1]->numel : 0;
+  };
+  EXPECT_EQ(partials(reduce(input({4096, 1000}), Ops::ADD, {0})), 16 * 1000);
+  EXPECT_EQ(partials(reduce(input({4095, 1000}), Ops::MAX, {0})), 15 * 1000);
+  EXPECT_EQ(partials(reduce(permute(input({4096, 300}), {1, 0}), Ops::ADD, {1})), 16 * 300);
+  EXPECT_EQ(partials(reduce(alu(Ops::MUL, input({4096, 1000}), input({4096, 1000})), Ops::ADD, {0})), 16 * 1000);
+  EXPECT_EQ(partials(reduce(input({2080, 512}), Ops::ADD, {0})), 0);
+  EXPECT_EQ(partials(reduce(input({4096, 128}), Ops::ADD, {0})), 0);
+  EXPECT_EQ(partials(reduce(input({4099, 1000}), Ops::ADD, {0})), 0);
+  EXPECT_EQ(partials(reduce(input({4096, 200}), Ops::ADD, {0})), 0);
+  auto row = expand(reshape(input({1000}), {1, 1000}), {4096, 1000}); // broadcast along the rows: a column scale
+  EXPECT_EQ(partials(reduce(alu(Ops::MUL, input({4096, 1000}), row), Ops::ADD, {0})), 16 * 1000);
+  auto column = expand(reshape(input({4096}), {4096, 1}), {4096, 1000}); // x.t() @ v
+  EXPECT_EQ(partials(reduce(alu(Ops::MUL, input({4096, 1000}), column), Ops::ADD, {0})), 0);
+  Target gpu;
+  gpu.dialect = Dialect::OpenCL;
+  EXPECT_EQ(partials(reduce(input({4096, 1000}), Ops::ADD, {0}), gpu), 0);
+}
+
 // a.t() @ b (a linear layer's weight gradient: its activations stored tokens-major) with a's rows 512 B or more apart
 // and 1 MiB or more of them walked: each step of the reduce loop would read a block of output rows' elements from one
 // line of its own, lines that share cache sets, from L3; a is copied transposed first (its reduced axis innermost)
@@ -254,7 +280,7 @@ TEST(Schedule, AReductionReadThroughAReshapeIsBlockedAtItsOwnShape) {
 // column, lines 4000 bytes apart (28 ms on one thread, 1.2 with lanes).
 TEST(Schedule, AColumnSumOfAnOddWidthTakesOverlappingLanesOnOneThreadAtTheEnd) {
   for (auto [width, outer, inner] : {std::tuple{1000, 21, 3}, {973, 1, 61}}) {
-    Schedule s = schedule_of(reduce(input({4096, width}), Ops::ADD, {0}));
+    Schedule s = schedule_of(reduce(input({2048, width}), Ops::ADD, {0})); // (4096 rows sum in runs, see above)
     ASSERT_EQ(s.kernels.size(), 1u);
     const Kernel& k = s.kernels[0];
     EXPECT_GE(k.lane_range, 0);

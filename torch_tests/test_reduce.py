@@ -462,3 +462,20 @@ def test_row_reductions_whose_lanes_combine_as_vectors_match_cpu(dtype):
         check(lambda t: (t / 2).sum(1) if dtype.is_floating_point else t.prod(1), x, rtol=1e-5, atol=1e-4)
         if dtype.is_floating_point:
             check(lambda t: (t.softmax(1), t.logsumexp(1), t.norm(dim=1)), x, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("rows", (4096, 3072, 4095, 4099), ids=str)
+def test_a_column_reduction_over_many_rows_far_apart_sums_in_parts_and_matches_cpu(rows):
+    """Reduced over 3072 or more rows far apart (each 1 KiB or more), a column reduction sums runs of about 256 rows
+    (a divisor of the rows near it: 256, 256, 273 for 4095) into partial results, then their sum, so that each run's
+    rows stay in L2 while every block of columns reads them; 4099 rows (a prime) stay one kernel. NaN in one run
+    reaches its column's max and sum; integer sums stay exact."""
+    x = torch.randn(rows, 1000, generator=torch.Generator().manual_seed(rows))
+    x[rows - 5, 7] = NAN
+    if CPU_LOWERING:
+        assert kernels_of(lambda t: t.sum(0), x) == (1 if rows == 4099 else 2)
+    check(lambda t: (t.sum(0), t.amax(0), t.amin(0)), x, rtol=1e-4, atol=1e-3)
+    check(lambda t: (t.mean(0, keepdim=True), t.nansum(0), (t * 2 - 1).sum(0)), x, rtol=1e-4, atol=1e-3)
+    check(lambda t: (t * 1000).to(torch.int64).sum(0), x.nan_to_num(0))
+    check(lambda t: t.t().sum(1, dtype=torch.float64), x.double(), rtol=1e-10, atol=1e-10)
+    check(lambda t: t[:, 3:700].sum(0), x, rtol=1e-4, atol=1e-3)
