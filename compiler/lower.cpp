@@ -5,6 +5,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <numeric>
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
@@ -2376,6 +2377,41 @@ bool broadcast_along_reduced_axes_only(const UOpPtr& m, const UOpPtr& r) {
 
 } // namespace
 
+namespace {
+
+// The order (outermost first) in which the buffers an elementwise value reads lay out its dims, where every read of a
+// buffer at the value's shape (one view, unmasked) walks them in the same order and it is not the value's own; empty
+// otherwise. A value realized for reuse is written in that order: its reads and its writes run contiguously.
+std::vector<int64_t> source_order(const UOpPtr& x) {
+  std::vector<int64_t> found;
+  for (const UOpPtr& m : toposort(graph_rewrite(x, push_views))) {
+    if (m->op == Ops::REDUCE || m->op == Ops::GATHER || m->op == Ops::SCATTER) return {};
+    if (m->op != Ops::VIEW || m->src[0]->op != Ops::BUFFER) continue;
+    const ShapeTracker& st = m->st();
+    if (m->shape != x->shape || st.views.size() != 1 || st.views[0].mask) return {};
+    const View& v = st.views[0];
+    std::vector<int64_t> order(v.shape.size());
+    std::iota(order.begin(), order.end(), int64_t{0});
+    // dims of one element or broadcast keep their place; the others by stride, largest first
+    std::vector<int64_t> walked;
+    for (int64_t d : order)
+      if (v.shape[static_cast<size_t>(d)] > 1 && v.strides[static_cast<size_t>(d)] != 0) walked.push_back(d);
+    std::vector<int64_t> sorted = walked;
+    std::ranges::stable_sort(sorted, [&](int64_t a, int64_t b) {
+      return std::llabs(v.strides[static_cast<size_t>(a)]) > std::llabs(v.strides[static_cast<size_t>(b)]);
+    });
+    for (size_t i = 0; i < walked.size(); i++)
+      order[static_cast<size_t>(walked[i])] = sorted[i];
+    if (!found.empty() && found != order) return {};
+    found = order;
+  }
+  for (size_t i = 0; i < found.size(); i++)
+    if (found[i] != static_cast<int64_t>(i)) return found;
+  return {};
+}
+
+} // namespace
+
 UOpPtr realize_reused_values(const UOpPtr& value) {
   std::unordered_map<const UOp*, UOpPtr> replace;
   for (const UOpPtr& r : toposort(value)) {
@@ -2389,7 +2425,8 @@ UOpPtr realize_reused_values(const UOpPtr& value) {
       if (broadcast_along_reduced_axes_only(m, r)) continue;
       int64_t cost = elementwise_cost(x);
       if (cost < 2) continue; // one op (relu(x)) is cheaper to recompute than to write and read back
-      replace[m.get()] = view(contiguous(x), m->st());
+      const std::vector<int64_t> order = source_order(x);
+      replace[m.get()] = view(order.empty() ? contiguous(x) : copied_in_order(x, order), m->st());
     }
   }
   if (replace.empty()) return value;

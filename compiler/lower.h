@@ -126,8 +126,10 @@ UOpPtr unfolded_window(const UOpPtr& m, size_t d, int64_t work, int64_t reuse);
 
 // A computed value (two or more elementwise ops) that a reduction reads through a broadcasting or
 // windowed view would be recomputed for every reuse (a gradient read by a convolution's weight
-// gradient, once per filter tap and channel): it is wrapped in CONTIGUOUS, realized first. Runs on
-// the graph before views are pushed to the leaves.
+// gradient, once per filter tap and channel): it is wrapped in CONTIGUOUS, realized first, laid out in
+// the order its reads walk their buffers where they all agree (a value of a transposed read is written
+// as it is read, not transposed: sdpa's keys in bfloat16). Runs on the graph before views are pushed to
+// the leaves.
 UOpPtr realize_reused_values(const UOpPtr& value);
 
 // A reduction of many elements into few outputs would run on few threads (one thread, or one

@@ -542,3 +542,13 @@ def test_attention_of_a_sequence_not_a_multiple_of_the_lanes_and_its_gradients(c
     copied into a buffer of its own, and the gradient's kernel ran without vector lanes)."""
     q, k, v = (_seeded((2, 3, 65, 32), s) for s in (1, 2, 3))
     check_grads(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal), q, k, v)
+
+
+@pytest.mark.parametrize("dtype", REDUCED, ids=str)
+def test_attention_in_a_reduced_dtype_matches_cpu(dtype):
+    """scaled_dot_product_attention in bfloat16 and float16 over 65 positions, and its gradients: torch's math path
+    widens q, k and v and scales the transposed key, a computed value the scores reuse, which is realized in the
+    key's own order (it was written transposed, copied back, and the scores ran without vector lanes)."""
+    q, k, v = (_seeded((2, 3, 65, 32), s, dtype) for s in (4, 5, 6))
+    check_grads(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), q, k, v, **tol(dtype))
+    check_grads(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v, **tol(dtype))
