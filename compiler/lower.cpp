@@ -2507,36 +2507,66 @@ bool rereads_strided_panel(const UOpPtr& n) {
   return false;
 }
 
-// The run of rows (a divisor of the reduced axis near 256) in which a CPU reduction over one axis of 3072 or more
-// rows far apart is summed, 0 where it is not split: every read a view of a buffer at the reduction's shape, none
+// Whether a CPU reduction over one axis of 3072 or more rows far apart is summed in runs of about 256 rows (see
+// run_near_256): every read a view of a buffer at the reduction's shape, none
 // broadcast, one walking 256 or more outputs contiguously and the reduced axis 1 KiB or more apart (a column sum,
 // a bias gradient over many rows). Each block of the outputs' lanes walks every row; a part of 256 rows instead keeps
 // those rows in L2 while every block reads them. Measured, two threads: (4096, 1000) summed over its rows 0.70-0.82
 // -> 0.30-0.37 ms (eager 0.46-0.53), (3072, 1000) 0.51-0.56 -> 0.26, (4096, 300) 0.22 -> 0.10-0.19; no gain from
 // 2048 or 2080 rows (the ViT's bias gradients of 2080 x 512: one thread 169 -> 292 us, its parts blocked 8 at a
 // time), (4096, 1024) 0.39-0.45 -> 0.42-0.50 and (8192, 256) about the same.
-int64_t far_row_run(const UOpPtr& n) {
+bool walks_far_rows(const UOpPtr& n) {
   const ReduceArg& r = n->reduce_arg();
   const UOpPtr& src = n->src[0];
-  if (r.axes.size() != 1) return 0;
+  if (r.axes.size() != 1) return false;
   const size_t a = static_cast<size_t>(r.axes[0]);
-  const int64_t rows = src->shape[a];
-  if (rows < 3072) return 0;
+  if (src->shape[a] < 3072) return false;
   bool far = false;
   for (const UOpPtr& m : toposort(src)) {
-    if (m->op == Ops::REDUCE) return 0;
+    if (m->op == Ops::REDUCE) return false;
     if (m->op != Ops::VIEW || m->shape != src->shape) continue;
     const ShapeTracker& st = m->st();
     const View& v = st.views.back();
     bool lanes = false;
     for (size_t d = 0; d < v.shape.size(); d++) {
-      if (d != a && v.strides[d] == 0 && v.shape[d] > 1) return 0; // broadcast: a product's operand
+      if (d != a && v.strides[d] == 0 && v.shape[d] > 1) return false; // broadcast: a product's operand
       lanes = lanes || (d != a && v.strides[d] == 1 && v.shape[d] >= 256);
     }
     if (m->src[0]->op == Ops::BUFFER && st.views.size() == 1 && !v.mask)
       far = far || (lanes && std::llabs(v.strides[a]) * static_cast<int64_t>(itemsize(m->dtype)) >= 1024);
   }
-  if (!far) return 0;
+  return far;
+}
+
+// A CPU sum of products whose operand broadcast along the output's innermost dim (the lanes: a.t() @ b's a, a linear
+// layer's activations in its weight gradient) would be copied with its reduced axis innermost (see
+// reads_across_reduced_axes), 512 B to 2 KiB apart along it, and is reused fewer than 512 times (b's columns): the
+// copy costs a third of the product or more. Summed in runs of about 256 instead, each run's rows of the operand fit
+// L2's sets and the copy is not needed. Two threads, best of 30 interleaved, copy against runs (eager): a.t() @ b of
+// K x M x N = 2080 x 512 x 128 1.47-2.23 -> 1.19-2.04 ms (1.13-2.26), 2080 x 128 x 384 1.47 -> 1.25 (1.12),
+// 2080 x 128 x 128 0.47 -> 0.44 (0.58), 4096 x 256 x 256 2.73 -> 2.46 (2.41), 2080 x 128 x 512 1.67 -> 1.60 (1.32);
+// slower and so copied, reused 512 times or more: 2048 x 512 x 512 5.08 -> 5.57, 1024^3 9.3 -> 11.8.
+bool copies_little_reused_operand(const UOpPtr& n) {
+  const ReduceArg& r = n->reduce_arg();
+  const UOpPtr& src = n->src[0];
+  if (r.op != Ops::ADD || r.axes.size() != 1 || src->op != Ops::MUL) return false;
+  const size_t a = static_cast<size_t>(r.axes[0]);
+  std::optional<size_t> lanes; // the innermost kept dim of more than one element
+  for (size_t d = 0; d < src->shape.size(); d++)
+    if (d != a && src->shape[d] > 1) lanes = d;
+  if (!lanes) return false;
+  const int64_t work = prod(src->shape);
+  for (const UOpPtr& m : toposort(src)) {
+    if (m->op != Ops::VIEW || m->src[0]->op != Ops::BUFFER || m->shape != src->shape) continue;
+    const View& v = m->st().views.back();
+    if (v.strides[*lanes] != 0 || std::llabs(v.strides[a]) * static_cast<int64_t>(itemsize(m->dtype)) > 2048) continue;
+    if (reads_across_reduced_axes(m, r.axes, work) && work < 512 * prod(unbroadcast(m)->shape)) return true;
+  }
+  return false;
+}
+
+// A divisor of `rows` near 256 (within 128), 0 where none is.
+int64_t run_near_256(int64_t rows) {
   for (int64_t k = 0; k <= 128; k++)
     for (int64_t run : {256 - k, 256 + k})
       if (rows % run == 0) return run;
@@ -2554,11 +2584,14 @@ UOpPtr split_long_reductions(const UOpPtr& value, const Target& target) {
     // A CPU sum that re-reads a strided operand from L3 once per block of rows sums runs of 256 (in parts, the
     // parts' sums added after), so that each run of the operand's rows stays in L2 while every block reads it:
     // x @ w of 32 rows by 1024 x 1024, float32, one thread 610 -> 498 + 20 us, two 377 -> 262 (eager 344).
-    // So does a CPU reduction that walks many rows far apart (far_row_run).
-    if (!target.gpu())
-      if (const int64_t run = rereads_strided_panel(n) ? 256 : far_row_run(n))
-        return split_reduction(n, x->shape[static_cast<size_t>(n->reduce_arg().axes[0])] / run, true,
-                               split_long_reductions(x, target), /*parts_outer=*/true);
+    // So do a CPU reduction that walks many rows far apart and a product that would copy an operand it reuses little,
+    // in runs of about 256 (walks_far_rows, copies_little_reused_operand).
+    if (!target.gpu()) {
+      const int64_t rows = x->shape[static_cast<size_t>(n->reduce_arg().axes[0])];
+      int64_t run = rereads_strided_panel(n) ? 256 : 0;
+      if (!run && (walks_far_rows(n) || copies_little_reused_operand(n))) run = run_near_256(rows);
+      if (run) return split_reduction(n, rows / run, true, split_long_reductions(x, target), /*parts_outer=*/true);
+    }
     if (outputs >= kSplitOutputs) return nullptr;
     int64_t elements = prod(x->shape) / outputs;
     if (elements < kSplitMinElements) return nullptr;

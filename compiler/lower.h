@@ -140,8 +140,10 @@ UOpPtr realize_reused_values(const UOpPtr& value);
 // kSplitMinPart elements or more (so that a part's loop is long enough to pay for its launch share). On a CPU
 // target a sum that re-reads a large strided operand from L3 once per block of rows (x @ w of 9-63 rows with w
 // row-major) is split too, into runs of 256 of its reduced axis, so that each run stays in L2 (see
-// rereads_strided_panel in lower.cpp), and so is a reduction over 3072 or more rows 1 KiB or more apart that
-// outputs' lanes read contiguously (a column sum, into runs of about 256 rows: far_row_run).
+// rereads_strided_panel in lower.cpp); so are, into runs of about 256 rows, a reduction over 3072 or more rows 1 KiB
+// or more apart that outputs' lanes read contiguously (a column sum: walks_far_rows) and a product whose operand
+// broadcast along the lanes would be copied with its reduced axis innermost but is reused fewer than 512 times (a.t()
+// @ b with b of 128 columns: copies_little_reused_operand).
 constexpr int64_t kSplitOutputs = 256, kSplitMinElements = 16384, kSplitMinPart = 1024;
 UOpPtr split_long_reductions(const UOpPtr& value, const Target& target);
 

@@ -138,7 +138,8 @@ TEST(Schedule, AColumnSumOverManyRowsFarApartSumsInRunsOfAbout256) {
 // and 1 MiB or more of them walked: each step of the reduce loop would read a block of output rows' elements from one
 // line of its own, lines that share cache sets, from L3; a is copied transposed first (its reduced axis innermost)
 // and the product reads the copy as x of x @ w (2080 x 512 by 2080 x 128, one thread: 3.2 -> 1.58 + 0.53 ms). Not
-// where a's walk spans less (2080 x 64, 256 x 256), a GPU target, or a reduction over several axes.
+// where a's walk spans less (2080 x 64, 256 x 256), a GPU target, or a reduction over several axes, nor where a is
+// reused fewer than 512 times (b's columns: the next test).
 TEST(Schedule, ATransposedLeftOperandIsCopiedWithItsReducedAxisInnermost) {
   // whether the product of a (stored K x M) and b reads a from a copy, and the copy holds a's K x M elements
   auto copies_a = [](int64_t K, int64_t M, int64_t N, const Target& target = Target{}) {
@@ -156,8 +157,9 @@ TEST(Schedule, ATransposedLeftOperandIsCopiedWithItsReducedAxisInnermost) {
     EXPECT_NE(read_directly, copied);
     return copied;
   };
-  EXPECT_TRUE(copies_a(2080, 512, 128));
+  EXPECT_TRUE(copies_a(2080, 512, 512));
   EXPECT_TRUE(copies_a(1024, 1024, 1024));
+  EXPECT_FALSE(copies_a(2080, 512, 128)); // reused 128 times: summed in runs instead (see below)
   EXPECT_FALSE(copies_a(2080, 64, 512));
   EXPECT_FALSE(copies_a(256, 256, 256));
   Target gpu;
@@ -172,6 +174,33 @@ TEST(Schedule, ATransposedLeftOperandIsCopiedWithItsReducedAxisInnermost) {
   for (const Kernel& k : schedule_of(reduce(product, Ops::ADD, {2, 3})).kernels)
     EXPECT_TRUE(std::ranges::find(k.buffers, stored) == k.buffers.end() ||
                 std::ranges::any_of(toposort(k.ast), [](const UOpPtr& n) { return n->op == Ops::REDUCE; }));
+}
+
+// a.t() @ b where b has fewer than 512 columns: a's copy would cost a third of the product or more, so the product sums
+// runs of about 256 of its reduced axis into partial results (parts outermost), then their sum, each run's rows of a
+// held in L2 without the copy (2080 x 512 x 128, two threads: 1.47 -> 1.19 ms). Not with 512 columns, a's rows
+// more than 2 KiB apart or on a GPU.
+TEST(Schedule, AnOperandReusedLittleIsSummedInRunsInsteadOfCopied) {
+  auto product = [](int64_t K, int64_t M, int64_t N, const Target& target = Target{}) {
+    auto a = expand(reshape(permute(input({K, M}), {1, 0}), {M, 1, K}), {M, N, K});
+    auto b = expand(reshape(permute(input({K, N}), {1, 0}), {1, N, K}), {M, N, K});
+    return schedule_of(reshape(reduce(alu(Ops::MUL, a, b), Ops::ADD, {2}), {M, N}), target);
+  };
+  auto parts = [&](int64_t K, int64_t M, int64_t N, const Target& target = Target{}) -> int64_t {
+    for (const BufferRef& made : product(K, M, N, target).made) // partial results: parts x M x N, not a copy
+      if (made->numel > M * N && made->numel % (M * N) == 0 && made->numel != K * M && made->numel != K * N)
+        return made->numel / (M * N);
+    return 0;
+  };
+  EXPECT_EQ(parts(2080, 512, 128), 8);
+  EXPECT_EQ(product(2080, 512, 128).kernels.size(), 2u); // the runs and their sum, a read where it lies
+  EXPECT_EQ(parts(2080, 128, 384), 8);
+  EXPECT_EQ(parts(4096, 320, 192), 16);
+  EXPECT_EQ(parts(2048, 512, 512), 0);  // reused 512 times: copied
+  EXPECT_EQ(parts(4096, 1024, 128), 0); // rows 4 KiB apart: copied
+  Target gpu;
+  gpu.dialect = Dialect::OpenCL;
+  EXPECT_EQ(parts(2080, 512, 128, gpu), 0);
 }
 
 // Attention's scores q @ k.t() over heads of 64 features or fewer: every read walks the sum contiguously, and a
