@@ -1,7 +1,9 @@
 #include "compiler/schedule.h"
 
 #include <algorithm>
+#include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace tiny {
 
@@ -13,6 +15,97 @@ constexpr int64_t kMaxInlineOps = 128;
 // output's with a division and a modulo per dim of each inner view (a max pool's gradient spreads
 // each pooled value over its window through a reshape of an expand).
 constexpr int64_t kReindexOps = 16;
+
+// An elementwise value of this many elements or more is written in parts (see masked_parts), each part of
+// kMinPartElements or more.
+constexpr int64_t kMinPartedElements = int64_t{1} << 17, kMinPartElements = int64_t{1} << 15;
+
+// Whether a view's outermost mask limits dim d alone.
+bool masked_along_only(const UOp& n, size_t d) {
+  const auto& mask = n.st().views.back().mask;
+  if (!mask) return false;
+  for (size_t e = 0; e < mask->size(); e++)
+    if (((*mask)[e] == std::pair<int64_t, int64_t>{0, n.shape[e]}) != (e != d)) return false;
+  return true;
+}
+
+// The views an elementwise value reads through its elementwise ops alone (not under another view, whose dims are not
+// the value's); nullopt where it computes anything else at its own shape (a reduction, a scatter).
+std::optional<std::unordered_set<const UOp*>> elementwise_reads(const UOpPtr& value) {
+  std::unordered_set<const UOp*> seen, views;
+  std::vector<const UOp*> stack{value.get()};
+  while (!stack.empty()) {
+    const UOp* n = stack.back();
+    stack.pop_back();
+    if (!seen.insert(n).second) continue;
+    if (n->op == Ops::VIEW) {
+      views.insert(n);
+      continue;
+    }
+    if (!is_alu(n->op) && n->op != Ops::CAST && !n->src.empty()) return std::nullopt;
+    for (const UOpPtr& s : n->src)
+      stack.push_back(s.get());
+  }
+  return views;
+}
+
+// A dim of an elementwise value and its runs along it, in order, in each of which every read masked along that dim
+// alone (a padded part: autograd's sum of select_backward's gradients, a cat) is wholly valid or wholly not; the dim
+// that most reads are masked along, none (no runs) where fewer than two are. Each run is lowered as a kernel of its
+// own, which reads only the parts valid there: one kernel computed every part's value at every element and masked
+// all but one. A ViT's packed q, k and v projection gradient, (3, 65, 32, 128) from attention's three gradients (two
+// scaled): the three gradients' kernels and their masked sum (0.86-0.96 ms) took 2.47-2.51 ms a layer on one thread;
+// now three kernels, the gradients computed into their parts, 1.94-2.21 ms. On a CPU target (not measured on a GPU).
+struct Parts {
+  size_t dim = 0;
+  std::vector<std::pair<int64_t, int64_t>> runs;
+};
+Parts masked_parts(const UOpPtr& value) {
+  if (prod(value->shape) < kMinPartedElements) return {};
+  const auto reads = elementwise_reads(value);
+  if (!reads) return {};
+  Parts best;
+  size_t most = 1;
+  for (size_t d = 0; d < value->shape.size(); d++) {
+    std::vector<int64_t> cuts{0, value->shape[d]};
+    size_t masked = 0;
+    for (const UOp* n : *reads)
+      if (masked_along_only(*n, d)) {
+        masked++;
+        for (int64_t at : {(*n->st().views.back().mask)[d].first, (*n->st().views.back().mask)[d].second})
+          cuts.push_back(std::clamp<int64_t>(at, 0, value->shape[d]));
+      }
+    if (masked <= most) continue;
+    most = masked;
+    std::ranges::sort(cuts);
+    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+    best = {d, {}};
+    for (size_t i = 0; i + 1 < cuts.size(); i++)
+      best.runs.emplace_back(cuts[i], cuts[i + 1]);
+  }
+  const int64_t per = prod(value->shape) / std::max<int64_t>(value->shape[best.dim], 1);
+  for (auto [begin, end] : best.runs)
+    if ((end - begin) * per < kMinPartElements) return {};
+  return best;
+}
+
+// value over `run` (see masked_parts), a run of dim d and the whole of the others: each read masked along d alone
+// reads zeros where the run lies wholly outside its mask, and without the mask where wholly inside; then the run's
+// elements of it.
+UOpPtr within_run(const UOpPtr& value, size_t d, const std::vector<std::pair<int64_t, int64_t>>& run) {
+  const auto [begin, end] = run[d];
+  const std::unordered_set<const UOp*> reads = *elementwise_reads(value);
+  UOpPtr v = substitute(value, [&](const UOpPtr& n) -> UOpPtr {
+    if (!reads.count(n.get()) || !masked_along_only(*n, d)) return nullptr;
+    const auto [lo, hi] = (*n->st().views.back().mask)[d];
+    if (hi <= begin || lo >= end) return expand(reshape(const_like(n, 0), Shape(n->shape.size(), 1)), n->shape);
+    if (lo > begin || hi < end) return nullptr;
+    ShapeTracker unmasked = n->st();
+    unmasked.views.back().mask.reset();
+    return UOp::make(Ops::VIEW, n->dtype, {n->src[0]}, std::move(unmasked));
+  });
+  return shrink(v, run);
+}
 
 class Scheduler {
 public:
@@ -164,7 +257,16 @@ private:
     made_[out.get()] = true;
     out_.made.push_back(out);
     View region = View::contiguous(value->shape);
-    add([&] { return lower_kernel(out, region, prepare(value), target_); });
+    const Parts parts = target_.gpu() ? Parts{} : masked_parts(value);
+    if (parts.runs.empty()) add([&] { return lower_kernel(out, region, prepare(value), target_); });
+    for (auto [begin, end] : parts.runs) {
+      std::vector<std::pair<int64_t, int64_t>> run;
+      for (size_t d = 0; d < value->shape.size(); d++)
+        run.emplace_back(d == parts.dim ? std::pair{begin, end} : std::pair<int64_t, int64_t>{0, value->shape[d]});
+      const UOpPtr part_value = within_run(value, parts.dim, run);
+      const View part = ShapeTracker{{region}}.shrink(run).views.back();
+      add([&] { return lower_kernel(out, part, prepare(part_value), target_); });
+    }
     return buffer(out);
   }
 

@@ -203,6 +203,35 @@ TEST(Schedule, AnOperandReusedLittleIsSummedInRunsInsteadOfCopied) {
   EXPECT_EQ(parts(2080, 512, 128, gpu), 0);
 }
 
+// Autograd's sum of the gradients of q, k and v selected from a packed projection (select_backward pads each, a masked
+// view of a computed value): one kernel would compute all three parts' values at every element and mask two. The sum
+// is written in three kernels, one a part, each reading only its own part's buffer. Not below 2^17 elements, not with
+// one masked read (a pad), not on a GPU.
+TEST(Schedule, ASumOfPaddedPartsIsWrittenAPartAtATime) {
+  auto scaled = [](const UOpPtr& x) {
+    return alu(Ops::MUL, x, expand(reshape(const_float(DType::Float32, 0.5), {1, 1}), x->shape));
+  };
+  auto parts = [&](int64_t n, int count, const Target& target = Target{}) {
+    UOpPtr sum;
+    for (int64_t p = 0; p < count; p++) {
+      auto part = pad(reshape(scaled(input({n, 128})), {1, n, 128}), {{p, 2 - p}, {0, 0}, {0, 0}});
+      sum = sum ? alu(Ops::ADD, sum, part) : part;
+    }
+    return schedule_of(sum, target);
+  };
+  Schedule s = parts(2080, 3);
+  ASSERT_EQ(s.kernels.size(), 3u);
+  for (const Kernel& k : s.kernels) {
+    EXPECT_EQ(k.buffers.size(), 2u) << k.name; // the output and one part
+    EXPECT_EQ(prod(k.loops), 2080 * 128) << k.name;
+  }
+  EXPECT_EQ(parts(256, 3).kernels.size(), 1u);
+  EXPECT_EQ(parts(2080, 1).kernels.size(), 1u);
+  Target gpu;
+  gpu.dialect = Dialect::OpenCL;
+  EXPECT_EQ(parts(2080, 3, gpu).kernels.size(), 1u);
+}
+
 // Attention's scores q @ k.t() over heads of 64 features or fewer: every read walks the sum contiguously, and a
 // loop vectorized along it is a few multiply-adds and a horizontal sum an output. k is copied keys-innermost and the
 // lanes run along the keys, 65 of them ending on a vector that overlaps the one before (a MIN in the index); (128, 65,

@@ -3,7 +3,7 @@ through the shared storage."""
 
 import pytest
 import torch
-from conftest import ALL_DTYPES, DEVICE, by_dtype, check, check_devices, counting, dtype_name
+from conftest import ALL_DTYPES, CPU_LOWERING, DEVICE, by_dtype, check, check_devices, counting, dtype_name
 
 VIEWS = {
     "view": lambda a: a.view(6, 4),
@@ -241,3 +241,28 @@ def test_gradients_of_selections_sum_in_one_kernel():
         (q * 2 + k * 3 + v.relu()).sum().backward()
         xt.grad.cpu()
     assert c["kernels"] == 1  # 7 with a zero-filled buffer for each part's gradient
+
+
+def test_a_large_sum_of_selections_gradients_is_written_a_part_at_a_time():
+    """The packed projection's gradient of a ViT layer, (65, 32, 3 * 128) with q, k and v selected and scaled: autograd's
+    sum of three padded parts is written by a kernel a part (each reads its own part only; one kernel computed every
+    part at every element). A cat of computed parts along its first dim, and a sum of two of three parts, the third
+    zeros."""
+    x = torch.randn(3, 65, 32, 128)
+
+    def grads(x, used=(0, 1, 2)):
+        x = x.clone().requires_grad_()
+        terms = ((x[0] * 2).exp(), (x[1] * 3).sin(), x[2].relu())
+        sum(terms[i] for i in used).sum().backward()
+        return x.grad
+
+    check(grads, x, rtol=1e-5, atol=1e-5)
+    check(lambda x: grads(x, (0, 2)), x, rtol=1e-5, atol=1e-5)
+    check(lambda a, b: torch.cat([(a * 2).exp(), b.sin(), a + b]), x[0], x[1], rtol=1e-5, atol=1e-5)
+    if CPU_LOWERING:
+        xt = x.to(DEVICE).requires_grad_()
+        with counting() as c:
+            q, k, v = xt[0], xt[1], xt[2]
+            (q * 2 + k * 3 + v.relu()).sum().backward()
+            xt.grad.cpu()
+        assert c["kernels"] == 3
