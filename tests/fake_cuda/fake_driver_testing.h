@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -41,7 +42,10 @@ public:
 
 private:
   BinaryPath binary_path_;
-  std::string key_ = "fake source-as-binary " + std::to_string(getpid()) + "-" + std::to_string(next_id()++);
+  // (the process id alone came round again in a later run, whose test then found the earlier run's binary)
+  std::string key_ = "fake source-as-binary " + std::to_string(getpid()) + "-" +
+                     std::to_string(std::chrono::system_clock::now().time_since_epoch().count()) + "-" +
+                     std::to_string(next_id()++);
   static int& next_id() {
     static int n = 0;
     return n;
