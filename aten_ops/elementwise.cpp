@@ -251,8 +251,9 @@ UOpPtr logit(const Call& c) {
 }
 
 // torch's CPU pow of floats to a Scalar exponent copies the base for 1 and computes 0.5, 2, 3, -0.5, -1 and -2 as sqrt,
-// products and reciprocals (so pow(-inf, 0.5) is sqrt's NaN, not C's inf); other exponents by pow. (The gradient of
-// x ** 2 is 2 * x.pow(1): with 1 a kernel argument, it ran a call of C's powf an element, 5 ns each.)
+// products and reciprocals (so pow(-inf, 0.5) is sqrt's NaN, not C's inf); other exponents by pow. float16 takes
+// 0.5 and -0.5 by pow (its pow(-inf, 0.5) is inf, pow(-0.0, 0.5) +0.0; bfloat16's are sqrt's; fuzzer seed 16599).
+// (The gradient of x ** 2 is 2 * x.pow(1): with 1 a kernel argument, it ran a call of C's powf an element, 5 ns each.)
 UOpPtr power(const Call& c) {
   const c10::IValue* e = c.find("exponent");
   if (is_float(c.compute) && e && e->isScalar()) {
@@ -260,10 +261,11 @@ UOpPtr power(const Call& c) {
     const UOpPtr& x = c.a();
     UOpPtr x2 = p == 2 || p == 3 || p == -2 ? bin(Ops::MUL, x, x) : nullptr;
     if (p == 1) return x;
-    if (p == 0.5) return un(Ops::SQRT, x);
+    const bool half = c.common == DType::Float16;
+    if (p == 0.5 && !half) return un(Ops::SQRT, x);
     if (p == 2) return x2;
     if (p == 3) return bin(Ops::MUL, x2, x);
-    if (p == -0.5) return un(Ops::RECIP, un(Ops::SQRT, x));
+    if (p == -0.5 && !half) return un(Ops::RECIP, un(Ops::SQRT, x));
     if (p == -1) return un(Ops::RECIP, x);
     if (p == -2) return un(Ops::RECIP, x2);
   }

@@ -273,10 +273,14 @@ def test_load_without_map_location_restores_strided_views(dtype):
 # ---- special values ----
 
 
-def test_pow_of_special_values_follows_torchs_sqrt_and_reciprocal_rules():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_pow_of_special_values_follows_torchs_sqrt_and_reciprocal_rules(dtype):
+    """float32 and bfloat16 take 0.5 and -0.5 as sqrt (pow(-inf, 0.5) is NaN); float16 as C's pow (inf; fuzzer seed
+    16599), in a vector kernel (36 elements) as in a single element."""
+
     def program(dev):
-        x = torch.tensor([-float("inf"), -4.0, -0.0, 0.0, 4.0, float("inf"), float("nan")], device=dev)
-        return [x.pow(e) for e in (0.5, -0.5, 2, -2, 3, 0, 1, -1, 0.3)]
+        x = torch.tensor([-float("inf"), -4.0, -0.0, 0.0, 4.0, float("inf"), float("nan")], dtype=dtype, device=dev)
+        return [t.pow(e) for e in (0.5, -0.5, 2, -2, 3, 0, 1, -1, 0.3) for t in (x, x.repeat(6))]
 
     check_devices(program)
 
