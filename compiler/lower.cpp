@@ -2380,7 +2380,7 @@ bool broadcast_along_reduced_axes_only(const UOpPtr& m, const UOpPtr& r) {
 namespace {
 
 // The order (outermost first) in which the buffers an elementwise value reads lay out its dims, where every read of a
-// buffer at the value's shape (one view, unmasked) walks them in the same order and it is not the value's own; empty
+// buffer (one view at the value's shape, unmasked) walks them in the same order, other than the value's own; empty
 // otherwise. A value realized for reuse is written in that order: its reads and its writes run contiguously.
 std::vector<int64_t> source_order(const UOpPtr& x) {
   std::vector<int64_t> found;
@@ -2508,10 +2508,10 @@ bool rereads_strided_panel(const UOpPtr& n) {
 }
 
 // Whether a CPU reduction over one axis of 3072 or more rows far apart is summed in runs of about 256 rows (see
-// run_near_256): every read a view of a buffer at the reduction's shape, none
-// broadcast, one walking 256 or more outputs contiguously and the reduced axis 1 KiB or more apart (a column sum,
-// a bias gradient over many rows). Each block of the outputs' lanes walks every row; a part of 256 rows instead keeps
-// those rows in L2 while every block reads them. Measured, two threads: (4096, 1000) summed over its rows 0.70-0.82
+// run_near_256): no read broadcast along the outputs, and one, a view of a buffer, walking 256 or more outputs
+// contiguously and the reduced axis 1 KiB or more apart (a column sum, a bias gradient over many rows). Each block of
+// the outputs' lanes walks every row; a run of 256 rows instead stays in L2 while every block reads it. Measured, two
+// threads: (4096, 1000) summed over its rows 0.70-0.82
 // -> 0.30-0.37 ms (eager 0.46-0.53), (3072, 1000) 0.51-0.56 -> 0.26, (4096, 300) 0.22 -> 0.10-0.19; no gain from
 // 2048 or 2080 rows (the ViT's bias gradients of 2080 x 512: one thread 169 -> 292 us, its parts blocked 8 at a
 // time), (4096, 1024) 0.39-0.45 -> 0.42-0.50 and (8192, 256) about the same.

@@ -244,10 +244,9 @@ def test_gradients_of_selections_sum_in_one_kernel():
 
 
 def test_a_large_sum_of_selections_gradients_is_written_a_part_at_a_time():
-    """The packed projection's gradient of a ViT layer, (65, 32, 3 * 128) with q, k and v selected and scaled: autograd's
-    sum of three padded parts is written by a kernel a part (each reads its own part only; one kernel computed every
-    part at every element). A cat of computed parts along its first dim, and a sum of two of three parts, the third
-    zeros."""
+    """The packed projection's gradient of a ViT layer, (3, 65, 32, 128) with q, k and v selected: autograd's sum of
+    three padded parts is written by a kernel a part (each reads its own part only; one kernel computed every part at
+    every element). A cat of computed parts along its first dim, and a sum of two of three parts, the third zeros."""
     x = torch.randn(3, 65, 32, 128)
 
     def grads(x, used=(0, 1, 2)):
