@@ -59,10 +59,11 @@ std::optional<std::unordered_set<const UOp*>> elementwise_reads(const UOpPtr& va
 struct Parts {
   size_t dim = 0;
   std::vector<std::pair<int64_t, int64_t>> runs;
+  std::unordered_set<const UOp*> reads; // elementwise_reads
 };
 Parts masked_parts(const UOpPtr& value) {
   if (prod(value->shape) < kMinPartedElements) return {};
-  const auto reads = elementwise_reads(value);
+  auto reads = elementwise_reads(value);
   if (!reads) return {};
   Parts best;
   size_t most = 1;
@@ -72,31 +73,33 @@ Parts masked_parts(const UOpPtr& value) {
     for (const UOp* n : *reads)
       if (masked_along_only(*n, d)) {
         masked++;
-        for (int64_t at : {(*n->st().views.back().mask)[d].first, (*n->st().views.back().mask)[d].second})
+        const auto [lo, hi] = (*n->st().views.back().mask)[d];
+        for (int64_t at : {lo, hi})
           cuts.push_back(std::clamp<int64_t>(at, 0, value->shape[d]));
       }
     if (masked <= most) continue;
     most = masked;
     std::ranges::sort(cuts);
     cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
-    best = {d, {}};
+    best = {d, {}, {}};
     for (size_t i = 0; i + 1 < cuts.size(); i++)
       best.runs.emplace_back(cuts[i], cuts[i + 1]);
   }
   const int64_t per = prod(value->shape) / std::max<int64_t>(value->shape[best.dim], 1);
   for (auto [begin, end] : best.runs)
     if ((end - begin) * per < kMinPartElements) return {};
+  best.reads = std::move(*reads);
   return best;
 }
 
-// value over `run` (see masked_parts), a run of dim d and the whole of the others: each read masked along d alone
-// reads zeros where the run lies wholly outside its mask, and without the mask where wholly inside; then the run's
-// elements of it.
-UOpPtr within_run(const UOpPtr& value, size_t d, const std::vector<std::pair<int64_t, int64_t>>& run) {
+// value over `run`, a run of parts.dim and the whole of the others (see masked_parts): each read masked along that dim
+// alone reads zeros where the run lies wholly outside its mask, and without the mask where wholly inside; then the
+// run's elements of it.
+UOpPtr within_run(const UOpPtr& value, const Parts& parts, const std::vector<std::pair<int64_t, int64_t>>& run) {
+  const size_t d = parts.dim;
   const auto [begin, end] = run[d];
-  const std::unordered_set<const UOp*> reads = *elementwise_reads(value);
   UOpPtr v = substitute(value, [&](const UOpPtr& n) -> UOpPtr {
-    if (!reads.count(n.get()) || !masked_along_only(*n, d)) return nullptr;
+    if (!parts.reads.count(n.get()) || !masked_along_only(*n, d)) return nullptr;
     const auto [lo, hi] = (*n->st().views.back().mask)[d];
     if (hi <= begin || lo >= end) return expand(reshape(const_like(n, 0), Shape(n->shape.size(), 1)), n->shape);
     if (lo > begin || hi < end) return nullptr;
@@ -263,7 +266,7 @@ private:
       std::vector<std::pair<int64_t, int64_t>> run;
       for (size_t d = 0; d < value->shape.size(); d++)
         run.emplace_back(d == parts.dim ? std::pair{begin, end} : std::pair<int64_t, int64_t>{0, value->shape[d]});
-      const UOpPtr part_value = within_run(value, parts.dim, run);
+      const UOpPtr part_value = within_run(value, parts, run);
       const View part = ShapeTracker{{region}}.shrink(run).views.back();
       add([&] { return lower_kernel(out, part, prepare(part_value), target_); });
     }
