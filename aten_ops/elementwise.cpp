@@ -985,9 +985,13 @@ plain_result(Kind kind, c10::ArrayRef<at::Tensor> ins, const at::Tensor& self = 
     on_tiny = &t;
     if (t.dim() == 0) continue;
     // strictly contiguous: TensorIterator orders the result's dims by every operand stride, size-1 dims
-    // included ((5, 1) with strides (1, 5) gives a result with strides (1, 5))
+    // included ((5, 1) with strides (1, 5) gives a result with strides (1, 5)). An expanded dim (stride 0,
+    // size 2 or more) orders nothing (TensorIterator passes over a pair of dims that an operand broadcasts),
+    // so an operand contiguous in its other dims (z.expand(4, 16), a mask expand_as(x)) keeps the result
+    // row-major too (`y + z.expand(4, 16)` on (4, 16): 1.96-2.00 -> 1.48 us, eager's 1.20).
     int64_t expect = 1;
     for (int64_t d = t.dim(); d-- > 0;) {
+      if (t.stride(d) == 0 && t.size(d) > 1) continue;
       if (t.stride(d) != expect) return std::nullopt;
       expect *= std::max<int64_t>(t.size(d), 1);
     }

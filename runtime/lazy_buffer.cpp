@@ -124,7 +124,7 @@ LazyBuffer::LazyBuffer(Device& device, size_t nbytes) : device_(device), nbytes_
 LazyBuffer::~LazyBuffer() {
   std::lock_guard lock(graph_mutex());
   leave_pending();
-  last_read_.reset();
+  recent_reads_ = {};
   content_.reset();
   whole_.reset();
 }
@@ -183,7 +183,7 @@ void LazyBuffer::set_whole(UOpPtr value) {
 void LazyBuffer::set_content(UOpPtr c) {
   content_ = std::move(c);
   whole_.reset();
-  last_read_.reset();
+  recent_reads_ = {};
 }
 
 UOpPtr LazyBuffer::content_locked(DType dtype) {
@@ -259,7 +259,12 @@ UOpPtr LazyBuffer::read(const StridedView& v) {
   if (whole_ && v.offset == 0 && v.sizes == whole_->shape && itemsize(whole_->dtype) == itemsize(v.dtype) &&
       is_contiguous_window(v))
     return bitcast(whole_, v.dtype);
-  if (last_read_ && last_view_ == v) return last_read_;
+  if (recent_reads_[0] && recent_views_[0] == v) return recent_reads_[0];
+  if (recent_reads_[1] && recent_views_[1] == v) {
+    std::swap(recent_reads_[0], recent_reads_[1]);
+    std::swap(recent_views_[0], recent_views_[1]);
+    return recent_reads_[0];
+  }
   UOpPtr r;
   if (whole_ && !content_ && itemsize(whole_->dtype) == itemsize(v.dtype) && flat_is_one_view()) {
     // a window of an op's result (y[0]) whose content would be one view of the value: a view of the value,
@@ -268,8 +273,10 @@ UOpPtr LazyBuffer::read(const StridedView& v) {
   } else {
     r = bitcast(elements(content_locked(v.dtype), v), v.dtype);
   }
-  last_read_ = r;
-  last_view_ = v;
+  recent_reads_[1] = std::move(recent_reads_[0]);
+  recent_views_[1] = std::move(recent_views_[0]);
+  recent_reads_[0] = r;
+  recent_views_[0] = v;
   return r;
 }
 
@@ -431,7 +438,7 @@ void LazyBuffer::realize_pending(Device* only) {
       if (&lb->device_ != d) continue;
       list.push_back(lb);
       roots.push_back(lb->content());
-      for (const UOpPtr* n : {&lb->content_, &lb->whole_, &lb->last_read_})
+      for (const UOpPtr* n : {&lb->content_, &lb->whole_, &lb->recent_reads_[0], &lb->recent_reads_[1]})
         if (*n) held.push_back(n->get());
     }
     std::vector<UOpPtr> results = realize_all(roots, d, held);

@@ -6,6 +6,7 @@
 // region makes the content "old content with that region replaced" (ASSIGN). Nothing runs until
 // realize(), which realizes every pending LazyBuffer together.
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -77,11 +78,13 @@ private:
   // needs the flat content (a partial write, a sync). A result read whole or through a window by the next op
   // and dead before the sync never builds it: recording cost. Null when the content is not such a value.
   UOpPtr whole_;
-  // The last read through a view of the content (a parameter read by every step's ops, a tensor used
-  // as an operand again and again): the same view read again is that node, without building and
-  // interning it anew. Dropped with the content it reads (set_content).
-  UOpPtr last_read_;
-  StridedView last_view_;
+  // The last two reads through views of the content (a parameter read by every step's ops, a tensor used
+  // as an operand again and again, most recent first): the same view read again is that node, without
+  // building and interning it anew. Two, not one: an op reading a tensor and a view of it (`y + y[0]`,
+  // `x @ w` beside `w.t()`) alternates between them, and one entry missed every time. Dropped with the
+  // content they read (set_content).
+  std::array<UOpPtr, 2> recent_reads_;
+  std::array<StridedView, 2> recent_views_;
   // The pending list, in the order storages first became pending (a step that repeats writes them in
   // the same order, so its graphs have the same key in the schedule cache): intrusive, so that
   // recording an op allocates nothing for it.

@@ -82,6 +82,33 @@ TEST(LazyBuffer, TheSameViewReadAgainIsTheSameNodeUntilTheContentChanges) {
   EXPECT_EQ(host(b, col), (std::vector<float>{2, 7, 34, 50}));
 }
 
+TEST(LazyBuffer, ATensorAndAViewOfItReadInTurnAreEachBuiltOnce) {
+  LazyBuffer b(cpu_device(), 64 * 4);
+  fill(b);
+  StridedView whole = rows(4, 16), t{{16, 4}, {1, 16}, 0, DType::Float32}, row{{16}, {1}, 32, DType::Float32};
+  // x @ x.t(), y + y[0]: the two reads alternate, op after op. Only the buffer holds the nodes (raw pointers
+  // here): a node it forgot would die and be built anew.
+  const UOp *x = b.read(whole).get(), *xt = b.read(t).get();
+  size_t made = uops_made();
+  for (int i = 0; i < 3; i++) {
+    EXPECT_EQ(b.read(whole).get(), x);
+    EXPECT_EQ(b.read(t).get(), xt);
+  }
+  EXPECT_EQ(uops_made(), made);
+  // a third view pushes out the one read longest ago (whole), and is remembered beside the transpose
+  const UOp* r = b.read(row).get();
+  EXPECT_EQ(b.read(t).get(), xt);
+  EXPECT_EQ(b.read(row).get(), r);
+  EXPECT_EQ(uops_made(), made + 1);
+  EXPECT_EQ(host(b, row), (std::vector<float>{32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47}));
+  // a write drops both: the next reads see the new content
+  UOpPtr before = b.read(t);
+  b.write({{1}, {1}, 32, DType::Float32}, reshape(const_float(DType::Float32, -5.0), {1}));
+  EXPECT_NE(b.read(t), before);
+  EXPECT_EQ(host(b, row)[0], -5.0f);
+  EXPECT_EQ(host(b, t)[2], -5.0f);
+}
+
 TEST(LazyBuffer, AStorageWrittenWholeInPlaceKeepsTheValueUnflattened) {
   LazyBuffer b(cpu_device(), 64 * 4);
   fill(b);

@@ -588,6 +588,21 @@ def test_contiguous_operand_with_an_odd_stride_on_a_size_one_dim_matches_cpu():
     check(lambda b: b.as_strided((3, 1, 4), (4, 100, 1)) * 2 + b.as_strided((3, 1, 4), (4, 7, 1)), base)
 
 
+def test_expanded_operands_give_torchs_result_layout_on_the_short_path():
+    """An operand expanded along some dims and contiguous in the others leaves the result row-major; expanded dims
+    beside a transposed or oddly strided operand, or a stride 0 on a size-1 dim, keep TensorIterator's layout."""
+    row, col, x = lhs(torch.float32)[0], lhs(torch.float32)[:, :1], lhs(torch.float32)
+    check(lambda r, x: x + r.expand(3, 4), row, x)
+    check(lambda c, x: c.expand(3, 4) * x, col, x)
+    check(lambda c, r: c.expand(3, 4) - r.expand(3, 4), col, row)  # every operand expanded
+    check(lambda r, x: (x.t() + r.expand(3, 4).t(), r.expand(4, 3, 4) + x), row, x)
+    check(lambda r, x: x.clone().mul_(r.expand(3, 4)), row, x)
+    check(lambda r, x: torch.where(x > 0, r.expand(3, 4), x), row, x)
+    cube = torch.arange(24.0).reshape(2, 3, 4)
+    check(lambda c: c[:, :1].expand(2, 3, 4) + c.transpose(0, 1).contiguous().transpose(0, 1), cube)
+    check(lambda c: c[:1, :1, :1].as_strided((2, 1, 4), (0, 0, 1)) + c[:, :1], cube)  # stride 0, size 1
+
+
 def test_cpu_zero_dim_tensor_is_accepted_as_a_scalar_operand():
     cpu_scalar = torch.tensor(2.5)
     check(lambda t: t * cpu_scalar + torch.tensor(1), lhs(torch.float32))
