@@ -95,7 +95,11 @@ UOpPtr gelu(const Call& c) {
     UOpPtr inner = mul(c.constant(kBeta), add(x, mul(c.constant(kKappa), mul(mul(x, x), x))));
     return mul(mul(c.constant(0.5), x), add(c.constant(1.0), alu(Ops::TANH, inner)));
   }
-  return mul(mul(x, c.constant(0.5)), add(c.constant(1.0), alu(Ops::ERF, mul(x, c.constant(kSqrt1_2)))));
+  UOpPtr v = mul(mul(x, c.constant(0.5)), add(c.constant(1.0), alu(Ops::ERF, mul(x, c.constant(kSqrt1_2)))));
+  // torch's float kernel (float32, and bfloat16 and float16 through it) gives NaN at +inf, its double one inf
+  // (fuzzer seed 17335)
+  if (c.compute != DType::Float32) return v;
+  return where(eq(x, c.constant(INFINITY)), c.constant(NAN), v);
 }
 
 UOpPtr gelu_backward(const Call& c) {

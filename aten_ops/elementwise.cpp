@@ -989,9 +989,11 @@ plain_result(Kind kind, c10::ArrayRef<at::Tensor> ins, const at::Tensor& self = 
     // size 2 or more) orders nothing (TensorIterator passes over a pair of dims that an operand broadcasts),
     // so an operand contiguous in its other dims (z.expand(4, 16), a mask expand_as(x)) keeps the result
     // row-major too (`y + z.expand(4, 16)` on (4, 16): 1.96-2.00 -> 1.48 us, eager's 1.20).
+    // An in-place op's self expanded is TensorIterator's internal-overlap error: not this path.
+    const bool input = !self.defined() || !t.is_same(self);
     int64_t expect = 1;
     for (int64_t d = t.dim(); d-- > 0;) {
-      if (t.stride(d) == 0 && t.size(d) > 1) continue;
+      if (input && t.stride(d) == 0 && t.size(d) > 1) continue;
       if (t.stride(d) != expect) return std::nullopt;
       expect *= std::max<int64_t>(t.size(d), 1);
     }
