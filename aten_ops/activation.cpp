@@ -20,6 +20,8 @@
 
 #include <cmath>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -44,6 +46,7 @@ struct Call {
   std::unordered_map<std::string, c10::IValue> params;
   DType compute = DType::Float32;
   Shape shape;
+  bool onednn = false; // the CPU computes this call through oneDNN (see cpu_gelu_uses_onednn)
 
   const UOpPtr& operator[](const std::string& name) const { return in.at(name); }
   // A scalar the user passed (negative_slope, alpha, ...): a runtime argument, so new values compile nothing.
@@ -96,10 +99,28 @@ UOpPtr gelu(const Call& c) {
     return mul(mul(c.constant(0.5), x), add(c.constant(1.0), alu(Ops::TANH, inner)));
   }
   UOpPtr v = mul(mul(x, c.constant(0.5)), add(c.constant(1.0), alu(Ops::ERF, mul(x, c.constant(kSqrt1_2)))));
-  // torch's float kernel (float32, and bfloat16 and float16 through it) gives NaN at +inf, its double one inf
-  // (fuzzer seed 17335)
-  if (c.compute != DType::Float32) return v;
-  return where(eq(x, c.constant(INFINITY)), c.constant(NAN), v);
+  // oneDNN's GELU gives NaN at +inf, torch's own kernel inf (fuzzer seeds 17335, 22133)
+  return c.onednn ? where(eq(x, c.constant(INFINITY)), c.constant(NAN), v) : v;
+}
+
+// Whether the CPU computes gelu(self) through oneDNN: torch does (its use_mkldnn) for a contiguous self of two or
+// more elements in float32, and in bfloat16 and float16 where the CPU has the instructions oneDNN needs for them,
+// unless oneDNN is turned off (torch.backends.mkldnn). Asked of the CPU itself, once per dtype and setting: oneDNN's
+// GELU is the one whose gelu(+inf) is NaN.
+bool cpu_gelu_uses_onednn(const at::Tensor& self) {
+  const at::ScalarType dt = self.scalar_type();
+  if (!self.is_contiguous() || self.numel() <= 1 || (dt != at::kFloat && dt != at::kBFloat16 && dt != at::kHalf))
+    return false;
+  static std::mutex mu;
+  static std::map<std::pair<at::ScalarType, bool>, bool> asked;
+  const std::pair key{dt, at::globalContext().userEnabledMkldnn()};
+  std::lock_guard lock(mu);
+  auto it = asked.find(key);
+  if (it == asked.end()) {
+    at::Tensor probe = at::gelu(at::full({2}, INFINITY, at::TensorOptions().dtype(dt)));
+    it = asked.emplace(key, at::isnan(probe).all().item<bool>()).first;
+  }
+  return it->second;
 }
 
 UOpPtr gelu_backward(const Call& c) {
@@ -393,6 +414,7 @@ void activation_kernel(const c10::OperatorHandle& handle, torch::jit::Stack* sta
   bool supported = at::isFloatingType(dtype) || (op.integers && at::isIntegralType(dtype, /*includeBool=*/false));
   TORCH_CHECK_NOT_IMPLEMENTED(supported, "\"", op.cpu_name, "\" not implemented for '", c10::toString(dtype), "'");
   call.shape = to_shape(result.sizes());
+  call.onednn = name == "gelu" && call.str("approximate") == "none" && cpu_gelu_uses_onednn(tensors.at(0));
   for (size_t i = 0; i < tensors.size(); i++)
     call.in[names[i]] = operand(tensors[i], call.compute, call.shape);
   if (result.numel() > 0) write(result, cast(op.build(call), to_tiny_dtype(result.scalar_type())));

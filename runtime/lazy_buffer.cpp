@@ -323,6 +323,9 @@ void LazyBuffer::scatter(DType dtype, const UOpPtr& index, const UOpPtr& value, 
   std::lock_guard lock(graph_mutex());
   UOpPtr c = content_locked(dtype);
   if (prod(index->shape) == 0) return;
+  // As write: a bool storage scattered into through a view of another 1-byte type holds that type's bytes (put_,
+  // index_put_, scatter_ into `b.view(torch.int8)`; fuzzer seed 22699)
+  if (c->dtype == DType::Bool && dtype != DType::Bool) set_content(c = bitcast(c, dtype));
   // Combining needs the elements as `dtype`: a storage first written as another type of the same size
   // is viewed as `dtype` for the scatter.
   if (c->dtype == dtype) {

@@ -669,9 +669,20 @@ def test_erf_and_gelu_over_their_whole_range(dtype):
     ).to(dtype)
     close = {"rtol": 4 * 2.0**-23, "atol": 1e-44} if dtype is torch.float32 else tol(dtype)
     check(torch.erf, x, **close)
-    # gelu (x / 2) (1 + erf(x / sqrt(2))) at torch's tolerance: 1 + erf cancels for negative x. At +inf torch's float
-    # kernel (float32, bfloat16, float16) gives NaN, its double one inf (fuzzer seed 17335)
+    # gelu (x / 2) (1 + erf(x / sqrt(2))) at torch's tolerance: 1 + erf cancels for negative x. At +inf oneDNN's gelu
+    # gives NaN, torch's own kernel inf: the CPU takes oneDNN's for a contiguous input of 2+ elements in float32 (and
+    # bfloat16, float16 where the CPU has their instructions), torch's for anything else (fuzzer seeds 17335, 22133)
     check(lambda t: (F.gelu(t), F.gelu(t, approximate="tanh")), x, **tol(dtype))
+    inf = torch.full((2, 3, 4, 5), float("inf"), dtype=dtype)
+    layouts = (
+        lambda t: t,
+        lambda t: t[0, 0, 0, :1],
+        lambda t: t[0, 0, 0, 0],
+        lambda t: t[..., ::2],
+        lambda t: t.contiguous(memory_format=torch.channels_last),
+    )
+    check(lambda t: [F.gelu(layout(t)) for layout in layouts] + [F.gelu(t, approximate="tanh")], inf)
+    check(lambda t: torch._C._nn.gelu_(t.clone()), inf)  # in place
 
 
 SQUARE_GRADIENT = """

@@ -169,6 +169,22 @@ def test_writes_through_a_dtype_view_change_the_base_bits():
     check(fn, torch.tensor([[1.0, -2.0, 3.5], [0.25, 8.0, -0.0]]), rtol=0, atol=0)
 
 
+def test_scatters_through_a_byte_view_of_a_bool_tensor_keep_their_bytes():
+    """put_, index_put_, scatter_ and index_fill_ into `b.view(torch.int8)` store bytes a bool cannot hold; the int8
+    view reads them back (fuzzer seed 22699: they were rounded to 0 or 1, 6 read back as 1)."""
+    idx, val = torch.tensor([2, 0]), torch.tensor([6, -5], dtype=torch.int8)
+
+    def fn(b, idx, val):
+        v = b.view(torch.int8)
+        v.put_(idx, val, accumulate=True)
+        v.index_put_((torch.zeros_like(idx), idx + 1), val)
+        v[1:].scatter_(1, idx[:1].unsqueeze(0), 9)
+        v.index_fill_(1, idx[1:], 7)
+        return v, b.view(torch.uint8), b.any()
+
+    check(fn, torch.tensor([[True, False, True, True], [False, True, False, True]]), idx, val)
+
+
 def test_views_share_data_ptr_identity_across_views():
     a = torch.arange(12.0, device=DEVICE).reshape(3, 4)
     v1, v2 = a[1], a.t()[:, 1]
