@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -1613,21 +1614,24 @@ private:
     open_.push_back(scopes_.size() - 1);
     // pair dots: each load's pair (at the pair loop's 0) as 32-bit words, x's one, y's one per lane
     std::vector<std::pair<std::string, std::string>> pair_words;
-    std::unordered_map<const UOp*, std::string> words;
+    // by buffer, index and lanes: two operands' pairs can sit at one index (x @ w.t() of 16 x 2 by 2 x 1, both at
+    // 0: one word served both, w's never loaded)
+    std::map<std::tuple<const UOp*, const UOp*, bool>, std::string> words;
     auto word = [&](const UOpPtr& load, const PairDot& p, bool lanes) {
       UOpPtr idx = load->src[1];
       if (lanes) idx = lane_split(idx, lane_node())->first;
       idx = graph_rewrite(substitute(idx, [&](const UOpPtr& r) { return r == p.pair ? idx_const(0) : nullptr; }),
                           symbolic);
       keep_.push_back(idx);
-      if (auto it = words.find(idx.get()); it != words.end()) return it->second;
+      const std::tuple key{load->src[0].get(), idx.get(), lanes};
+      if (auto it = words.find(key); it != words.end()) return it->second;
       emit(load->src[0]);
       emit(idx);
       std::string v = "v" + std::to_string(next_++), t = lanes ? "tv_int32_t" : "int32_t";
       Scope& sc = scopes_[open_[home(idx)]];
       sc.code << indent(sc.depth) << "const " << t << " " << v << " = ({ " << t << " t_; memcpy(&t_, "
               << ref(load->src[0]) << " + " << ref(idx) << ", sizeof t_); t_; });\n";
-      return words[idx.get()] = v;
+      return words[key] = v;
     };
     // the tiles' loop body: their addresses only (the start of the body the pairs' loop runs)
     std::string tile_body;

@@ -91,6 +91,15 @@ def test_linear_matches_cpu():
     check(F.linear, bf16(256, 64, seed=2), bf16(64, 64, seed=3), bf16(64, seed=4), **BF16)
 
 
+@pytest.mark.parametrize("m,n", [(16, 1), (16, 4), (16, 8), (32, 2), (48, 3)], ids=str)
+def test_products_of_one_pair_match_cpu(m, n):
+    """A reduced axis of 2, one bfloat16 pair: both operands' pairs sat at index 0 and one loaded word served both
+    (fuzzer seed 24162: F.linear of (4, 4, 2) by (4, 2) gave 22 for -3)."""
+    check(lambda a, b: a @ b.t(), bf16(m, 2), bf16(n, 2, seed=1), **BF16)
+    check(F.linear, bf16(m, 2, seed=2), bf16(n, 2, seed=3), bf16(n, seed=4), **BF16)
+    check(torch.mm, bf16(m, 2, seed=5), bf16(2, n, seed=6), **BF16)
+
+
 def test_matmul_of_a_transposed_and_an_offset_operand_matches_cpu():
     a = bf16(96, 64)
     b = bf16(600, 96, seed=1)[40:, :].t()

@@ -65,6 +65,8 @@ KNOWN = {
     ),
 }
 DEPRECATED_OVERLAP = ("masked_fill_", "index_put_", "setitem_adv")
+# out= ops whose overlap with their inputs and within out= torch checks (TensorIterator's elementwise ops)
+ELEMENTWISE_OUT = ("add_out", "neg_out", "clamp_out", "where_out")
 INT_DIVISIONS = ("div_floor", "div_trunc", "floordiv", "remainder", "fmod")
 
 
@@ -149,9 +151,10 @@ class Generator:
             return False
         t = self.T(target)
         if any(st == 0 and n > 1 for n, st in zip(t.shape, t.stride(), strict=True)):
-            # masked_fill_ and index_put_ only warn that writing an expanded tensor is deprecated; their
-            # result then depends on the order the CPU's loop writes in
-            return rec["op"] in DEPRECATED_OVERLAP
+            # masked_fill_ and index_put_ only warn that writing an expanded tensor is deprecated, and a reduction
+            # into an expanded out= does not check it (seed 23372: sum(t, 0, out=expanded)); their result then
+            # depends on the order the CPU's loop writes in
+            return rec["op"] in DEPRECATED_OVERLAP or ("out=" in rec["code"] and rec["op"] not in ELEMENTWISE_OUT)
         if _overlaps(t):
             return True
         if "out=" not in rec["code"] and _reads_its_target_elsewhere(self, target, rec):
@@ -160,7 +163,7 @@ class Generator:
             key = t.untyped_storage().data_ptr()
             inputs = [n for n in NAME.findall(rec["code"].split("out=")[0]) if n in self.ex.env]
             shared = [self.T(n) for n in inputs if self.T(n).untyped_storage().data_ptr() == key]
-            if rec["op"] not in ("add_out", "neg_out", "clamp_out", "where_out"):
+            if rec["op"] not in ELEMENTWISE_OUT:
                 return bool(shared)
             # elementwise: torch raises for an input that partly overlaps out=, where it can tell (both dense);
             # with a gap in either (its overlap check's "too hard") the result depends on the CPU loop's order
