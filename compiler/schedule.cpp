@@ -105,7 +105,7 @@ UOpPtr within_run(const UOpPtr& value, const Parts& parts, const std::vector<std
     if (lo > begin || hi < end) return nullptr;
     ShapeTracker unmasked = n->st();
     unmasked.views.back().mask.reset();
-    return UOp::make(Ops::VIEW, n->dtype, {n->src[0]}, std::move(unmasked));
+    return view(n->src[0], std::move(unmasked));
   });
   return shrink(v, run);
 }

@@ -36,6 +36,7 @@ import torch
 from comparator import loosest
 from programs import Execution
 from records import NAME, defined, used
+from torch._prims_common import is_non_overlapping_and_dense_or_false
 
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "bool")
 FLOATS = DTYPES[:4]
@@ -1461,18 +1462,7 @@ def _order_dependent(x, out):
     """Whether an elementwise op reading x into out, x sharing out's storage, writes elements that it reads later
     where torch's overlap check cannot tell (x or out not dense): not x being out itself."""
     same = (x.storage_offset(), x.shape, x.stride()) == (out.storage_offset(), out.shape, out.stride())
-    return not same and not (_dense(x) and _dense(out))
-
-
-def _dense(t):
-    """torch's is_non_overlapping_and_dense: the elements fill a block of memory exactly, in some order of dims."""
-    dims = sorted((st, n) for n, st in zip(t.shape, t.stride(), strict=True) if n != 1)
-    expect = 1
-    for st, n in dims:
-        if st != expect:
-            return False
-        expect *= n
-    return True
+    return not same and not (is_non_overlapping_and_dense_or_false(x) and is_non_overlapping_and_dense_or_false(out))
 
 
 def _overlaps(t):
