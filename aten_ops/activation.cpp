@@ -437,8 +437,10 @@ void write_log_sigmoid(const at::Tensor& self, const at::Tensor& output, const a
   write(buffer, cast(z, to_tiny_dtype(buffer.scalar_type())));
 }
 
+// Both contiguous whatever self's layout, as the CPU kernel allocates them (not TensorIterator's layout of self).
 std::tuple<at::Tensor, at::Tensor> log_sigmoid_forward(const at::Tensor& self) {
-  at::Tensor output = at::empty_like(self), buffer = at::empty_like(self);
+  at::Tensor output = at::empty_like(self, at::MemoryFormat::Contiguous);
+  at::Tensor buffer = at::empty_like(self, at::MemoryFormat::Contiguous);
   write_log_sigmoid(self, output, buffer);
   return {output, buffer};
 }

@@ -151,6 +151,15 @@ def test_log_sigmoid_forward_returns_the_cpu_buffer():
     check(A.log_sigmoid_forward, activation_input())
 
 
+def test_log_sigmoid_results_are_contiguous_whatever_the_input_layout():
+    # the CPU kernel allocates its result and buffer contiguous, not in the input's layout (found by shapes.py)
+    x = activation_input()
+    check(A.log_sigmoid_forward, x.t())
+    check(F.logsigmoid, x.t())
+    check(F.logsigmoid, torch.randn(2, 3, 4, 5).contiguous(memory_format=torch.channels_last))
+    check_grads(F.logsigmoid, x.t().contiguous().t())
+
+
 def test_activation_scalars_are_runtime_arguments():
     x = torch.randn(4, 5, device="tiny")
     torch.tiny.synchronize()

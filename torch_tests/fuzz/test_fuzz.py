@@ -77,3 +77,24 @@ def test_a_cast_of_rounded_floats_compares_at_the_precision_it_was_computed_in()
     assert compare(log(cpu, None), log(tiny, None), 0)["category"] == "values"
     assert compare(log(cpu, "float32"), log(tiny, "float32"), 0) is None
     assert compare(log(cpu, "float32"), log(cpu + 0.01, "float32"), 0)["category"] == "values"
+
+
+def test_products_convolutions_and_reductions_at_the_lowerings_sizes_match_cpu():
+    # shapes.py: sizes near the lowering's thresholds, layouts and dtypes the op fuzzer's small tensors never reach
+    cmd = [sys.executable, str(HERE / "shapes.py"), "--cases", "60", "--seed", "0"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout[-20000:] + p.stderr[-3000:]
+    assert "60 cases, 0 failures" in p.stdout
+
+
+def test_the_shapes_check_fails_on_a_wrong_product():
+    # its comparison catches one wrong element of a product (a bug of the size of seed 24162's), and not rounding
+    sys.path.insert(0, str(HERE))
+    import shapes
+
+    a, b = torch.randn(16, 2), torch.randn(2, 8)
+    good, bad = a @ b, (a @ b).clone()
+    bad[3, 5] += 0.5
+    scale = a.abs() @ b.abs()
+    assert shapes.product_error(good, (a.double() @ b.double()), scale.double()) < 1e-6
+    assert shapes.product_error(bad, (a.double() @ b.double()), scale.double()) > 0.05
