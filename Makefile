@@ -100,6 +100,13 @@ FUZZ_SEED ?= 0
 fuzz: build
 	$(PY) torch_tests/fuzz/run.py --programs 10000 --seed $(FUZZ_SEED) --jobs 2
 
+# 2,000 seeded random products, convolutions, poolings, reductions, attention, normalizations, layout copies and
+# activations at sizes across the lowering's thresholds, against the CPU and a float64 reference
+# (torch_tests/fuzz/shapes.py; `make test` runs 60 of them).
+.PHONY: fuzz-shapes
+fuzz-shapes: build
+	$(PY) torch_tests/fuzz/shapes.py --cases 2000 --seed $(FUZZ_SEED)
+
 # torch.testing._internal (the upstream OpInfo suite) imports expecttest.
 $(STAMPS)/upstream: $(STAMPS)/venv
 	@$(PY) -c 'import expecttest' >/dev/null 2>&1 || $(PIP) install expecttest

@@ -204,10 +204,12 @@ UOpPtr relu6_of(const Call& c, const UOpPtr& x) {
   return alu(Ops::MIN, alu(Ops::MAX, add(x, c.constant(3.0)), c.constant(0.0)), c.constant(6.0));
 }
 
+// The CPU kernel's branches: 0 up to -3 (included), g (x / 3 + 1/2) strictly between, g from 3 (included); at -3 and 3
+// the two one-sided slopes differ, and the CPU takes the outer one (found by shapes.py: bfloat16 holds -3 exactly).
 UOpPtr hardswish_backward(const Call& c) {
   const UOpPtr &g = c["grad_output"], &x = c["self"];
   UOpPtr mid = mul(g, add(div(x, c.constant(3.0)), c.constant(0.5)));
-  return where(lt(x, c.constant(-3.0)), c.constant(0.0), where(le(x, c.constant(3.0)), mid, g));
+  return where(le(x, c.constant(-3.0)), c.constant(0.0), where(lt(x, c.constant(3.0)), mid, g));
 }
 
 UOpPtr hardsigmoid_backward(const Call& c) {
