@@ -272,8 +272,8 @@ TINY_FN float tiny_logf(float x) {
 #define TINY_IMOD(a, b) ((b) == 0 || (b) == -1 ? 0 : (a) % (b))
 #define TINY_IDIV_CHECKED(a, b) ((b) == 0 ? (*tiny_errors = 1, 0) : TINY_IDIV(a, b))
 #define TINY_IMOD_CHECKED(a, b) ((b) == 0 ? (*tiny_errors = 1, 0) : TINY_IMOD(a, b))
-#define TINY_FMAX(a, b) ((((a) != (a)) | ((b) != (b))) ? (a) + (b) : (a) > (b) ? (a) : (b))
-#define TINY_FMIN(a, b) ((((a) != (a)) | ((b) != (b))) ? (a) + (b) : (a) < (b) ? (a) : (b))
+#define TINY_FMAX(a, b) ((((a) != (a)) | ((b) != (b))) ? (a) + (b) : (a) < (b) ? (b) : (a))
+#define TINY_FMIN(a, b) ((((a) != (a)) | ((b) != (b))) ? (a) + (b) : (b) < (a) ? (b) : (a))
 )";
 
 // libm names of the unary ops (float EXP, LOG and TANH are the prelude's, as on the CPU).

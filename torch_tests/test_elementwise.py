@@ -793,3 +793,20 @@ def test_tanh_near_its_saturation_converts_to_integers_as_torch():
     int16 tensor assigned its own tanh)."""
     x = torch.arange(-20, 21, dtype=torch.int16)
     check(lambda t: t.tanh().to(torch.int16), x)
+
+
+@pytest.mark.parametrize("n", [1, 5, 16, 100], ids=str)
+def test_clamps_keep_a_negative_zero_input_as_the_cpu(n):
+    # the CPU's clamp, relu, hardtanh and relu6 keep x where it equals a bound (std::max/min return their first
+    # operand of two equal ones): -0.0 stays -0.0, whose sign a bool or int view shows (fuzzer seed 39210)
+    x = torch.tensor([-0.0, 0.0, -1.0, 2.0] * n)
+    for f in (
+        torch.relu,
+        lambda t: t.clone().relu_(),
+        lambda t: t.clamp_min(0),
+        lambda t: t.clamp(0, 1),
+        lambda t: (-t).clamp_max(0),
+        lambda t: torch.nn.functional.hardtanh(t, 0.0, 1.0),
+        torch.nn.functional.relu6,
+    ):
+        check(lambda t, f=f: f(t).view(torch.int32), x)
