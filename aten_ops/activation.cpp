@@ -10,8 +10,9 @@
 // their input's dtype (`Kind::Unary`); backward ops promote their operands (`Kind::Binary`), as torch's
 // build_borrowing_binary_op does. float16/bfloat16 compute in float32 and round once.
 //
-// mish_backward and silu_backward (the functional form) are CompositeImplicitAutograd for this device:
-// torch builds them from the ops here. relu itself is in elementwise.cpp.
+// mish_backward and silu_backward are tiny's own, not torch's CompositeImplicitAutograd forms, whose ops each round
+// to a float16/bfloat16 input's dtype: near the derivative's zero (x about -1.2) that lost 10-25x the CPU's accuracy
+// (found by torch_tests/fuzz/shapes.py). relu itself is in elementwise.cpp.
 
 #include <ATen/ATen.h>
 #include <ATen/TensorIterator.h>
@@ -150,6 +151,13 @@ UOpPtr mish(const Call& c) {
   return mul(x, alu(Ops::TANH, alu(Ops::LOG1P, exp(x))));
 }
 
+// The CPU kernel's formula, g (t + x s (1 - t^2)) for t = tanh(softplus(x)) and s = sigmoid(x).
+UOpPtr mish_backward(const Call& c) {
+  const UOpPtr &g = c["grad_output"], &x = c["self"];
+  UOpPtr t = alu(Ops::TANH, alu(Ops::LOG1P, exp(x))), s = sigmoid(c, x);
+  return mul(g, add(t, mul(mul(x, s), sub(c.constant(1.0), mul(t, t)))));
+}
+
 void check_leaky_relu_backward(const Call& c) {
   TORCH_CHECK(!c.flag("self_is_result") || c.number("negative_slope") >= 0.0,
               "In-place leakyReLu backward calculation is triggered with a negative slope which is not supported. "
@@ -245,7 +253,8 @@ UOpPtr shrink_backward(const Call& c) {
   return where(within_lambd(c, c["self"]), c.constant(0.0), g);
 }
 
-// softshrink moves the rest toward zero by lambd; NaN stays NaN.
+// softshrink moves the rest toward zero by lambd; NaN stays NaN. Within lambd +0.0, as the CPU's vector loop gives
+// (its scalar loop, a tensor's last n % lanes elements, computes x * 0: -0.0 for a negative x).
 UOpPtr softshrink(const Call& c) {
   const UOpPtr& x = c["self"];
   UOpPtr lambd = c.scalar("lambd");
@@ -265,6 +274,7 @@ const std::unordered_map<std::string, Activation>& table() {
       {"silu", {K::Unary, "silu_cpu", false, [](const Call& c) { return mul(c["self"], sigmoid(c, c["self"])); }}},
       {"silu_backward", {K::Binary, "silu_backward_cpu", false, silu_backward}},
       {"mish", {K::Unary, "mish_cpu", false, mish}},
+      {"mish_backward", {K::Binary, "mish_backward_cpu", false, mish_backward}},
       {"leaky_relu",
        {K::Unary, "leaky_relu_cpu", false,
         [](const Call& c) {
@@ -569,10 +579,12 @@ constexpr const char* kOverloads[] = {
     "silu",
     "silu_",
     "silu.out",
+    "silu_backward",
     "silu_backward.grad_input",
     "mish",
     "mish_",
     "mish.out",
+    "mish_backward",
     "leaky_relu",
     "leaky_relu_",
     "leaky_relu.out",
