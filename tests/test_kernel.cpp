@@ -101,6 +101,26 @@ TEST(Kernel, ATransposedReadMatchesPlainLoops) {
       EXPECT_EQ(got[i * R + j], -av[j * C + i]);
 }
 
+// A contiguous last view of fewer elements than the view below it takes the first ones (a shrink, not a reshape):
+// the kernel loops over those alone (lowered at the shape below, it wrote all 24 into the buffer of 12, past its
+// end: `t[0].clone()` of a permuted tensor, fuzzer seed 44392; ASan sees the overflow in the sanitized run).
+TEST(Kernel, AContiguousViewOfTheFirstElementsOfAPermutedViewWritesThemAlone) {
+  auto av = random_vec(24, 5);
+  auto a = buffer(filled(av));
+  ShapeTracker st = ShapeTracker::of(View{{2, 2, 2, 3}, {12, 3, 6, 1}, 0, std::nullopt});
+  st.views.push_back(View::contiguous({12}));
+  auto first = view(a, st); // the first 12 of the permuted (2, 2, 2, 3) view, flattened
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, 12);
+  Kernel k = lower_kernel(out, View::contiguous({12}), first);
+  EXPECT_EQ(prod(k.loops), 12);
+  auto got = values(realize_value(first));
+  ASSERT_EQ(got.size(), 12u);
+  for (int64_t i = 0; i < 2; i++)
+    for (int64_t j = 0; j < 2; j++)
+      for (int64_t l = 0; l < 3; l++)
+        EXPECT_EQ(got[i * 6 + j * 3 + l], av[i * 3 + j * 6 + l]);
+}
+
 TEST(Kernel, AContiguousReadHasNoDivisionInItsIndex) {
   auto a = reshape(buffer(filled(random_vec(64 * 32, 4))), {64, 32});
   auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, 64 * 32);
