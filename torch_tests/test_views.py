@@ -281,3 +281,12 @@ def test_a_large_sum_of_selections_gradients_is_written_a_part_at_a_time():
             (q * 2 + k * 3 + v.relu()).sum().backward()
             xt.grad.cpu()
         assert c["kernels"] == 3
+
+
+def test_a_clone_of_the_first_block_of_a_permuted_tensor_matches_cpu():
+    # its value is the first elements of the permuted storage's flattened view: its kernel wrote all 72 into the
+    # clone's 12 (fuzzer seed 44392, heap corruption; test_kernel.cpp counts the kernel's loops)
+    x = torch.arange(72.0).reshape(6, 2, 2, 3).transpose(1, 2).contiguous().transpose(1, 2)
+    check(lambda t: t[0].clone(), x)
+    check(lambda t: t[1:3].clone(), x)
+    check(lambda t: (t[0].clone(), t[5].clone(), t.clone()), x.bfloat16())
