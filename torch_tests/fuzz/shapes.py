@@ -1,5 +1,6 @@
-"""Seeded random products, convolutions, pooling and reductions at sizes across the lowering's thresholds, on
-tiny against the CPU, with a float64 reference for both.
+"""Seeded random products, convolutions, pooling, reductions, attention, normalizations, layout copies, indexing,
+activations and interpolation at sizes across the lowering's thresholds, on tiny against the CPU, with a float64
+reference for both.
 
     .venv/bin/python torch_tests/fuzz/shapes.py --cases 200 --seed 0
     .venv/bin/python torch_tests/fuzz/shapes.py --replay 1234       # one case, printed as it runs
@@ -7,13 +8,14 @@ tiny against the CPU, with a float64 reference for both.
 The op fuzzer (run.py) draws small tensors; the CPU lowering picks register blocks, tiles, split reductions,
 runs of 256 rows, panels, padded channels-last copies and pair dot products by size, layout and dtype, and
 most of those choices start at sizes it never reaches. Here each case draws its sizes from small ones, ones
-near those thresholds (8, 16, 64, 256, 1024, 2048, ...) and medium ones, with transposed, sliced and expanded
-operands. A product's error is measured against the float64 result, relative to the same product of absolute
-values (the size its rounding scales with): tiny fails where its error is well above both the CPU's and what
-its reduction's length allows (a wrong element is an error near 1, rounding one below 1e-4). Results must
-also have the CPU's dtype, shape and strides; integer and order-statistic results must be equal. Prints a
-line per failing case with its seed (--replay runs it again), then `shapes: N cases, F failures`; exit status
-1 on any failure.
+near those thresholds (8, 16, 64, 256, 1024, 2080, ...) and medium ones, with transposed, sliced, offset and
+channels-last operands. A sum of products' error is measured against the float64 result, relative to the same
+sum over absolute values (the size its rounding scales with): tiny fails where its error is well above both the
+CPU's and what its reduction's length allows (a wrong element is an error near 1, rounding one below 1e-4).
+Other floating results are measured relative to their size. Results must also have the CPU's dtype, shape,
+strides (a size-1 dim's aside) and NaN and infinities; integer and exact results must be equal. Prints a line per
+failing case with its seed (--replay runs it again), then `shapes: N cases, F failures`; exit status 1 on any
+failure.
 """
 
 import argparse
@@ -35,10 +37,6 @@ def size(r, most=2080):
     pick = r.random()
     n = r.randint(1, 17) if pick < 0.35 else r.choice(THRESHOLDS) if pick < 0.7 else r.randint(18, 400)
     return max(1, min(n, most))
-
-
-def float_dtype(r):
-    return r.choices((torch.float32, torch.bfloat16, torch.float16, torch.float64), (6, 3, 1, 1))[0]
 
 
 def rand(r, shape, dtype, scale=1.0):
@@ -234,7 +232,11 @@ def normalization(r):
     if r.random() < 0.6 and batch * math.prod(hw) > 1:
         fn = with_backward(lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True), grad)
         return "batch_norm", fn, [x, w, b], batch * math.prod(hw), "close"
-    groups = r.choice([g for g in (1, 2, 4, 8, 16) if channels % g == 0])
+    # (a group of one element has no variance: its gradient is rounding noise times 1 / sqrt(eps), on the CPU too)
+    groups = r.choice([g for g in (1, 2, 4, 8, 16) if channels % g == 0 and channels // g * math.prod(hw) > 1] or [1])
+    if channels // groups * math.prod(hw) == 1:
+        hw = [2, hw[1]]
+        x, grad = rand(r, (batch, channels, *hw), dt), rand(r, (batch, channels, *hw), dt)
     fn = with_backward(lambda x, w, b: F.group_norm(x, groups, w, b), grad)
     return f"group_norm groups={groups}", fn, [x, w, b], channels // groups * math.prod(hw), "close"
 
