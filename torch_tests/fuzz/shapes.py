@@ -24,9 +24,13 @@ import random
 import sys
 import time
 import traceback
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from conftest import on_device  # noqa: E402  (a copy on tiny in the same layout: strides, storage offset)
 
 UNIT = {torch.float64: 2.0**-53, torch.float32: 2.0**-24, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
 THRESHOLDS = (2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257, 300, 512, 1024, 2080)
@@ -369,15 +373,9 @@ def to(inputs, device, dtype=None):
     ]
 
 
-def on_tiny(t):
-    """t's values on tiny in t's layout: the same strides and storage offset over a copy of its whole storage."""
-    storage = t.new_empty(0).set_(t.untyped_storage(), 0, (t.untyped_storage().nbytes() // t.element_size(),))
-    return storage.to("tiny").as_strided(t.shape, t.stride(), t.storage_offset())
-
-
 def product_error(x, ref, scale):
-    """The largest error of x against the float64 result ref, relative to scale (the same sum of products over
-    absolute values); a NaN counts as infinite."""
+    """The largest error of x against the float64 result ref, relative to scale (a sum of products' the same sum over
+    absolute values); a NaN where ref has none counts as infinite."""
     if x.numel() == 0:
         return 0.0
     ref = ref.double()
@@ -396,19 +394,16 @@ def check(seed):
         cpu = results(fn(*inputs))
     except (RuntimeError, ValueError) as e:  # the CPU refuses the case (a dtype its kernel lacks): so must tiny
         try:
-            fn(*[None if t is None else t.to("tiny") for t in inputs])
+            fn(*on_device(inputs, "tiny"))
         except (RuntimeError, ValueError):
             return None
         return f"{what}: the CPU raised ({str(e).splitlines()[0]}) and tiny did not"
-    tiny_in = [None if t is None else on_tiny(t) for t in inputs]
-    tiny = [x.cpu() if isinstance(x, torch.Tensor) else x for x in results(fn(*tiny_in))]
-    ref = results(fn(*to(inputs, "cpu", torch.float64))) if dt.is_floating_point and kind != "exact" else None
+    tiny = [x.cpu() for x in results(fn(*on_device(inputs, "tiny")))]
+    compared = dt.is_floating_point and kind != "exact"
+    ref = results(fn(*to(inputs, "cpu", torch.float64))) if compared else None
     absolute = getattr(fn, "absolute", fn)
-    scale = (
-        results(absolute(*[t.double().abs() if t is not None and t.is_floating_point() else t for t in inputs]))
-        if kind == "product"
-        else None
-    )
+    in_abs = [t.double().abs() if t is not None and t.is_floating_point() else t for t in inputs]
+    scale = results(absolute(*in_abs)) if compared and kind == "product" else None
     for i, (c, t) in enumerate(zip(cpu, tiny, strict=True)):
         where = f"{what}: result {i}"
         if t.dtype != c.dtype or t.shape != c.shape:
@@ -423,22 +418,19 @@ def check(seed):
                 bad = (t != c).nonzero()[:3].tolist()
                 return f"{where}: differs at {bad}"
             continue
-        if not torch.equal(t.isnan(), c.isnan()) or not torch.equal(t.isinf() & (t > 0), c.isinf() & (c > 0)):
+        special = [(x.isnan(), x.isposinf(), x.isneginf()) for x in (t, c)]
+        if not all(torch.equal(a, b) for a, b in zip(*special, strict=True)):
             bad = ((t.isnan() != c.isnan()) | (t.isinf() != c.isinf())).nonzero()[:3].tolist()
             return f"{where}: NaN or infinity where the CPU's is not (or the reverse) at {bad}"
-        if kind == "close":  # relative error, near-zero values measured against the result's mean size
-            s = ref[i].abs() + 0.1 * ref[i].abs().mean()
-            e_tiny, e_cpu = product_error(t, ref[i], s), product_error(c, ref[i], s)
-            # (float64: the CPU's result is the reference itself, so its error is 0 and tiny's is measured by rounding)
-            ulps = 16384 if c.dtype == torch.float64 else 32
-            allowed = max(16 * e_cpu, ulps * UNIT[c.dtype] * math.sqrt(max(reduced, 1)))
-            if e_tiny > allowed:
-                return f"{where}: error {e_tiny:.3g} (cpu {e_cpu:.3g}, allowed {allowed:.3g})"
-            continue
-        # a sum of products: error relative to the same sum of absolute values, against the CPU's and the length's
-        s = scale[i] if scale is not None and i < len(scale) and scale[i] is not None else ref[i].abs()
+        # the error relative to a scale: a sum of products' to the same sum of absolute values, another result's to
+        # its own size (near-zero values to the result's mean size); against the CPU's and the reduction's length
+        # (float64: the CPU's result is the reference itself, its error 0, and tiny's is measured by rounding)
+        if kind == "product":
+            s, ulps = scale[i], 8
+        else:
+            s, ulps = ref[i].abs() + 0.1 * ref[i].abs().mean(), 16384 if c.dtype == torch.float64 else 32
         e_tiny, e_cpu = product_error(t, ref[i], s), product_error(c, ref[i], s)
-        allowed = max(16 * e_cpu, 8 * UNIT[c.dtype] * math.sqrt(max(reduced, 1)), 2 * UNIT[c.dtype])
+        allowed = max(16 * e_cpu, ulps * UNIT[c.dtype] * math.sqrt(max(reduced, 1)), 2 * UNIT[c.dtype])
         if e_tiny > allowed:
             worst = ((t.double() - ref[i]).abs() / (s.double().abs() + 1e-300)).flatten().argmax().item()
             idx = list(torch.unravel_index(torch.tensor(worst), t.shape)) if t.dim() else []
