@@ -146,15 +146,15 @@ UOpPtr silu_backward(const Call& c) {
   return mul(mul(g, s), add(c.constant(1.0), mul(x, sub(c.constant(1.0), s))));
 }
 
-UOpPtr mish(const Call& c) {
-  const UOpPtr& x = c["self"];
-  return mul(x, alu(Ops::TANH, alu(Ops::LOG1P, exp(x))));
-}
+// tanh(softplus(x)), softplus without its threshold, as the CPU's mish kernels compute it
+UOpPtr tanh_softplus(const UOpPtr& x) { return alu(Ops::TANH, alu(Ops::LOG1P, exp(x))); }
+
+UOpPtr mish(const Call& c) { return mul(c["self"], tanh_softplus(c["self"])); }
 
 // The CPU kernel's formula, g (t + x s (1 - t^2)) for t = tanh(softplus(x)) and s = sigmoid(x).
 UOpPtr mish_backward(const Call& c) {
   const UOpPtr &g = c["grad_output"], &x = c["self"];
-  UOpPtr t = alu(Ops::TANH, alu(Ops::LOG1P, exp(x))), s = sigmoid(c, x);
+  UOpPtr t = tanh_softplus(x), s = sigmoid(c, x);
   return mul(g, add(t, mul(mul(x, s), sub(c.constant(1.0), mul(t, t)))));
 }
 
