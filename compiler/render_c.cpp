@@ -667,6 +667,11 @@ public:
       compute_deps(n);
       if (n->op == Ops::REDUCE) reduces_.push_back(n);
     }
+    if (hold_reduces_in_their_stores_loops()) {
+      deps_.clear();
+      for (const UOpPtr& n : toposort(k_.ast))
+        compute_deps(n);
+    }
     scopes_.resize(k_.loops.size() + 1);
     for (size_t d = 0; d <= k_.loops.size(); d++) {
       scopes_[d].range = d == 0 ? -1 : static_cast<int64_t>(d - 1);
@@ -910,10 +915,11 @@ private:
   std::unordered_map<const UOp*, size_t> where_;              // the scope each named value is declared in
   std::unordered_map<const UOp*, std::vector<int64_t>> deps_; // loop ids each node varies with
   std::deque<Scope> scopes_;
-  std::vector<UOpPtr> reduces_;                           // every REDUCE, sources first
-  std::vector<UOpPtr> reduce_stores_;                     // stores inside a reduction's loop
-  std::unordered_set<const UOp*> stored_in_reduce_loops_; // those emitted
-  std::vector<size_t> open_;                              // scopes enclosing the code being emitted, outermost first
+  std::vector<UOpPtr> reduces_;                                     // every REDUCE, sources first
+  std::vector<UOpPtr> reduce_stores_;                               // stores inside a reduction's loop
+  std::unordered_map<const UOp*, std::vector<int64_t>> held_loops_; // see hold_reduces_in_their_stores_loops
+  std::unordered_set<const UOp*> stored_in_reduce_loops_;           // those emitted
+  std::vector<size_t> open_; // scopes enclosing the code being emitted, outermost first
   int next_ = 0;
   bool pair_dots_ = false;                        // some reduction steps by bfloat16 pair dot products (see pair_dot)
   bool avx512_masked_loads_ = false;              // some vector loads are AVX-512 masked loads (emit_vector_load)
@@ -956,6 +962,31 @@ private:
     for (int64_t r : deps(n))
       if (r >= static_cast<int64_t>(k_.loops.size()) && r != k_.lane_range) return true;
     return false;
+  }
+
+  // A reduction whose loop body holds a store (a row kernel's scratch) runs in the kernel loops that the store's index
+  // varies with, even where the reduction's value does not: a row sum of a broadcast input is one sum, but each row
+  // stores its own scratch (softmax of an expanded row; hoisted, the store's row variable was undeclared). Whether
+  // some reduction gained loops (held_loops_; its deps, and those of what reads it, are then computed again).
+  bool hold_reduces_in_their_stores_loops() {
+    bool held = false;
+    for (const UOpPtr& st : k_.ast->src) {
+      if (!in_reduce_loop(st)) continue;
+      const std::vector<int64_t>& d = deps(st);
+      for (const UOpPtr& m : reduces_) {
+        bool runs_it = false;
+        for (size_t i = 1; i < m->src.size(); i++)
+          runs_it = runs_it || std::find(d.begin(), d.end(), std::get<int64_t>(m->src[i]->arg)) != d.end();
+        if (!runs_it) continue;
+        const std::vector<int64_t>& md = deps(m);
+        for (int64_t r : d)
+          if (r < static_cast<int64_t>(k_.loops.size()) && std::find(md.begin(), md.end(), r) == md.end()) {
+            held_loops_[m.get()].push_back(r);
+            held = true;
+          }
+      }
+    }
+    return held;
   }
 
   // Whether every loop n varies with is open.
@@ -1004,9 +1035,13 @@ private:
     for (const UOpPtr& s : n->src)
       for (int64_t r : deps_.at(s.get()))
         if (std::find(d.begin(), d.end(), r) == d.end()) d.push_back(r);
-    if (n->op == Ops::REDUCE)
+    if (n->op == Ops::REDUCE) {
       for (size_t i = 1; i < n->src.size(); i++)
         std::erase(d, std::get<int64_t>(n->src[i]->arg));
+      if (auto it = held_loops_.find(n.get()); it != held_loops_.end())
+        for (int64_t r : it->second)
+          if (std::find(d.begin(), d.end(), r) == d.end()) d.push_back(r);
+    }
     // A load of the buffer the kernel stores into (a scatter that accumulates) sees the stores of
     // earlier iterations: it stays in the innermost loop even when its index is loop-invariant.
     if (n->op == Ops::LOAD && n->src[0]->op == Ops::PARAM && std::get<int64_t>(n->src[0]->arg) == 0)

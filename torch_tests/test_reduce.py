@@ -304,6 +304,18 @@ def test_softmax_and_log_softmax_values():
     check(lambda t: torch.softmax(t, 2), sample((3, 4)))
 
 
+@pytest.mark.parametrize("width", [3, 64, 1000])
+def test_softmax_of_one_row_expanded_stores_every_row(width):
+    # every row the same (stride 0): the row's sums are one, but each row is written (fuzzer seed 46094: the
+    # kernel's sum was hoisted out of the rows' loop with the store inside it, and did not compile)
+    def run(t):
+        rows = t.as_strided((5, width), (0, 1))
+        return torch.softmax(rows, 1), torch.log_softmax(rows, -1), torch.nn.functional.layer_norm(rows, (width,))
+
+    check(run, sample((width,)))
+    check(lambda t: torch.softmax(t.as_strided((4, 5, width), (width, 0, 1)), -1), sample((4, width)))
+
+
 @pytest.mark.parametrize("fn", [torch.softmax, torch.log_softmax], ids=["softmax", "log_softmax"])
 def test_softmax_gradients(fn):
     for dtype, dim in ((torch.float64, 1), (torch.float32, 0), (torch.bfloat16, -1)):
