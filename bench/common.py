@@ -60,23 +60,33 @@ def contenders(fn, cpu_args, tiny_args, compiled):
     return c
 
 
+def run_once(fn, clock=time.perf_counter):
+    """Seconds by `clock` of one call of fn, tiny work synchronized inside."""
+    start = clock()
+    result = fn()  # held until the sync: a lazy result dropped first would never be computed
+    torch.tiny.synchronize()
+    elapsed = clock() - start
+    del result
+    return elapsed
+
+
 def interleaved(contenders, rounds=12, clock=time.perf_counter):
     """Times each contender (name -> fn) once per round, in turn, so that the shared machine's changing
     speed reaches all of them alike; every fn is called once first (compiles, allocates, warms caches).
-    Returns name -> list of seconds by `clock` (time.thread_time: the calling thread's CPU time). tiny
-    work is synchronized inside each timing."""
+    Returns name -> list of seconds by `clock` (time.thread_time: the calling thread's CPU time).
+
+    In every round each contender runs once untimed right before its timed call, so that the timed call finds the
+    machine as that contender leaves it (its own threads awake, its operands in cache), as a program that runs it
+    over and over does, not as the contender before it left it: right after an eager op, eager's OpenMP worker
+    still spins on the second core (GOMP_SPINCOUNT above), and tiny's worker joined a 32-row x @ w kernel 190 us
+    late on average (27 us after a sleep instead), leaving it one thread: 0.50 ms against 0.25 run back to back."""
     for fn in contenders.values():
-        result = fn()  # held until the sync: a lazy result dropped first would never be computed
-        torch.tiny.synchronize()
-        del result
+        run_once(fn)
     times = {name: [] for name in contenders}
     for _ in range(rounds):
         for name, fn in contenders.items():
-            start = clock()
-            result = fn()
-            torch.tiny.synchronize()
-            times[name].append(clock() - start)
-            del result
+            run_once(fn)
+            times[name].append(run_once(fn, clock))
     return times
 
 
