@@ -1017,6 +1017,36 @@ TEST(Kernel, AMatmulsEpilogueReadsArePrefetchedBeforeItsSums) {
     EXPECT_NEAR(got[i], want[i] * cv[i], (1e-5 * mag[i] + 1e-6) * std::abs(cv[i]) + 1e-6) << i;
 }
 
+// a.t() @ b with a read in place (a linear layer's weight gradient, tokens-major): the register block broadcasts a's
+// elements a block of rows side by side, 2 KiB apart on each step of the sum, which the hardware prefetchers do not
+// follow: each step prefetches the line of a that the step 8 on reads, once for the elements that share it; the values
+// are the product's.
+TEST(Kernel, ATransposedLeftOperandReadInPlaceIsPrefetchedOnceALine) {
+  const int64_t M = 512, K = 128, N = 64;
+  auto av = random_vec(K * M, 44), bv = random_vec(K * N, 45);
+  auto at = permute(reshape(buffer(filled(av)), {K, M}), {1, 0});
+  auto value = matmul_of(at, reshape(buffer(filled(bv)), {K, N}));
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, M * N);
+  Kernel k = lower_kernel(out, View::contiguous(value->shape), value);
+  ASSERT_GE(k.lane_range, 0) << k.name;
+  std::string src = render_c(k, "k");
+  const std::regex prefetch(R"(__builtin_prefetch\(\(const void\*\)\(\(uintptr_t\)\(b1 \+ v\d+\) \+ 16384\))");
+  const std::regex broadcast(R"(= \(float\)\(b1\[v\d+\]\);)");
+  const auto count = [&](const std::regex& r) {
+    return std::distance(std::sregex_iterator(src.begin(), src.end(), r), std::sregex_iterator());
+  };
+  EXPECT_GE(count(prefetch), 1) << src;
+  EXPECT_GE(count(broadcast), 8 * count(prefetch)) << src;
+  std::vector<float> a(static_cast<size_t>(M * K));
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < K; j++)
+      a[static_cast<size_t>(i * K + j)] = av[static_cast<size_t>(j * M + i)];
+  auto got = values(realize_value(value));
+  auto [want, mag] = plain_matmul(a, bv, M, K, N);
+  for (int64_t i = 0; i < M * N; i++)
+    EXPECT_NEAR(got[i], want[i], 1e-5 * mag[i] + 1e-6) << i;
+}
+
 // float16 and bfloat16 operands read as vectors of their bits, widened to float in registers: the matmul
 // keeps its 16 lanes (it ran lane by lane, 8x slower than float32) and its values.
 TEST(Kernel, AHalfMatmulReadsItsOperandsAsVectors) {
