@@ -1398,26 +1398,7 @@ private:
   // 4, 16 and 32 iterations ahead 705, 711 and 762.
   // Loops of fewer steps (the demo's sums of 16 chunks' partial results, whose rows an outer loop walks in
   // order, which the hardware follows) ran 10-30% slower with it.
-  // The same for the scalar loads that a register block broadcasts, once a cache line: the left operand of a.t() @ b
-  // read in place, a block of rows' elements side by side (a[k, m..m + 8]) and 2 KiB or more on each step of k (a
-  // ViT's MLP weight gradient, 2080 x 512 x 128 in 8 parts of k, one thread, C harness: 2.92 -> 2.74 ms, 2.79 ->
-  // 2.59, 2.75 -> 2.44; two threads 1.47 -> 1.39, 1.48 -> 1.41).
   static constexpr int64_t kPrefetchAhead = 8, kPrefetchStrideBytes = 2048, kPrefetchMinSteps = 64;
-  void emit_scalar_prefetch_ahead(const UOpPtr& load, Scope& sc) {
-    if (k_.lane_range < 0 || load->src.size() > 2) return;
-    // the index as a node plus a constant: loads of one line share the node
-    const UOpPtr& idx = load->src[1];
-    const UOp* base = idx.get();
-    int64_t offset = 0;
-    if (idx->op == Ops::ADD)
-      for (size_t i = 0; i < 2; i++)
-        if (idx->src[i]->is_const()) base = idx->src[1 - i].get(), offset = idx->src[i]->const_i();
-    const auto line = static_cast<int64_t>(64 / itemsize(load->dtype));
-    auto& offsets = prefetched_lines_[{load->src[0].get(), base}];
-    for (int64_t o : offsets)
-      if (o / line == offset / line) return;
-    if (emit_prefetch_ahead(load, ref(load->src[0]) + " + " + ref(idx), sc)) offsets.push_back(offset);
-  }
   bool emit_prefetch_ahead(const UOpPtr& load, const std::string& address, Scope& sc) {
     if (k_.prefetch_next || sc.reduce_ranges.empty()) return false;
     const int64_t id = sc.reduce_ranges.back();
@@ -1431,6 +1412,26 @@ private:
     sc.code << indent(sc.depth) << "__builtin_prefetch((const void*)((uintptr_t)(" << address << ") + "
             << kPrefetchAhead * bytes << "), 0, 3);\n";
     return true;
+  }
+
+  // The same for the scalar loads that a register block broadcasts, once for loads within a cache line's length of
+  // each other: the left operand of a.t() @ b read in place, a block of rows' elements side by side (a[k, m..m + 8])
+  // and 2 KiB or more apart on each step of k (a ViT's MLP weight gradient, 2080 x 512 x 128 in 8 parts of k, one
+  // thread, C harness: 2.92 -> 2.74 ms, 2.79 -> 2.59, 2.75 -> 2.44; two threads 1.47 -> 1.39, 1.48 -> 1.41).
+  void emit_scalar_prefetch_ahead(const UOpPtr& load, Scope& sc) {
+    if (k_.lane_range < 0 || load->src.size() > 2) return;
+    // the index as a node plus a constant: the loads of a line share the node, within a line's length
+    const UOpPtr& idx = load->src[1];
+    const UOp* base = idx.get();
+    int64_t offset = 0;
+    if (idx->op == Ops::ADD)
+      for (size_t i = 0; i < 2; i++)
+        if (idx->src[i]->is_const()) base = idx->src[1 - i].get(), offset = idx->src[i]->const_i();
+    const auto line = static_cast<int64_t>(64 / itemsize(load->dtype));
+    auto& offsets = prefetched_lines_[{load->src[0].get(), base}];
+    for (int64_t o : offsets)
+      if (std::llabs(o - offset) < line) return;
+    if (emit_prefetch_ahead(load, ref(load->src[0]) + " + " + ref(idx), sc)) offsets.push_back(offset);
   }
 
   // The loads of a register block's epilogue (what its outputs compute from beside the sums, read after the reduce

@@ -364,17 +364,34 @@ void LazyBuffer::write_host(const StridedView& v, const void* src) {
   write(v, bitcast(reshape(b, v.sizes), v.dtype));
 }
 
-// Storage-level copies (torch.save, UntypedStorage.copy_) see the storage as bytes: a contiguous
-// window of another element size is copied byte for byte into a new buffer of the content's type.
+// Storage-level copies (torch.save, UntypedStorage.copy_) see the storage as bytes, and so does a host value written
+// through a view of another element size (a strided slice of an int32 storage viewed as uint8, filled): the view's
+// elements are placed among the storage's bytes, copied into a new buffer of the content's type.
 void LazyBuffer::write_host_bytes(const StridedView& v, const void* src) {
-  if (!is_contiguous_window(v))
-    throw std::runtime_error("tiny: a strided write of " + std::string(name(v.dtype)) + " into a storage of " +
-                             std::string(name(content_->dtype)) + " is not supported yet");
-  size_t begin = static_cast<size_t>(v.offset) * itemsize(v.dtype), len = prod(v.sizes) * itemsize(v.dtype);
-  if (begin + len > nbytes_) throw std::out_of_range("tiny: write past the end of the storage");
+  const size_t item = itemsize(v.dtype);
+  int64_t last = v.offset; // the view's last element (strides are not negative)
+  for (size_t d = 0; d < v.sizes.size(); d++)
+    last += (v.sizes[d] - 1) * v.strides[d];
+  if (static_cast<size_t>(last + 1) * item > nbytes_)
+    throw std::out_of_range("tiny: write past the end of the storage");
+  const bool window = is_contiguous_window(v);
+  size_t begin = static_cast<size_t>(v.offset) * item, len = prod(v.sizes) * item;
   std::vector<char> bytes(nbytes_);
-  if (begin > 0 || len < nbytes_) copy_out_bytes(bytes.data());
-  std::memcpy(bytes.data() + begin, src, len);
+  if (!window || begin > 0 || len < nbytes_) copy_out_bytes(bytes.data());
+  if (window) {
+    std::memcpy(bytes.data() + begin, src, len);
+  } else {
+    // row-major over the view: element i of src goes to its strided place
+    Shape at(v.sizes.size(), 0);
+    for (int64_t i = 0, n = prod(v.sizes); i < n; i++) {
+      int64_t e = v.offset;
+      for (size_t d = 0; d < at.size(); d++)
+        e += at[d] * v.strides[d];
+      std::memcpy(bytes.data() + static_cast<size_t>(e) * item, static_cast<const char*>(src) + i * item, item);
+      for (size_t d = at.size(); d-- > 0 && ++at[d] == v.sizes[d];)
+        at[d] = 0;
+    }
+  }
   auto buf = std::make_shared<Buffer>(device_, content_->dtype, content_->shape[0]);
   device_.allocator().copy_in(buf->ptr(), bytes.data(), buf->nbytes());
   set_content(buffer(buf));

@@ -304,6 +304,26 @@ def test_softmax_and_log_softmax_values():
     check(lambda t: torch.softmax(t, 2), sample((3, 4)))
 
 
+def test_all_equal_to_an_infinity_matches_cpu_with_nans_and_empty_rows():
+    # what sdpa's _safe_softmax asks of its scores (rows all -inf), with NaNs beside infinities and empty rows
+    rows = torch.tensor(
+        [[-INF, -INF, -INF], [-INF, NAN, -INF], [-INF, 1.0, -INF], [NAN, NAN, NAN], [INF, INF, INF], [INF, NAN, INF]]
+    )
+    for t in (rows, rows.t(), torch.empty(0, 3), torch.empty(3, 0)):
+        check(
+            lambda t: (
+                t.eq(-INF).all(-1),
+                t.eq(INF).all(0, keepdim=True),
+                (t == torch.tensor(-INF)).all(),
+                (-INF == t).all((0, 1)),
+                t.eq(INF).any(-1),
+            ),
+            t,
+        )
+    check(lambda t: torch._safe_softmax(t, 1), rows)
+    check(lambda t: torch._safe_softmax(t, 0), rows.to(torch.float64))
+
+
 @pytest.mark.parametrize("width", [3, 64, 1000])
 def test_softmax_of_one_row_expanded_stores_every_row(width):
     # every row the same (stride 0): the row's sums are one, but each row is written (fuzzer seed 46094: the

@@ -185,6 +185,19 @@ def test_scatters_through_a_byte_view_of_a_bool_tensor_keep_their_bytes():
     check(fn, torch.tensor([[True, False, True, True], [False, True, False, True]]), idx, val)
 
 
+def test_host_values_written_through_a_strided_view_of_another_element_size_land_in_their_bytes():
+    # an int32 storage seen as bytes, a strided slice of it filled from the host (fuzzer seed 49664: tiny raised that
+    # such a write was not supported)
+    def fn(t):
+        b = t.view(torch.uint8)
+        b.select(1, -4).copy_(0.5)
+        b[:, 1::2, 1] = torch.tensor([7, 9], dtype=torch.uint8)
+        b.transpose(0, 2)[2] = torch.tensor([1, 2, 3, 4], dtype=torch.uint8).reshape(4, 1)
+        return t, b
+
+    check(fn, torch.tensor([3, 3, 3, -3, 3, -3, 3, 3, -3, 3, 3, -3], dtype=torch.int32).reshape(3, 4, 1))
+
+
 def test_views_share_data_ptr_identity_across_views():
     a = torch.arange(12.0, device=DEVICE).reshape(3, 4)
     v1, v2 = a[1], a.t()[:, 1]
