@@ -27,6 +27,7 @@
 #include <string_view>
 #include <type_traits>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "aten_ops/bessel.h"
@@ -1011,6 +1012,32 @@ plain_result(Kind kind, c10::ArrayRef<at::Tensor> ins, const at::Tensor& self = 
   return std::make_pair(c10::MaybeOwned<at::Tensor>::owned(empty_tiny(sizes, dtype, on_tiny->device())), common);
 }
 
+// The CPU's pow, clamp (clamp_min, clamp_max) and lerp take the Python numbers they are given outside their
+// TensorIterator: its operands are the tensors alone (pow(x, 2) is a unary op over x). Whether this call is one of them
+// with a number among its operands.
+bool numbers_outside_iterator(const Call& call) {
+  static const std::unordered_set<std::string_view> ops{"aten::pow", "aten::clamp", "aten::clamp_min",
+                                                        "aten::clamp_max", "aten::lerp"};
+  if (!ops.contains(call.schema.name())) return false;
+  for (const at::Tensor& t : call.tensors)
+    if (t.unsafeGetTensorImpl()->is_wrapped_number()) return true;
+  return false;
+}
+
+// A functional result (`allocated` by the iterator over every operand) laid out as the CPU's iterator over the tensor
+// operands alone lays it out: with the numbers among its operands, an input of shape (2, 1) and strides (1, 2) gave
+// the result strides (1, 2), where the CPU's iterator, seeing one operand contiguous, takes its fast path and gives
+// (1, 1) (fuzzer seed 49578: a view of another element size then needs the last stride 1).
+at::Tensor laid_out_by_tensors(const Call& call, const at::Tensor& allocated) {
+  at::TensorIteratorConfig cfg;
+  at::Tensor result;
+  cfg.add_output(result).allow_cpu_scalars(true).check_all_same_dtype(false).declare_static_dtype_and_device(
+      allocated.scalar_type(), allocated.device());
+  for (const at::Tensor& t : call.tensors)
+    if (!t.unsafeGetTensorImpl()->is_wrapped_number()) cfg.add_const_input(t);
+  return cfg.build().output();
+}
+
 // Whether the CPU kernel raised in its dispatch on dtypes ("... not implemented for 'Bool'").
 bool refused_in_dispatch(const std::exception_ptr& refused) {
   try {
@@ -1352,8 +1379,11 @@ c10::MaybeOwned<at::Tensor> record(const Op& op, Call& call, c10::MaybeOwned<at:
     } else {
       if (kind == Kind::UnaryBool && !out->defined())
         out = c10::MaybeOwned<at::Tensor>::owned(empty_tiny({0}, at::kBool, call.tensors.at(0).device()));
+      const bool functional = !out->defined();
       auto iter = make_iterator(kind, *out, call.tensors.all());
       result = c10::MaybeOwned<at::Tensor>::owned(at::Tensor(iter.output()));
+      if (functional && numbers_outside_iterator(call))
+        result = c10::MaybeOwned<at::Tensor>::owned(laid_out_by_tensors(call, *result));
       at::ScalarType common =
           kind == Kind::Unary || kind == Kind::UnaryBool ? call.tensors.at(0).scalar_type() : iter.common_dtype();
       call.common = to_tiny_dtype(common);
