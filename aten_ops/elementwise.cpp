@@ -1012,13 +1012,15 @@ plain_result(Kind kind, c10::ArrayRef<at::Tensor> ins, const at::Tensor& self = 
   return std::make_pair(c10::MaybeOwned<at::Tensor>::owned(empty_tiny(sizes, dtype, on_tiny->device())), common);
 }
 
-// The CPU's pow, clamp (clamp_min, clamp_max) and lerp take the Python numbers they are given outside their
+// The CPU's pow, clamp (clamp_min, clamp_max) and lerp overloads that take Python numbers keep them outside their
 // TensorIterator: its operands are the tensors alone (pow(x, 2) is a unary op over x). Whether this call is one of them
 // with a number among its operands.
 bool numbers_outside_iterator(const Call& call) {
   static const std::unordered_set<std::string_view> ops{"aten::pow", "aten::clamp", "aten::clamp_min",
                                                         "aten::clamp_max", "aten::lerp"};
-  if (!ops.contains(call.schema.name())) return false;
+  const std::string& overload = call.schema.overload_name();
+  if (!ops.contains(call.schema.name()) || (overload != "" && overload != "Scalar" && overload != "Tensor_Scalar"))
+    return false;
   for (const at::Tensor& t : call.tensors)
     if (t.unsafeGetTensorImpl()->is_wrapped_number()) return true;
   return false;
