@@ -399,10 +399,13 @@ void activation_kernel(const c10::OperatorHandle& handle, torch::jit::Stack* sta
     }
   }
 
+  std::string name = family(schema);
+  // The CPU's hardtanh (relu6 too) computes into empty_like(self): the input's strides, a size-1 dim's included, where
+  // its iterator would have allocated (1, 1) for a (2, 1) input of strides (1, 2)
+  if (name == "hardtanh" && !out.defined()) out = at::empty_like(tensors.at(0));
   auto iter = make_iterator(op.kind, out, tensors);
   at::Tensor result = iter.output();
   at::ScalarType dtype = op.kind == Kind::Binary ? iter.common_dtype() : tensors.at(0).scalar_type();
-  std::string name = family(schema);
   bool complex = dtype == at::kComplexFloat || dtype == at::kComplexDouble;
   if ((name == "sigmoid_backward" || name == "tanh_backward" || name == "silu") && complex) {
     // torch's complex gradients of sigmoid and tanh: the derivative conjugated; its complex silu:

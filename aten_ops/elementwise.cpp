@@ -1345,6 +1345,10 @@ c10::MaybeOwned<at::Tensor> record(const Op& op, Call& call, c10::MaybeOwned<at:
   }
   // torch's div promotes ints to float only without a rounding mode
   Kind kind = op.kind == Kind::BinaryFloat && call.has("rounding_mode") ? Kind::Binary : op.kind;
+  // The CPU's nan_to_num computes into empty_like(self): the input's strides, a size-1 dim's included, where its
+  // iterator would have allocated (1, 1) for a (2, 1) input of strides (1, 2)
+  if (!out->defined() && call.schema.name() == "aten::nan_to_num" && call.tensors.at(0).is_privateuseone())
+    out = c10::MaybeOwned<at::Tensor>::owned(at::empty_like(call.tensors.at(0)));
 
   // The CPU kernel's answer for these dtypes (size-1 stand-ins: it cannot see shapes or overlap).
   std::exception_ptr refused;

@@ -606,7 +606,8 @@ def test_expanded_operands_give_torchs_result_layout_on_the_short_path():
 
 def test_pow_clamp_and_lerp_with_numbers_lay_out_their_result_by_their_tensors():
     """The CPU's pow, clamp and lerp leave Python numbers out of their iterator: a (2, 1) input of strides (1, 2)
-    counts as contiguous there and gives (1, 1), where add and mul by a number keep (1, 2) (fuzzer seed 49578)."""
+    counts as contiguous there and gives (1, 1), where add and mul by a number keep (1, 2) (fuzzer seed 49578), and
+    hardtanh and nan_to_num keep (1, 2)."""
     t = torch.tensor([0.25, 1.0, 3.0])
     odd = lambda x: x.as_strided((2, 1), (1, 2))  # noqa: E731
     check(lambda x: (odd(x) ** 2, 2.0 ** odd(x), odd(x).clamp(0.1, 0.5), odd(x).clamp_min(0.2), odd(x).clamp_max(2)), t)
@@ -614,6 +615,9 @@ def test_pow_clamp_and_lerp_with_numbers_lay_out_their_result_by_their_tensors()
     check(lambda x: (odd(x).long() ** 2).view(torch.float16), t)
     check(lambda x: (odd(x) ** 2.5, odd(x).long().clamp(1, 2), x[:2].reshape(2, 1).t() ** 2), t)
     check(lambda x: torch.clamp(odd(x), torch.tensor(0.3), 2.0), t)
+    # hardtanh and nan_to_num compute into empty_like(self): they keep the input's strides
+    check(lambda x: (F.hardtanh(odd(x)), F.relu6(odd(x)), torch.nan_to_num(odd(x)), torch.nan_to_num(x[::2])), t)
+    check(lambda x: (F.hardtanh(x.expand(2, 3), -0.5, 0.5), torch.nan_to_num(x.expand(2, 3), posinf=1.0)), t)
 
 
 def test_cpu_zero_dim_tensor_is_accepted_as_a_scalar_operand():
