@@ -71,6 +71,9 @@ struct Activation {
   bool integers;        // the CPU kernel also takes integer dtypes (not bool)
   Build build;
   Check check = nullptr; // torch's op-specific argument checks
+  // the functional result is empty_like(self), as the CPU's hardtanh computes into (the input's strides, a size-1
+  // dim's included, where its iterator would allocate (1, 1) for a (2, 1) input of strides (1, 2))
+  bool like_self = false;
 };
 
 // ---- value builders ----
@@ -290,7 +293,7 @@ const std::unordered_map<std::string, Activation>& table() {
         check_leaky_relu_backward}},
       {"elu", {K::Unary, "elu_cpu", false, elu}},
       {"elu_backward", {K::Binary, "elu_backward_cpu", false, elu_backward, check_elu_backward}},
-      {"hardtanh", {K::Unary, "hardtanh_cpu", true, hardtanh, check_hardtanh}},
+      {"hardtanh", {K::Unary, "hardtanh_cpu", true, hardtanh, check_hardtanh, /*like_self=*/true}},
       {"hardtanh_backward", {K::Binary, "hardshrink_backward_cpu", false, hardtanh_backward}},
       {"hardshrink",
        {K::Unary, "hardshrink_cpu", false,
@@ -399,13 +402,11 @@ void activation_kernel(const c10::OperatorHandle& handle, torch::jit::Stack* sta
     }
   }
 
-  std::string name = family(schema);
-  // The CPU's hardtanh (relu6 too) computes into empty_like(self): the input's strides, a size-1 dim's included, where
-  // its iterator would have allocated (1, 1) for a (2, 1) input of strides (1, 2)
-  if (name == "hardtanh" && !out.defined()) out = at::empty_like(tensors.at(0));
+  if (op.like_self && !out.defined()) out = at::empty_like(tensors.at(0));
   auto iter = make_iterator(op.kind, out, tensors);
   at::Tensor result = iter.output();
   at::ScalarType dtype = op.kind == Kind::Binary ? iter.common_dtype() : tensors.at(0).scalar_type();
+  std::string name = family(schema);
   bool complex = dtype == at::kComplexFloat || dtype == at::kComplexDouble;
   if ((name == "sigmoid_backward" || name == "tanh_backward" || name == "silu") && complex) {
     // torch's complex gradients of sigmoid and tanh: the derivative conjugated; its complex silu:

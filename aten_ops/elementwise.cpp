@@ -27,7 +27,6 @@
 #include <string_view>
 #include <type_traits>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 
 #include "aten_ops/bessel.h"
@@ -140,11 +139,18 @@ struct Call {
 
 using Build = std::function<UOpPtr(const Call&)>;
 
+// How the CPU lays out a functional call's result, where its operands do not all lead: `Tensors`, by an iterator over
+// the tensor operands alone (pow, clamp and lerp keep the Python numbers they take outside their TensorIterator:
+// pow(x, 2) is a unary op over x); `Self`, as empty_like(self) (nan_to_num computes into one: the input's strides, a
+// size-1 dim's included).
+enum class Layout { Operands, Tensors, Self };
+
 struct Op {
   Kind kind;
   Build build;
   std::function<void(const Call&)> check = nullptr; // torch's op-specific argument checks
   const char* bool_out_only = nullptr;              // the op's name, when out= must be bool
+  Layout layout = Layout::Operands;                 // the functional result's layout
 };
 
 // ---- value builders ----
@@ -588,16 +594,18 @@ const std::unordered_map<std::string, Op>& table() {
             TORCH_CHECK(!(e.isIntegral(false) && e.toLong() < 0),
                         "Integers to negative integer powers are not allowed.");
           }
-        }}},
+        },
+        nullptr, Layout::Tensors}},
       {"maximum", {K::Binary, binary(Ops::MAX)}},
       {"minimum", {K::Binary, binary(Ops::MIN)}},
       {"clamp",
        {K::Binary, clamp,
         [](const Call& c) {
           TORCH_CHECK(c.has("min") || c.has("max"), "torch.clamp: At least one of 'min' or 'max' must not be None");
-        }}},
-      {"clamp_min", {K::Binary, binary(Ops::MAX)}},
-      {"clamp_max", {K::Binary, binary(Ops::MIN)}},
+        },
+        nullptr, Layout::Tensors}},
+      {"clamp_min", {K::Binary, binary(Ops::MAX), nullptr, nullptr, Layout::Tensors}},
+      {"clamp_max", {K::Binary, binary(Ops::MIN), nullptr, nullptr, Layout::Tensors}},
       {"relu",
        {K::Unary, [](const Call& c) { return bin(Ops::MAX, c.a(), c.zero()); },
         [](const Call& c) { TORCH_CHECK(c.compute != DType::Bool, "Boolean inputs not supported for relu"); }}},
@@ -630,7 +638,7 @@ const std::unordered_map<std::string, Op>& table() {
       {"log2", {K::UnaryFloat, unary(Ops::LOG2)}},
       {"log10",
        {K::UnaryFloat, [](const Call& c) { return bin(Ops::MUL, un(Ops::LOG, c.a()), c.constant(1.0 / M_LN10)); }}},
-      {"nan_to_num", {K::Unary, nan_to_num}},
+      {"nan_to_num", {K::Unary, nan_to_num, nullptr, nullptr, Layout::Self}},
       {"digamma", {K::UnaryFloat, special_fn(aten_ops::special::digamma)}},
       {"polygamma",
        {K::UnaryFloat, polygamma,
@@ -723,7 +731,7 @@ const std::unordered_map<std::string, Op>& table() {
                       "addcdiv behavior is just the latter implementation: (input + value * tensor1 / tensor2), "
                       "for all dtypes.");
         }}},
-      {"lerp", {K::Binary, lerp}},
+      {"lerp", {K::Binary, lerp, nullptr, nullptr, Layout::Tensors}},
       {"where", {K::Where, [](const Call& c) { return where(c.in.at(0), c.in.at(1), c.in.at(2)); }}},
       {"copysign",
        {K::BinaryFloat,
@@ -1012,15 +1020,12 @@ plain_result(Kind kind, c10::ArrayRef<at::Tensor> ins, const at::Tensor& self = 
   return std::make_pair(c10::MaybeOwned<at::Tensor>::owned(empty_tiny(sizes, dtype, on_tiny->device())), common);
 }
 
-// The CPU's pow, clamp (clamp_min, clamp_max) and lerp overloads that take Python numbers keep them outside their
-// TensorIterator: its operands are the tensors alone (pow(x, 2) is a unary op over x). Whether this call is one of them
-// with a number among its operands.
-bool numbers_outside_iterator(const Call& call) {
-  static const std::unordered_set<std::string_view> ops{"aten::pow", "aten::clamp", "aten::clamp_min",
-                                                        "aten::clamp_max", "aten::lerp"};
+// Whether a call of an op laid out by its tensors (Layout::Tensors) has a number among its operands: an overload
+// that takes Python numbers (pow.Tensor_Scalar, pow.Scalar, clamp, lerp.Scalar; not clamp.Tensor or lerp.Tensor,
+// whose tensors are all the CPU iterator's operands).
+bool has_number_operands(const Call& call) {
   const std::string& overload = call.schema.overload_name();
-  if (!ops.contains(call.schema.name()) || (overload != "" && overload != "Scalar" && overload != "Tensor_Scalar"))
-    return false;
+  if (overload != "" && overload != "Scalar" && overload != "Tensor_Scalar") return false;
   for (const at::Tensor& t : call.tensors)
     if (t.unsafeGetTensorImpl()->is_wrapped_number()) return true;
   return false;
@@ -1345,9 +1350,7 @@ c10::MaybeOwned<at::Tensor> record(const Op& op, Call& call, c10::MaybeOwned<at:
   }
   // torch's div promotes ints to float only without a rounding mode
   Kind kind = op.kind == Kind::BinaryFloat && call.has("rounding_mode") ? Kind::Binary : op.kind;
-  // The CPU's nan_to_num computes into empty_like(self): the input's strides, a size-1 dim's included, where its
-  // iterator would have allocated (1, 1) for a (2, 1) input of strides (1, 2)
-  if (!out->defined() && call.schema.name() == "aten::nan_to_num" && call.tensors.at(0).is_privateuseone())
+  if (!out->defined() && op.layout == Layout::Self && call.tensors.at(0).is_privateuseone())
     out = c10::MaybeOwned<at::Tensor>::owned(at::empty_like(call.tensors.at(0)));
 
   // The CPU kernel's answer for these dtypes (size-1 stand-ins: it cannot see shapes or overlap).
@@ -1388,7 +1391,7 @@ c10::MaybeOwned<at::Tensor> record(const Op& op, Call& call, c10::MaybeOwned<at:
       const bool functional = !out->defined();
       auto iter = make_iterator(kind, *out, call.tensors.all());
       result = c10::MaybeOwned<at::Tensor>::owned(at::Tensor(iter.output()));
-      if (functional && numbers_outside_iterator(call))
+      if (functional && op.layout == Layout::Tensors && has_number_operands(call))
         result = c10::MaybeOwned<at::Tensor>::owned(laid_out_by_tensors(call, *result));
       at::ScalarType common =
           kind == Kind::Unary || kind == Kind::UnaryBool ? call.tensors.at(0).scalar_type() : iter.common_dtype();
