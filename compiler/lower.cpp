@@ -1782,10 +1782,13 @@ bool wants_panels(const UOpPtr& m, size_t d, const std::vector<int64_t>& axes, i
     if (v.strides[e] != 0) size *= v.shape[e];
   // bfloat16 panels interleave pairs for pair dot products (see pair_reduced_axis), half the instructions of the
   // widened products: they pay from 16 reads an element (x @ w of 32 rows by 1024 x 1024, one thread: 0.66 ms widened,
-  // 0.38 with the panel's copy)
-  const int64_t reuse = m->dtype == DType::BFloat16 && target.bf16_pairs() ? 16 : 64;
+  // 0.38 with the panel's copy), and whatever the stride: only such a panel pairs (a.t() @ b of 2080 x 512 x 128 on an
+  // AMX host, b's rows 256 B apart, two threads: 1.35 ms widened, 0.33 paired)
+  const bool pairs = m->dtype == DType::BFloat16 && target.bf16_pairs();
+  const int64_t reuse = pairs ? 16 : 64;
   for (int64_t a : axes)
-    if (std::llabs(v.strides[a]) * static_cast<int64_t>(itemsize(m->dtype)) >= 1024 && v.shape[a] >= 64)
+    if ((pairs ? v.strides[a] != 0 : std::llabs(v.strides[a]) * static_cast<int64_t>(itemsize(m->dtype)) >= 1024) &&
+        v.shape[a] >= 64)
       return work * static_cast<int64_t>(itemsize(m->dtype)) >= reuse * size;
   return false;
 }
@@ -2119,10 +2122,14 @@ void computed_broadcast_factor_copies(const UOpPtr& n, size_t d, int64_t work,
 // 2080 x 512 x 128 (a ViT's MLP weight gradient) 3.2 ms -> 0.53 + 1.58; 1024^3 31 -> 15 (two threads 15.0 -> 7.3);
 // 4096 x 256 x 256 7.7 -> 4.5; 512^3 2.06 -> 1.77; 2080 x 128 x 512 2.43 -> 2.07. Slower, so excluded: 2080 x 64 x 512
 // (a walk of 532 KB) 1.22 -> 1.38, 256^3 (256 KiB) 0.203 -> 0.216, and a DCGAN's transposed convolution's weight
-// gradient (summed over batch and pixels) 4.1 -> 2.4 + 3.8. bfloat16 and float16 reads take float32 copies in
-// logical order already (widened_broadcast_copies), pair dot products their panels.
-bool reads_across_reduced_axes(const UOpPtr& m, const std::vector<int64_t>& axes, int64_t work) {
-  if (m->dtype != DType::Float32 && m->dtype != DType::Float64) return false;
+// gradient (summed over batch and pixels) 4.1 -> 2.4 + 3.8. float16 reads, and bfloat16 reads without pair dot
+// products, take float32 copies in logical order already (widened_broadcast_copies). With `pairs` (the target's
+// bfloat16 products step by pairs of the reduced axis, see pair_reduced_axis) a bfloat16 read is copied too: pairs
+// need the reduced axis at stride 1 (a bfloat16 a.t() @ b on an AMX host, K x M x N, two threads: 1024^3 11.2 ms
+// widened element by element, eager's oneDNN 1.5).
+bool reads_across_reduced_axes(const UOpPtr& m, const std::vector<int64_t>& axes, int64_t work, bool pairs = false) {
+  if (m->dtype != DType::Float32 && m->dtype != DType::Float64 && !(pairs && m->dtype == DType::BFloat16))
+    return false;
   if (m->src[0]->op != Ops::BUFFER || m->st().views.size() != 1) return false;
   const View& v = m->st().views.back();
   if (v.mask) return false;
@@ -2134,6 +2141,8 @@ bool reads_across_reduced_axes(const UOpPtr& m, const std::vector<int64_t>& axes
       step = std::llabs(v.strides[static_cast<size_t>(a)]) * size;
       n = v.shape[static_cast<size_t>(a)];
     }
+  if (pairs && m->dtype == DType::BFloat16) // the copy is what pairs them, wherever the rows lie
+    return reduced == 1 && step > size && work >= 16 * prod(unbroadcast(m)->shape);
   return reduced == 1 && step >= 512 && step * n >= (1 << 20) && work >= 64 * prod(unbroadcast(m)->shape);
 }
 
@@ -2183,7 +2192,8 @@ bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replac
         int64_t stride = m->shape == src->shape ? lane_stride(m->st(), d, panel) : -1;
         if (stride == 0 || stride == 1) {
           if (single && v.strides[d] == 1 && wants_panels(m, d, axes, work, panel, target)) panels.push_back(m);
-          if (stride == 0 && !target.gpu() && reads_across_reduced_axes(m, axes, work)) reordered.push_back(m);
+          if (stride == 0 && !target.gpu() && reads_across_reduced_axes(m, axes, work, target.bf16_pairs()))
+            reordered.push_back(m);
           continue;
         }
         if (m->shape == src->shape && !target.gpu())
@@ -2222,10 +2232,9 @@ bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replac
         order.push_back(static_cast<int64_t>(d));
         replace[m.get()] = expand(copied_in_order(unbroadcast(m), order), m->shape);
       }
-      if (target.bf16_pairs())
-        pair_reduced_axis(n, d, panel, replace);
-      else if (!target.gpu())
-        widened_broadcast_copies(n, d, work, target, replace);
+      if (target.bf16_pairs()) pair_reduced_axis(n, d, panel, replace);
+      // products that do not pair (a bfloat16 read that no copy lays out by pairs) widen as on a host without pairs
+      if (!target.gpu() && !replace.count(n.get())) widened_broadcast_copies(n, d, work, target, replace);
       if (!target.gpu()) computed_broadcast_factor_copies(n, d, work, replace);
       return true;
     }
