@@ -2128,8 +2128,7 @@ void computed_broadcast_factor_copies(const UOpPtr& n, size_t d, int64_t work,
 // need the reduced axis at stride 1 (a bfloat16 a.t() @ b on an AMX host, K x M x N, two threads: 1024^3 11.2 ms
 // widened element by element, eager's oneDNN 1.5).
 bool reads_across_reduced_axes(const UOpPtr& m, const std::vector<int64_t>& axes, int64_t work, bool pairs = false) {
-  if (m->dtype != DType::Float32 && m->dtype != DType::Float64 && !(pairs && m->dtype == DType::BFloat16))
-    return false;
+  if (m->dtype != DType::Float32 && m->dtype != DType::Float64 && !(pairs && m->dtype == DType::BFloat16)) return false;
   if (m->src[0]->op != Ops::BUFFER || m->st().views.size() != 1) return false;
   const View& v = m->st().views.back();
   if (v.mask) return false;

@@ -1116,8 +1116,8 @@ TEST(Kernel, ABFloat16TransposedLeftOperandIsCopiedForPairDotProducts) {
                          reshape(cast(buffer(bh), DType::Float32), {K, N}));
   Target target;
   target.bf16_pair_dots = true;
-  Schedule s = schedule_value(value, target,
-                              [](DType dt, int64_t n) { return std::make_shared<Buffer>(cpu_device(), dt, n); });
+  Schedule s =
+      schedule_value(value, target, [](DType dt, int64_t n) { return std::make_shared<Buffer>(cpu_device(), dt, n); });
   std::string src;
   for (const Kernel& k : s.kernels) {
     std::string kernel_src = render_c(k, k.name);
