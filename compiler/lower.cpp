@@ -1774,7 +1774,7 @@ int64_t lane_stride(const ShapeTracker& st, size_t d, int64_t panel) {
 // (the right operand of a large x @ w): each step of the reduce loop then lands in the same cache
 // sets, and a copy in panels (see panel_copy) pays when the read is reused enough.
 bool wants_panels(const UOpPtr& m, size_t d, const std::vector<int64_t>& axes, int64_t work, int64_t panel,
-                  const Target& target) {
+                  bool pairs) {
   const View& v = m->st().views.back();
   if (v.shape[d] % panel != 0 || v.mask) return false;
   int64_t size = static_cast<int64_t>(itemsize(m->dtype));
@@ -1784,7 +1784,7 @@ bool wants_panels(const UOpPtr& m, size_t d, const std::vector<int64_t>& axes, i
   // widened products: they pay from 16 reads an element (x @ w of 32 rows by 1024 x 1024, one thread: 0.66 ms widened,
   // 0.38 with the panel's copy), and whatever the stride: only such a panel pairs (a.t() @ b of 2080 x 512 x 128 on an
   // AMX host, b's rows 256 B apart, two threads: 1.35 ms widened, 0.33 paired)
-  const bool pairs = m->dtype == DType::BFloat16 && target.bf16_pairs();
+  pairs = pairs && m->dtype == DType::BFloat16;
   const int64_t reuse = pairs ? 16 : 64;
   for (int64_t a : axes)
     if ((pairs ? v.strides[a] != 0 : std::llabs(v.strides[a]) * static_cast<int64_t>(itemsize(m->dtype)) >= 1024) &&
@@ -2154,6 +2154,22 @@ UOpPtr reduced_innermost_copy(const UOpPtr& m, const std::vector<int64_t>& axes)
   return expand(copied_in_order(unbroadcast(m), order), m->shape);
 }
 
+// Whether bfloat16 products of reduction n, its lanes along dim d, step by pairs of the reduced axis (see
+// pair_reduced_axis): where the host's pair dot products pay (Target::bf16_pair_dots), or on an AMX host where a
+// block of tiles may form, an output dim other than the lanes' of a multiple of 16 rows (see the tile rows in
+// lower_reduce). Elsewhere an AMX host whose vdpbf16ps costs more than two multiply-adds widens them: x @ w of 24
+// rows by 1024 x 1024 (no tiles), two threads, 320 us by pair dots, 206 widened (eager's oneDNN 97).
+bool steps_by_pairs(const UOpPtr& n, size_t d, const Target& target) {
+  if (target.gpu() || !target.bf16_pairs()) return false;
+  if (target.bf16_pair_dots) return true;
+  const auto& axes = n->reduce_arg().axes;
+  const Shape& shape = n->src[0]->shape;
+  for (size_t e = 0; e < shape.size(); e++)
+    if (e != d && shape[e] % 16 == 0 && std::find(axes.begin(), axes.end(), static_cast<int64_t>(e)) == axes.end())
+      return true;
+  return false;
+}
+
 // A reduction's output dim d can be vector lanes when every read is contiguous or broadcast along it;
 // small reads that stride along d (a convolution's filters along the output channels) are read from
 // copies laid out with d innermost. Records those copies in `replace` and returns true when some
@@ -2184,15 +2200,15 @@ bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replac
       if (reduced(d) || (odd && (!odd_lanes || src->shape[d] < kLanes))) continue;
       std::vector<UOpPtr> copies, panels, reordered;
       std::vector<std::pair<UOpPtr, UOpPtr>> padded_lanes; // reads and their padded copies (padded_lane_copy)
+      const bool pairs = steps_by_pairs(n, d, target);
       bool ok = true;
       for (const UOpPtr& m : reads) {
         const View& v = m->st().views.back();
         bool single = m->st().views.size() == 1;
         int64_t stride = m->shape == src->shape ? lane_stride(m->st(), d, panel) : -1;
         if (stride == 0 || stride == 1) {
-          if (single && v.strides[d] == 1 && wants_panels(m, d, axes, work, panel, target)) panels.push_back(m);
-          if (stride == 0 && !target.gpu() && reads_across_reduced_axes(m, axes, work, target.bf16_pairs()))
-            reordered.push_back(m);
+          if (single && v.strides[d] == 1 && wants_panels(m, d, axes, work, panel, pairs)) panels.push_back(m);
+          if (stride == 0 && !target.gpu() && reads_across_reduced_axes(m, axes, work, pairs)) reordered.push_back(m);
           continue;
         }
         if (m->shape == src->shape && !target.gpu())
@@ -2231,7 +2247,7 @@ bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replac
         order.push_back(static_cast<int64_t>(d));
         replace[m.get()] = expand(copied_in_order(unbroadcast(m), order), m->shape);
       }
-      if (target.bf16_pairs()) pair_reduced_axis(n, d, panel, replace);
+      if (pairs) pair_reduced_axis(n, d, panel, replace);
       // products that do not pair (a bfloat16 read that no copy lays out by pairs) widen as on a host without pairs
       if (!target.gpu() && !replace.count(n.get())) widened_broadcast_copies(n, d, work, target, replace);
       if (!target.gpu()) computed_broadcast_factor_copies(n, d, work, replace);

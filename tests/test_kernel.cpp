@@ -1135,6 +1135,40 @@ TEST(Kernel, ABFloat16TransposedLeftOperandIsCopiedForPairDotProducts) {
     EXPECT_NEAR(got[i], want[i], 1e-5 * mag[i] + 1e-6) << i / N << " " << i % N;
 }
 
+// bfloat16 x @ w on an AMX host whose vdpbf16ps costs more than two multiply-adds (Target::bf16_pair_dots false):
+// its products pair only where tiles may form, rows a multiple of 16. 24 rows form no tiles, and pair dot products
+// (vdpbf16ps) ran slower than widened multiply-adds (two threads, 24 x 1024 x 1024: 320 us against 206), so they widen;
+// 32 rows pair (the tiles' operands). The widened sums match plain loops over the operands' values.
+TEST(Kernel, ABFloat16MatmulOnAnAmxHostPairsOnlyWhereTilesMayForm) {
+  const int64_t K = 96, N = 64;
+  for (int64_t M : {24, 32}) {
+    auto ah = realize_value(cast(buffer(filled(random_vec(M * K, 28))), DType::BFloat16));
+    auto bh = realize_value(cast(buffer(filled(random_vec(K * N, 29))), DType::BFloat16));
+    auto value =
+        matmul_of(reshape(cast(buffer(ah), DType::Float32), {M, K}), reshape(cast(buffer(bh), DType::Float32), {K, N}));
+    Target target;
+    target.amx_bf16 = true;
+    Schedule s = schedule_value(value, target,
+                                [](DType dt, int64_t n) { return std::make_shared<Buffer>(cpu_device(), dt, n); });
+    bool paired = false;
+    for (const Kernel& k : s.kernels) {
+      const std::string src = render_c(k, k.name);
+      paired = paired || src.find("_tile_dpbf16ps(") != std::string::npos ||
+               src.find("_mm512_dpbf16_ps(") != std::string::npos;
+    }
+    EXPECT_EQ(paired, M % 16 == 0) << M;
+    if (paired) continue; // tiles run only on an AMX host
+    for (const Kernel& k : s.kernels)
+      launch_on_cpu(k, render_c(k, k.name), k.name);
+    auto av = values(realize_value(cast(buffer(ah), DType::Float32)));
+    auto bv = values(realize_value(cast(buffer(bh), DType::Float32)));
+    auto got = values(s.kernels.back().buffers[0]);
+    auto [want, mag] = plain_matmul(av, bv, M, K, N);
+    for (int64_t i = 0; i < M * N; i++)
+      EXPECT_NEAR(got[i], want[i], 1e-5 * mag[i] + 1e-6) << i / N << " " << i % N;
+  }
+}
+
 // A matmul over an empty reduced axis (x (5, 0) @ w (0, 10), as upstream samples have) sums nothing: its
 // reduce loop runs zero times, and every output is 0.
 TEST(Kernel, AMatmulOverAnEmptyAxisIsZero) {
