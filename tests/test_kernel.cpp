@@ -801,6 +801,30 @@ TEST(Kernel, ALongLoopOfAPreludePolynomialInterleavesFourVectors) {
   EXPECT_EQ(render(200, Ops::TANH).find("interleave_count"), std::string::npos);
 }
 
+// Such a loop (one loop, a polynomial of the prelude) runs in strips of 64 elements, each first prefetching what its
+// contiguous loads read 256 elements on, one prefetch a cache line (a slice's offset included); the values are those
+// of the plain loop, the strips' ends included (a length that is no multiple of 64, split across threads).
+TEST(Kernel, APolynomialLoopRunsInStripsThatPrefetchAhead) {
+  const int64_t N = 100003;
+  auto av = random_vec(N + 7, 30), bv = random_vec(N, 31);
+  auto a = shrink(buffer(filled(av)), {{7, N + 7}}); // read at an offset of 7 elements
+  auto b = buffer(filled(bv));
+  auto v = alu(Ops::MUL, alu(Ops::EXP, a), b);
+  auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, N);
+  std::string src = render_c(lower_kernel(out, View::contiguous({N}), v), "k");
+  EXPECT_NE(src.find("r0_strip += 64"), std::string::npos) << src;
+  EXPECT_NE(src.find("(uintptr_t)(b1 + r0_strip) + 1052)"), std::string::npos) << src; // (7 + 256) * 4
+  EXPECT_NE(src.find("(uintptr_t)(b1 + r0_strip) + 1244)"), std::string::npos) << src; // its fourth line
+  EXPECT_NE(src.find("(uintptr_t)(b2 + r0_strip) + 1024)"), std::string::npos) << src;
+  auto got = values(realize_value(v));
+  for (int64_t i = 0; i < N; i++)
+    EXPECT_NEAR(got[i], std::exp(av[i + 7]) * bv[i], 2e-6 * std::abs(std::exp(av[i + 7]) * bv[i])) << i;
+  // a body without such a function keeps one loop
+  auto out2 = std::make_shared<Buffer>(cpu_device(), DType::Float32, N);
+  EXPECT_EQ(render_c(lower_kernel(out2, View::contiguous({N}), alu(Ops::MUL, a, b)), "k").find("r0_strip"),
+            std::string::npos);
+}
+
 // A 2x2 max pool elementwise over its outputs (rows of 14 of a 28-wide input): the innermost loop reads
 // pairs (step 2) and is shorter than 16 lanes, vectorized as 4 lanes and a scalar rest (a masked step of 8
 // lanes reads the pairs by gathers, slow on a Zen 4; AVX2's masked stores cost more).
