@@ -60,6 +60,14 @@ plain_matmul(const std::vector<float>& a, const std::vector<float>& b, int64_t M
   return {sum, mag};
 }
 
+// Expects the (M, N) sums `got` to match plain loops over a (M, K) and b (K, N) at float32 accumulation's tolerance.
+void expect_matmul(const std::vector<float>& got, const std::vector<float>& a, const std::vector<float>& b, int64_t M,
+                   int64_t K, int64_t N) {
+  auto [want, mag] = plain_matmul(a, b, M, K, N);
+  for (int64_t i = 0; i < M * N; i++)
+    EXPECT_NEAR(got[i], want[i], 1e-5 * mag[i] + 1e-6) << i / N << " " << i % N;
+}
+
 // x (M, K) @ w (K, N) as tiny's matmul records it: the reduction over K of the broadcast product, w read transposed.
 UOpPtr matmul_of(const UOpPtr& x, const UOpPtr& w) {
   const int64_t M = x->shape[0], K = x->shape[1], N = w->shape[1];
@@ -1153,10 +1161,7 @@ TEST(Kernel, ABFloat16TransposedLeftOperandIsCopiedForPairDotProducts) {
   for (int64_t q = 0; q < K; q++)
     for (int64_t i = 0; i < M; i++)
       at[i * K + q] = av[q * M + i];
-  auto got = values(s.kernels.back().buffers[0]);
-  auto [want, mag] = plain_matmul(at, bv, M, K, N);
-  for (int64_t i = 0; i < M * N; i++)
-    EXPECT_NEAR(got[i], want[i], 1e-5 * mag[i] + 1e-6) << i / N << " " << i % N;
+  expect_matmul(values(s.kernels.back().buffers[0]), at, bv, M, K, N);
 }
 
 // bfloat16 x @ w on an AMX host whose vdpbf16ps costs more than two multiply-adds (Target::bf16_pair_dots false):
@@ -1186,10 +1191,7 @@ TEST(Kernel, ABFloat16MatmulOnAnAmxHostPairsOnlyWhereTilesMayForm) {
       launch_on_cpu(k, render_c(k, k.name), k.name);
     auto av = values(realize_value(cast(buffer(ah), DType::Float32)));
     auto bv = values(realize_value(cast(buffer(bh), DType::Float32)));
-    auto got = values(s.kernels.back().buffers[0]);
-    auto [want, mag] = plain_matmul(av, bv, M, K, N);
-    for (int64_t i = 0; i < M * N; i++)
-      EXPECT_NEAR(got[i], want[i], 1e-5 * mag[i] + 1e-6) << i / N << " " << i % N;
+    expect_matmul(values(s.kernels.back().buffers[0]), av, bv, M, K, N);
   }
 }
 
