@@ -84,6 +84,10 @@ def test_batched_and_transposed_operands_at_odd_sizes_match_cpu():
     check(lambda a, b: a @ b.t(), bf16(64, 100), bf16(512, 100, seed=1), **BF16)
     check(lambda a, b: a.t() @ b.t(), bf16(1000, 80), bf16(512, 1000, seed=1), **BF16)
     check(F.linear, bf16(96, 1000), bf16(512, 1000, seed=1), bf16(512, seed=2), **BF16)
+    # a linear layer's weight gradient, tokens-major: a's rows 256 B apart (copied with the tokens innermost where the
+    # products pair), b's 128 B apart (a paired panel whatever the stride); 24 rows of output, no tiles
+    check(lambda a, b: a.t() @ b, bf16(520, 128, seed=4), bf16(520, 64, seed=5), **BF16)
+    check(lambda a, b: a.t() @ b, bf16(256, 24, seed=6), bf16(256, 512, seed=7), **BF16)
 
 
 def test_linear_matches_cpu():
