@@ -12,7 +12,6 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
-#include <string_view>
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
@@ -838,8 +837,7 @@ private:
   static constexpr int64_t kStrip = 64, kStripAhead = 256;
   std::vector<std::string> strip_prefetches(const char* pragma) const {
     std::vector<std::string> out;
-    if (k_.loops.size() != 1 || !pragma || std::string_view(pragma).find("interleave_count(4)") == std::string::npos)
-      return out;
+    if (k_.loops.size() != 1 || (pragma != kInterleaved16 && pragma != kInterleaved8)) return out;
     const UOp* loop = range_node(k_, 0);
     std::set<std::pair<int64_t, int64_t>> seen; // (buffer, base) prefetched
     for (const UOpPtr& n : toposort(k_.ast)) {
@@ -862,6 +860,9 @@ private:
     return std::find(k_.buffers.begin() + 1, k_.buffers.end(), k_.buffers[0]) != k_.buffers.end();
   }
 
+  // The pragmas of a loop whose body computes a polynomial of the prelude (see inner_loop_pragma).
+  static constexpr const char* kInterleaved16 = "#pragma clang loop vectorize_width(16) interleave_count(4)\n";
+  static constexpr const char* kInterleaved8 = "#pragma clang loop vectorize_width(8) interleave_count(4)\n";
   // How clang vectorizes an elementwise kernel's innermost loop, where its cost model or its loop unroller
   // chooses badly (nullptr: as it picks).
   const char* inner_loop_pragma() const {
@@ -889,9 +890,7 @@ private:
     // iterations, does not count. 1M float32, one Zen 4 thread: exp 0.33 -> 0.29 ms, sigmoid 0.38 -> 0.34, gelu
     // with tanh 0.75 -> 0.63, the chain 1.65 -> 1.20; sqrt and division alone (memory-bound) unchanged.
     if (contiguous_stores && n >= 16 && loads_step(1, !wide)) {
-      if (n >= 256 && calls_prelude_polynomial())
-        return wide ? "#pragma clang loop vectorize_width(16) interleave_count(4)\n"
-                    : "#pragma clang loop vectorize_width(8) interleave_count(4)\n";
+      if (n >= 256 && calls_prelude_polynomial()) return wide ? kInterleaved16 : kInterleaved8;
       // Under 64 iterations, not unrolled: clang's unroller peels a first iteration whose masks differ (a padded
       // window's `1 <= 2 * col`) and the 15 or 31 left then run in its scalar rest (a max pool's positions of
       // rows of 16 outputs, ResNet-18's and ShuffleNet's stem pools: no vector instruction in the kernel).
