@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -831,6 +832,57 @@ TEST(Kernel, APolynomialLoopRunsInStripsThatPrefetchAhead) {
   auto out2 = std::make_shared<Buffer>(cpu_device(), DType::Float32, N);
   EXPECT_EQ(render_c(lower_kernel(out2, View::contiguous({N}), alu(Ops::MUL, a, b)), "k").find("r0_strip"),
             std::string::npos);
+}
+
+// A strip of such a loop that computes sin, cos or tan runs their fast forms into a strip of its own, copied out where
+// no argument needs the general form (from 2^18; 2^27 for tan), and runs again with the general forms where one does:
+// the values of the general forms everywhere (the fast forms within 1.2 ulp), at an output offset, in strips with a
+// huge argument, signed zeros, NaN and inf, and for a kernel that writes the buffer it reads (the second run reads the
+// inputs, not the first run's results).
+TEST(Kernel, TrigStripsRunTheGeneralFormOnlyWhereAnArgumentNeedsIt) {
+  const int64_t N = 10003;
+  auto xv = random_vec(N, 32);
+  for (float& x : xv)
+    x *= 40.0f;
+  const std::vector<std::pair<int64_t, float>> special{
+      {100, 3e5f},       {101, -0.0f}, {102, 0.0f},      {700, 1e9f},       {701, -2.6e5f},   {5000, 1e30f},
+      {5001, -1.5e-30f}, {6000, NAN},  {6001, INFINITY}, {6002, -INFINITY}, {9999, 262143.9f}};
+  for (auto [i, x] : special)
+    xv[static_cast<size_t>(i)] = x;
+  auto ulps = [](float got, double want) {
+    const float w = static_cast<float>(want);
+    return std::abs(static_cast<double>(got) - want) / (std::nextafter(std::abs(w), INFINITY) - std::abs(w));
+  };
+  for (Ops op : {Ops::SIN, Ops::COS, Ops::TAN}) {
+    auto ref = [op](double x) { return op == Ops::SIN ? std::sin(x) : op == Ops::COS ? std::cos(x) : std::tan(x); };
+    auto x = buffer(filled(xv));
+    auto out = std::make_shared<Buffer>(cpu_device(), DType::Float32, N + 3);
+    Kernel k = lower_kernel(out, View{{N}, {1}, 3, std::nullopt}, alu(op, x));
+    std::string src = render_c(k, "k");
+    EXPECT_NE(src.find("_fast(&tiny_big, "), std::string::npos) << src;
+    EXPECT_NE(src.find("memcpy(b0 + r0_strip + 3, tiny_strip"), std::string::npos) << src;
+    launch_on_cpu(k, src, "k");
+    // in place, as the scheduler writes a dying input: the kernel's output slot is its input's buffer
+    auto same = filled(xv);
+    Kernel kp = lower_kernel(std::make_shared<Buffer>(cpu_device(), DType::Float32, N), View::contiguous({N}),
+                             alu(op, buffer(same)));
+    ASSERT_EQ(kp.buffers.size(), 2u);
+    kp.buffers[0] = kp.buffers[1];
+    launch_on_cpu(kp, render_c(kp, "kp"), "kp");
+    auto got = values(out), in_place = values(same);
+    for (int64_t i = 0; i < N; i++) {
+      const float x = xv[static_cast<size_t>(i)], g = got[static_cast<size_t>(i + 3)];
+      const double want = ref(static_cast<double>(x));
+      EXPECT_EQ(std::bit_cast<uint32_t>(in_place[static_cast<size_t>(i)]), std::bit_cast<uint32_t>(g)) << i;
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(g)) << op_name(op) << " " << x;
+      } else if (x == 0.0f) {
+        EXPECT_EQ(std::bit_cast<uint32_t>(g), std::bit_cast<uint32_t>(op == Ops::COS ? 1.0f : x)) << op_name(op);
+      } else {
+        EXPECT_LE(ulps(g, want), std::abs(x) >= 262144.0f || op == Ops::TAN ? 0.501 : 1.2) << op_name(op) << " " << x;
+      }
+    }
+  }
 }
 
 // A 2x2 max pool elementwise over its outputs (rows of 14 of a 28-wide input): the innermost loop reads
