@@ -263,11 +263,11 @@ static inline __attribute__((always_inline)) float tiny_tanf(float x) {
 /* The fast forms of sin, cos and tan, for the strips of an elementwise loop (see trig_strips in render_c.cpp): each
    sets *big where its argument needs the general form, and the strip then runs again with it. sin and cos, below
    2^18: x = k pi/2 + rh + rl in float, pi/2 in three floats (x - k c1 is exact, k c2 is added as a two-sum of its
-   two-product's high part, and its low part, the rounding and k c3 go to rl); polynomials in float (least-squares
-   fits, Cephes' degrees) with rl added to the first order: max 1.15 ulp over every float below 2^11, every third
-   one up to 2^19 (Sleef's, torch's, 1). Without the double reduction and Payne-Hanek that every argument paid
-   (4M floats, one Sapphire Rapids thread in a C harness: 5.3 -> 1.7 ms). tan, below 2^27: the general form's
-   double reduction alone, 0.50 ulp as before (a quotient of the float polynomials was 2.8 ulp). */
+   two-product's high part, and its low part, the rounding and k c3 go to rl), then Cephes' float polynomials with rl
+   added to the first order: max 1.15 ulp over every float below 2^18 (Sleef's, torch's, 1), without the double
+   reduction and the Payne-Hanek that every argument paid (4M floats, one Sapphire Rapids thread in a C harness: 5.3
+   -> 1.7 ms). tan, below 2^27: the general form's double reduction alone, 0.50 ulp as before (a quotient of the
+   float polynomials was 2.8 ulp). */
 static inline __attribute__((always_inline)) float tiny_trig_reduce_f(float x, float* rl, int32_t* q) {
   float t = x * 0.63661977236758134f + 12582912.0f, k = t - 12582912.0f;
   memcpy(q, &t, 4);
