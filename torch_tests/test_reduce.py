@@ -324,6 +324,45 @@ def test_all_equal_to_an_infinity_matches_cpu_with_nans_and_empty_rows():
     check(lambda t: torch._safe_softmax(t, 0), rows.to(torch.float64))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16], ids=str)
+def test_safe_softmax_zeroes_rows_all_minus_infinity(dtype):
+    """tiny's _safe_softmax tests a row by its max (-inf exactly where every element is -inf), in softmax's kernel:
+    rows of sdpa's length and longer, all or partly -inf, with NaN beside -inf, along each dim, its gradient; a
+    conversion to float32 of a double below float's range (-1e300 becomes -inf, but is not -inf) as torch."""
+    x = torch.randn(5, 6, 65, generator=torch.Generator().manual_seed(0))
+    x[1, 2] = -INF
+    x[2, 3, :5] = -INF
+    x[3, 1, 4] = NAN
+    x[4, 0] = -INF
+    x[4, 0, 3] = NAN
+    x[:, 4, :] = -INF
+    x = x.to(dtype)
+    for dim in (-1, 1, 0):
+        check(lambda t, dim=dim: torch._safe_softmax(t, dim), x)
+    check(lambda t: torch._safe_softmax(t, -1, torch.float32), x)
+    check(lambda t: torch._safe_softmax(t, 1), torch.randn(4, 3000).to(dtype))
+    check(lambda t: torch._safe_softmax(t, -1, torch.float32), torch.tensor([[-1e300, -1e300], [1.0, 2.0]]).double())
+    check(lambda t: torch._safe_softmax(t, 0), torch.empty(0, 3).to(dtype))
+    check(lambda t: torch._safe_softmax(t, 0), torch.ones(3, dtype=torch.long))
+    if dtype in (torch.float32, torch.float64):
+        a = torch.randn(4, 65, dtype=dtype, requires_grad=True)
+        b = a.detach().to("tiny").requires_grad_()
+        torch._safe_softmax(a, -1).pow(2).sum().backward()
+        torch._safe_softmax(b, -1).pow(2).sum().backward()
+        torch.testing.assert_close(b.grad.cpu(), a.grad)
+
+
+def test_safe_softmax_tests_its_rows_by_their_max(tmp_path):
+    """sdpa's softmax (_safe_softmax) runs as one kernel that reduces each row twice (its max and its sum): no third
+    reduction of its own for the rows all -inf (an AND of x == -inf, in bytes)."""
+    from test_elementwise import kernel_sources
+
+    code = "import torch, torch_tiny\nx = torch.randn(64, 65).to('tiny')\ntorch._safe_softmax(x, -1).cpu()\n"
+    kernels = [k for k in kernel_sources(code, tmp_path) if "tiny_expf" in k]
+    assert len(kernels) == 1
+    assert "acc" in kernels[0] and "tv_uint8_t acc" not in kernels[0] and "_Bool acc" not in kernels[0], kernels[0]
+
+
 @pytest.mark.parametrize("width", [3, 64, 1000])
 def test_softmax_of_one_row_expanded_stores_every_row(width):
     # every row the same (stride 0): the row's sums are one, but each row is written (fuzzer seed 46094: the
