@@ -190,6 +190,8 @@ UOpPtr remainder(const Call& c) {
   return where(fix, bin(Ops::ADD, mod, c.b()), mod);
 }
 
+UOpPtr sign_bit(const UOpPtr& x, const Call& c);
+
 // torch's floor division: for floats it derives the quotient from fmod so it agrees with remainder.
 UOpPtr floor_divide(const Call& c) {
   const UOpPtr &a = c.a(), &b = c.b();
@@ -205,7 +207,11 @@ UOpPtr floor_divide(const Call& c) {
   div = where(fix, bin(Ops::SUB, div, c.constant(1.0)), div);
   UOpPtr fl = un(Ops::FLOOR, div);
   fl = where(bin(Ops::CMPLT, c.constant(0.5), bin(Ops::SUB, div, fl)), bin(Ops::ADD, fl, c.constant(1.0)), fl);
-  return where(bin(Ops::CMPEQ, b, z), bin(Ops::FDIV, a, b), fl);
+  // a zero quotient takes the sign of a / b, as torch's (-1 // -3 is 0.0, -0.0 // 2 is -0.0; fuzzer seed 62608):
+  // |div| is that zero, +0.0
+  UOpPtr quotient = bin(Ops::FDIV, a, b), zero = un(Ops::ABS, div);
+  fl = where(bin(Ops::CMPEQ, div, z), where(sign_bit(quotient, c), un(Ops::NEG, zero), zero), fl);
+  return where(bin(Ops::CMPEQ, b, z), quotient, fl);
 }
 
 void check_rounding_mode(const Call& c) {

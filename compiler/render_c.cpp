@@ -242,24 +242,6 @@ static inline __attribute__((always_inline)) double tiny_sincos_poly(double r, i
   p = p * z + (cosine ? -0.5 : -0.16666666640950611);
   return (cosine ? 1.0 : r) * (1.0 + z * p);
 }
-/* sin, cos and tan for float, vectorizable (libm's are a call per element, 3.6 ns an element): sin (k pi/2 + r)
-   is sin r, cos r, -sin r or -cos r by k mod 4; one rounding of a double, 0.50 ulp over every float (torch's,
-   Sleef's, 1) */
-static inline __attribute__((always_inline)) float tiny_sinf(float x) {
-  int32_t q;
-  double r = tiny_trig_reduce(x, &q), v = tiny_sincos_poly(r, q & 1);
-  return (float)((q & 2) ? -v : v);
-}
-static inline __attribute__((always_inline)) float tiny_cosf(float x) {
-  int32_t q;
-  double r = tiny_trig_reduce(x, &q), v = tiny_sincos_poly(r, (q & 1) == 0);
-  return (float)(((q + 1) & 2) ? -v : v);
-}
-static inline __attribute__((always_inline)) float tiny_tanf(float x) {
-  int32_t q;
-  double r = tiny_trig_reduce(x, &q), s = tiny_sincos_poly(r, 0), c = tiny_sincos_poly(r, 1);
-  return (float)(((q & 1) ? -c : s) / ((q & 1) ? s : c)); /* one division (as tiny_tanhf) */
-}
 /* The fast forms of sin, cos and tan, for the strips of an elementwise loop (see trig_strips in render_c.cpp): each
    sets *big where its argument needs the general form, and the strip then runs again with it. sin and cos, below
    2^18: x = k pi/2 + rh + rl in float, pi/2 in three floats (x - k c1 is exact, k c2 is added as a two-sum of its
@@ -269,6 +251,7 @@ static inline __attribute__((always_inline)) float tiny_tanf(float x) {
    -> 1.7 ms). tan, below 2^27: the general form's double reduction alone, 0.50 ulp as before (a quotient of the
    float polynomials was 2.8 ulp). */
 static inline __attribute__((always_inline)) float tiny_trig_reduce_f(float x, float* rl, int32_t* q) {
+#pragma clang fp contract(off) /* the two-sum needs ph rounded: k c2 must not fuse into r1 - ph */
   float t = x * 0.63661977236758134f + 12582912.0f, k = t - 12582912.0f;
   memcpy(q, &t, 4);
   float r1 = __builtin_fmaf(-k, 1.5707963705062866f, x);
@@ -303,6 +286,27 @@ static inline __attribute__((always_inline)) float tiny_tanf_fast(int32_t* big, 
   int32_t q;
   double r = tiny_trig_reduce_near(x, &q), s = tiny_sincos_poly(r, 0), c = tiny_sincos_poly(r, 1);
   return (float)(((q & 1) ? -c : s) / ((q & 1) ? s : c));
+}
+/* sin, cos and tan for float, vectorizable (libm's are a call per element, 3.6 ns an element): sin (k pi/2 + r)
+   is sin r, cos r, -sin r or -cos r by k mod 4. sin and cos below 2^18 are their fast forms' (above), so that a value
+   rounds the same in every kernel that computes it (a strip's fast loop, a strip with a huge argument, a kernel
+   without strips); above, and tan everywhere, one rounding of a double: 0.50 ulp. */
+static inline __attribute__((always_inline)) float tiny_sinf(float x) {
+  int32_t q, near = 0;
+  double r = tiny_trig_reduce(x, &q), v = tiny_sincos_poly(r, q & 1);
+  float f = tiny_sinf_fast(&near, x);
+  return __builtin_fabsf(x) < 262144.0f ? f : (float)((q & 2) ? -v : v);
+}
+static inline __attribute__((always_inline)) float tiny_cosf(float x) {
+  int32_t q, near = 0;
+  double r = tiny_trig_reduce(x, &q), v = tiny_sincos_poly(r, (q & 1) == 0);
+  float f = tiny_cosf_fast(&near, x);
+  return __builtin_fabsf(x) < 262144.0f ? f : (float)(((q + 1) & 2) ? -v : v);
+}
+static inline __attribute__((always_inline)) float tiny_tanf(float x) {
+  int32_t q;
+  double r = tiny_trig_reduce(x, &q), s = tiny_sincos_poly(r, 0), c = tiny_sincos_poly(r, 1);
+  return (float)(((q & 1) ? -c : s) / ((q & 1) ? s : c)); /* one division (as tiny_tanhf) */
 }
 /* pow for float, vectorizable (libm's powf is a call per element, 4.5 ns an element; this 1.3, one thread): 2^(y
    log2 |x|) in double, log2 |x| = e + log(m) / ln2 with log(m) = 2 atanh(s), s = (m - 1) / (m + 1) for m in
