@@ -819,8 +819,8 @@ public:
           if (pragma) os << ind << pragma;
           os << ind << "for (int64_t r0 = r0_strip; r0 < r0_stop; r0++) {\n" << *fast << ind << "}\n";
           os << ind << "if (!tiny_big) {\n"
-             << ind << "  memcpy(b0 + r0_strip + " << *strip_store_base()
-             << ", tiny_strip, (size_t)(r0_stop - r0_strip) * sizeof *b0);\n"
+             << ind << "  memcpy(b0 + r0_strip + (" << *strip_store_base()
+             << "), tiny_strip, (size_t)(r0_stop - r0_strip) * sizeof *b0);\n"
              << ind << "} else {\n";
         }
         if (pragma) os << ind << pragma;
@@ -944,7 +944,7 @@ private:
     }
     const size_t store = fast.find("b0[");
     if (!any || store == std::string::npos || fast.find("b0[", store + 1) != std::string::npos) return std::nullopt;
-    fast.replace(store, 3, "tiny_strip[-" + std::to_string(*strip_store_base()) + " - r0_strip + ");
+    fast.replace(store, 3, "tiny_strip[-(" + std::to_string(*strip_store_base()) + ") - r0_strip + ");
     return fast;
   }
   // The offset of a one-loop kernel's store when it is its only store, unconditional, at offset + loop, and nothing
