@@ -805,7 +805,7 @@ public:
         const bool strip_loop =
             inner && !unswitched && k_.loops.size() == 1 && (pragma == kInterleaved16 || pragma == kInterleaved8);
         const std::vector<std::string> ahead = strip_loop ? strip_prefetches() : std::vector<std::string>{};
-        const std::optional<std::string> fast = strip_loop ? trig_strips(body) : std::nullopt;
+        const std::optional<TrigStrip> fast = strip_loop ? trig_strips(body) : std::nullopt;
         const bool strips = !ahead.empty() || fast;
         if (strips) {
           os << ind << "for (int64_t r0_strip = begin; r0_strip < end; r0_strip += " << kStrip << ") {\n";
@@ -817,9 +817,9 @@ public:
         if (fast) {
           os << ind << "  int32_t tiny_big = 0;\n" << ind << "  __typeof__(*b0) tiny_strip[" << kStrip << "];\n";
           if (pragma) os << ind << pragma;
-          os << ind << "for (int64_t r0 = r0_strip; r0 < r0_stop; r0++) {\n" << *fast << ind << "}\n";
+          os << ind << "for (int64_t r0 = r0_strip; r0 < r0_stop; r0++) {\n" << fast->body << ind << "}\n";
           os << ind << "if (!tiny_big) {\n"
-             << ind << "  memcpy(b0 + r0_strip + (" << *strip_store_base()
+             << ind << "  memcpy(b0 + r0_strip + (" << fast->base
              << "), tiny_strip, (size_t)(r0_stop - r0_strip) * sizeof *b0);\n"
              << ind << "} else {\n";
         }
@@ -928,11 +928,16 @@ private:
   // general forms. A branch a strip, as Sleef's vector functions branch a vector, where the general form's Payne-Hanek
   // reduction had run for every element. 4M floats, two Sapphire Rapids threads: sin 2.75 -> 0.97 ms (eager 0.91),
   // cos 2.83 -> 1.13 (1.10), tan 3.27 -> 1.88 (1.00); randn (Box-Muller's cos) 4.6 -> 3.0-3.4 (10.1). The strip of its
-  // own keeps the inputs of a kernel that writes what it reads (in_place) for the second run. The fast loop's body;
-  // nullopt where the body computes none of them, or where its store is not one unconditional contiguous store at a
-  // constant offset.
-  std::optional<std::string> trig_strips(const std::string& body) const {
-    if (!strip_store_base()) return std::nullopt;
+  // own keeps the inputs of a kernel that writes what it reads (in_place) for the second run. The fast loop's body and
+  // the store's offset; nullopt where the body computes none of them, or where its store is not one unconditional
+  // contiguous store at a constant offset.
+  struct TrigStrip {
+    std::string body;
+    int64_t base;
+  };
+  std::optional<TrigStrip> trig_strips(const std::string& body) const {
+    const std::optional<int64_t> base = strip_store_base();
+    if (!base) return std::nullopt;
     std::string fast = body;
     bool any = false;
     for (const char* f : {"tiny_sinf(", "tiny_cosf(", "tiny_tanf("}) {
@@ -944,8 +949,8 @@ private:
     }
     const size_t store = fast.find("b0[");
     if (!any || store == std::string::npos || fast.find("b0[", store + 1) != std::string::npos) return std::nullopt;
-    fast.replace(store, 3, "tiny_strip[-(" + std::to_string(*strip_store_base()) + ") - r0_strip + ");
-    return fast;
+    fast.replace(store, 3, "tiny_strip[-(" + std::to_string(*base) + ") - r0_strip + ");
+    return TrigStrip{fast, *base};
   }
   // The offset of a one-loop kernel's store when it is its only store, unconditional, at offset + loop, and nothing
   // loads from its buffer's slot; nullopt otherwise.

@@ -6,6 +6,9 @@ against numbers copied from tiny's own output.
 """
 
 import math
+import os
+import re
+import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -350,3 +353,17 @@ def native(monkeypatch):
     yield
     torch.tiny.synchronize()
     assert torch.tiny.stats()["fallbacks"] == before
+
+
+def kernel_sources(code, tmp_path):
+    """The C source of each kernel that `code` (a script importing torch_tiny) compiles, from TINY_DEBUG=3 in a fresh
+    process with its own kernel cache, without the prelude of functions every source starts with."""
+    env = dict(os.environ, TINY_DEBUG="3", TINY_CACHE_DIR=str(tmp_path))
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    kernels = [
+        s[s.index("\nvoid ") :] for s in re.split(r"^tiny: kernel .*$", proc.stderr, flags=re.M) if "\nvoid " in s
+    ]
+    assert kernels, proc.stderr[-3000:]
+    return kernels

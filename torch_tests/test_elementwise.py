@@ -7,16 +7,12 @@ division by zero, no signed overflow) and include negatives; float inputs for th
 tests include nan, +-inf and signed zeros.
 """
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import ALL_DTYPES, FLOAT_DTYPES, CpuUnsupported, check, dtype_name, tol
+from conftest import ALL_DTYPES, FLOAT_DTYPES, CpuUnsupported, check, dtype_name, kernel_sources, tol
 
 NAN, INF = float("nan"), float("inf")
 
@@ -710,20 +706,6 @@ x = xc.detach().to("tiny").requires_grad_()
 (want,) = torch.autograd.grad(((xc - 0.5) ** 2).sum(), [xc])
 torch.testing.assert_close(g.cpu(), want)
 """
-
-
-def kernel_sources(code, tmp_path):
-    """The C source of each kernel that `code` (a script importing torch_tiny) compiles, from TINY_DEBUG=3 in a fresh
-    process with its own kernel cache, without the prelude of functions every source starts with."""
-    env = dict(os.environ, TINY_DEBUG="3", TINY_CACHE_DIR=str(tmp_path))
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    kernels = [
-        s[s.index("\nvoid ") :] for s in re.split(r"^tiny: kernel .*$", proc.stderr, flags=re.M) if "\nvoid " in s
-    ]
-    assert kernels, proc.stderr[-3000:]
-    return kernels
 
 
 def test_the_gradient_of_a_square_calls_no_pow(tmp_path):

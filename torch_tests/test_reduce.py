@@ -14,6 +14,7 @@ from conftest import (
     check,
     check_devices,
     counting,
+    kernel_sources,
     recorded_warnings,
 )
 
@@ -359,8 +360,6 @@ def test_safe_softmax_tests_its_rows_by_their_max(tmp_path):
     x = torch.randn(64, 65)
     assert kernels_of(lambda t: torch._safe_softmax(t, -1), x) == kernels_of(lambda t: torch.softmax(t, -1), x)
     if CPU_LOWERING:
-        from test_elementwise import kernel_sources
-
         code = "import torch, torch_tiny\nx = torch.randn(64, 65).to('tiny')\ntorch._safe_softmax(x, -1).cpu()\n"
         kernels = [k for k in kernel_sources(code, tmp_path) if "tiny_expf" in k]
         assert len(kernels) == 1
