@@ -70,22 +70,30 @@ def run_once(fn, clock=time.perf_counter):
     return elapsed
 
 
+WARM = 1e-3  # seconds of untimed calls before each timed one (see interleaved)
+
+
 def interleaved(contenders, rounds=12, clock=time.perf_counter):
     """Times each contender (name -> fn) once per round, in turn, so that the shared machine's changing
     speed reaches all of them alike; every fn is called once first (compiles, allocates, warms caches).
     Returns name -> list of seconds by `clock` (time.thread_time: the calling thread's CPU time).
 
-    In every round each contender runs once untimed right before its timed call, so that the timed call finds the
-    machine as that contender leaves it (its own threads awake, its operands in cache), as a program that runs it
-    over and over does, not as the contender before it left it: right after an eager op, eager's OpenMP worker
-    still spins on the second core (GOMP_SPINCOUNT above), and tiny's worker joined a 32-row x @ w kernel 190 us
-    late on average (27 us after a sleep instead), leaving it one thread: 0.50 ms against 0.25 run back to back."""
+    In every round each contender runs untimed right before its timed call, once and for at least WARM seconds, so
+    that the timed call finds the machine as that contender leaves it (its own threads awake, its operands in
+    cache), as a program that runs it over and over does, not as the contender before it left it: right after an
+    eager op, eager's OpenMP worker still spins on the second core (GOMP_SPINCOUNT above), and tiny's worker joined a
+    32-row x @ w kernel 190 us late on average (27 us after a sleep instead), leaving it one thread: 0.50 ms against
+    0.25 run back to back. One untimed call was too short a wait for an op of 0.1 ms: a bfloat16 x @ w of 32 rows by
+    1024 x 1024 took tiny 0.126-0.130 ms after one, 0.061-0.065 after four or alone (eager 0.092-0.095 either way)."""
     for fn in contenders.values():
         run_once(fn)
     times = {name: [] for name in contenders}
     for _ in range(rounds):
         for name, fn in contenders.items():
+            start = time.perf_counter()
             run_once(fn)
+            while time.perf_counter() - start < WARM:
+                run_once(fn)
             times[name].append(run_once(fn, clock))
     return times
 

@@ -173,6 +173,21 @@ std::pair<UOpPtr, UOpPtr> view_index(const ShapeTracker& st, const std::vector<U
 
 namespace {
 
+// The bfloat16 read of a product of two: a float32 cast of a view of a buffer; null for anything else.
+UOpPtr bf16_read(const UOpPtr& c) {
+  bool ok = c->op == Ops::CAST && c->dtype == DType::Float32 && c->src[0]->op == Ops::VIEW &&
+            c->src[0]->dtype == DType::BFloat16 && c->src[0]->src[0]->op == Ops::BUFFER;
+  return ok ? c->src[0] : nullptr;
+}
+
+// Whether axis a of a reduction's value x is the pairs of the axis before (see pair_reduced_axis): the last, of 2,
+// of a float32 product of two bfloat16 reads. Its loop stays one of its own (tiles and pair dot products step by
+// it), even where both reads walk the two axes as one (y read in place, see pairs_in_place).
+bool pair_axis(const UOpPtr& x, int64_t a) {
+  return a + 1 == static_cast<int64_t>(x->shape.size()) && x->shape[static_cast<size_t>(a)] == 2 && x->op == Ops::MUL &&
+         bf16_read(x->src[0]) && bf16_read(x->src[1]);
+}
+
 // Groups of adjacent output dims that every access (the output and each read) walks as one loop;
 // size-1 dims belong to no group.
 static std::vector<std::vector<size_t>> coalesce(const Shape& shape, const std::vector<const View*>& accesses) {
@@ -305,7 +320,7 @@ private:
   ReduceLoops reduce_loops(const UOpPtr& x, const std::vector<int64_t>& axes) {
     std::vector<std::vector<int64_t>> runs;
     for (int64_t a : axes)
-      if (!runs.empty() && runs.back().back() == a - 1 && walk_as_one(x, a - 1))
+      if (!runs.empty() && runs.back().back() == a - 1 && walk_as_one(x, a - 1) && !pair_axis(x, a))
         runs.back().push_back(a);
       else
         runs.push_back({a});
@@ -1053,10 +1068,12 @@ std::optional<PairDot> pair_dot(const UOpPtr& r, const UOp* lane) {
     auto by_pair = by_lane ? lane_split(by_lane->first, pair.get()) : std::nullopt;
     return by_pair ? std::pair{by_lane->second, by_pair->second} : std::pair{int64_t{-1}, int64_t{-1}};
   };
-  if (strides(x) == std::pair<int64_t, int64_t>{2, 1}) std::swap(x, y);
-  if (strides(x) != std::pair<int64_t, int64_t>{0, 1} || strides(y) != std::pair<int64_t, int64_t>{2, 1})
-    return std::nullopt;
-  return PairDot{pair, x, y};
+  if (strides(x) != std::pair<int64_t, int64_t>{0, 1}) std::swap(x, y);
+  if (strides(x) != std::pair<int64_t, int64_t>{0, 1}) return std::nullopt;
+  auto [lane_stride, pair_stride] = strides(y);
+  if (lane_stride == 2 && pair_stride == 1) return PairDot{pair, x, y};
+  if (lane_stride == 1 && pair_stride >= 2) return PairDot{pair, x, y, pair_stride};
+  return std::nullopt;
 }
 
 bool wide_vectors() { return wide_vector_registers(); }
@@ -1098,8 +1115,8 @@ std::optional<TileBlock> tile_block(const std::vector<UOpPtr>& reduces, const UO
     auto p = pair_dot(r, lane);
     if (!p || !std::equal(r->src.begin() + 1, r->src.end(), reduces[0]->src.begin() + 1, reduces[0]->src.end()))
       return std::nullopt;
-    if (!t.x) t.x = p->x, t.y = p->y;
-    if (p->x->src[0] != t.x->src[0] || p->y->src[0] != t.y->src[0]) return std::nullopt;
+    if (!t.x) t.x = p->x, t.y = p->y, t.y_rows = p->y_rows;
+    if (p->x->src[0] != t.x->src[0] || p->y->src[0] != t.y->src[0] || p->y_rows != t.y_rows) return std::nullopt;
     auto at_pair0 = [&](const UOpPtr& idx) {
       return graph_rewrite(substitute(idx, [&](const UOpPtr& n) { return n == p->pair ? idx_const(0) : nullptr; }),
                            symbolic);
@@ -1125,6 +1142,9 @@ std::optional<TileBlock> tile_block(const std::vector<UOpPtr>& reduces, const UO
   }
   std::sort(x_off.begin(), x_off.end());
   int64_t rows = static_cast<int64_t>(x_off.size()), cols = static_cast<int64_t>(y_off.size());
+  // y in place: whole steps, and one vector or two adjacent (see TileBlock)
+  if (t.y_rows && (t.loop->src[0]->const_i() % 16 != 0 || cols > 2 || (cols == 2 && y_off[1] != y_off[0] + kLanes)))
+    return std::nullopt;
   t.row_stride = rows > 1 ? x_off[1] - x_off[0] : 0;
   for (int64_t i = 1; i < rows; i++)
     if (x_off[i] - x_off[i - 1] != t.row_stride) return std::nullopt;
@@ -1451,9 +1471,10 @@ std::optional<Kernel> lower_kernel_at(const BufferRef& out, const View& out_regi
           if (up[g] == 1) continue; // the try before was this block
           up[g] = 1;
         }
-        // tiles: the innermost loop that unrolls by 32 or 16 rows (16 only, the second try)
+        // tiles: the innermost loop that unrolls by 32 or 16 rows (16 only, the second try); the outermost too where
+        // the lanes' loop can take its place (x @ w of 32 rows: its loop of 32 rows, see the register block below)
         for (size_t h = loops.size(); tiles && h-- > 0;)
-          if (int64_t u = h == g ? 1 : rows(h, {tile_rows, 16}); u > 1) {
+          if (int64_t u = h == g ? 1 : rows(h, {tile_rows, 16}, h == 0 && loops[g] / (up[g] * kLanes) >= 8); u > 1) {
             up[h] = u;
             break;
           }
@@ -1814,28 +1835,64 @@ UOpPtr panel_copy(const UOpPtr& x, size_t d, int64_t panel, int64_t pair = -1) {
   return reshape(copied_in_order(reshape(x, split), order), x->shape);
 }
 
+// Whether the bfloat16 read y of a float32 sum of products n, its lanes along dim d, is read in place by AMX tiles,
+// each tile's pairs of the reduced axis interleaved from two rows of y as it loads (see TileBlock::y_rows), instead
+// of from a panel copied by pairs first (see pair_reduced_axis): on an AMX host, y's lanes contiguous in whole
+// vectors, 256 lanes or more (8 blocks of 32 or more: the lanes' loop then takes the threads, the rows' the tiles, see
+// lower_reduce), its one reduced axis a multiple of 32 long (tiles of 16 pairs, no rest) with its rows 2 or more
+// elements apart, and 16 or 32 rows of outputs sharing y (one block of tile rows, which interleaves each pair of y's
+// rows once; more rows would interleave it once per block: 64 x 1024 x 4096, 0.46 -> 0.51 ms). x @ w of 32 rows by 1024
+// x 1024 (w's 2 MiB), two threads of a Sapphire Rapids in a C harness: the panel's copy and the product 52 + 36 us (and
+// 15 more adding 4 parts of its reduced axis), in place 63 us.
+bool pairs_in_place(const UOpPtr& y, const UOpPtr& n, size_t d, const Target& target) {
+  const auto& axes = n->reduce_arg().axes;
+  if (!target.amx_bf16 || axes.size() != 1 || y->op != Ops::VIEW || y->dtype != DType::BFloat16 ||
+      y->src[0]->op != Ops::BUFFER || y->st().views.size() != 1 || y->shape != n->src[0]->shape)
+    return false;
+  const View& v = y->st().views.back();
+  const auto a = static_cast<size_t>(axes[0]);
+  if (v.mask || d == a || v.strides[d] != 1 || v.shape[d] % kLanes != 0 || v.shape[d] < 256 || v.strides[a] < 2 ||
+      v.shape[a] % 32 != 0)
+    return false;
+  int64_t rows = 1;
+  for (size_t e = 0; e < v.shape.size(); e++)
+    if (e != d && e != a && v.strides[e] == 0) rows *= v.shape[e];
+  return rows == 16 || rows == 32;
+}
+
+// Whether a reduction is a float32 sum of bfloat16 products whose operand y some output dim reads in place by
+// pairs (pairs_in_place): its reduced axis is then not split (see split_long_reductions), so that the output dims
+// share the threads and the tiles read y once.
+bool has_pairs_in_place(const UOpPtr& n, const Target& target) {
+  const UOpPtr& src = n->src[0];
+  if (n->dtype != DType::Float32 || src->op != Ops::MUL || n->reduce_arg().op != Ops::ADD) return false;
+  UOpPtr x = bf16_read(src->src[0]), y = bf16_read(src->src[1]);
+  if (!x || !y) return false;
+  for (size_t d = 0; d < src->shape.size(); d++)
+    if (pairs_in_place(x, n, d, target) || pairs_in_place(y, n, d, target)) return true;
+  return false;
+}
+
 // A float32 sum of bfloat16 products x * y whose lanes (dim d) read y from a panel copy and x broadcast,
 // over a reduced axis of even length (32 or more: a weight gradient's short window axis split in pairs made
 // its unrolled index math blow up in the symbolic pass) that x walks with stride 1, reduces over that axis's pairs (the
 // pair innermost, a loop of its own) and reads y from a panel interleaved by them, so each step is one
 // pair dot product per lane (see pair_dot). Records the reduction's replacement in `replace`.
-void pair_reduced_axis(const UOpPtr& n, size_t d, int64_t panel, std::unordered_map<const UOp*, UOpPtr>& replace) {
+void pair_reduced_axis(const UOpPtr& n, size_t d, int64_t panel, std::unordered_map<const UOp*, UOpPtr>& replace,
+                       const Target& target) {
   const UOpPtr& src = n->src[0];
   if (n->dtype != DType::Float32 || src->op != Ops::MUL) return;
-  auto read_of = [](const UOpPtr& c) -> UOpPtr {
-    bool ok = c->op == Ops::CAST && c->dtype == DType::Float32 && c->src[0]->op == Ops::VIEW &&
-              c->src[0]->dtype == DType::BFloat16 && c->src[0]->src[0]->op == Ops::BUFFER;
-    return ok ? c->src[0] : nullptr;
-  };
-  UOpPtr x = read_of(src->src[0]), y = read_of(src->src[1]);
+  UOpPtr x = bf16_read(src->src[0]), y = bf16_read(src->src[1]);
   if (!x || !y) return;
   auto replaced = [&](const UOpPtr& m) { return replace.count(m.get()) ? replace.at(m.get()) : m; };
-  // y's lanes come from a panel copy; x is broadcast along them
+  // y's lanes come from a panel copy, or y is read in place (pairs_in_place); x is broadcast along them
   auto panelled = [&](const UOpPtr& m) { return replace.count(m.get()) && m->st().views.size() == 1; };
-  if (!panelled(y)) std::swap(x, y);
+  auto in_place = [&](const UOpPtr& m) { return !replace.count(m.get()) && pairs_in_place(m, n, d, target); };
+  if (!panelled(y) && !in_place(y)) std::swap(x, y);
   UOpPtr xr = replaced(x);
-  if (!panelled(y) || xr->op != Ops::VIEW || xr->st().views.size() != 1 || x->shape != src->shape ||
-      y->shape != src->shape || y->shape[d] % panel != 0)
+  const bool direct = in_place(y);
+  if ((!panelled(y) && !direct) || xr->op != Ops::VIEW || xr->st().views.size() != 1 || x->shape != src->shape ||
+      y->shape != src->shape || (!direct && y->shape[d] % panel != 0))
     return;
   const View& xv = xr->st().views.back();
   const View& yv = y->st().views.back();
@@ -1844,8 +1901,8 @@ void pair_reduced_axis(const UOpPtr& n, size_t d, int64_t panel, std::unordered_
   for (int64_t e : n->reduce_arg().axes)
     if (xv.strides[e] == 1 && yv.strides[e] != 0 && src->shape[e] % 2 == 0 && src->shape[e] >= 32) a = e;
   if (a < 0) return;
-  UOpPtr yr = expand(panel_copy(unbroadcast(y), d, panel, a), y->shape);
-  bool x_first = read_of(src->src[0]) == x;
+  UOpPtr yr = direct ? y : expand(panel_copy(unbroadcast(y), d, panel, a), y->shape);
+  bool x_first = bf16_read(src->src[0]) == x;
   UOpPtr product = x_first ? alu(Ops::MUL, cast(xr, DType::Float32), cast(yr, DType::Float32))
                            : alu(Ops::MUL, cast(yr, DType::Float32), cast(xr, DType::Float32));
   // axis a becomes (a / 2, 2), the 2 moved last: the other axes keep their positions
@@ -2207,7 +2264,9 @@ bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replac
         bool single = m->st().views.size() == 1;
         int64_t stride = m->shape == src->shape ? lane_stride(m->st(), d, panel) : -1;
         if (stride == 0 || stride == 1) {
-          if (single && v.strides[d] == 1 && wants_panels(m, d, axes, work, panel, pairs)) panels.push_back(m);
+          if (single && v.strides[d] == 1 && wants_panels(m, d, axes, work, panel, pairs) &&
+              !(pairs && pairs_in_place(m, n, d, target)))
+            panels.push_back(m);
           if (stride == 0 && !target.gpu() && reads_across_reduced_axes(m, axes, work, pairs)) reordered.push_back(m);
           continue;
         }
@@ -2247,7 +2306,7 @@ bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replac
         order.push_back(static_cast<int64_t>(d));
         replace[m.get()] = expand(copied_in_order(unbroadcast(m), order), m->shape);
       }
-      if (pairs) pair_reduced_axis(n, d, panel, replace);
+      if (pairs) pair_reduced_axis(n, d, panel, replace, target);
       // products that do not pair (a bfloat16 read that no copy lays out by pairs) widen as on a host without pairs
       if (!target.gpu() && !replace.count(n.get())) widened_broadcast_copies(n, d, work, target, replace);
       if (!target.gpu()) computed_broadcast_factor_copies(n, d, work, replace);
@@ -2618,7 +2677,7 @@ UOpPtr split_long_reductions(const UOpPtr& value, const Target& target) {
     // in runs of about 256 (walks_far_rows, copies_little_reused_operand).
     if (!target.gpu()) {
       const int64_t rows = x->shape[static_cast<size_t>(n->reduce_arg().axes[0])];
-      int64_t run = rereads_strided_panel(n) ? 256 : 0;
+      int64_t run = rereads_strided_panel(n) && !has_pairs_in_place(n, target) ? 256 : 0;
       if (!run && (walks_far_rows(n) || copies_little_reused_operand(n))) run = run_near_256(rows);
       if (run) return split_reduction(n, rows / run, true, split_long_reductions(x, target), /*parts_outer=*/true);
     }

@@ -72,16 +72,21 @@ std::optional<std::pair<UOpPtr, int64_t>> lane_split(const UOpPtr& idx, const UO
 // A step of a float32 sum of products of two bfloat16 loads over pairs of adjacent elements: the
 // reduction's innermost loop `pair` (a RANGE of 2) indexes both loads with stride 1, `x` is the same for
 // every lane, `y` is a panel interleaved by pairs (lane l's pair at base + 2 l). The C renderer computes
-// a step as one pair dot product per lane (AVX512_BF16's vdpbf16ps, or two widened multiply-adds).
+// a step as one pair dot product per lane (AVX512_BF16's vdpbf16ps, or two widened multiply-adds). Or y's
+// pairs lie in two rows `y_rows` elements apart, its lanes contiguous in each (y read in place, see
+// pairs_in_place in lower.cpp): only AMX tiles read such pairs (see TileBlock), interleaving them as they load.
 struct PairDot {
-  UOpPtr pair, x, y; // the loop, the loads
+  UOpPtr pair, x, y;  // the loop, the loads
+  int64_t y_rows = 0; // the stride of y's pair, where y is read in place (0: a panel)
 };
 std::optional<PairDot> pair_dot(const UOpPtr& reduce, const UOp* lane);
 
 // A block of bfloat16 pair dots (see pair_dot) computed as AMX tiles: the reductions of one register
 // block (rows of x times 16-lane vectors of y, each a PairDot over the same loops) step along their
 // innermost loop 16 pairs at a time. Each row's x is 32 contiguous bfloat16 values per step (an A tile
-// row), each vector's y 16 pairs of a panel `y_step` elements apart (a B tile in AMX's pair layout).
+// row), each vector's y 16 pairs of a panel `y_step` elements apart (a B tile in AMX's pair layout), or,
+// y read in place, 16 pairs of rows whose lanes the tiles' loop interleaves into a B tile each step: then
+// the loop has no rest and the vectors are one, or two adjacent (interleaved together, see render_c).
 struct TileBlock {
   UOpPtr loop;                               // the reduce loop stepped by 16
   UOpPtr x, y;                               // a load of each operand (their PARAMs are src[0])
@@ -89,6 +94,7 @@ struct TileBlock {
   int64_t row_stride = 0;                    // elements between rows of x
   std::vector<UOpPtr> cols;                  // y's lane-0 word index for each vector at pair 0
   int64_t y_step = 0;                        // elements between y's pairs along `loop`
+  int64_t y_rows = 0;                        // y read in place: elements between a pair's two rows (see PairDot)
   std::vector<std::pair<size_t, size_t>> at; // each reduction's (row, vector)
   int64_t groups() const { return (static_cast<int64_t>(rows.size()) + 15) / 16; } // A tiles of 16 rows
 };

@@ -1806,13 +1806,15 @@ private:
       for (const UOpPtr& m : group)
         if (auto p = pair_dot(m, lane_node())) pairs.push_back(*p);
     if (pairs.size() != group.size()) pairs.clear();
-    pair_dots_ = pair_dots_ || !pairs.empty();
     // An AMX block (see TileBlock): the tiles' loop steps by 16 pairs as far as it can, in tiles; the rest
     // by pairs, in vectors. One tile configuration a kernel (loaded once a call).
     std::optional<TileBlock> tiles;
     if (k_.tiles && !pairs.empty()) tiles = tile_block(group, lane_node());
     if (tiles && !tile_config_.empty() && tile_config_ != tile_config(*tiles)) tiles.reset();
     if (tiles) tile_config_ = tile_config(*tiles);
+    // pairs of y read in place are interleaved by tiles only: elsewhere the products widen, the pair a loop
+    if (!tiles && std::ranges::any_of(pairs, [](const PairDot& p) { return p.y_rows != 0; })) pairs.clear();
+    pair_dots_ = pair_dots_ || !pairs.empty();
     // The loops: every range but the lanes (a reduction over lanes steps its innermost loop by them),
     // unless the value is the same in every lane (a sum of a broadcast value): then the lanes are a loop
     // like the others, or the sum would count one lane.
@@ -1858,6 +1860,11 @@ private:
     // the tiles' loop body: their addresses only (the start of the body the pairs' loop runs)
     std::string tile_body;
     if (tiles) {
+      // (names_ is keyed by address: the block's index nodes, built here, must outlive the rendering)
+      keep_.insert(keep_.end(), tiles->rows.begin(), tiles->rows.end());
+      keep_.insert(keep_.end(), tiles->cols.begin(), tiles->cols.end());
+      emit(tiles->x->src[0]);
+      emit(tiles->y->src[0]);
       for (int64_t g = 0; g < tiles->groups(); g++)
         emit(tiles->rows[static_cast<size_t>(16 * g)]);
       for (const UOpPtr& c : tiles->cols)
@@ -1865,7 +1872,7 @@ private:
       tile_body = body.code.str();
     }
     for (const PairDot& p : pairs)
-      pair_words.emplace_back(word(p.x, p, false), word(p.y, p, true));
+      if (!p.y_rows) pair_words.emplace_back(word(p.x, p, false), word(p.y, p, true)); // (else tiles do all)
     if (pairs.empty())
       for (const UOpPtr& m : group)
         emit(m->src[0]);
@@ -2066,14 +2073,20 @@ private:
     const std::string ind = indent(depth);
     for (int64_t c = 0; c < groups * vecs; c++)
       os << ind << "_tile_zero(" << c << ");\n";
-    open_loops();
     const std::string x = ref(t.x->src[0]), y = ref(t.y->src[0]);
+    const std::string staged = t.y_rows ? "tiny_b" + std::to_string(next_++) : "";
+    if (t.y_rows) os << ind << "uint16_t " << staged << "[" << vecs << "][16][32] __attribute__((aligned(64)));\n";
+    open_loops();
     for (int64_t g = 0; g < groups; g++)
       os << bind << "_tile_loadd(" << groups * vecs + g << ", " << x << " + "
          << ref(t.rows[static_cast<size_t>(16 * g)]) << ", " << 2 * t.row_stride << ");\n";
+    if (t.y_rows) stage_pairs(os, t, y, staged, bind);
     for (int64_t v = 0; v < vecs; v++)
-      os << bind << "_tile_loadd(" << groups * vecs + groups + v << ", " << y << " + "
-         << ref(t.cols[static_cast<size_t>(v)]) << ", " << 2 * t.y_step << ");\n";
+      if (t.y_rows)
+        os << bind << "_tile_loadd(" << groups * vecs + groups + v << ", &" << staged << "[" << v << "][0][0], 64);\n";
+      else
+        os << bind << "_tile_loadd(" << groups * vecs + groups + v << ", " << y << " + "
+           << ref(t.cols[static_cast<size_t>(v)]) << ", " << 2 * t.y_step << ");\n";
     for (int64_t g = 0; g < groups; g++)
       for (int64_t v = 0; v < vecs; v++)
         os << bind << "_tile_dpbf16ps(" << g * vecs + v << ", " << groups * vecs + g << ", "
@@ -2085,9 +2098,44 @@ private:
       for (int64_t v = 0; v < vecs; v++)
         os << ind << "_tile_stored(" << g * vecs + v << ", &" << block << "[" << 16 * g << "][" << 16 * v << "], "
            << 64 * vecs << ");\n";
-    for (size_t i = 0; i < accs.size(); i++)
-      os << ind << "memcpy(&" << accs[i] << ", &" << block << "[" << t.at[i].first << "][" << 16 * t.at[i].second
-         << "], sizeof " << accs[i] << ");\n";
+    for (size_t i = 0; i < accs.size(); i++) {
+      const auto [row, v] = t.at[i];
+      if (!t.y_rows) {
+        os << ind << "memcpy(&" << accs[i] << ", &" << block << "[" << row << "][" << 16 * v << "], sizeof " << accs[i]
+           << ");\n";
+        continue;
+      }
+      // staged pairs hold their lanes in the unpacks' order (see stage_pairs): lanes n0..n0 + 3 (n0 = 16 v + 4 q)
+      // are columns 4 L + (the half's width) h of the block, L = n0 / 8 the 128-bit lane, h = n0 / 4 % 2 the unpack
+      for (int64_t q = 0; q < 4; q++) {
+        const int64_t n0 = 16 * static_cast<int64_t>(v) + 4 * q, col = 4 * (n0 / 8) + 8 * vecs * (n0 / 4 % 2);
+        os << ind << "memcpy((char*)&" << accs[i] << " + " << 16 * q << ", &" << block << "[" << row << "][" << col
+           << "], 16);\n";
+      }
+    }
+  }
+
+  // A step's B tiles of y read in place (TileBlock::y_rows): pair i of lane n is y's elements n of rows 2 i and
+  // 2 i + 1, interleaved by unpacking the two rows' vectors, two tiles' 32 lanes in one 512-bit vector each (one
+  // 256-bit vector for one tile). An unpack interleaves within each 128-bit lane, so a tile holds lanes in the
+  // order 0-3, 8-11, ... (the low halves of the 128-bit lanes), then 4-7, 12-15, ...; its C tile's columns too
+  // (undone where the accumulators are read, see emit_tiles). Interleaving the 16 x 32 pairs each step in place
+  // of reading a panel copied by pairs: x @ w of 32 rows by 1024 x 1024, two threads, 63 us against 52 + 36 for
+  // the copy and the product (a C harness); a 256-bit unpack a tile took 96 us, a full permute (vpermt2w) 100.
+  void stage_pairs(std::ostringstream& os, const TileBlock& t, const std::string& y, const std::string& staged,
+                   const std::string& bind) {
+    const bool wide = t.cols.size() == 2;
+    const std::string vec = wide ? "__m512i" : "__m256i", fn = wide ? "_mm512_" : "_mm256_";
+    const std::string load = wide ? "_mm512_loadu_si512((const void*)(" : "_mm256_loadu_si256((const __m256i*)(";
+    const std::string at = y + " + " + ref(t.cols[0]) + " + tiny_i * " + std::to_string(t.y_step);
+    os << bind << "for (int64_t tiny_i = 0; tiny_i < 16; tiny_i++) {\n"
+       << bind << "  const " << vec << " tiny_r0 = " << load << at << ")), tiny_r1 = " << load << at << " + "
+       << t.y_rows << "));\n";
+    for (int h = 0; h < 2; h++)
+      os << bind << "  " << fn << (wide ? "store_si512((void*)" : "store_si256((__m256i*)") << "&" << staged << "["
+         << (wide ? h : 0) << "][tiny_i][" << (wide ? 0 : 16 * h) << "], " << fn << (h ? "unpackhi" : "unpacklo")
+         << "_epi16(tiny_r0, tiny_r1));\n";
+    os << bind << "}\n";
   }
 
   // Whether the lanes of m's vector accumulator combine as whole vectors (combine_lanes): an op C computes on

@@ -1301,6 +1301,52 @@ TEST(Kernel, ABFloat16MatmulAccumulatesInAmxTiles) {
   }
 }
 
+// bfloat16 x @ w of 16 or 32 rows (and 256 columns or more) on an AMX host reads w in place: one kernel, no panel
+// copied by pairs first, each
+// step's B tiles interleaved from w's rows (two tiles' 32 columns in 512-bit unpacks, one tile's 16 in 256-bit ones),
+// their C tiles' columns put back in order when the accumulators are read; w a view whose rows lie further apart than
+// its columns (a slice of a wider matrix, at an offset). 64 rows keep the panel. The sums, through an epilogue (a
+// product with a third operand), match plain loops over the operands' values.
+TEST(Kernel, ABFloat16MatmulOfFewRowsReadsItsRightOperandInPlace) {
+  const int64_t K = 96, W = 528; // w: columns [8, 8 + N) of a K x W matrix, its rows W apart
+  for (auto [M, N] : {std::pair<int64_t, int64_t>{32, 512}, {16, 256}, {32, 272}, {16, 400}, {64, 256}}) {
+    auto ah = realize_value(cast(buffer(filled(random_vec(M * K, 31))), DType::BFloat16));
+    auto bh = realize_value(cast(buffer(filled(random_vec(K * W, 32))), DType::BFloat16));
+    auto sv = random_vec(M * N, 33);
+    auto a = expand(reshape(cast(buffer(ah), DType::Float32), {M, 1, K}), {M, N, K});
+    auto wide = reshape(cast(buffer(bh), DType::Float32), {K, W});
+    auto b = expand(reshape(permute(shrink(wide, {{0, K}, {8, 8 + N}}), {1, 0}), {1, N, K}), {M, N, K});
+    auto value =
+        alu(Ops::MUL, reshape(reduce(alu(Ops::MUL, a, b), Ops::ADD, {2}), {M, N}), reshape(buffer(filled(sv)), {M, N}));
+    Target target;
+    target.amx_bf16 = true;
+    Schedule s = schedule_value(value, target,
+                                [](DType dt, int64_t n) { return std::make_shared<Buffer>(cpu_device(), dt, n); });
+    std::string src;
+    for (const Kernel& k : s.kernels)
+      if (k.tiles) src = render_c(k, k.name);
+    const bool in_place = M <= 32;
+    EXPECT_EQ(s.kernels.size(), in_place ? 1u : 2u) << M << " " << N; // (64 rows: the panel's copy, the product)
+    EXPECT_NE(src.find("_tile_dpbf16ps("), std::string::npos) << M << " " << N;
+    EXPECT_EQ(src.find("_mm512_unpacklo_epi16(") != std::string::npos, in_place && N % 32 == 0) << src;
+    EXPECT_EQ(src.find("_mm256_unpacklo_epi16(") != std::string::npos, in_place && N % 32 != 0) << src;
+    if (!cpu_device().target().amx_bf16) continue; // tiles run only on an AMX host
+    auto got = values(realize_value(value));
+    auto av = values(realize_value(cast(buffer(ah), DType::Float32)));
+    auto wv = values(realize_value(cast(buffer(bh), DType::Float32)));
+    std::vector<float> bv(K * N);
+    for (int64_t q = 0; q < K; q++)
+      for (int64_t n = 0; n < N; n++)
+        bv[q * N + n] = wv[q * W + 8 + n];
+    auto [want, mag] = plain_matmul(av, bv, M, K, N);
+    for (int64_t i = 0; i < M * N; i++) {
+      double w = sv[i];
+      EXPECT_NEAR(got[i], want[i] * w, (1e-5 * mag[i] + 1e-6) * std::abs(w) + 1e-6)
+          << M << " " << i / N << " " << i % N;
+    }
+  }
+}
+
 // A bfloat16 product whose lanes are stored apart (a convolution's NCHW output, the lanes its channels):
 // out[n, c, p] = sum_k x[n, p, k] w[c, k], rows the batch. With a short reduction (64 products an output)
 // the stores cost more than the sums, and the tile block is 16 rows by one vector, so that its 256 cache
