@@ -1347,6 +1347,39 @@ TEST(Kernel, ABFloat16MatmulOfFewRowsReadsItsRightOperandInPlace) {
   }
 }
 
+// x @ w.t() of 16 rows (a linear layer of a batch of 16): its lanes take x's rows, one vector, whose loop is the
+// output's outermost. One iteration would leave the threads nothing to share: w's rows' loop takes the outermost
+// place. In bfloat16 on an AMX host the lanes' panel of x, one vector wide, pairs (its 16 rows are not a multiple of
+// the panel's 32), and w's rows accumulate in tiles. The sums match plain loops over the operands' values.
+TEST(Kernel, ALinearLayerOfSixteenRowsSharesWsRowsAmongThreads) {
+  const int64_t M = 16, K = 64, N = 512;
+  for (DType dt : {DType::Float32, DType::BFloat16}) {
+    auto xh = realize_value(cast(buffer(filled(random_vec(M * K, 34))), dt));
+    auto wh = realize_value(cast(buffer(filled(random_vec(N * K, 35))), dt));
+    auto x = reshape(cast(buffer(xh), DType::Float32), {M, K});
+    auto w = reshape(cast(buffer(wh), DType::Float32), {N, K});
+    auto value = matmul_of(x, permute(w, {1, 0}));
+    Target target = cpu_device().target();
+    target.amx_bf16 = true;
+    Schedule s = schedule_value(value, target,
+                                [](DType dt, int64_t n) { return std::make_shared<Buffer>(cpu_device(), dt, n); });
+    const Kernel& product = s.kernels.back();
+    EXPECT_GE(product.launch.global[0], 2) << product.name;
+    const std::string src = render_c(product, product.name);
+    EXPECT_EQ(src.find("_tile_dpbf16ps(") != std::string::npos, dt == DType::BFloat16) << src;
+    if (dt == DType::BFloat16 && !cpu_device().target().amx_bf16) continue; // tiles run only on an AMX host
+    for (const Kernel& k : s.kernels)
+      launch_on_cpu(k, render_c(k, k.name), k.name);
+    auto xv = values(realize_value(x));
+    auto wv = values(realize_value(w));
+    std::vector<float> wt(K * N);
+    for (int64_t n = 0; n < N; n++)
+      for (int64_t q = 0; q < K; q++)
+        wt[q * N + n] = wv[n * K + q];
+    expect_matmul(values(product.buffers[0]), xv, wt, M, K, N);
+  }
+}
+
 // A bfloat16 product whose lanes are stored apart (a convolution's NCHW output, the lanes its channels):
 // out[n, c, p] = sum_k x[n, p, k] w[c, k], rows the batch. With a short reduction (64 products an output)
 // the stores cost more than the sums, and the tile block is 16 rows by one vector, so that its 256 cache

@@ -140,6 +140,18 @@ def test_a_few_rows_times_a_large_row_major_weight_match_cpu(dtype):
         check(lambda x, w: F.conv2d(x, w, padding=1), x, w, **close)
 
 
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16, torch.float16), ids=str)
+@pytest.mark.parametrize("m", (16, 32, 128))
+def test_a_linear_layer_of_a_small_batch_matches_cpu(dtype, m):
+    """x @ w.t() of 16 to 128 rows: the lanes take x's rows (a copy of x with them innermost), w's rows the outermost
+    loop where the lanes' is one iteration (16 rows), the tiles (bfloat16 on an AMX host) 16 or 32 of w's rows whose
+    outputs lie next to one another, the lanes apart."""
+    close = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else tol(dtype)
+    x, w, b = rand(m, 1024, dtype=dtype), rand(512, 1024, dtype=dtype, seed=1), rand(512, dtype=dtype, seed=2)
+    check(F.linear, x, w, **close)
+    check(F.linear, x, w, b, **close)
+
+
 @pytest.mark.skipif(not CPU_LOWERING, reason="the CPU lowering's copy (a GPU device reads a as stored; 18 s on PoCL)")
 @pytest.mark.parametrize("dtype", (torch.float32, torch.float64), ids=str)
 def test_a_transposed_left_operand_matches_cpu(dtype):
