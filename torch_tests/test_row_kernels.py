@@ -12,7 +12,7 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import by_dtype, check_devices, rand
+from conftest import CPU_LOWERING, by_dtype, check_devices, kernel_sources, rand
 from test_device import run_python
 
 FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -96,6 +96,35 @@ def test_row_ops_propagate_nan_and_inf_through_vector_lanes_and_tails():
     x[4] = float("-inf")
     for fn in ROW_FNS.values():
         check_devices(lambda dev, fn=fn: fn(x.to(dev)))
+
+
+@pytest.mark.parametrize("rows", [20, 22, 21], ids=lambda r: f"{r}_rows")
+def test_short_rows_in_blocks_keep_each_rows_statistics(rows):
+    """Rows of 128 elements or fewer are computed 4 at a time (2 where the count is not a multiple of 4, one where it
+    is odd): each row of a block keeps its own max, sum and normalization, an all -inf row at each position of a block
+    included (a plain softmax gives NaN there, attention's zeroes it)."""
+    x = rand(rows, 65)
+    for r in (1, 6, 11, rows - 1):
+        x[r] = float("-inf")
+    x[3, 64] = float("nan")
+    for fn in ROW_FNS.values():
+        check_devices(lambda dev, fn=fn: fn(x.to(dev)))
+    check_devices(with_grads(ROW_FNS["log_softmax"], rand(rows, 65, seed=1)), **tol(torch.float32))
+    mask = torch.ones(rows, 65, dtype=torch.bool)
+    mask[[1, 6, 11, rows - 1]] = False
+    q, k, v = rand(1, 1, rows, 32, seed=2), rand(1, 1, 65, 32, seed=3), rand(1, 1, 65, 32, seed=4)
+    check_devices(
+        lambda dev: F.scaled_dot_product_attention(q.to(dev), k.to(dev), v.to(dev), attn_mask=mask.to(dev)),
+        **tol(torch.float32),
+    )
+
+
+@pytest.mark.skipif(not CPU_LOWERING, reason="the CPU lowering's row blocks")
+def test_a_softmax_of_short_rows_blocks_four_rows(tmp_path):
+    """8320 rows of 65 (sdpa's scores over a ViT's 65 tokens): one kernel over 2080 blocks of 4 rows."""
+    code = "import torch, torch_tiny\nprint(torch.randn(8320, 65, device='tiny').softmax(-1).cpu().sum().item())"
+    names = [re.match(r"\nvoid (\w+)\(", k).group(1) for k in kernel_sources(code, tmp_path)]
+    assert any(n.startswith("R_2080_65") for n in names), names
 
 
 SOFTMAX_SOURCE = """
