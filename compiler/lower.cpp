@@ -1885,7 +1885,7 @@ UOpPtr panel_copy(const UOpPtr& x, size_t d, int64_t panel, int64_t pair = -1) {
 // each tile's pairs of the reduced axis interleaved from two rows of y as it loads (see TileBlock::y_rows), instead
 // of from a panel copied by pairs first (see pair_reduced_axis): on an AMX host, y's lanes contiguous in whole
 // vectors, 256 lanes or more (8 blocks of 32 or more: the lanes' loop then takes the threads, the rows' the tiles, see
-// lower_reduce), its one reduced axis a multiple of 32 long (tiles of 16 pairs, no rest) with its rows 2 or more
+// lower_kernel_at), its one reduced axis a multiple of 32 long (tiles of 16 pairs, no rest) with its rows 2 or more
 // elements apart, and 16 or 32 rows of outputs sharing y (one block of tile rows, which interleaves each pair of y's
 // rows once; more rows would interleave it once per block: 64 x 1024 x 4096, 0.46 -> 0.51 ms). x @ w of 32 rows by 1024
 // x 1024 (w's 2 MiB), two threads of a Sapphire Rapids in a C harness: the panel's copy and the product 52 + 36 us (and
@@ -1919,11 +1919,12 @@ bool has_pairs_in_place(const UOpPtr& n, const Target& target) {
   return false;
 }
 
-// A float32 sum of bfloat16 products x * y whose lanes (dim d) read y from a panel copy and x broadcast,
-// over a reduced axis of even length (32 or more: a weight gradient's short window axis split in pairs made
-// its unrolled index math blow up in the symbolic pass) that x walks with stride 1, reduces over that axis's pairs (the
-// pair innermost, a loop of its own) and reads y from a panel interleaved by them, so each step is one
-// pair dot product per lane (see pair_dot). Records the reduction's replacement in `replace`.
+// A float32 sum of bfloat16 products x * y whose lanes (dim d) read y from a panel copy (or in place, see
+// pairs_in_place) and x broadcast, over a reduced axis of even length (32 or more: a weight gradient's short window
+// axis split in pairs made its unrolled index math blow up in the symbolic pass) that x walks with stride 1, reduces
+// over that axis's pairs (the pair innermost, a loop of its own) and reads y from a panel interleaved by them (`panel`
+// lanes wide, or one vector where y's lanes are not a multiple of it), or in place, so each step is one pair dot
+// product per lane (see pair_dot). Records the reduction's replacement in `replace`.
 void pair_reduced_axis(const UOpPtr& n, size_t d, int64_t panel, std::unordered_map<const UOp*, UOpPtr>& replace,
                        const Target& target) {
   const UOpPtr& src = n->src[0];
