@@ -1887,9 +1887,11 @@ UOpPtr panel_copy(const UOpPtr& x, size_t d, int64_t panel, int64_t pair = -1) {
 // vectors, 256 lanes or more (8 blocks of 32 or more: the lanes' loop then takes the threads, the rows' the tiles, see
 // lower_kernel_at), its one reduced axis a multiple of 32 long (tiles of 16 pairs, no rest) with its rows 2 or more
 // elements apart, and 16 or 32 rows of outputs sharing y (one block of tile rows, which interleaves each pair of y's
-// rows once; more rows would interleave it once per block: 64 x 1024 x 4096, 0.46 -> 0.51 ms). x @ w of 32 rows by 1024
-// x 1024 (w's 2 MiB), two threads of a Sapphire Rapids in a C harness: the panel's copy and the product 52 + 36 us (and
-// 15 more adding 4 parts of its reduced axis), in place 63 us.
+// rows once), or 64 where y spans 2 MiB or less (two blocks, the second reading y's strip of columns from L2: 64 x
+// 1024 x 1024 0.78x -> 0.99x eager's speed, 64 x 768 x 768 0.94x -> 1.54x; a wider y's strip left L2, 64 x 1024 x
+// 4096 0.46 -> 0.51 ms, and 48 rows, three blocks of 16, ran slower too). x @ w of 32 rows by 1024 x 1024 (w's 2 MiB),
+// two threads of a Sapphire Rapids in a C harness: the panel's copy and the product 52 + 36 us (and 15 more adding 4
+// parts of its reduced axis), in place 63 us.
 bool pairs_in_place(const UOpPtr& y, const UOpPtr& n, size_t d, const Target& target) {
   const auto& axes = n->reduce_arg().axes;
   if (!target.amx_bf16 || axes.size() != 1 || y->op != Ops::VIEW || y->dtype != DType::BFloat16 ||
@@ -1903,7 +1905,7 @@ bool pairs_in_place(const UOpPtr& y, const UOpPtr& n, size_t d, const Target& ta
   int64_t rows = 1;
   for (size_t e = 0; e < v.shape.size(); e++)
     if (e != d && e != a && v.strides[e] == 0) rows *= v.shape[e];
-  return rows == 16 || rows == 32;
+  return rows == 16 || rows == 32 || (rows == 64 && v.shape[a] * v.strides[a] * 2 <= (int64_t{2} << 20));
 }
 
 // Whether a reduction is a float32 sum of bfloat16 products whose operand y some output dim reads in place by

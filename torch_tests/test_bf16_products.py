@@ -90,10 +90,12 @@ def test_batched_and_transposed_operands_at_odd_sizes_match_cpu():
     check(lambda a, b: a.t() @ b, bf16(256, 24, seed=6), bf16(256, 512, seed=7), **BF16)
 
 
-@pytest.mark.parametrize("m,k,n", [(16, 1024, 1024), (32, 512, 512), (32, 64, 272), (16, 96, 400)], ids=str)
+@pytest.mark.parametrize(
+    "m,k,n", [(16, 1024, 1024), (32, 512, 512), (32, 64, 272), (16, 96, 400), (64, 768, 768)], ids=str
+)
 def test_mm_of_few_rows_reading_w_in_place_matches_cpu(m, k, n):
-    """x @ w of 16 or 32 rows by 256 columns or more: on an AMX host each step's tiles interleave w's pairs of rows as
-    they load (no panel copied first), two tiles' columns at a time (n a multiple of 32) or one's; w also a slice of
+    """x @ w of 16, 32 or 64 rows by 256 columns or more: on an AMX host each step's tiles interleave w's pairs of rows
+    as they load (no panel copied first), two tiles' columns at a time (n a multiple of 32) or one's; w also a slice of
     a wider matrix at an offset (its rows further apart than its columns), and batched (the rows not the outermost
     loop)."""
     check(torch.mm, bf16(m, k), bf16(k, n, seed=1), **BF16)
