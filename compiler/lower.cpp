@@ -1805,12 +1805,19 @@ UOpPtr unbroadcast(const UOpPtr& m) {
   return shrink(m, keep);
 }
 
-// x read from a contiguous copy laid out in the dim order `order` (outermost first).
+// x read from a contiguous copy laid out in the dim order `order` (outermost first); x itself where its buffer holds
+// it so already (sdpa's value, (128, 65, 32), in panels of its 32 features: a copy of 0.5 MB that changed nothing).
 UOpPtr copied_in_order(const UOpPtr& x, const std::vector<int64_t>& order) {
   std::vector<int64_t> back(order.size());
   for (size_t i = 0; i < order.size(); i++)
     back[order[i]] = static_cast<int64_t>(i);
-  return permute(contiguous(permute(x, order)), back);
+  UOpPtr laid = permute(x, order);
+  if (laid->op == Ops::VIEW && laid->src[0]->op == Ops::BUFFER && laid->st().views.size() == 1) {
+    View v = laid->st().views[0];
+    v.offset = 0;
+    if (v.is_contiguous()) return x;
+  }
+  return permute(contiguous(laid), back);
 }
 
 // How far apart adjacent lanes along dim d of a read through st are, as lowering will index them
@@ -2409,6 +2416,54 @@ bool short_contiguous_sum(const UOpPtr& n) {
 }
 
 } // namespace
+
+namespace {
+
+// Whether x holds one value at every element: constants and runtime scalars, broadcast by unmasked views, through
+// elementwise ops and casts (no read, no index).
+bool uniform(const UOpPtr& x) {
+  for (const UOpPtr& m : toposort(x)) {
+    const bool leaf = m->op == Ops::CONST || m->op == Ops::DEFINE_VAR;
+    if (!(leaf || is_alu(m->op) || m->op == Ops::CAST || (m->op == Ops::VIEW && !has_mask(m->st())))) return false;
+  }
+  return true;
+}
+
+// A float sum of products with factors that hold one value everywhere (sdpa's math form scales q and k by the
+// square root of the scale before q @ k.transpose(-2, -1)), those factors applied once to the sum instead: its
+// reads are then plain loads, not values computed per element or copied to be computed once (see
+// computed_broadcast_factor_copies and realize_reused_values). torch's fused CPU attention scales its scores so too
+// (after the product). The sum rounds differently by a few units in the last place, and one whose unscaled
+// products overflow where the scaled would not (float32 |q|, |k| over 1e19) overflows.
+UOpPtr hoist_uniform_factors(const UOpPtr& n) {
+  if (n->reduce_arg().op != Ops::ADD || n->src[0]->op != Ops::MUL || !is_float(n->dtype)) return nullptr;
+  std::vector<UOpPtr> stack{n->src[0]}, kept, hoisted;
+  while (!stack.empty()) {
+    UOpPtr f = stack.back();
+    stack.pop_back();
+    if (f->op == Ops::MUL)
+      stack.insert(stack.end(), {f->src[1], f->src[0]});
+    else if (f->op == Ops::VIEW && f->src[0]->op == Ops::MUL && !has_mask(f->st()))
+      stack.insert(stack.end(), {view(f->src[0]->src[1], f->st()), view(f->src[0]->src[0], f->st())});
+    else
+      (uniform(f) ? hoisted : kept).push_back(f);
+  }
+  if (hoisted.empty() || kept.empty()) return nullptr;
+  auto product = [](const std::vector<UOpPtr>& fs) {
+    UOpPtr p = fs[0];
+    for (size_t i = 1; i < fs.size(); i++)
+      p = alu(Ops::MUL, p, fs[i]);
+    return p;
+  };
+  std::vector<std::pair<int64_t, int64_t>> one;
+  for (int64_t s : n->shape)
+    one.push_back({0, s});
+  return alu(Ops::MUL, reduce(product(kept), Ops::ADD, n->reduce_arg().axes), shrink(product(hoisted), one));
+}
+
+} // namespace
+
+const PatternMatcher hoist_factors("hoist_factors", {{{Ops::REDUCE}, hoist_uniform_factors}});
 
 UOpPtr contiguous_reduce_layout(const UOpPtr& value_in, const Target& target) {
   const UOpPtr& value = value_in;

@@ -162,5 +162,7 @@ Kernel lower_scatter(const BufferRef& out, const UOpPtr& index, const UOpPtr& va
 std::pair<UOpPtr, UOpPtr> view_index(const ShapeTracker& st, const std::vector<UOpPtr>& idx);
 
 extern const PatternMatcher push_views;
+// Uniform factors (constants, runtime scalars) of float sums of products, applied to the sum instead.
+extern const PatternMatcher hoist_factors;
 
 } // namespace tiny

@@ -204,13 +204,15 @@ private:
     });
   }
 
-  // A kernel's value over buffers, with layout copies for its reductions realized first.
+  // A kernel's value over buffers, with layout copies for its reductions realized first. Factors of sums of products
+  // that hold one value everywhere multiply the sums instead (hoist_factors), before anything is chosen to be copied.
   // Long reductions into few outputs are split in two first (their partial results realized).
   // Views are pushed to the leaves next, as lowering reads them: a reduction the kernel reports in
   // must_realize is then a node of this graph, and the next try finds it realized.
   // The reused values come first: the layout copies are chosen for the buffers they are read from.
   UOpPtr prepare(const UOpPtr& value) {
-    UOpPtr v = realize_contiguous(realize_reused_values(split_long_reductions(resolve(value), target_)));
+    UOpPtr v = realize_contiguous(
+        realize_reused_values(split_long_reductions(graph_rewrite(resolve(value), hoist_factors), target_)));
     return realize_contiguous(contiguous_reduce_layout(resolve(graph_rewrite(v, push_views)), target_));
   }
 

@@ -282,48 +282,63 @@ TEST(Schedule, ScoresOverAShortContiguousSumTakeLanesAlongTheKeys) {
   EXPECT_TRUE(std::ranges::any_of(s.kernels, [](const Kernel& kn) { return kn.buffers[0]->numel == 128 * 65 * 32; }));
 }
 
-// sdpa's scores of a query scaled before the product (q * s) @ (k * s).T: the scaled query, the factor every lane of a
-// block reads alike, is computed once into a copy, so that the block's rows read plain loads (a scalar multiply and a
-// broadcast beside each multiply-add otherwise); the keys' factor, read along the lanes, stays in the loop.
-TEST(Schedule, AComputedFactorThatTheLanesBroadcastIsCopiedFirst) {
+// sdpa's scores of a query and keys scaled before the product, (q * s) @ (k * s).T: the scale, one value everywhere,
+// multiplies each score once after its sum (hoist_factors), so that the product reads the query in place as plain
+// loads and the keys from their transposed copy, nothing scaled in the loop.
+TEST(Schedule, AScalarFactorOfAProductScalesItsSum) {
   auto scale = [](const UOpPtr& x) {
     return alu(Ops::MUL, x, expand(reshape(var_float(DType::Float32, 0.42), {1, 1, 1}), x->shape));
   };
-  auto scores = [&](bool scaled) {
-    auto qs = scaled ? scale(input({128, 65, 32})) : input({128, 65, 32});
-    auto q = expand(reshape(qs, {128, 65, 1, 32}), {128, 65, 65, 32});
-    auto k = expand(reshape(scale(input({128, 65, 32})), {128, 1, 65, 32}), {128, 65, 65, 32});
+  auto q = expand(reshape(scale(input({128, 65, 32})), {128, 65, 1, 32}), {128, 65, 65, 32});
+  auto k = expand(reshape(scale(input({128, 65, 32})), {128, 1, 65, 32}), {128, 65, 65, 32});
+  Schedule s = schedule_of(reshape(reduce(alu(Ops::MUL, q, k), Ops::ADD, {3}), {128, 65, 65}));
+  ASSERT_EQ(s.kernels.size(), 2u); // the keys' copy (transposed), the scores
+  EXPECT_EQ(s.kernels[0].buffers[0]->numel, 128 * 65 * 32);
+  const Kernel& k_scores = s.kernels.back();
+  ASSERT_GE(k_scores.lane_range, 0);
+  auto scaled = [](const UOpPtr& n) {
+    return std::ranges::any_of(toposort(n), [](const UOpPtr& m) { return m->op == Ops::ARG; });
+  };
+  int epilogue = 0; // the scale multiplies sums, never a load
+  for (const UOpPtr& n : toposort(k_scores.ast))
+    if (n->op == Ops::MUL && std::ranges::any_of(n->src, scaled)) {
+      EXPECT_TRUE(std::ranges::none_of(n->src, [](const UOpPtr& m) { return m->op == Ops::LOAD; }))
+          << "scaled in the loop";
+      epilogue += std::ranges::any_of(n->src, [](const UOpPtr& m) { return m->op == Ops::REDUCE; });
+    }
+  EXPECT_GE(epilogue, 1);
+}
+
+// A factor of the scores that the lanes (along the keys) broadcast, computed from reads (the queries weighted by a
+// per-query value): computed once into a copy, so that the block's rows read plain loads (a multiply and a broadcast
+// beside each multiply-add otherwise).
+TEST(Schedule, AComputedFactorThatTheLanesBroadcastIsCopiedFirst) {
+  auto scores = [&](bool weighted) {
+    auto qw = weighted ? alu(Ops::MUL, input({128, 65, 32}), expand(input({128, 65, 1}), {128, 65, 32}))
+                       : input({128, 65, 32});
+    auto q = expand(reshape(qw, {128, 65, 1, 32}), {128, 65, 65, 32});
+    auto k = expand(reshape(input({128, 65, 32}), {128, 1, 65, 32}), {128, 65, 65, 32});
     return reshape(reduce(alu(Ops::MUL, q, k), Ops::ADD, {3}), {128, 65, 65});
   };
   auto copies = [](const Schedule& s) {
     return std::ranges::count_if(s.kernels, [](const Kernel& k) { return k.buffers[0]->numel == 128 * 65 * 32; });
   };
   Schedule s = schedule_of(scores(true));
-  EXPECT_EQ(copies(s), 2); // the keys' (transposed) and the scaled queries'
-  const Kernel& k = s.kernels.back();
-  ASSERT_GE(k.lane_range, 0);
-  // the scale multiplies the keys' vectors in the scores' loop, never a query's value (the same in every lane)
-  int scaled = 0;
-  for (const UOpPtr& n : toposort(k.ast))
-    if (n->op == Ops::MUL && n->src[1]->op == Ops::ARG && n->src[0]->op == Ops::LOAD) {
-      auto split = lane_split(n->src[0]->src[1], lane_node(k));
-      ASSERT_TRUE(split);
-      EXPECT_NE(split->second, 0) << "a query scaled in the scores' loop";
-      scaled++;
-    }
-  EXPECT_GE(scaled, 1);
+  EXPECT_EQ(copies(s), 2); // the keys' (transposed) and the weighted queries'
+  ASSERT_GE(s.kernels.back().lane_range, 0);
   EXPECT_EQ(copies(schedule_of(scores(false))), 1); // a plain query is read as it is
 }
 
-// sdpa's scores in bfloat16 (torch's math path): the keys widened, transposed, then scaled, (k.float().transpose(-2,
-// -1) * s), a computed value the product reuses across the queries. It is realized in its source's order, written as
-// read (one loop), so that the scores take lanes along the keys from the keys' copy as float32 inputs do; realized in
-// its transposed shape, the keys were copied back and the scores summed each output's 32 products alone (one
-// thread: 2.37 -> 1.64 ms for the forward).
+// Scores over bfloat16 keys widened, transposed, then shifted, (k.float().transpose(-2, -1) + s) (sdpa's math path
+// scaled them so, before its scale moved onto the sums): a computed value the product reuses across the queries. It is
+// realized in its source's order, written as read (one loop), so that the scores take lanes along the keys from the
+// keys' copy as float32 inputs do; realized in its transposed shape, the keys were copied back and the scores summed
+// each output's 32 products alone (one thread: 2.37 -> 1.64 ms for sdpa's forward).
 TEST(Schedule, AReusedValueOfTransposedReadsIsRealizedInTheirOrder) {
   auto bf16 = [](const Shape& shape) { return reshape(buffer(placeholder(DType::BFloat16, prod(shape))), shape); };
+  // (shifted, not scaled: a scale, one value everywhere, would scale the sums instead, see hoist_factors)
   auto scale = [](const UOpPtr& x) {
-    return alu(Ops::MUL, x, expand(reshape(var_float(DType::Float32, 0.42), {1, 1, 1}), x->shape));
+    return alu(Ops::ADD, x, expand(reshape(var_float(DType::Float32, 0.42), {1, 1, 1}), x->shape));
   };
   auto kt = scale(permute(cast(bf16({128, 65, 32}), DType::Float32), {0, 2, 1})); // (128, 32, 65)
   auto k = expand(reshape(permute(kt, {0, 2, 1}), {128, 1, 65, 32}), {128, 65, 65, 32});

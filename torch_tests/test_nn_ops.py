@@ -7,7 +7,7 @@ the same upstream gradient, then comparing outputs and every input's .grad.
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import check, check_devices, counting
+from conftest import CPU_LOWERING, check, check_devices, counting, rand
 
 A = torch.ops.aten
 
@@ -586,3 +586,24 @@ def test_attention_in_a_reduced_dtype_matches_cpu(dtype):
     q, k, v = (_seeded((2, 3, 65, 32), s, dtype) for s in (4, 5, 6))
     check_grads(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), q, k, v, **tol(dtype))
     check_grads(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v, **tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=str)
+def test_a_scale_of_a_products_operands_multiplies_its_sums(dtype):
+    """sdpa's math path scales q and k by the square root of the scale before q @ k.transpose(-2, -1): the scale, one
+    value everywhere, multiplies each sum once instead (hoist_factors), so that the scores read the query as it is
+    stored, not from a scaled copy. sdpa's value, already laid out as the panels of its 32 features, is read in place
+    too (its copy changed nothing)."""
+    a, b = rand(64, 48, dtype=dtype, seed=1), rand(48, 40, dtype=dtype, seed=2)
+    check(lambda a, b: (a * 0.125) @ (b * 3.0), a, b, **tol(dtype))
+    check(lambda a, b: ((0.5 * a) * -2.0) @ (b * b), a, b, **tol(dtype))
+    check(lambda a, b: ((a * 0.25).t() @ (a * 4)).sum(0), a, b, **tol(dtype))
+    q, k, v = (_seeded((32, 4, 65, 32), s, dtype) for s in (7, 8, 9))
+    check(F.scaled_dot_product_attention, q, k, v, **tol(dtype))
+    if not CPU_LOWERING:
+        return
+    q, k, v = (t.to("tiny") for t in (q, k, v))
+    with counting() as c:
+        F.scaled_dot_product_attention(q, k, v).cpu()
+    # the keys' transposed copy, the scores, the softmax, the product by the value (and the query widened to float32)
+    assert c["kernels"] == (4 if dtype == torch.float32 else 5)
