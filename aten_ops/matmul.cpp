@@ -6,13 +6,16 @@
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/TypeProperties.h>
+#include <ATen/native/transformers/sdp_utils_cpp.h>
 #include <ATen/ops/addmm_meta_dispatch.h>
 #include <ATen/ops/addmv_meta_dispatch.h>
 #include <ATen/ops/baddbmm_meta_dispatch.h>
 #include <ATen/ops/bmm_meta_dispatch.h>
 #include <ATen/ops/mm_meta_dispatch.h>
+#include <ATen/ops/scaled_dot_product_attention_native.h>
 #include <torch/library.h>
 
+#include <array>
 #include <optional>
 
 #include "aten_ops/complex_math.h"
@@ -489,7 +492,46 @@ at::Tensor& addr_(at::Tensor& self, const at::Tensor& vec1, const at::Tensor& ve
   return addr_into(self, addr_value(self, vec1, vec2, beta, alpha, dtype, true), dtype);
 }
 
+// Whether torch's CPU would run scaled_dot_product_attention on these inputs by its fused flash kernel (its
+// select_sdp_backend_cpp, through the gates sdp_utils_cpp.h exports): no dropout, 4-D inputs (3-D ones given a batch
+// dim), batch and heads that match (or group), one head size, nonzero sequences, each innermost dim at stride 1, a
+// float dtype, and a mask that needs no gradient.
+bool cpu_runs_flash_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                              const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
+                              bool enable_gqa) {
+  if (mask && mask->defined() && mask->requires_grad()) return false;
+  if (!at::globalContext().userEnabledFlashSDP()) return false;
+  const sdp::sdp_params params = sdp::normalize_unbatched_input({q, k, v, mask, dropout_p, is_causal, enable_gqa});
+  if (params.query.dim() != 4 || params.key.dim() != 4 || params.value.dim() != 4) return false;
+  if (q.size(-1) != k.size(-1) || q.size(-1) != v.size(-1)) return false;
+  const std::array<at::ScalarType, 4> dtypes{at::kFloat, at::kDouble, at::kBFloat16, at::kHalf};
+  return sdp::check_nested_tensor(params, false) && sdp::check_for_dropout(params, false) &&
+         sdp::check_tensor_shapes(params, false) && sdp::check_batch_size_and_num_heads_dense<true>(params, false) &&
+         sdp::check_attn_mask_shape(params, false) && sdp::check_nonzero_sequence_lengths_dense(params, false) &&
+         sdp::check_last_dim_stride_equals_1_dense<false>(params, false) &&
+         sdp::check_tensor_dtype(params, dtypes, false);
+}
+
+// scaled_dot_product_attention: torch's composite form (which takes its math path on tiny), its result laid out as
+// torch's CPU lays out its flash kernel's, where that kernel would run: like the query (empty_like), not contiguous.
+// A query transposed from (batch, sequence, heads, features), the usual layout, gives a result whose transpose back
+// is contiguous and views as (batch, sequence, width) without a copy, as on the CPU. The layout copy is part of the
+// value (lazy: the product by v stores into it) and of its gradient.
+at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                        const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
+                                        std::optional<double> scale, bool enable_gqa) {
+  at::Tensor out = at::native::scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal, scale, enable_gqa);
+  if (!cpu_runs_flash_attention(q, k, v, mask, dropout_p, is_causal, enable_gqa)) return out;
+  at::Tensor laid = at::empty_like(q, out.options());
+  if (laid.sizes() != out.sizes() || laid.strides() == out.strides()) return out;
+  return laid.copy_(out);
+}
+
 } // namespace
+
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, library) {
+  library.impl("scaled_dot_product_attention", TORCH_FN(scaled_dot_product_attention));
+}
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
   tiny::KernelLibrary m(library);

@@ -607,3 +607,42 @@ def test_a_scale_of_a_products_operands_multiplies_its_sums(dtype):
         F.scaled_dot_product_attention(q, k, v).cpu()
     # the keys' transposed copy, the scores, the softmax, the product by the value (and the query widened to float32)
     assert c["kernels"] == (4 if dtype == torch.float32 else 5)
+
+
+def _heads_last(x):
+    """x (batch, heads, sequence, features) laid out as (batch, sequence, heads, features): a projection's heads."""
+    return x.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+_SDPA_LAYOUTS = {
+    # torch's CPU runs its flash kernel, whose result is laid out like the query
+    "query heads-last": ({}, {}),
+    "query permuted": ({"q": lambda q: q.permute(2, 0, 1, 3).contiguous().permute(1, 2, 0, 3)}, {}),
+    "float mask": ({"mask": torch.randn(5, 5)}, {}),
+    "causal": ({}, {"is_causal": True}),
+    "unbatched": ({"q": lambda q: q[0], "k": lambda k: k[0], "v": lambda v: v[0]}, {}),
+    "grouped heads": ({"k": lambda k: k[:, :1], "v": lambda v: v[:, :1]}, {"enable_gqa": True}),
+    "bfloat16": ({"q": torch.Tensor.bfloat16, "k": torch.Tensor.bfloat16, "v": torch.Tensor.bfloat16}, {}),
+    # and its math path, whose result is contiguous
+    "value features strided": ({"v": lambda v: v.transpose(-1, -2).contiguous().transpose(-1, -2)}, {}),
+    "value of other features": ({"v": lambda v: torch.cat([v, v], -1)}, {}),
+    "query broadcast": ({"q": lambda q: q[:1].expand(2, 3, 5, 4)}, {}),
+    "mask needing its gradient": ({"mask": torch.randn(5, 5).requires_grad_()}, {}),
+}
+
+
+@pytest.mark.parametrize("case", list(_SDPA_LAYOUTS))
+def test_attention_result_laid_out_as_cpu_lays_it_out(case):
+    """scaled_dot_product_attention's result has the CPU's strides: torch's CPU flash kernel lays its result out like
+    the query, so a query transposed from (batch, sequence, heads, features) gives a result whose transpose back views
+    as (batch, sequence, width); tiny ran the math path and returned it contiguous, where that view raised."""
+    inputs, options = _SDPA_LAYOUTS[case]
+    seeded = (_heads_last(_seeded((2, 3, 5, 4), s)) for s in (1, 2, 3))
+    q, k, v = (inputs.get(n, lambda x: x)(x) for n, x in zip("qkv", seeded, strict=True))
+    tol = {"rtol": 2e-2, "atol": 2e-2} if q.dtype == torch.bfloat16 else {}
+    if "mask" in inputs:
+        check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), q, k, v, inputs["mask"])
+    else:
+        check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, **options), q, k, v, **tol)
+    if case == "query heads-last":
+        check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v).transpose(1, 2).view(2, 5, 12), q, k, v)
