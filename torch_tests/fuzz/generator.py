@@ -887,7 +887,7 @@ class Generator:
         k = t.shape[-1]
         dtype = dtype_of(t) if r.random() < 0.9 else r.choice(DTYPES)
         m = r.randint(1, 4)
-        kind = r.choice(("matmul", "mm", "bmm", "addmm", "mv", "dot", "einsum", "linear"))
+        kind = r.choice(("matmul", "mm", "bmm", "addmm", "mv", "dot", "einsum", "linear", "attention"))
         fl = is_float(t)
         if kind == "matmul":
             y = self.new_input((k, m) if r.random() < 0.7 else (k,), dtype)
@@ -918,6 +918,14 @@ class Generator:
             y = self.new_input((m, k), dtype)
             if y:
                 self.emit(f"{out} = torch.einsum('ij,kj->ik', {x}, {y})", "einsum", exact=not fl)
+        elif kind == "attention" and fl and t.dim() == 3:
+            # (the query's layout picks the result's where torch's CPU runs its flash kernel: like the query)
+            s = r.randint(1, 5)
+            y = self.new_input((t.shape[0], s, k), dtype_of(t))
+            v = self.new_input((t.shape[0], s, k if r.random() < 0.8 else m), dtype_of(t))
+            opts = r.choice(("", ", is_causal=True", ", scale=0.3"))
+            if y and v:
+                self.emit(f"{out} = F.scaled_dot_product_attention({x}, {y}, {v}{opts})", "attention", exact=False)
         elif kind == "linear" and fl:
             w = self.new_input((m, k), dtype)
             b = self.new_input((m,), dtype) if r.random() < 0.6 else "None"
