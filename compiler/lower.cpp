@@ -1300,13 +1300,14 @@ std::optional<Kernel> lower_transposed_copy(const BufferRef& out, const View& ou
   // (a loop longer than 8 that does not divide into blocks of 8 ends on a block overlapping the one before, see
   // lower_blocked, where the read walks it 4 KiB or more a step: the keys of a ViT's attention, 65 of them, copied
   // keys-innermost from its packed projection, rows 48 KiB apart, one thread, 280-286 -> 132-154 us; sdpa's keys from
-  // (128, 65, 32), rows 128 bytes apart, ran slower so, 96-104 -> 124-130, and stay element by element)
+  // (128, 65, 32), rows 128 bytes apart, ran slower so, 96-104 -> 124-130, and stay element by element in float32,
+  // which clang gathers; in bfloat16, 2-byte elements it cannot gather, blocks: 66-75 -> 26-36 us on two threads)
   bool far_rows = false;
   for (const UOpPtr& m : toposort(value))
     if (m->op == Ops::VIEW && m->src[0]->op == Ops::BUFFER && m->shape == value->shape)
       if (int64_t st = lane_stride(m->st(), plan.groups[last].back(), kLanes); st != -1)
         far_rows = far_rows || std::llabs(st) * static_cast<int64_t>(itemsize(m->dtype)) >= 4096;
-  const bool rows_overlap = loops[last] % 8 != 0 && loops[last] > 8 && far_rows;
+  const bool rows_overlap = loops[last] % 8 != 0 && loops[last] > 8 && (far_rows || dt == DType::BFloat16);
   if (loops[last] % 8 == 0 || rows_overlap) {
     up[last] = 8;
   } else if (8 % loops[last] == 0 && loops[last - 1] % (8 / loops[last]) == 0 && out_stride(last - 1) == loops[last]) {
