@@ -2434,8 +2434,9 @@ bool uniform(const UOpPtr& x) {
 // square root of the scale before q @ k.transpose(-2, -1)), those factors applied once to the sum instead: its
 // reads are then plain loads, not values computed per element or copied to be computed once (see
 // computed_broadcast_factor_copies and realize_reused_values). torch's fused CPU attention scales its scores so too
-// (after the product). The sum rounds differently by a few units in the last place, and one whose unscaled
-// products overflow where the scaled would not (float32 |q|, |k| over 1e19) overflows.
+// (after the product). The sum rounds differently by a few units in the last place, one whose unscaled products
+// overflow where the scaled would not (float32 |q|, |k| over 1e19) overflows, and an infinite or zero factor gives
+// the sum's sign where terms of both signs gave inf - inf = NaN or +0.
 UOpPtr hoist_uniform_factors(const UOpPtr& n) {
   if (n->reduce_arg().op != Ops::ADD || n->src[0]->op != Ops::MUL || !is_float(n->dtype)) return nullptr;
   std::vector<UOpPtr> stack{n->src[0]}, kept, hoisted;
