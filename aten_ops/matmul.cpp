@@ -522,9 +522,13 @@ at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k
                                         std::optional<double> scale, bool enable_gqa) {
   at::Tensor out = at::native::scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal, scale, enable_gqa);
   if (!cpu_runs_flash_attention(q, k, v, mask, dropout_p, is_causal, enable_gqa)) return out;
-  at::Tensor laid = at::empty_like(q, out.options());
-  if (laid.sizes() != out.sizes() || laid.strides() == out.strides()) return out;
-  return laid.copy_(out);
+  // (unbatched inputs run with a batch dim of 1: the result is a view of the batched one, as the composite's is)
+  const bool unbatched = q.dim() == 3;
+  const at::Tensor batched = unbatched ? out.unsqueeze(0) : out;
+  at::Tensor laid = at::empty_like(unbatched ? q.unsqueeze(0) : q, out.options());
+  if (laid.sizes() != batched.sizes() || laid.strides() == batched.strides()) return out;
+  laid.copy_(batched);
+  return unbatched ? laid.squeeze(0) : laid;
 }
 
 } // namespace

@@ -621,6 +621,10 @@ _SDPA_LAYOUTS = {
     "float mask": ({"mask": torch.randn(5, 5)}, {}),
     "causal": ({}, {"is_causal": True}),
     "unbatched": ({"q": lambda q: q[0], "k": lambda k: k[0], "v": lambda v: v[0]}, {}),
+    "unbatched heads-last": (
+        {"q": lambda q: q[0].transpose(0, 1).contiguous().transpose(0, 1), "k": lambda k: k[0], "v": lambda v: v[0]},
+        {},
+    ),
     "grouped heads": ({"k": lambda k: k[:, :1], "v": lambda v: v[:, :1]}, {"enable_gqa": True}),
     "bfloat16": ({"q": torch.Tensor.bfloat16, "k": torch.Tensor.bfloat16, "v": torch.Tensor.bfloat16}, {}),
     # and its math path, whose result is contiguous
@@ -646,3 +650,5 @@ def test_attention_result_laid_out_as_cpu_lays_it_out(case):
         check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, **options), q, k, v, **tol)
     if case == "query heads-last":
         check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v).transpose(1, 2).view(2, 5, 12), q, k, v)
+    if case.startswith("unbatched"):  # a view of the result with a batch dim of 1, as on the CPU
+        check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v)._base is not None, q, k, v)
