@@ -58,6 +58,13 @@ KNOWN = {
         "#14: storages of mixed element sizes",
         lambda g, rec, meta: rec["op"] == "view_dtype" and _odd_storage(g.T(used(rec)[0]), rec["code"]),
     ),
+    "attention_of_non_finite": (
+        "scaled_dot_product_attention over infinities or NaNs: tiny runs torch's math path, whose causal mask adds "
+        "-inf to every masked score (inf - inf = NaN), the CPU its flash kernel, which skips the masked keys and "
+        "treats a row of -inf its own way",
+        "#14: sdpa as the CPU's flash kernel computes it",
+        lambda g, rec, meta: rec["op"] == "attention" and not all(torch.isfinite(g.T(n)).all() for n in used(rec)),
+    ),
     "int_div_zero": (
         "an integer division by zero raises ZeroDivisionError at the next sync (issue #14's design), where the "
         "CPU raises at the call: a record-by-record comparison cannot follow a deferred error",
