@@ -21,6 +21,15 @@
 
 namespace tiny {
 
+// CPU: the geometry of a WINOGRAD node's kernel (see compiler/winograd.h): x (images, 2 tile_rows + 2, 2 tiles + 2,
+// channels) and u (16, channels, outputs) into (images, outputs, height, width); or, chunks > 0, a
+// WINOGRAD_FILTER_GRAD's: x and g (images, grad_rows, grad_cols, outputs) into (chunks, 16, outputs, channels).
+struct WinogradShape {
+  int64_t images, channels, outputs, tile_rows, tiles, height, width;
+  int64_t chunks = 0, grad_rows = 0, grad_cols = 0;
+  bool operator==(const WinogradShape&) const = default;
+};
+
 struct Kernel {
   std::string name;
   UOpPtr ast;                     // SINK(STORE(PARAM, index, value)...)
@@ -52,6 +61,9 @@ struct Kernel {
   // overlapping the vector before, see lower_blocked): the kernel must not write a buffer it reads, even where it
   // reads each element only where it writes it (write_in_place).
   bool stores_twice = false;
+  // CPU: a WINOGRAD node's kernel, named W_N_C_K_H_W and rendered by render_winograd (its ast has no stores; buffers:
+  // out, x, u).
+  std::optional<WinogradShape> winograd{};
 };
 
 // GPU kernels: RANGE ids [kGroupRange, +3) are work-group ids and [kLocalRange, +3) thread ids within

@@ -16,6 +16,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "compiler/winograd.h"
+
 namespace tiny {
 
 namespace {
@@ -2212,7 +2214,9 @@ private:
 
 } // namespace
 
-std::string render_c(const Kernel& k, const std::string& fn_name) { return CRenderer(k).render(fn_name); }
+std::string render_c(const Kernel& k, const std::string& fn_name) {
+  return k.winograd ? kPrelude + render_winograd(k, fn_name) : CRenderer(k).render(fn_name);
+}
 
 std::string render_c_bundle(const std::vector<std::string>& sources, const std::vector<std::string>& fn_names) {
   std::string_view prelude = kPrelude;

@@ -1036,6 +1036,7 @@ private:
 } // namespace
 
 std::string render_gpu(const Kernel& k, const std::string& fn_name, const Target& target) {
+  if (k.winograd) throw std::logic_error("render_gpu: a Winograd convolution kernel is the CPU's alone");
   return GpuRenderer(k, target).render(fn_name);
 }
 

@@ -5,9 +5,14 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "compiler/winograd.h"
+
 namespace tiny {
 
 namespace {
+
+// The ops realized by a kernel of their own (compiler/winograd.h).
+bool is_winograd(Ops op) { return op == Ops::WINOGRAD || op == Ops::WINOGRAD_FILTER_GRAD; }
 
 // A value read by several nodes is computed once into a buffer when inlining it would cost more ops.
 constexpr int64_t kMaxInlineOps = 128;
@@ -143,8 +148,9 @@ public:
       // gradient that batch norm's backward reads three times (two sums and its input gradient) indexes
       // with divisions that keep those sums from vector lanes.
       int64_t reads = uses_[n.get()] + view_reads_[n.get()];
-      if (n->op == Ops::ASSIGN || n->op == Ops::SCATTER || n->op == Ops::CONTIGUOUS || is_root_.count(n.get()) ||
-          (n->op == Ops::REDUCE && reads > 1) || (computed && reads > 1 && ops * (reads - 1) > kMaxInlineOps)) {
+      if (n->op == Ops::ASSIGN || n->op == Ops::SCATTER || n->op == Ops::CONTIGUOUS || is_winograd(n->op) ||
+          is_root_.count(n.get()) || (n->op == Ops::REDUCE && reads > 1) ||
+          (computed && reads > 1 && ops * (reads - 1) > kMaxInlineOps)) {
         realize(n);
         ops = once = 0;
       }
@@ -211,8 +217,8 @@ private:
   // must_realize is then a node of this graph, and the next try finds it realized.
   // The reused values come first: the layout copies are chosen for the buffers they are read from.
   UOpPtr prepare(const UOpPtr& value) {
-    UOpPtr v = realize_contiguous(
-        realize_reused_values(split_long_reductions(graph_rewrite(resolve(value), hoist_factors), target_)));
+    UOpPtr v = realize_contiguous(realize_reused_values(
+        split_long_reductions(graph_rewrite(realize_winograd(resolve(value)), hoist_factors), target_)));
     return realize_contiguous(contiguous_reduce_layout(resolve(graph_rewrite(v, push_views)), target_));
   }
 
@@ -224,6 +230,40 @@ private:
         realize(n);
       }
     return resolve(v);
+  }
+
+  // The graph with its WINOGRAD and WINOGRAD_FILTER_GRAD nodes realized (a value evaluated alone meets them
+  // unrealized).
+  UOpPtr realize_winograd(const UOpPtr& v) {
+    bool any = false;
+    for (const UOpPtr& n : toposort(v))
+      if (is_winograd(n->op) && !realized_.count(n.get())) {
+        keep_.push_back(n);
+        realize(n);
+        any = true;
+      }
+    return any ? resolve(v) : v;
+  }
+
+  // The buffer holding v's elements in row-major order: v's own where it is one (or a reshape of one), else v realized
+  // (once: the padded input a convolution's Winograd kernel and its filter gradient's both read).
+  BufferRef rows_of(const UOpPtr& v) {
+    UOpPtr r = resolve(v);
+    if (r->op != Ops::BUFFER && !(is_reshape(r) && r->src[0]->op == Ops::BUFFER)) {
+      keep_.push_back(v);
+      realize(v);
+      r = realized_.at(v.get());
+    }
+    return (r->op == Ops::BUFFER ? r : r->src[0])->buffer();
+  }
+
+  UOpPtr winograd(const UOpPtr& n) {
+    const BufferRef x = rows_of(n->src[0]), u = rows_of(n->src[1]);
+    BufferRef out = new_buffer_(n->dtype, prod(n->shape));
+    made_[out.get()] = true;
+    out_.made.push_back(out);
+    add([&] { return lower_winograd(out, n, x, u); });
+    return buffer(out);
   }
 
   void realize(const UOpPtr& n) {
@@ -243,6 +283,8 @@ private:
     UOpPtr b, v;
     if (n->op == Ops::ASSIGN || n->op == Ops::SCATTER)
       b = materialize_write(n);
+    else if (is_winograd(n->op))
+      b = winograd(n);
     else {
       v = resolve(n->op == Ops::CONTIGUOUS ? n->src[0] : n);
       b = v->op == Ops::BUFFER ? v : into_new_buffer(v);
@@ -323,6 +365,7 @@ private:
 // and by nothing after).
 bool reads_only_where_it_writes(const Kernel& k, int64_t slot) {
   if (k.stores_twice) return false; // an element written, then read for its second computation
+  if (k.winograd) return false;     // it reads the windows around the elements it writes
   for (const UOpPtr& st : k.ast->src) {
     if (st->op != Ops::STORE) return false;
     for (const UOpPtr& n : toposort(st->src[2]))

@@ -23,6 +23,9 @@ struct Target {
   // CPU: bfloat16 products step by AVX512_BF16 pair dot products (vdpbf16ps) where they pay on this host (see
   // pair_dots_pay in runtime/cpu_device.cpp), else by widened float32 multiply-adds.
   bool bf16_pair_dots = false;
+  // CPU: float32 3 x 3 convolutions of stride 1 run as Winograd kernels (compiler/winograd.h): the host has
+  // AVX-512F, which they are written in, and TINY_WINOGRAD is not 0.
+  bool winograd = false;
   // CPU: the threads a kernel's outermost loop is split across (runtime/thread_pool.h).
   int64_t threads = 1;
   // CPU: the bytes of one core's L2 cache (sysconf), which a convolution's weight gradient sizes its batch

@@ -16,14 +16,21 @@ namespace tiny {
 
 namespace {
 
-constexpr const char* kOpNames[] = {
-    "BUFFER", "CONST",  "DEFINE_VAR", "IOTA",  "VIEW",  "NEG",    "NOT",   "BITNOT",  "ABS",    "SQRT",
-    "EXP",    "EXP2",   "LOG",        "LOG2",  "SIN",   "COS",    "TAN",   "TANH",    "ERF",    "FLOOR",
-    "CEIL",   "RINT",   "TRUNC",      "RECIP", "LOG1P", "EXPM1",  "ASIN",  "ACOS",    "ATAN",   "SINH",
-    "COSH",   "ASINH",  "ACOSH",      "ATANH", "ERFC",  "LGAMMA", "ADD",   "SUB",     "MUL",    "FDIV",
-    "IDIV",   "MOD",    "POW",        "ATAN2", "MAX",   "MIN",    "CMPLT", "CMPLE",   "CMPEQ",  "CMPNE",
-    "AND",    "OR",     "XOR",        "SHL",   "SHR",   "WHERE",  "CAST",  "BITCAST", "REDUCE", "CONTIGUOUS",
-    "ASSIGN", "GATHER", "SCATTER",    "PARAM", "ARG",   "RANGE",  "LOAD",  "STORE",   "STAGE",  "SINK"};
+constexpr const char* kOpNames[] = {"BUFFER", "CONST",  "DEFINE_VAR", "IOTA",     "VIEW",
+                                    "NEG",    "NOT",    "BITNOT",     "ABS",      "SQRT",
+                                    "EXP",    "EXP2",   "LOG",        "LOG2",     "SIN",
+                                    "COS",    "TAN",    "TANH",       "ERF",      "FLOOR",
+                                    "CEIL",   "RINT",   "TRUNC",      "RECIP",    "LOG1P",
+                                    "EXPM1",  "ASIN",   "ACOS",       "ATAN",     "SINH",
+                                    "COSH",   "ASINH",  "ACOSH",      "ATANH",    "ERFC",
+                                    "LGAMMA", "ADD",    "SUB",        "MUL",      "FDIV",
+                                    "IDIV",   "MOD",    "POW",        "ATAN2",    "MAX",
+                                    "MIN",    "CMPLT",  "CMPLE",      "CMPEQ",    "CMPNE",
+                                    "AND",    "OR",     "XOR",        "SHL",      "SHR",
+                                    "WHERE",  "CAST",   "BITCAST",    "REDUCE",   "CONTIGUOUS",
+                                    "ASSIGN", "GATHER", "SCATTER",    "WINOGRAD", "WINOGRAD_FILTER_GRAD",
+                                    "PARAM",  "ARG",    "RANGE",      "LOAD",     "STORE",
+                                    "STAGE",  "SINK"};
 static_assert(sizeof(kOpNames) / sizeof(kOpNames[0]) == static_cast<size_t>(Ops::SINK) + 1);
 
 void mix(size_t& h, size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); }
@@ -73,6 +80,9 @@ Shape infer_shape(Ops op, std::span<const UOpPtr> src, const Arg& arg) {
     return src[1]->shape;
   case Ops::CONTIGUOUS:
     return src[0]->shape;
+  case Ops::WINOGRAD:
+  case Ops::WINOGRAD_FILTER_GRAD:
+    return std::get<View>(arg).shape;
   case Ops::REDUCE: {
     if (src.size() > 1) return {}; // kernel-level: a scalar accumulator
     Shape s = src[0]->shape;
@@ -472,6 +482,24 @@ UOpPtr assign(const UOpPtr& base, const UOpPtr& value, const View& region) {
 UOpPtr gather(const UOpPtr& data, const UOpPtr& index) {
   if (data->shape.size() != 1 || index->dtype != DType::Int64) throw std::invalid_argument("GATHER: bad operands");
   return UOp::make(Ops::GATHER, data->dtype, {data, index});
+}
+
+UOpPtr winograd(const UOpPtr& x, const UOpPtr& u, int64_t height, int64_t width) {
+  const Shape &xs = x->shape, &us = u->shape;
+  if (xs.size() != 4 || us.size() != 3 || x->dtype != DType::Float32 || u->dtype != DType::Float32 || us[0] != 16 ||
+      us[1] != xs[3] || xs[1] % 2 != 0 || xs[2] % 2 != 0 || height < 1 || width < 1 || height > xs[1] - 2 ||
+      width > xs[2] - 2 || height <= xs[1] - 4 || width <= xs[2] - 4)
+    throw std::invalid_argument("WINOGRAD: bad operands");
+  return UOp::make(Ops::WINOGRAD, DType::Float32, {x, u}, View::contiguous({xs[0], us[2], height, width}));
+}
+
+UOpPtr winograd_filter_grad(const UOpPtr& x, const UOpPtr& g, int64_t chunks) {
+  const Shape &xs = x->shape, &gs = g->shape;
+  if (xs.size() != 4 || gs.size() != 4 || x->dtype != DType::Float32 || g->dtype != DType::Float32 || gs[0] != xs[0] ||
+      gs[1] < xs[1] - 2 || gs[2] < xs[2] - 2 || gs[1] % 2 != 0 || gs[2] % 2 != 0 || xs[1] % 2 != 0 || xs[2] % 2 != 0 ||
+      chunks < 1 || chunks > xs[0])
+    throw std::invalid_argument("WINOGRAD_FILTER_GRAD: bad operands");
+  return UOp::make(Ops::WINOGRAD_FILTER_GRAD, DType::Float32, {x, g}, View::contiguous({chunks, 16, gs[3], xs[3]}));
 }
 
 UOpPtr scatter(const UOpPtr& base, const UOpPtr& index, const UOpPtr& value, std::optional<Ops> combine) {

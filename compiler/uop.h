@@ -100,6 +100,15 @@ enum class Ops : uint8_t {
   // base[index[i]] = value[i] in order, or combined with the old value when arg is a binary op
   // (ADD, MUL, MAX, MIN as int64); -1 replaces. Out-of-range indices are skipped.
   SCATTER,
+  // A 3 x 3 convolution by Winograd's F(2 x 2, 3 x 3), realized by a kernel of its own (compiler/winograd.h):
+  // src = (x (N, 2 Ty + 2, 2 Tx + 2, C), the input padded and channels-last; u (16, C, K), the filters transformed);
+  // the result is (N, K, H, W), H <= 2 Ty and W <= 2 Tx, arg = a contiguous View of that shape.
+  WINOGRAD,
+  // The filter gradient of such a convolution by Winograd's F(3 x 3, 2 x 2), in the transformed domain: src = (x as
+  // WINOGRAD's, g (N, 2 Ty + 2 qy, 2 Tx + 2 qx, K), the output's gradient channels-last at offset (qy, qx), zero past
+  // its H x W: the input gradient's padded copy); the result is (P, 16, K, C), the sums of the transformed products
+  // over P chunks of the images, arg = a contiguous View of that shape.
+  WINOGRAD_FILTER_GRAD,
   // Kernel-level, after lowering
   PARAM, // a kernel buffer argument; arg = slot
   ARG,   // a kernel scalar argument; arg = slot in the int64 or the double arguments
@@ -217,6 +226,11 @@ UOpPtr cast(const UOpPtr& x, DType dt);
 UOpPtr bitcast(const UOpPtr& x, DType dt);
 UOpPtr assign(const UOpPtr& base, const UOpPtr& value, const View& region);
 UOpPtr gather(const UOpPtr& data, const UOpPtr& index);
+// The WINOGRAD node of x (N, 2 Ty + 2, 2 Tx + 2, C) and u (16, C, K), both float32, for a result (N, K, height, width).
+UOpPtr winograd(const UOpPtr& x, const UOpPtr& u, int64_t height, int64_t width);
+// The WINOGRAD_FILTER_GRAD node of x (N, 2 Ty + 2, 2 Tx + 2, C) and g (N, 2 Ty + 2 qy, 2 Tx + 2 qx, K), both float32,
+// summed in `chunks` chunks of the images.
+UOpPtr winograd_filter_grad(const UOpPtr& x, const UOpPtr& g, int64_t chunks);
 // combine: Ops::ADD/MUL/MAX/MIN, or std::nullopt to replace.
 UOpPtr scatter(const UOpPtr& base, const UOpPtr& index, const UOpPtr& value, std::optional<Ops> combine);
 

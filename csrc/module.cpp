@@ -151,6 +151,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     d["fallback_ops"] = by_op;
     return d;
   });
+  // Whether tiny:index runs float32 3 x 3 convolutions of stride 1 as Winograd kernels (compiler/winograd.h).
+  m.def("_winograd", [](int index) { return tiny::runtime::device(index).target().winograd; });
   // True while a torch.profiler trace records tiny's activity (the realize engine then times its work).
   m.def("profiler_tracing", [] { return tiny::profiler_tracing(); });
   m.def("reset_stats", [] {

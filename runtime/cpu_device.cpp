@@ -330,6 +330,16 @@ bool pair_dots_pay() {
 #endif
 }
 
+// Whether 3 x 3 convolutions may run as Winograd kernels (Target::winograd); TINY_WINOGRAD=0 keeps them off.
+bool winograd_kernels() {
+#if defined(__x86_64__)
+  if (const char* v = std::getenv("TINY_WINOGRAD"); v && std::string(v) == "0") return false;
+  return __builtin_cpu_supports("avx512f") != 0;
+#else
+  return false;
+#endif
+}
+
 class CpuDevice : public Device {
 public:
   CpuDevice() {
@@ -338,6 +348,8 @@ public:
     target_.amx_bf16 = tiles;
     static const bool pair_dots = pair_dots_pay();
     target_.bf16_pair_dots = pair_dots;
+    static const bool winograd = winograd_kernels();
+    target_.winograd = winograd;
     target_.threads = ThreadPool::get().size();
     if (long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE); l2 > 0) target_.l2_bytes = l2;
   }

@@ -15,7 +15,9 @@
 
 #include "compiler/lower.h"
 #include "compiler/render_c.h"
+#include "compiler/render_gpu.h"
 #include "compiler/schedule.h"
+#include "compiler/winograd.h"
 #include "runtime/device.h"
 #include "runtime/lazy_buffer.h"
 #include "runtime/realize.h"
@@ -1831,4 +1833,106 @@ TEST(Kernel, AMatmulOf65RowsComputesBlocksOfFiveRows) {
     reduces += n->op == Ops::REDUCE;
   EXPECT_EQ(reduces, 10) << m.kernel.name;
   m.expect_values();
+}
+
+// x (N, C, H, W) correlated with filters w (K, C, 3, 3) padded by p a side, by Winograd's kernel (compiler/winograd.h),
+// against the direct sum in double: blocks of 32 and 16 outputs, rows of several tile blocks (the last with a tile of
+// zeros), odd sizes (a last tile of one output), paddings 0 to 2.
+TEST(Kernel, AWinogradConvolutionMatchesTheDirectSum) {
+  if (!cpu_device().target().winograd) GTEST_SKIP() << "this CPU has no AVX-512F (or TINY_WINOGRAD=0): no Winograd";
+  struct Case {
+    int64_t N, C, K, H, W, p;
+  };
+  for (const Case& c :
+       {Case{2, 32, 32, 12, 12, 1}, Case{1, 16, 48, 7, 33, 1}, Case{2, 32, 16, 5, 6, 0}, Case{1, 16, 32, 4, 3, 2}}) {
+    const auto xv = random_vec(c.N * c.C * c.H * c.W, 5), wv = random_vec(c.K * c.C * 9, 6);
+    const UOpPtr x = reshape(buffer(filled(xv)), {c.N, c.C, c.H, c.W});
+    const UOpPtr w = reshape(buffer(filled(wv)), {c.K, c.C, 3, 3});
+    const UOpPtr y = winograd_correlation(x, w, {c.p, c.p});
+    const int64_t Ho = c.H + 2 * c.p - 2, Wo = c.W + 2 * c.p - 2;
+    ASSERT_EQ(y->shape, (Shape{c.N, c.K, Ho, Wo}));
+    const auto got = values(realize_value(y));
+    for (int64_t n = 0; n < c.N; n++)
+      for (int64_t k = 0; k < c.K; k++)
+        for (int64_t oy = 0; oy < Ho; oy++)
+          for (int64_t ox = 0; ox < Wo; ox++) {
+            double sum = 0, mag = 0;
+            for (int64_t ch = 0; ch < c.C; ch++)
+              for (int64_t i = 0; i < 3; i++)
+                for (int64_t j = 0; j < 3; j++) {
+                  const int64_t iy = oy + i - c.p, ix = ox + j - c.p;
+                  if (iy < 0 || iy >= c.H || ix < 0 || ix >= c.W) continue;
+                  const double t = static_cast<double>(xv[((n * c.C + ch) * c.H + iy) * c.W + ix]) *
+                                   wv[((k * c.C + ch) * 3 + i) * 3 + j];
+                  sum += t;
+                  mag += std::abs(t);
+                }
+            ASSERT_NEAR(got[((n * c.K + k) * Ho + oy) * Wo + ox], sum, 2e-6 * mag + 1e-6)
+                << "N " << c.N << " C " << c.C << " K " << c.K << " " << c.H << "x" << c.W << " padding " << c.p
+                << " at " << n << ", " << k << ", " << oy << ", " << ox;
+          }
+  }
+}
+
+// The filter gradient of that correlation by F(3 x 3, 2 x 2) (winograd_filter_gradient): dw[k, c, i, j] = the sum over
+// images and output positions of go[n, k, oy, ox] x[n, c, oy + i - p, ox + j - p], against the direct sum in double:
+// chunks of one image, of several and of unequal counts, odd sizes (a last tile half outside the output), paddings 0
+// to 2, blocks of outputs with a tail.
+TEST(Kernel, AWinogradFilterGradientMatchesTheDirectSum) {
+  if (!cpu_device().target().winograd) GTEST_SKIP() << "this CPU has no AVX-512F (or TINY_WINOGRAD=0): no Winograd";
+  struct Case {
+    int64_t N, C, K, H, W, p, chunks;
+  };
+  for (const Case& c : {Case{3, 32, 32, 12, 12, 1, 2}, Case{2, 16, 48, 7, 33, 1, 2}, Case{2, 32, 16, 5, 6, 0, 1},
+                        Case{3, 16, 64, 4, 3, 2, 3}}) {
+    const int64_t Ho = c.H + 2 * c.p - 2, Wo = c.W + 2 * c.p - 2;
+    const auto xv = random_vec(c.N * c.C * c.H * c.W, 9), gv = random_vec(c.N * c.K * Ho * Wo, 10);
+    const UOpPtr x = reshape(buffer(filled(xv)), {c.N, c.C, c.H, c.W});
+    const UOpPtr go = reshape(buffer(filled(gv)), {c.N, c.K, Ho, Wo});
+    const UOpPtr dw = winograd_filter_gradient(x, go, {c.p, c.p}, c.chunks);
+    ASSERT_EQ(dw->shape, (Shape{c.K, c.C, 3, 3}));
+    const auto got = values(realize_value(dw));
+    for (int64_t k = 0; k < c.K; k++)
+      for (int64_t ch = 0; ch < c.C; ch++)
+        for (int64_t i = 0; i < 3; i++)
+          for (int64_t j = 0; j < 3; j++) {
+            double sum = 0, mag = 0;
+            for (int64_t n = 0; n < c.N; n++)
+              for (int64_t oy = 0; oy < Ho; oy++)
+                for (int64_t ox = 0; ox < Wo; ox++) {
+                  const int64_t iy = oy + i - c.p, ix = ox + j - c.p;
+                  if (iy < 0 || iy >= c.H || ix < 0 || ix >= c.W) continue;
+                  const double t = static_cast<double>(gv[((n * c.K + k) * Ho + oy) * Wo + ox]) *
+                                   xv[((n * c.C + ch) * c.H + iy) * c.W + ix];
+                  sum += t;
+                  mag += std::abs(t);
+                }
+            ASSERT_NEAR(got[((k * c.C + ch) * 3 + i) * 3 + j], sum, 4e-6 * mag + 1e-6)
+                << "N " << c.N << " C " << c.C << " K " << c.K << " " << c.H << "x" << c.W << " padding " << c.p
+                << " at " << k << ", " << ch << ", " << i << ", " << j;
+          }
+  }
+}
+
+// A WINOGRAD node is realized by its own kernel, reading its input's padded channels-last copy and the filters'
+// transform, before the kernels that read it; a GPU target has no such kernel.
+TEST(Kernel, AWinogradNodeIsAKernelOfItsOwnBeforeItsReaders) {
+  const UOpPtr x = reshape(buffer(filled(random_vec(2 * 16 * 8 * 8, 7))), {2, 16, 8, 8});
+  const UOpPtr w = reshape(buffer(filled(random_vec(16 * 16 * 9, 8))), {16, 16, 3, 3});
+  const UOpPtr y = alu(Ops::MAX, winograd_correlation(x, w, {1, 1}),
+                       expand(reshape(const_float(DType::Float32, 0), {1, 1, 1, 1}), {2, 16, 8, 8}));
+  const Schedule s = schedule({y}, cpu_device().target(),
+                              [](DType dt, int64_t n) { return std::make_shared<Buffer>(cpu_device(), dt, n); });
+  std::vector<std::string> names;
+  for (const Kernel& k : s.kernels)
+    names.push_back(k.name);
+  ASSERT_GE(s.kernels.size(), 3u) << ::testing::PrintToString(names);
+  const Kernel& wk = s.kernels[s.kernels.size() - 2];
+  ASSERT_TRUE(wk.winograd) << ::testing::PrintToString(names);
+  EXPECT_EQ(wk.buffers[0], s.kernels.back().buffers[1]); // the ReLU reads the Winograd kernel's output
+  for (size_t i = 1; i < wk.buffers.size(); i++)         // written by the kernels before it
+    EXPECT_TRUE(std::ranges::any_of(s.kernels, [&](const Kernel& k) { return k.buffers[0] == wk.buffers[i]; }));
+  Target gpu;
+  gpu.dialect = Dialect::CUDA;
+  EXPECT_THROW(render_gpu(wk, "k", gpu), std::logic_error);
 }

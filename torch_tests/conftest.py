@@ -274,6 +274,17 @@ class counting:
         return (self.stats if self.stats is not None else torch.tiny.stats())[key]
 
 
+def run_with(tmp_path, script, **env_vars):
+    """Runs script (which prints "ok" at its end) in a fresh process with these environment variables and an empty
+    kernel cache, torch_tests/ on its path; its stderr."""
+    env = dict(os.environ, TINY_CACHE_DIR=str(tmp_path), **env_vars)
+    here = Path(__file__).resolve().parent
+    env["PYTHONPATH"] = os.pathsep.join([str(here.parent), str(here), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
+    return proc.stderr
+
+
 def conv2d_gradient_kernels(x, w, gy, wanted, **options):
     """The kernels tiny runs for the gradients of F.conv2d(x, w, **options) at grad_output gy (CPU tensors): the
     input's alone (wanted=1) or the input's and the weight's (2); and those gradients."""

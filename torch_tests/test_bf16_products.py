@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import check, conv2d_gradient_kernels, rand, tol
+from conftest import check, conv2d_gradient_kernels, rand, run_with, tol
 
 import torch_tiny
 
@@ -157,15 +157,6 @@ for got, want in ((a.to("tiny") @ b.to("tiny"), a @ b),
     torch.testing.assert_close(got.cpu(), want, rtol=2e-2, atol=2e-2)
 print("ok")
 """
-
-
-def run_with(tmp_path, script, **env_vars):
-    """Runs script in a fresh process with these environment variables and an empty kernel cache; its stderr."""
-    env = dict(os.environ, TINY_CACHE_DIR=str(tmp_path), **env_vars)
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
-    return proc.stderr
 
 
 def has_pair_dots():

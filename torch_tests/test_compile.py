@@ -106,9 +106,16 @@ def test_compiled_training_step_of_the_demo_matches_cpu_and_then_replays(backend
         tiny_loss = demo_step(compiled, opt, xt, yt)
     cpu_loss = demo_step(model, torch.optim.Adam(model.parameters(), lr=1e-3), x, y)
     assert tiny_loss == pytest.approx(cpu_loss, rel=LOSS_TOL["rtol"], abs=LOSS_TOL["atol"])
+    # Adam's first step moves each weight by lr times its gradient's sign: where the gradient is within float32
+    # rounding of 0 that sign is the rounding's, so the weights compare where it is the gradient's (the gradients
+    # themselves everywhere)
+    signed = {n: p.grad.abs() > 1e-5 for n, p in model.named_parameters()}
+    for (name, t), c in zip(on_tiny.named_parameters(), model.parameters(), strict=True):
+        torch.testing.assert_close(t.grad.cpu(), c.grad, **PARAM_TOL, msg=lambda m, name=name: f"{name}'s grad: {m}")
     for (name, t), c in zip(on_tiny.state_dict().items(), model.state_dict().values(), strict=True):
         # weights, and batch norm's running statistics, which the compiled forward updates in place
-        torch.testing.assert_close(t.cpu(), c, **PARAM_TOL, msg=lambda m, name=name: f"{name}: {m}")
+        keep = signed.get(name, torch.ones_like(c, dtype=torch.bool))
+        torch.testing.assert_close(t.cpu()[keep], c[keep], **PARAM_TOL, msg=lambda m, name=name: f"{name}: {m}")
     assert first["fallbacks"] == 0, first["fallback_ops"]
 
     # Repeated, the compiled step is not compiled again by dynamo, and tiny replays every sync's schedule

@@ -1,6 +1,8 @@
 """Convolution, pooling and interpolation against PyTorch CPU: values, gradients, options, layouts,
 dtypes, errors, and the kernels a fused forward launches."""
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -8,14 +10,18 @@ from conftest import (
     check,
     check_devices,
     check_half_against_float32,
-    conv2d_gradient_kernels,
     conv_block,
     counting,
     on_device,
     rand,
+    run_with,
     tol,
 )
 from torch import nn
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
+
+import torch_tiny
 
 HALF = (torch.float16, torch.bfloat16)
 
@@ -302,22 +308,33 @@ def test_stride_one_conv1d_conv3d_and_float64_gradients_match_cpu():
     check_grads(lambda x, w: F.conv2d(x, w, padding=1), x, w)
 
 
-def test_conv_weight_gradient_reads_the_input_gradients_copy_of_grad_output():
-    """The weight gradient adds its sums to the input gradient's kernels, no layout copy of its own."""
+WEIGHT_GRADIENT_READS_THE_COPY = """
+import torch, torch.nn.functional as F
+from conftest import conv2d_gradient_kernels, rand
 
-    def kernels(wanted):
-        return conv2d_gradient_kernels(
-            rand(16, 16, 10, 10), rand(16, 16, 3, 3, seed=1), rand(16, 16, 10, 10, seed=2), wanted, padding=1
-        )
 
-    (alone, _), (both, (gx, gw)) = kernels(1), kernels(2)
-    # the sum over the whole batch (its input and gradient, 200 KiB, fit in L2: no chunks' partial sums to add) and
-    # the total in the weight's layout
-    assert both - alone == 2
-    x, w = rand(16, 16, 10, 10).requires_grad_(), rand(16, 16, 3, 3, seed=1).requires_grad_()
-    want = torch.autograd.grad(F.conv2d(x, w, padding=1), [x, w], rand(16, 16, 10, 10, seed=2))
-    torch.testing.assert_close(gx.cpu(), want[0])
-    torch.testing.assert_close(gw.cpu(), want[1], rtol=1e-5, atol=1e-4)
+def kernels(wanted):
+    return conv2d_gradient_kernels(
+        rand(16, 16, 10, 10), rand(16, 16, 3, 3, seed=1), rand(16, 16, 10, 10, seed=2), wanted, padding=1
+    )
+
+
+(alone, _), (both, (gx, gw)) = kernels(1), kernels(2)
+# the sum over the whole batch (its input and gradient, 200 KiB, fit in L2: no chunks' partial sums to add) and
+# the total in the weight's layout
+assert both - alone == 2, (alone, both)
+x, w = rand(16, 16, 10, 10).requires_grad_(), rand(16, 16, 3, 3, seed=1).requires_grad_()
+want = torch.autograd.grad(F.conv2d(x, w, padding=1), [x, w], rand(16, 16, 10, 10, seed=2))
+torch.testing.assert_close(gx.cpu(), want[0])
+torch.testing.assert_close(gw.cpu(), want[1], rtol=1e-5, atol=1e-4)
+print("ok")
+"""
+
+
+def test_conv_weight_gradient_reads_the_input_gradients_copy_of_grad_output(tmp_path):
+    """The weight gradient adds its sums to the input gradient's kernels, no layout copy of its own: the direct
+    kernels' (TINY_WINOGRAD=0; a Winograd input gradient reads a padded copy of its own)."""
+    run_with(tmp_path, WEIGHT_GRADIENT_READS_THE_COPY, TINY_WINOGRAD="0")
 
 
 def test_conv_bias_relu_forward_is_one_kernel():
@@ -327,6 +344,61 @@ def test_conv_bias_relu_forward_is_one_kernel():
         torch.tiny.synchronize()
     assert c["kernels"] == 1
     torch.testing.assert_close(y.cpu(), F.relu(F.conv2d(x.cpu(), w.cpu(), b.cpu(), padding=1)))
+
+
+# float32 3 x 3 convolutions of stride 1, channels and filters by 16s, outputs of 16 tiles or more, run as Winograd
+# kernels on a CPU with AVX-512F (compiler/winograd.h): forward and both gradients, odd sizes, several blocks of tiles a
+# row, paddings 0 to 2, a bias, a channels-last input, a computed one. Sums of up to 576 products of values of about 1:
+# Winograd's transforms round a few ulp of the sums' magnitudes (about 1e-5 here).
+WINOGRAD_CASES = [
+    ((2, 32, 12, 12), (32, 32, 3, 3), {"padding": 1}),
+    ((2, 16, 7, 33), (48, 16, 3, 3), {"padding": 1}),
+    ((3, 32, 11, 10), (16, 32, 3, 3), {"padding": 0}),
+    ((1, 16, 7, 6), (32, 16, 3, 3), {"padding": 2}),
+    ((2, 16, 8, 8), (16, 16, 3, 3), {"padding": (1, 2)}),
+]
+
+
+def winograd_kernels(prof):
+    return [e.name for e in prof.events() if e.device_type == DeviceType.PrivateUse1 and e.name.startswith("W_")]
+
+
+@pytest.mark.parametrize("x_shape, w_shape, options", WINOGRAD_CASES, ids=str)
+def test_winograd_convolutions_and_input_gradients_match_cpu(x_shape, w_shape, options):
+    x, w, b = rand(*x_shape), rand(*w_shape, seed=1), rand(w_shape[0], seed=2)
+    check_grads(lambda x, w, b: F.conv2d(x, w, b, **options), x, w, b, rtol=1e-4, atol=1e-4)
+    check_grads(
+        lambda x, w: F.conv2d(F.relu(x), w, **options),
+        x.contiguous(memory_format=torch.channels_last),
+        w,
+        rtol=1e-4,
+        atol=1e-4,
+    )
+
+
+def test_a_stride_one_3x3_convolution_and_its_input_gradient_run_winograd_kernels():
+    if not torch_tiny._C._winograd(0):
+        pytest.skip("tiny:0 has no Winograd kernels (not a CPU with AVX-512F, or TINY_WINOGRAD=0)")
+    x = rand(2, 32, 12, 12).to("tiny").requires_grad_()
+    w = rand(32, 32, 3, 3, seed=1).to("tiny").requires_grad_()
+    torch.tiny.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        y = F.conv2d(x, w, padding=1)
+        grads = torch.autograd.grad(y, [x, w], torch.ones_like(y))  # held: a value nothing holds is not computed
+        torch.tiny.synchronize()
+    # the forward, the input gradient, the filter gradient's chunks of images (one a thread)
+    names = winograd_kernels(prof)
+    assert names[:2] == ["W_2_32_32_12_12"] * 2 and len(names) == 3, names
+    assert re.fullmatch(r"W_[12]_16_32_32_2", names[2]), names
+    xc, wc = x.detach().cpu().requires_grad_(), w.detach().cpu().requires_grad_()
+    want = torch.autograd.grad(F.conv2d(xc, wc, padding=1), [xc, wc], torch.ones(2, 32, 12, 12))
+    for got, expected in zip(grads, want, strict=True):
+        torch.testing.assert_close(got.cpu(), expected, rtol=1e-4, atol=1e-4)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        F.conv2d(x, w[:12], padding=1).cpu()  # 12 filters
+        F.conv2d(x[:, :, :7, :7], w, padding=1).cpu()  # an output of 7 x 7: 16 tiles, Winograd
+        F.conv2d(x[:, :, :6, :7], w, padding=1).cpu()  # of 6 x 7: 12 tiles, direct
+    assert winograd_kernels(prof) == ["W_2_32_32_7_7"]
 
 
 # A convolution of a computed input (a ReLU's, a GELU's, an affine map's) reads a copy that computes the input once,

@@ -15,8 +15,9 @@ from torch.profiler import ProfilerActivity, profile
 
 import torch_tiny
 
-# how tiny's lowering names a kernel: kind, loop sizes, then vector lanes (CPU) or rows per thread (GPU)
-KERNEL_NAME = re.compile(r"^[ERGS](_\d+)+(_v\d+|_r\d+)?$")
+# how tiny's lowering names a kernel: kind (W: a Winograd convolution), loop sizes, then vector lanes (CPU) or rows
+# per thread (GPU)
+KERNEL_NAME = re.compile(r"^[ERGSW](_\d+)+(_v\d+|_r\d+)?$")
 
 
 def realized(*shapes, seed=0):
