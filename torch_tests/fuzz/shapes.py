@@ -152,6 +152,27 @@ def convolution(r):
     return name, with_backward(fn, grad), [x, w, b], reduced * max(1, stride), "product"
 
 
+def winograd_convolution(r):
+    """A float32 3 x 3 convolution of stride 1 that tiny runs by Winograd's transforms on an AVX-512 CPU (channels and
+    filters by 16s, padding up to 2, outputs of 16 tiles or more: aten_ops/conv.cpp, runs_winograd), forward and both
+    gradients; a few of them (tiles of one output) sized just past the threshold."""
+    cin, cout = r.choice((16, 32, 48, 64)), r.choice((16, 32, 64, 96))
+    padding = r.choice((0, 1, 1, 2))
+    hw = [r.choice((5, 6, 7, 8, 9, 13, 14, 16, 28, 31)) for _ in range(2)]
+    x = rand(r, (r.choice((1, 2, 3, 8)), cin, *hw), torch.float32)
+    w = rand(r, (cout, cin, 3, 3), torch.float32, 1 / math.sqrt(cin * 9))
+    out = [n + 2 * padding - 2 for n in hw]
+    if min(out) < 1:
+        return winograd_convolution(r)
+    b = rand(r, (cout,), torch.float32) if r.random() < 0.5 else None
+    grad = rand(r, (x.shape[0], cout, *out), torch.float32)
+
+    def fn(x, w, b):
+        return F.conv2d(x, w, b, 1, padding)
+
+    return f"conv2d 3x3 p{padding} (Winograd's shapes)", with_backward(fn, grad), [x, w, b], cin * 9, "product"
+
+
 def with_backward(fn, grad):
     """fn's result and its inputs' gradients for the output gradient `grad`."""
 
@@ -342,6 +363,7 @@ CASES = (
     product,
     convolution,
     convolution,
+    winograd_convolution,
     pooling,
     reduction,
     reduction,
