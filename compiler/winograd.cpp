@@ -194,6 +194,42 @@ void emit_input(std::ostringstream& os, const std::string& fn, const std::string
      << "}\n\n";
 }
 
+// A block of products in registers: acc[rows][vecs], vectors of 16 floats, zero or (accumulate) loaded from `out`;
+// for each of `steps` steps the vectors b + step * b_step + 16 q are loaded and a[r * a_row + step * a_step] broadcast
+// to multiply them; then acc stored to `out` (row r at out + r * out_row + 16 q). The correlation's products (tiles by
+// outputs, over the channels) and the filter gradient's (outputs by channels, over the tiles) are both such blocks.
+struct RegisterBlock {
+  std::string rows, vecs, steps, a, a_row, a_step, b, b_step, out, out_row;
+  bool accumulate;
+};
+
+void emit_register_block(std::ostringstream& os, const std::string& ind, const RegisterBlock& k) {
+  os << ind << "{\n"
+     << ind << "  float* o = " << k.out << ";\n"
+     << ind << "  const float* a = " << k.a << ";\n"
+     << ind << "  const float* b = " << k.b << ";\n"
+     << ind << "  __m512 acc[" << k.rows << "][" << k.vecs << "];\n"
+     << unroll(ind + "  ") << ind << "  for (int r = 0; r < " << k.rows << "; r++)\n"
+     << unroll(ind + "    ") << ind << "    for (int q = 0; q < " << k.vecs << "; q++)\n"
+     << ind << "      acc[r][q] = "
+     << (k.accumulate ? "_mm512_loadu_ps(o + r * (" + k.out_row + ") + 16 * q)" : std::string("_mm512_setzero_ps()"))
+     << ";\n"
+     << ind << "  for (int s = 0; s < " << k.steps << "; s++) {\n"
+     << ind << "    __m512 g[" << k.vecs << "];\n"
+     << unroll(ind + "    ") << ind << "    for (int q = 0; q < " << k.vecs << "; q++)\n"
+     << ind << "      g[q] = _mm512_loadu_ps(b + s * (" << k.b_step << ") + 16 * q);\n"
+     << unroll(ind + "    ") << ind << "    for (int r = 0; r < " << k.rows << "; r++) {\n"
+     << ind << "      const __m512 x = _mm512_set1_ps(a[r * (" << k.a_row << ") + s * (" << k.a_step << ")]);\n"
+     << unroll(ind + "      ") << ind << "      for (int q = 0; q < " << k.vecs << "; q++)\n"
+     << ind << "        acc[r][q] = _mm512_fmadd_ps(x, g[q], acc[r][q]);\n"
+     << ind << "    }\n"
+     << ind << "  }\n"
+     << unroll(ind + "  ") << ind << "  for (int r = 0; r < " << k.rows << "; r++)\n"
+     << unroll(ind + "    ") << ind << "    for (int q = 0; q < " << k.vecs << "; q++)\n"
+     << ind << "      _mm512_storeu_ps(o + r * (" << k.out_row << ") + 16 * q, acc[r][q]);\n"
+     << ind << "}\n";
+}
+
 constexpr const char* kHeader = "#if !defined(__AVX512F__)\n#error \"tiny: a Winograd convolution kernel needs "
                                 "AVX-512F\"\n#endif\n#include <immintrin.h>\n\n";
 constexpr const char* kSignature =
@@ -217,27 +253,11 @@ std::string render_correlation(const WinogradShape& w, const std::string& fn) {
   os << "// m[16][TB][16 KV]: the products of v's tiles and u's outputs [k0, k0 + 16 KV), summed over the channels\n"
      << "__attribute__((noinline)) static void " << fn
      << "_products(const float* restrict u, const float* restrict v, float* restrict m, int64_t k0) {\n"
-     << sizes << "  for (int xi = 0; xi < 16; xi++) {\n"
-     << "    __m512 acc[TB][KV];\n"
-     << unroll("    ") << "    for (int t = 0; t < TB; t++)\n"
-     << unroll("      ") << "      for (int q = 0; q < KV; q++)\n"
-     << "        acc[t][q] = _mm512_setzero_ps();\n"
-     << "    const float* f = u + xi * C * K + k0;\n"
-     << "    const float* a = v + xi * TB * C;\n"
-     << "    for (int c = 0; c < C; c++) {\n"
-     << "      __m512 g[KV];\n"
-     << unroll("      ") << "      for (int q = 0; q < KV; q++)\n"
-     << "        g[q] = _mm512_loadu_ps(f + c * K + 16 * q);\n"
-     << unroll("      ") << "      for (int t = 0; t < TB; t++) {\n"
-     << "        const __m512 b = _mm512_set1_ps(a[t * C + c]);\n"
-     << unroll("        ") << "        for (int q = 0; q < KV; q++)\n"
-     << "          acc[t][q] = _mm512_fmadd_ps(b, g[q], acc[t][q]);\n"
-     << "      }\n"
-     << "    }\n"
-     << unroll("    ") << "    for (int t = 0; t < TB; t++)\n"
-     << unroll("      ") << "      for (int q = 0; q < KV; q++)\n"
-     << "        _mm512_store_ps(m + (xi * TB + t) * 16 * KV + 16 * q, acc[t][q]);\n"
-     << "  }\n"
+     << sizes << "  for (int xi = 0; xi < 16; xi++) {\n";
+  emit_register_block(os, "    ",
+                      {"TB", "KV", "C", "v + xi * TB * C", "C", "1", "u + xi * C * K + k0", "K",
+                       "m + xi * TB * 16 * KV", "16 * KV", false});
+  os << "  }\n"
      << "}\n\n"
      << "// A^T m A of tiles [q0, q0 + nt) of image n, outputs [k0, k0 + 16 KV), into y's rows, a row of tiles at a "
         "time:\n"
@@ -366,28 +386,11 @@ std::string render_filter_grad(const WinogradShape& w, const std::string& fn) {
        << "(const float* restrict gt, const float* restrict v, float* restrict m, int64_t k0) {\n"
        << sizes << "  enum { KB = " << rows << " };\n"
        << "  for (int xi = 0; xi < 16; xi++)\n"
-       << "    for (int c0 = 0; c0 < C; c0 += 16 * CV) {\n"
-       << "      float* s = m + (xi * K + k0) * C + c0;\n"
-       << "      __m512 acc[KB][CV];\n"
-       << unroll("      ") << "      for (int r = 0; r < KB; r++)\n"
-       << unroll("        ") << "        for (int q = 0; q < CV; q++)\n"
-       << "          acc[r][q] = _mm512_loadu_ps(s + r * C + 16 * q);\n"
-       << "      const float* a = gt + xi * TB * K + k0;\n"
-       << "      const float* f = v + xi * TB * C + c0;\n"
-       << "      for (int t = 0; t < TB; t++) {\n"
-       << "        __m512 d[CV];\n"
-       << unroll("        ") << "        for (int q = 0; q < CV; q++)\n"
-       << "          d[q] = _mm512_load_ps(f + t * C + 16 * q);\n"
-       << unroll("        ") << "        for (int r = 0; r < KB; r++) {\n"
-       << "          const __m512 b = _mm512_set1_ps(a[t * K + r]);\n"
-       << unroll("          ") << "          for (int q = 0; q < CV; q++)\n"
-       << "            acc[r][q] = _mm512_fmadd_ps(b, d[q], acc[r][q]);\n"
-       << "        }\n"
-       << "      }\n"
-       << unroll("      ") << "      for (int r = 0; r < KB; r++)\n"
-       << unroll("        ") << "        for (int q = 0; q < CV; q++)\n"
-       << "          _mm512_storeu_ps(s + r * C + 16 * q, acc[r][q]);\n"
-       << "    }\n"
+       << "    for (int c0 = 0; c0 < C; c0 += 16 * CV) {\n";
+    emit_register_block(os, "      ",
+                        {"KB", "CV", "TB", "gt + xi * TB * K + k0", "1", "K", "v + xi * TB * C + c0", "C",
+                         "m + (xi * K + k0) * C + c0", "C", true});
+    os << "    }\n"
        << "}\n\n";
   };
   products("_products", b.rows);
