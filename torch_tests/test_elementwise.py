@@ -763,10 +763,10 @@ def test_float_math_functions_call_no_libm(tmp_path):
 
 @pytest.mark.parametrize("dtype", (torch.float32, torch.float64), ids=dtype_name)
 def test_sin_cos_tan_and_pow_over_their_whole_range(dtype):
-    """sin, cos, tan and pow of float are the prelude's (sin's two reductions by pi/2, below and above 2^27, the one
-    selected; pow's special operands selected after 2^(y log2 |x|)), of double libm's: check arguments large and huge,
-    either side of 2^27, near multiples of pi/2, denormals, signed zeros, NaN and inf, and pow's negative bases, zero,
-    one and infinite operands, to 4 ulp."""
+    """sin, cos, tan and pow of float are the prelude's (their float reduction by pi/2 below 2^18, a double one above,
+    the one selected; pow's special operands selected after 2^(y log2 |x|)), of double libm's: check arguments large
+    and huge, either side of 2^18 and 2^27, near multiples of pi/2, denormals, signed zeros, NaN and inf, and pow's
+    negative bases, zero, one and infinite operands, to 4 ulp."""
     x = torch.cat(
         [
             torch.linspace(-100, 100, 20001),
@@ -774,6 +774,7 @@ def test_sin_cos_tan_and_pow_over_their_whole_range(dtype):
             -torch.logspace(-40, 38, 2001),
             torch.tensor([0.0, -0.0, 1e-45, 1.5707964, 3.1415927, 4.712389, 1e30, -1e30, 3.4e38]),
             torch.tensor([134217720.0, 134217728.0, 134217744.0, -134217728.0, 1e9, 16367173 * 2.0**72]),
+            torch.tensor([262143.98, 262144.0, 262144.03, -262143.98, -262144.0, 1e-4, -1e-4, 2.0**-12, -(2.0**-13)]),
             torch.tensor([float("nan"), float("inf"), float("-inf")]),
         ]
     ).to(dtype)
