@@ -70,7 +70,7 @@ def run_once(fn, clock=time.perf_counter):
     return elapsed
 
 
-WARM = 1e-3  # seconds of untimed calls before each timed one (see interleaved)
+WARM = 5e-3  # seconds of untimed calls before each timed one (see interleaved)
 
 
 def interleaved(contenders, rounds=12, clock=time.perf_counter):
@@ -84,7 +84,10 @@ def interleaved(contenders, rounds=12, clock=time.perf_counter):
     eager op, eager's OpenMP worker still spins on the second core (GOMP_SPINCOUNT above), and tiny's worker joined a
     32-row x @ w kernel 190 us late on average (27 us after a sleep instead), leaving it one thread: 0.50 ms against
     0.25 run back to back. One untimed call was too short a wait for an op of 0.1 ms: a bfloat16 x @ w of 32 rows by
-    1024 x 1024 took tiny 0.126-0.130 ms after one, 0.061-0.065 after four or alone (eager 0.092-0.095 either way)."""
+    1024 x 1024 took tiny 0.126-0.130 ms after one, 0.061-0.065 after four or alone (eager 0.092-0.095 either way).
+    A millisecond was too short a wait after Inductor's 2.4 ms tan of 4M floats, whose OpenMP workers kept spinning:
+    tiny's tan took 1.32 / 1.50 ms (best / median) after it, 1.20 / 1.26 after 5 ms of its own calls, 1.18 / 1.20
+    after 20."""
     for fn in contenders.values():
         run_once(fn)
     times = {name: [] for name in contenders}
