@@ -249,8 +249,8 @@ std::string render_correlation(const WinogradShape& w, const std::string& fn) {
   std::ostringstream sizes_os;
   sizes_os << "  enum { C = " << w.channels << ", K = " << w.outputs << ", TY = " << w.tile_rows << ", TX = " << w.tiles
            << ", H = " << w.height << ", W = " << w.width << ", PH = 2 * TY + 2, PW = 2 * TX + 2, TB = " << b.tiles
-           << ", KV = " << b.vecs << ", NB = " << b.count << ", VS = TB * C + " << kPlanePad
-           << ", MS = TB * 16 * KV + " << kPlanePad << " };\n";
+           << ", KV = " << b.vecs << ", NB = " << b.count << ", VS = TB * C + " << kPlanePad << ", MS = TB * 16 * KV + "
+           << kPlanePad << " };\n";
   const std::string sizes = sizes_os.str();
   // Functions of their own, not inlined: in one, the transposes' index vectors, hoisted out of the loops, held
   // registers that the products' 28 accumulators then spilled for (5.0 ms against 3.8).
@@ -261,9 +261,9 @@ std::string render_correlation(const WinogradShape& w, const std::string& fn) {
      << "__attribute__((noinline)) static void " << fn
      << "_products(const float* restrict u, const float* restrict v, float* restrict m, int64_t k0) {\n"
      << sizes << "  for (int xi = 0; xi < 16; xi++) {\n";
-  emit_register_block(os, "    ",
-                      {"TB", "KV", "C", "v + xi * VS", "C", "1", "u + xi * C * K + k0", "K", "m + xi * MS",
-                       "16 * KV", false});
+  emit_register_block(
+      os, "    ",
+      {"TB", "KV", "C", "v + xi * VS", "C", "1", "u + xi * C * K + k0", "K", "m + xi * MS", "16 * KV", false});
   os << "  }\n"
      << "}\n\n"
      << "// A^T m A of tiles [q0, q0 + nt) of image n, outputs [k0, k0 + 16 KV), into y's rows, a row of tiles at a "
@@ -354,13 +354,14 @@ std::string render_filter_grad(const WinogradShape& w, const std::string& fn) {
   sizes_os << "  enum { N = " << w.images << ", P = " << w.chunks << ", C = " << w.channels << ", K = " << w.outputs
            << ", TY = " << w.tile_rows << ", TX = " << w.tiles
            << ", PH = 2 * TY + 2, PW = 2 * TX + 2, GH = " << w.grad_rows << ", GW = " << w.grad_cols
-           << ", TB = " << b.tiles << ", CV = " << b.vecs << ", VS = TB * C + " << kPlanePad
-           << ", GS = TB * K + " << kPlanePad << " };\n";
+           << ", TB = " << b.tiles << ", CV = " << b.vecs << ", VS = TB * C + " << kPlanePad << ", GS = TB * K + "
+           << kPlanePad << " };\n";
   const std::string sizes = sizes_os.str();
   std::ostringstream os;
   os << kHeader;
   emit_input(os, fn, sizes);
-  os << "// gt[16][TB][K]: A g A^T of the gradient's tiles [q0, q0 + nt) of image n, the block's other tiles 0; its planes\n"
+  os << "// gt[16][TB][K]: A g A^T of the gradient's tiles [q0, q0 + nt) of image n, the block's other tiles 0; its "
+        "planes\n"
      << "// GS floats apart\n"
      << "__attribute__((noinline)) static void " << fn
      << "_gradients(const float* restrict g, float* restrict gt, int64_t n, int64_t q0, int64_t nt) {\n"

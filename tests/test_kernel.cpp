@@ -917,7 +917,11 @@ TEST(Kernel, TrigStripsRunTheGeneralFormOnlyWhereAnArgumentNeedsIt) {
       } else if (x == 0.0f) {
         EXPECT_EQ(std::bit_cast<uint32_t>(g), std::bit_cast<uint32_t>(op == Ops::COS ? 1.0f : x)) << op_name(op);
       } else {
-        EXPECT_LE(ulps(g, want), std::abs(x) >= 262144.0f || op == Ops::TAN ? 0.501 : 1.2) << op_name(op) << " " << x;
+        // (tan's float form: 1.24 ulp over every float below 2^18)
+        EXPECT_LE(ulps(g, want), std::abs(x) >= 262144.0f ? 0.501
+                                 : op == Ops::TAN         ? 1.25
+                                                          : 1.2)
+            << op_name(op) << " " << x;
       }
     }
   }
