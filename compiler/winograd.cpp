@@ -1,8 +1,10 @@
 #include "compiler/winograd.h"
 
 #include <algorithm>
+#include <functional>
 #include <sstream>
 #include <stdexcept>
+#include <vector>
 
 namespace tiny {
 
@@ -165,6 +167,50 @@ std::string unroll(const std::string& ind) { return ind + "#pragma clang loop un
 // one Sapphire Rapids thread in a C harness: 5.3 -> 4.4 ms.
 constexpr int64_t kPlanePad = 16;
 
+// The transforms' matrices (entries 0, 1, -1), as the kernels apply them to a tile: M w M^T of its window w.
+using Transform = std::vector<std::vector<int>>;
+const Transform kInputTransform = {{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}}; // B^T, F(2 x 2, 3 x 3)
+const Transform kOutputTransform = {{1, 1, 1, 0}, {0, 1, -1, -1}};                             // A^T
+const Transform kGradientTransform = {{1, 0}, {1, 1}, {1, -1}, {0, -1}}; // A: F(3 x 3, 2 x 2)'s input transform
+
+// The vector sum of term(k) weighted by row[k]: its positive terms added in order, then its negative ones subtracted
+// (from zero where none is positive).
+std::string combination(const std::vector<int>& row, const std::function<std::string(size_t)>& term) {
+  std::string sum;
+  for (int sign : {1, -1})
+    for (size_t k = 0; k < row.size(); k++)
+      if (row[k] == sign)
+        sum = sum.empty() ? (sign > 0 ? term(k) : "_mm512_sub_ps(_mm512_setzero_ps(), " + term(k) + ")")
+                          : std::string(sign > 0 ? "_mm512_add_ps(" : "_mm512_sub_ps(") + sum + ", " + term(k) + ")";
+  return sum;
+}
+
+// The statements computing m w m^T of the window in[n][n] (declared and loaded before them, at indent ind): the
+// columns' sums e[i][j] first, then each row i's outputs (i, l), stored by the statement store(l, value) (in terms of
+// the row's loop variable i).
+void emit_tile_transform(std::ostringstream& os, const std::string& ind, const Transform& m, const std::string& in,
+                         const std::function<std::string(size_t, const std::string&)>& store) {
+  const size_t rows = m.size(), n = m[0].size();
+  os << ind << "__m512 e[" << rows << "][" << n << "];\n"
+     << unroll(ind) << ind << "for (int j = 0; j < " << n << "; j++) {\n";
+  for (size_t i = 0; i < rows; i++)
+    os << ind << "  e[" << i
+       << "][j] = " << combination(m[i], [&](size_t k) { return in + "[" + std::to_string(k) + "][j]"; }) << ";\n";
+  os << ind << "}\n" << unroll(ind) << ind << "for (int i = 0; i < " << rows << "; i++) {\n";
+  for (size_t l = 0; l < rows; l++)
+    os << ind << "  " << store(l, combination(m[l], [](size_t k) { return "e[i][" + std::to_string(k) + "]"; }))
+       << ";\n";
+  os << ind << "}\n";
+}
+
+// The store of a tile's output (i, l) into plane 4 i + l of a block's scratch, its planes `stride` floats apart.
+std::function<std::string(size_t, const std::string&)> plane_store(const std::string& stride) {
+  return [stride](size_t l, const std::string& value) {
+    return "_mm512_store_ps(o + (4 * i" + std::string(l ? " + " + std::to_string(l) : "") + ") * " + stride + ", " +
+           value + ")";
+  };
+}
+
 // fn_input(x, v, n, q0, nt): v[16][TB][C] = B^T d B of tiles [q0, q0 + nt) of image n (row-major over its tile rows),
 // the block's other tiles 0; v's 16 planes VS = TB C + 16 floats apart (see kPlanePad).
 void emit_input(std::ostringstream& os, const std::string& fn, const std::string& sizes) {
@@ -180,23 +226,12 @@ void emit_input(std::ostringstream& os, const std::string& fn, const std::string
      << "      }\n"
      << "      const int64_t ty = (q0 + t) / TX, tx = (q0 + t) % TX;\n"
      << "      const float* p = x + ((n * PH + 2 * ty) * PW + 2 * tx) * C + c;\n"
-     << "      __m512 d[4][4], e[4][4];\n"
+     << "      __m512 d[4][4];\n"
      << unroll("      ") << "      for (int i = 0; i < 4; i++)\n"
      << unroll("        ") << "        for (int j = 0; j < 4; j++)\n"
-     << "          d[i][j] = _mm512_loadu_ps(p + (i * PW + j) * C);\n"
-     << unroll("      ") << "      for (int j = 0; j < 4; j++) {\n"
-     << "        e[0][j] = _mm512_sub_ps(d[0][j], d[2][j]);\n"
-     << "        e[1][j] = _mm512_add_ps(d[1][j], d[2][j]);\n"
-     << "        e[2][j] = _mm512_sub_ps(d[2][j], d[1][j]);\n"
-     << "        e[3][j] = _mm512_sub_ps(d[1][j], d[3][j]);\n"
-     << "      }\n"
-     << unroll("      ") << "      for (int i = 0; i < 4; i++) {\n"
-     << "        _mm512_store_ps(o + (4 * i) * VS, _mm512_sub_ps(e[i][0], e[i][2]));\n"
-     << "        _mm512_store_ps(o + (4 * i + 1) * VS, _mm512_add_ps(e[i][1], e[i][2]));\n"
-     << "        _mm512_store_ps(o + (4 * i + 2) * VS, _mm512_sub_ps(e[i][2], e[i][1]));\n"
-     << "        _mm512_store_ps(o + (4 * i + 3) * VS, _mm512_sub_ps(e[i][1], e[i][3]));\n"
-     << "      }\n"
-     << "    }\n"
+     << "          d[i][j] = _mm512_loadu_ps(p + (i * PW + j) * C);\n";
+  emit_tile_transform(os, "      ", kInputTransform, "d", plane_store("VS"));
+  os << "    }\n"
      << "}\n\n";
 }
 
@@ -274,19 +309,14 @@ std::string render_correlation(const WinogradShape& w, const std::string& fn) {
      << sizes << "  float s[2][2 * TB + 16][16] __attribute__((aligned(64)));\n"
      << "  for (int64_t q = 0; q < KV; q++) {\n"
      << "    for (int64_t t = 0; t < nt; t++) {\n"
-     << "      __m512 a[4][4], e[2][4];\n"
+     << "      __m512 a[4][4];\n"
      << unroll("      ") << "      for (int i = 0; i < 4; i++)\n"
      << unroll("        ") << "        for (int j = 0; j < 4; j++)\n"
-     << "          a[i][j] = _mm512_load_ps(m + (4 * i + j) * MS + t * 16 * KV + 16 * q);\n"
-     << unroll("      ") << "      for (int j = 0; j < 4; j++) {\n"
-     << "        e[0][j] = _mm512_add_ps(_mm512_add_ps(a[0][j], a[1][j]), a[2][j]);\n"
-     << "        e[1][j] = _mm512_sub_ps(_mm512_sub_ps(a[1][j], a[2][j]), a[3][j]);\n"
-     << "      }\n"
-     << unroll("      ") << "      for (int i = 0; i < 2; i++) {\n"
-     << "        _mm512_store_ps(s[i][2 * t], _mm512_add_ps(_mm512_add_ps(e[i][0], e[i][1]), e[i][2]));\n"
-     << "        _mm512_store_ps(s[i][2 * t + 1], _mm512_sub_ps(_mm512_sub_ps(e[i][1], e[i][2]), e[i][3]));\n"
-     << "      }\n"
-     << "    }\n"
+     << "          a[i][j] = _mm512_load_ps(m + (4 * i + j) * MS + t * 16 * KV + 16 * q);\n";
+  emit_tile_transform(os, "      ", kOutputTransform, "a", [](size_t l, const std::string& value) {
+    return "_mm512_store_ps(s[i][2 * t" + std::string(l ? " + " + std::to_string(l) : "") + "], " + value + ")";
+  });
+  os << "    }\n"
      << "    for (int64_t t = 0, tiles; t < nt; t += tiles) {\n"
      << "      const int64_t ty = (q0 + t) / TX, tx = (q0 + t) % TX;\n"
      << "      tiles = nt - t < TX - tx ? nt - t : TX - tx;\n"
@@ -376,23 +406,12 @@ std::string render_filter_grad(const WinogradShape& w, const std::string& fn) {
      << "      const int64_t ty = (q0 + t) / TX, tx = (q0 + t) % TX;\n"
      << "      const float* p = g + ((n * GH + (GH - 2 * TY) / 2 + 2 * ty) * GW + (GW - 2 * TX) / 2 + 2 * tx) * K + "
         "k;\n"
-     << "      __m512 h[2][2], e[4][2];\n"
+     << "      __m512 h[2][2];\n"
      << unroll("      ") << "      for (int i = 0; i < 2; i++)\n"
      << unroll("        ") << "        for (int j = 0; j < 2; j++)\n"
-     << "          h[i][j] = _mm512_loadu_ps(p + (i * GW + j) * K);\n"
-     << unroll("      ") << "      for (int j = 0; j < 2; j++) {\n"
-     << "        e[0][j] = h[0][j];\n"
-     << "        e[1][j] = _mm512_add_ps(h[0][j], h[1][j]);\n"
-     << "        e[2][j] = _mm512_sub_ps(h[0][j], h[1][j]);\n"
-     << "        e[3][j] = _mm512_sub_ps(_mm512_setzero_ps(), h[1][j]);\n"
-     << "      }\n"
-     << unroll("      ") << "      for (int i = 0; i < 4; i++) {\n"
-     << "        _mm512_store_ps(o + (4 * i) * GS, e[i][0]);\n"
-     << "        _mm512_store_ps(o + (4 * i + 1) * GS, _mm512_add_ps(e[i][0], e[i][1]));\n"
-     << "        _mm512_store_ps(o + (4 * i + 2) * GS, _mm512_sub_ps(e[i][0], e[i][1]));\n"
-     << "        _mm512_store_ps(o + (4 * i + 3) * GS, _mm512_sub_ps(_mm512_setzero_ps(), e[i][1]));\n"
-     << "      }\n"
-     << "    }\n"
+     << "          h[i][j] = _mm512_loadu_ps(p + (i * GW + j) * K);\n";
+  emit_tile_transform(os, "      ", kGradientTransform, "h", plane_store("GS"));
+  os << "    }\n"
      << "}\n\n";
   auto products = [&](const std::string& name, int64_t rows) {
     os << "// m[16][K][C] += the products of gt's outputs [k0, k0 + " << rows
