@@ -668,8 +668,9 @@ def test_exp_tanh_and_log_over_their_whole_range(dtype):
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_name)
 def test_erf_and_gelu_over_their_whole_range(dtype):
-    """erf is a polynomial for float (x P(x^2) below 0.921875, 1 - e^(-x^2) Q(t) above): check both forms and the
-    switch between them, where it rounds to +-1, denormals, signed zeros, NaN and infinities, to 4 ulp in float32."""
+    """erf is a polynomial for float (x P(x^2) below 0.921875, Q(|x| - 2.2) with x's sign above, |x| clamped to
+    3.92): check both forms and the switch between them, where it rounds to +-1, denormals, signed zeros, NaN and
+    infinities, to 4 ulp in float32."""
     x = torch.cat(
         [
             torch.linspace(-5, 5, 20001),
