@@ -120,28 +120,14 @@ runtime::StridedView strided_view(const at::Tensor& t) {
   return {to_shape(t.sizes()), to_shape(t.strides()), t.storage_offset(), to_tiny_dtype(t.scalar_type())};
 }
 
-namespace {
-// strided_view(t) built into this thread's one StridedView, whose vectors keep their capacity from call to
-// call: every op reads and writes through one, and two allocations per read were a measured part of the
-// cost of recording an op. Valid until the thread's next call; LazyBuffer::read and write never call back.
-const runtime::StridedView& scratch_view(const at::Tensor& t) {
-  thread_local runtime::StridedView v;
-  v.sizes.assign(t.sizes().begin(), t.sizes().end());
-  v.strides.assign(t.strides().begin(), t.strides().end());
-  v.offset = t.storage_offset();
-  v.dtype = to_tiny_dtype(t.scalar_type());
-  return v;
-}
-} // namespace
-
 UOpPtr read(const at::Tensor& t) {
-  UOpPtr value = lazy_buffer(t).read(scratch_view(t));
+  UOpPtr value = lazy_buffer(t).read(strided_view(t));
   // A negative view (Tensor._neg_view, made by autograd) reads as the negation of its storage.
   return t.is_neg() ? alu(Ops::NEG, value) : value;
 }
 
 void write(const at::Tensor& dst, const UOpPtr& value) {
-  const runtime::StridedView& view = scratch_view(dst);
+  const runtime::StridedView view = strided_view(dst);
   TORCH_CHECK(value->shape == view.sizes && value->dtype == view.dtype,
               "tiny internal error: writing a value of dtype ", name(value->dtype), " and shape ",
               c10::IntArrayRef(value->shape), " into a tensor of dtype ", name(view.dtype), " and shape ", dst.sizes());
