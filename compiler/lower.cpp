@@ -1687,23 +1687,26 @@ std::optional<Kernel> lower_kernel_at(const BufferRef& out, const View& out_regi
         if (prod(up) * u <= 24 && std::ranges::count_if(up, [](int64_t x) { return x > 1; }) < 2) up[h] = u;
     }
   }
-  // A 2-byte layout copy runs its loops outside its innermost ones (those that write a cache line together) in the
-  // read's order, the largest read stride outermost, so that the lines it reads stay in L1 while it walks them: the
-  // bfloat16 panels of x @ w with w row-major (each panel reads 32 columns of every pair of rows) read whole rows
+  // A 2- or 4-byte layout copy runs its loops outside its innermost ones (those that write a cache line together) in
+  // the read's order, the largest read stride outermost, so that the lines it reads stay in L1 while it walks them:
+  // the bfloat16 panels of x @ w with w row-major (each panel reads 32 columns of every pair of rows) read whole rows
   // (1024², one thread: 0.24 ms -> 0.14; the panels outermost read 64 bytes of each 2 KiB row); a bfloat16 weight
   // gradient's paired grad_output panel ([chunk][channel block][position][image pair][channel][pair] from NCHW) walks
   // the positions inside the image pairs (C harness, one thread: 0.99 -> 0.59 ms; the positions outside touched 64 KiB
-  // of rows between two reads of a line).
+  // of rows between two reads of a line). Float32 panels alike (session 49, two threads): the 1024² panel of a.t() @
+  // b's a (see row_panel_copy) 270-345 -> 151-161 us, b's 186-188 -> 168-186; ResNet-18's weight panels (its step's
+  // 13 reordered copies, best of each) 758 -> 549 us in all, the DCGAN's 97 -> 58.
   auto order_groups = groups;
   Shape order_loops = loops;
-  if (!has_reduce && loops.size() >= 3 && itemsize(value->dtype) == 2 && value->op == Ops::VIEW &&
+  const auto item = static_cast<int64_t>(itemsize(value->dtype));
+  if (!has_reduce && loops.size() >= 3 && (item == 2 || item == 4) && value->op == Ops::VIEW &&
       value->src[0]->op == Ops::BUFFER && value->st().views.size() == 1 && !value->st().views[0].mask &&
       !out_region.mask) {
     auto stride = [&](const View& v, size_t g) { return v.strides[groups[g].back()]; };
     const View& read = value->st().views[0];
-    // the innermost loops, in the output's order, that write a cache line (32 elements) or more together
+    // the innermost loops, in the output's order, that write a cache line (64 bytes) or more together
     size_t run = loops.size() - 1;
-    for (int64_t written = loops[run]; run > 0 && written < 32; written *= loops[run])
+    for (int64_t written = loops[run]; run > 0 && written * item < 64; written *= loops[run])
       run--;
     std::vector<size_t> order(loops.size());
     for (size_t g = 0; g < order.size(); g++)
@@ -2261,6 +2264,23 @@ bool reads_across_reduced_axes(const UOpPtr& m, const std::vector<int64_t>& axes
   return reduced == 1 && step >= 512 && step * n >= (1 << 20) && work >= 64 * prod(unbroadcast(m)->shape);
 }
 
+// m (a float read the lanes broadcast, see reads_across_reduced_axes) read from a copy in panels of a cache line along
+// a dim it keeps and walks with stride 1 (a.t() @ b's a, (K, M): (M / 16, K, 16) floats, see panel_copy), or null
+// where none divides into lines: each step of the reduce loop reads its block of output rows' elements from one line,
+// as from a copy with the reduced axis innermost (reduced_innermost_copy), and each line of the panel is one of m's
+// moved whole, not gathered from 16 rows as a transposing copy does. a.t() @ b of 1024^3 floats, two threads: the copy
+// 416 -> 151-161 us (its rows walked in order, see lower_kernel_at), the product unchanged; one thread in a C harness,
+// the product reading the panel 13.0-13.2 ms, the transposed copy 13.7-13.8.
+UOpPtr row_panel_copy(const UOpPtr& m, const std::vector<int64_t>& axes) {
+  const View& v = m->st().views.back();
+  const auto line = static_cast<int64_t>(64 / itemsize(m->dtype));
+  for (size_t e = 0; e < v.shape.size(); e++)
+    if (v.strides[e] == 1 && v.shape[e] % line == 0 &&
+        std::find(axes.begin(), axes.end(), static_cast<int64_t>(e)) == axes.end())
+      return expand(panel_copy(unbroadcast(m), e, line), m->shape);
+  return nullptr;
+}
+
 // m read from a copy of it with its reduced axes innermost, in their order, the other dims outside in theirs.
 UOpPtr reduced_innermost_copy(const UOpPtr& m, const std::vector<int64_t>& axes) {
   std::vector<int64_t> order;
@@ -2352,8 +2372,11 @@ bool lane_copies(const UOpPtr& n, std::unordered_map<const UOp*, UOpPtr>& replac
         if (copied_window(m, work) && !replace.count(m.get())) replace[m.get()] = window_copy(m, axes, target);
       for (const UOpPtr& m : panels)
         replace[m.get()] = expand(panel_copy(unbroadcast(m), d, panel), m->shape);
-      for (const UOpPtr& m : reordered)
-        replace[m.get()] = reduced_innermost_copy(m, axes);
+      // (a bfloat16 read whose products step by pairs needs its reduced axis innermost: pair_reduced_axis)
+      for (const UOpPtr& m : reordered) {
+        UOpPtr rows = m->dtype == DType::BFloat16 ? nullptr : row_panel_copy(m, axes);
+        replace[m.get()] = rows ? rows : reduced_innermost_copy(m, axes);
+      }
       for (const UOpPtr& m : copies) {
         if (m->shape[d] % panel == 0) {
           replace[m.get()] = expand(panel_copy(unbroadcast(m), d, panel), m->shape);

@@ -155,14 +155,17 @@ def test_a_linear_layer_of_a_small_batch_matches_cpu(dtype, m):
 @pytest.mark.skipif(not CPU_LOWERING, reason="the CPU lowering's copy (a GPU device reads a as stored; 18 s on PoCL)")
 @pytest.mark.parametrize("dtype", (torch.float32, torch.float64), ids=str)
 def test_a_transposed_left_operand_matches_cpu(dtype):
-    """a.t() @ b with a's rows 512 B or more apart, 1 MiB or more of them walked, reads a from a copy with the reduced
-    axis innermost where b has 512 columns or more, else sums runs of 256 rows into partial results (a's copy would
-    cost a third of the product): with an epilogue, batched, and as a linear layer's weight gradient (grad_output
-    stored tokens-major), and over 2080 rows (runs of 260)."""
+    """a.t() @ b with a's rows 512 B or more apart, 1 MiB or more of them walked, reads a from a copy in panels of a
+    cache line along a's columns (the reduced axis between: each step reads its rows' elements from one line), or with
+    the reduced axis innermost where a's columns do not divide into lines (500 of them), where b has 512 columns or
+    more, else sums runs of 256 rows into partial results (a's copy would cost a third of the product): with an
+    epilogue, batched, and as a linear layer's weight gradient (grad_output stored tokens-major), and over 2080 rows
+    (runs of 260)."""
     close = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else tol(dtype)
     a, b = rand(1024, 512, dtype=dtype), rand(1024, 128, dtype=dtype, seed=1)
     check(lambda a, b: a.t() @ b, a, b, **close)
     check(lambda a, b: a.t() @ b, a, rand(1024, 512, dtype=dtype, seed=7), **close)
+    check(lambda a, b: a.t() @ b, rand(1024, 500, dtype=dtype, seed=9), rand(1024, 512, dtype=dtype, seed=7), **close)
     check(lambda a, b: (a.t() @ b).relu(), rand(2080, 512, dtype=dtype, seed=8), rand(2080, 128, dtype=dtype), **close)
     check(lambda c, a, b: torch.addmm(c, a.t(), b, beta=0.5), rand(512, 128, dtype=dtype, seed=2), a, b, **close)
     x, y = rand(2, 1024, 256, dtype=dtype, seed=3), rand(2, 1024, 64, dtype=dtype, seed=4)
