@@ -1,9 +1,9 @@
 """Matmul and convolution on tiny against PyTorch eager (oneDNN/MKL) and torch.compile (Inductor) on the
 CPU, in one process, contenders interleaved round by round (bench/common.py), float32 and bfloat16:
-a 1024^3 matmul, a matmul of 32 rows (a small batch), a linear layer (x @ w.t(), of 1024 rows and of a batch of 16), a
-linear layer's weight gradient (grad_output.t() @ x: 1024^3, and a small ViT's MLP, 2080 tokens, 512 x 128), attention
-over a ViT's 65 tokens (heads of 32: scaled_dot_product_attention of (32, 4, 65, 32)), and the demo CNN's second
-convolution (batch 128, 32 -> 64 channels, 14 x 14, 3 x 3) forward and its input and weight gradients.
+a 1024^3 matmul, matmuls of 32 and 256 rows (batches), a linear layer (x @ w.t(), of 1024 rows and of batches of 16
+and 256), a linear layer's weight gradient (grad_output.t() @ x: 1024^3, and a small ViT's MLP, 2080 tokens, 512 x
+128), attention over a ViT's 65 tokens (heads of 32: scaled_dot_product_attention of (32, 4, 65, 32)), and the demo
+CNN's second convolution (batch 128, 32 -> 64 channels, 14 x 14, 3 x 3) forward and its input and weight gradients.
 
 Run: .venv/bin/python bench/matmul.py [rounds] [--no-compile] [--cpu-time] (--cpu-time: bench/common.py)
 """
@@ -41,8 +41,10 @@ def main():
         cases = {
             "matmul 1024^3": (torch.mm, (rand(1024, 1024), rand(1024, 1024))),
             "matmul (32, 1024) x (1024, 1024)": (torch.mm, (rand(32, 1024), rand(1024, 1024))),
+            "matmul (256, 1024) x (1024, 1024)": (torch.mm, (rand(256, 1024), rand(1024, 1024))),
             "linear (1024, 1024) x (1024, 1024)^T": (F.linear, (rand(1024, 1024), rand(1024, 1024))),
             "linear (16, 1024) x (1024, 1024)^T": (F.linear, (rand(16, 1024), rand(1024, 1024))),
+            "linear (256, 1024) x (1024, 1024)^T": (F.linear, (rand(256, 1024), rand(1024, 1024))),
             "weight gradient (1024, 1024)^T x (1024, 1024)": (transposed_mm, (rand(1024, 1024), rand(1024, 1024))),
             "weight gradient (2080, 512)^T x (2080, 128)": (transposed_mm, (rand(2080, 512), rand(2080, 128))),
             "attention (32, 4, 65, 32)": (F.scaled_dot_product_attention, tuple(qkv)),

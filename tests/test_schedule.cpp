@@ -136,13 +136,16 @@ TEST(Schedule, AColumnSumOverManyRowsFarApartSumsInRunsOfAbout256) {
 
 // a.t() @ b (a linear layer's weight gradient: its activations stored tokens-major) with a's rows 512 B or more apart
 // and 1 MiB or more of them walked: each step of the reduce loop would read a block of output rows' elements from one
-// line of its own, lines that share cache sets, from L3; a is copied transposed first (its reduced axis innermost)
-// and the product reads the copy as x of x @ w (2080 x 512 by 2080 x 128, one thread: 3.2 -> 1.58 + 0.53 ms). Not
-// where a's walk spans less (2080 x 64, 256 x 256), a GPU target, or a reduction over several axes, nor where a is
-// reused fewer than 512 times (b's columns: the next test).
-TEST(Schedule, ATransposedLeftOperandIsCopiedWithItsReducedAxisInnermost) {
+// line of its own, lines that share cache sets, from L3; a is copied first, in panels of a line of its columns with
+// the reduced axis between ((M / 16, K, 16): the copy's innermost loop moves a line whole), or transposed (its reduced
+// axis innermost) where its columns do not divide into lines, and the product reads a block of rows' elements a step
+// from one line (2080 x 512 by 2080 x 128, one thread: 3.2 -> 1.58 + 0.53 ms). Not where a's walk spans less (2080 x
+// 64, 256 x 256), a GPU target, or a reduction over several axes, nor where a is reused fewer than 512 times (b's
+// columns: the next test).
+TEST(Schedule, ATransposedLeftOperandIsCopiedInPanelsOfALine) {
+  int64_t innermost = 0; // the copy's innermost loop
   // whether the product of a (stored K x M) and b reads a from a copy, and the copy holds a's K x M elements
-  auto copies_a = [](int64_t K, int64_t M, int64_t N, const Target& target = Target{}) {
+  auto copies_a = [&](int64_t K, int64_t M, int64_t N, const Target& target = Target{}) {
     BufferRef stored = placeholder(DType::Float32, K * M);
     auto a = expand(reshape(permute(reshape(buffer(stored), {K, M}), {1, 0}), {M, 1, K}), {M, N, K});
     auto b = expand(reshape(permute(input({K, N}), {1, 0}), {1, N, K}), {M, N, K});
@@ -152,13 +155,20 @@ TEST(Schedule, ATransposedLeftOperandIsCopiedWithItsReducedAxisInnermost) {
       bool reduces = std::ranges::any_of(toposort(k.ast), [](const UOpPtr& n) { return n->op == Ops::REDUCE; });
       bool reads = std::ranges::find(k.buffers, stored) != k.buffers.end();
       read_directly = read_directly || (reduces && reads);
-      copied = copied || (!reduces && reads && k.buffers[0]->numel == K * M);
+      if (!reduces && reads && k.buffers[0]->numel == K * M) {
+        copied = true;
+        innermost = k.loops.back();
+      }
     }
     EXPECT_NE(read_directly, copied);
     return copied;
   };
   EXPECT_TRUE(copies_a(2080, 512, 512));
+  EXPECT_EQ(innermost, 16);
   EXPECT_TRUE(copies_a(1024, 1024, 1024));
+  EXPECT_EQ(innermost, 16);
+  EXPECT_TRUE(copies_a(1024, 1000, 512)); // 1000 columns: no lines, transposed
+  EXPECT_NE(innermost, 16);
   EXPECT_FALSE(copies_a(2080, 512, 128)); // reused 128 times: summed in runs instead (see below)
   EXPECT_FALSE(copies_a(2080, 64, 512));
   EXPECT_FALSE(copies_a(256, 256, 256));
