@@ -19,6 +19,9 @@ Torch leaves some results open, and the generator avoids exactly those (each is 
     stride 0 over a size > 1, and those are kept, except where it only warns that the write is
     deprecated: masked_fill_, index_put_ and x[index] = v on an expanded tensor), and an `out=` of a
     reduction, scan, matmul, cat or gather that shares memory with an input (Generator.undefined_write);
+  - `x[i] = v` into an expanded x with v a 0-dim tensor sharing x's memory: torch's indexing fills x from a CPU v
+    (fill_, which clones a v that aliases x and then raises on x's overlap) but copies v expanded from any other
+    device's (copy_, a no-op where the expanded v is x itself), so the CPU's error is its own (seed 105184);
   - how an inf propagates through the formula of a normalization or convolution: nn layers get finite
     inputs;
   - the strides of size-1 dims and of empty tensors (comparator.py; `--strict-strides` compares them).
@@ -166,6 +169,8 @@ class Generator:
             # masked_fill_ and index_put_ only warn that writing an expanded tensor is deprecated, and a reduction
             # into an expanded out= does not check it (seed 23372: sum(t, 0, out=expanded)); their result then
             # depends on the order the CPU's loop writes in
+            if rec["op"] == "setitem" and _zero_dim_alias(self, t, rec["code"].split("=", 1)[1].strip()):
+                return True  # the CPU's indexing raises on its own path (see the module's docstring)
             return rec["op"] in DEPRECATED_OVERLAP or ("out=" in rec["code"] and rec["op"] not in ELEMENTWISE_OUT)
         if _overlaps(t):
             return True
@@ -1437,6 +1442,16 @@ def _holds(pred, t):
         return bool(pred(t))
     except RuntimeError:
         return False
+
+
+def _zero_dim_alias(g, t, v):
+    """Whether the value v of `x[i] = v` names a 0-dim tensor that shares t's storage."""
+    u = g.ex.env.get(v)
+    return (
+        isinstance(u, torch.Tensor)
+        and u.dim() == 0
+        and u.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
+    )
 
 
 def _write_target(rec):
