@@ -12,6 +12,7 @@
 #include <functional>
 #include <random>
 #include <regex>
+#include <tuple>
 
 #include "compiler/lower.h"
 #include "compiler/render_c.h"
@@ -1428,11 +1429,15 @@ TEST(Kernel, ABFloat16MatmulOfFewRowsReadsItsRightOperandInPlace) {
 
 // x @ w.t() of 16 rows (a linear layer of a batch of 16): its lanes take x's rows, one vector, whose loop is the
 // output's outermost. One iteration would leave the threads nothing to share: w's rows' loop takes the outermost
-// place. In bfloat16 on an AMX host the lanes' panel of x, one vector wide, pairs (its 16 rows are not a multiple of
-// the panel's 32), and w's rows accumulate in tiles. The sums match plain loops over the operands' values.
-TEST(Kernel, ALinearLayerOfSixteenRowsSharesWsRowsAmongThreads) {
-  const int64_t M = 16, K = 64, N = 512;
-  for (DType dt : {DType::Float32, DType::BFloat16}) {
+// place; so it does for 48 rows, 3 vectors, which two threads would share as 2 and 1. In bfloat16 on an AMX host the
+// lanes' panel of x, one vector wide, pairs (its rows are not a multiple of the panel's 32), and w's rows accumulate
+// in tiles. The sums match plain loops over the operands' values.
+TEST(Kernel, ALinearLayerOfAFewRowsSharesWsRowsAmongThreads) {
+  const std::tuple<int64_t, int64_t, int64_t, DType> cases[] = {{16, 64, 512, DType::Float32},
+                                                                {16, 64, 512, DType::BFloat16},
+                                                                {48, 1024, 1024, DType::Float32},
+                                                                {48, 1024, 1024, DType::BFloat16}};
+  for (const auto& [M, K, N, dt] : cases) {
     auto xh = realize_value(cast(buffer(filled(random_vec(M * K, 34))), dt));
     auto wh = realize_value(cast(buffer(filled(random_vec(N * K, 35))), dt));
     auto x = reshape(cast(buffer(xh), DType::Float32), {M, K});
@@ -1440,10 +1445,12 @@ TEST(Kernel, ALinearLayerOfSixteenRowsSharesWsRowsAmongThreads) {
     auto value = matmul_of(x, permute(w, {1, 0}));
     Target target = cpu_device().target();
     target.amx_bf16 = true;
+    target.threads = 2;
     Schedule s = schedule_value(value, target,
                                 [](DType dt, int64_t n) { return std::make_shared<Buffer>(cpu_device(), dt, n); });
     const Kernel& product = s.kernels.back();
     EXPECT_GE(product.launch.global[0], 2) << product.name;
+    EXPECT_EQ(product.launch.global[0] % target.threads, 0) << product.name;
     const std::string src = render_c(product, product.name);
     EXPECT_EQ(src.find("_tile_dpbf16ps(") != std::string::npos, dt == DType::BFloat16) << src;
     if (dt == DType::BFloat16 && !cpu_device().target().amx_bf16) continue; // tiles run only on an AMX host
