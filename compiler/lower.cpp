@@ -1576,10 +1576,10 @@ std::optional<Kernel> lower_kernel_at(const BufferRef& out, const View& out_regi
           // next loop has two or more for each: x @ w.t() by 1024 x 1024, two threads, bfloat16 48 rows 122 -> 86 us,
           // 80 rows 317 -> 229, float32 48 rows 566 -> 442; 112 x 768 by 768 x 768 171 -> 150; of the models of
           // training_step.py only a ShuffleNet kernel changed (12.5 -> 8 us).
-          const bool uneven = lane_iters % target.threads != 0 && lane_iters < 4 * target.threads &&
-                              order_loops.size() > 1 && order_loops[1] / order_up[1] >= 2 * target.threads;
-          if (lane_at == 0 && (lane_iters == 1 || uneven) && order_loops.size() > 1 &&
-              order_loops[1] / order_up[1] >= 2) {
+          const int64_t next = order_loops.size() > 1 ? order_loops[1] / order_up[1] : 0;
+          const bool uneven =
+              lane_iters % target.threads != 0 && lane_iters < 4 * target.threads && next >= 2 * target.threads;
+          if (lane_at == 0 && ((lane_iters == 1 && next >= 2) || uneven)) {
             std::swap(order_groups[0], order_groups[1]);
             std::swap(order_loops[0], order_loops[1]);
             std::swap(order_up[0], order_up[1]);
@@ -1701,8 +1701,8 @@ std::optional<Kernel> lower_kernel_at(const BufferRef& out, const View& out_regi
   // gradient's paired grad_output panel ([chunk][channel block][position][image pair][channel][pair] from NCHW) walks
   // the positions inside the image pairs (C harness, one thread: 0.99 -> 0.59 ms; the positions outside touched 64 KiB
   // of rows between two reads of a line). Float32 panels alike (session 49, two threads): the 1024² panel of a.t() @
-  // b's a (see row_panel_copy) 270-345 -> 151-161 us, b's 186-188 -> 168-186; ResNet-18's weight panels (its step's
-  // 13 reordered copies, best of each) 758 -> 549 us in all, the DCGAN's 97 -> 58.
+  // b's a (see row_panel_copy) 270-345 -> 151-161 us, b's 186-188 -> 168-186; ResNet-18's 13 copies whose order
+  // this changed (its step's, best of each) 758 -> 549 us in all, the DCGAN's 97 -> 58.
   auto order_groups = groups;
   Shape order_loops = loops;
   const auto item = static_cast<int64_t>(itemsize(value->dtype));
