@@ -184,8 +184,9 @@ struct IndexRange {
   bool empty = true;
 };
 
-// The smallest and largest value of each index tensor. Tiny tensors: one reduce kernel each (the max
-// of [x; ~x] gives max(x) and ~min(x) without overflow), all realized by the first read (one sync).
+// The smallest and largest value of each index tensor. Tiny tensors: read from host memory where they are there
+// (int_range_on_host: a batch of indices copied to the device), else one reduce kernel each (the max of [x; ~x]
+// gives max(x) and ~min(x) without overflow), all realized by the first read (one sync).
 std::vector<IndexRange> index_ranges(const std::vector<at::Tensor>& indices) {
   std::vector<IndexRange> out(indices.size());
   std::vector<at::Tensor> pending(indices.size());
@@ -197,6 +198,10 @@ std::vector<IndexRange> index_ranges(const std::vector<at::Tensor>& indices) {
       auto [lo, hi] = at::aminmax(t.to(at::kLong));
       out[k].min = lo.item<int64_t>();
       out[k].max = hi.item<int64_t>();
+      continue;
+    }
+    if (std::optional<IntRange> r = int_range_on_host(t)) {
+      out[k].min = r->min, out[k].max = r->max;
       continue;
     }
     int64_t n = t.numel();
@@ -728,12 +733,9 @@ at::Tensor bincount(const at::Tensor& self, const std::optional<at::Tensor>& wei
   at::ScalarType dt = !weights.defined() ? at::kLong : weights.scalar_type() == at::kFloat ? at::kFloat : at::kDouble;
   int64_t n = self.numel(), size = minlength;
   if (n > 0) {
-    UOpPtr v = read_index(self);
-    // max(v) and max(~v) = ~min(v): one read
-    std::vector<int64_t> r =
-        read_on_host({reduce(v, Ops::MAX, {0}), reduce(alu(Ops::BITNOT, v), Ops::MAX, {0})}, self.device());
-    TORCH_CHECK(~r[1] >= 0, "bincount only supports 1-d non-negative integral inputs.");
-    size = std::max(size, r[0] + 1);
+    IntRange r = int_range(self);
+    TORCH_CHECK(r.min >= 0, "bincount only supports 1-d non-negative integral inputs.");
+    size = std::max(size, r.max + 1);
   }
   at::Tensor out = empty_tiny({size}, dt, self.device());
   if (size > 0) write(out, fixed(to_tiny_dtype(dt), 0, {size}));

@@ -133,18 +133,10 @@ NllTarget nll_target(const at::Tensor& target, const NllShape& d, int64_t ignore
 
 // torch raises at the call for a target outside [0, C) that is not ignore_index.
 void check_targets(const at::Tensor& target, int64_t n_classes, int64_t ignore_index) {
-  if (target.numel() == 0) return;
-  UOpPtr t = reshape(cast(read(target), DType::Int64), {target.numel()});
-  UOpPtr valid = alu(Ops::CMPNE, t, like(t, static_cast<double>(ignore_index)));
-  UOpPtr lowest = like(t, static_cast<double>(std::numeric_limits<int64_t>::min()));
-  // max(t) and ~min(t) = max(~t), over the targets that count
-  UOpPtr hi = reduce(where(valid, t, lowest), Ops::MAX, {0});
-  UOpPtr lo = reduce(where(valid, alu(Ops::BITNOT, t), lowest), Ops::MAX, {0});
-  std::vector<int64_t> r = read_on_host({hi, lo}, target.device());
-  int64_t max = r[0], min = ~r[1];
-  if (max == std::numeric_limits<int64_t>::min()) return; // every target ignored
-  TORCH_CHECK_INDEX(max < n_classes, "Target ", max, " is out of bounds.");
-  TORCH_CHECK_INDEX(min >= 0, "Target ", min, " is out of bounds.");
+  IntRange r = int_range(target, ignore_index);
+  if (!r.any) return; // every target ignored
+  TORCH_CHECK_INDEX(r.max < n_classes, "Target ", r.max, " is out of bounds.");
+  TORCH_CHECK_INDEX(r.min >= 0, "Target ", r.min, " is out of bounds.");
 }
 
 void write_nll_forward(const at::Tensor& self, const at::Tensor& target, const std::optional<at::Tensor>& weight_opt,

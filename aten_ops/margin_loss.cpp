@@ -61,10 +61,8 @@ Frames check_multi_margin(const at::Tensor& self, const at::Tensor& target, cons
 }
 
 void check_targets_in_range(const at::Tensor& target, int64_t classes) {
-  if (target.numel() == 0) return;
-  UOpPtr t = reshape(read(target), {target.numel()});
-  std::vector<int64_t> r = read_on_host({reduce(t, Ops::MAX, {0}), reduce(t, Ops::MIN, {0})}, target.device());
-  TORCH_CHECK(r[0] < classes && r[1] >= 0, "target out of range");
+  IntRange r = int_range(target);
+  TORCH_CHECK(!r.any || (r.max < classes && r.min >= 0), "target out of range");
 }
 
 // What the loss and its gradient share, over (frames, classes) in compute dtype ct.
@@ -207,10 +205,9 @@ Labels labels(const at::Tensor& self, const at::Tensor& target, Frames f, DType 
 }
 
 void check_labels_in_range(const at::Tensor& target, int64_t classes) {
-  UOpPtr t = reshape(read(target), {target.numel()});
-  std::vector<int64_t> r = read_on_host({reduce(t, Ops::MIN, {0}), reduce(t, Ops::MAX, {0})}, target.device());
-  TORCH_CHECK(r[0] >= -1, "argument #2 'target' is out of range");
-  TORCH_CHECK(r[1] < classes, "argument #2 'target' is out of range");
+  IntRange r = int_range(target);
+  TORCH_CHECK(!r.any || r.min >= -1, "argument #2 'target' is out of range");
+  TORCH_CHECK(!r.any || r.max < classes, "argument #2 'target' is out of range");
 }
 
 std::tuple<at::Tensor&, at::Tensor&> multilabel_margin_loss_forward_out(const at::Tensor& self,

@@ -442,6 +442,30 @@ void LazyBuffer::read_host(const StridedView& v, void* dst) {
   raise_kernel_errors();
 }
 
+bool LazyBuffer::read_host_if_realized(const StridedView& v, void* dst) {
+  std::lock_guard lock(graph_mutex());
+  if (device_.target().gpu() || whole_ || !content_ || content_->op != Ops::BUFFER ||
+      itemsize(content_->dtype) != itemsize(v.dtype))
+    return false;
+  const size_t size = itemsize(v.dtype), dims = v.sizes.size();
+  const int64_t n = prod(v.sizes);
+  if (n == 0) return true;
+  const auto* src = static_cast<const char*>(std::static_pointer_cast<Buffer>(content_->buffer())->ptr());
+  auto* out = static_cast<char*>(dst);
+  std::vector<int64_t> at(dims, 0); // v's coordinate of element i, row-major
+  int64_t pos = v.offset;           // its element in the storage
+  for (int64_t i = 0; i < n; i++) {
+    std::memcpy(out + static_cast<size_t>(i) * size, src + static_cast<size_t>(pos) * size, size);
+    for (size_t d = dims; d-- > 0;) {
+      pos += v.strides[d];
+      if (++at[d] < v.sizes[d]) break;
+      pos -= v.strides[d] * v.sizes[d];
+      at[d] = 0;
+    }
+  }
+  return true;
+}
+
 void LazyBuffer::realize_pending(Device* only) {
   std::lock_guard lock(graph_mutex());
   // One graph never mixes devices (a copy between devices goes through the host): each device's pending

@@ -54,6 +54,10 @@ public:
   void write_host(const StridedView& v, const void* src);
   // Realizes (everything pending, then) `v` and copies it to `dst` in row-major order.
   void read_host(const StridedView& v, void* dst);
+  // Copies `v` to `dst` in row-major order where its elements are in host memory already: the content is a
+  // realized buffer (nothing pending) of a device whose memory is the host's (the CPU device). Nothing is
+  // realized and nothing runs; false (dst untouched) otherwise.
+  bool read_host_if_realized(const StridedView& v, void* dst);
 
   // True while the content is an unrealized graph.
   bool pending() const;

@@ -462,25 +462,65 @@ def test_out_of_range_targets_raise_at_the_call():
 
 
 def test_target_checks_leave_the_pending_work_lazy():
-    """nll_loss and binary_cross_entropy check their targets at the call with a small kernel of their own:
-    the forward pending around the call is not realized there, so a training step stays one schedule.
-    A target written in place (a pending ASSIGN) is checked after a sync, as before."""
+    """nll_loss and binary_cross_entropy check their targets at the call: class targets in host memory already
+    (copied to the device) are read there, without a kernel; computed ones, and binary_cross_entropy's, with a
+    small kernel of their own. The forward pending around the call is not realized there, so a training step
+    stays one schedule. A target written in place (a pending ASSIGN) is checked after a sync, as before."""
     x, t = logits_and_target()
     p, q = torch.rand(6, 3), torch.rand(6, 3)
-    for loss, args in (
-        (lambda h, t: F.cross_entropy(h, t), (x, t)),
-        (lambda h, t: F.binary_cross_entropy(h, t), (p, q)),
+    for loss, args, target, checks in (
+        (lambda h, t: F.cross_entropy(h, t), (x, t), lambda b: b, 0),
+        (lambda h, t: F.cross_entropy(h, t), (x, t), lambda b: b.flip(0) * 1, 1),
+        (lambda h, t: F.binary_cross_entropy(h, t), (p, q), lambda b: b, 1),
     ):
         a, b = (v.to("tiny") for v in args)
         with counting() as c:
             h = (a * 0.5).sigmoid()  # pending
-            out = loss(h, b)
-            assert c["kernels"] == 1, "the check alone runs"
-            assert out.cpu().allclose(loss((args[0] * 0.5).sigmoid(), args[1]), atol=1e-6)
+            out = loss(h, target(b))
+            assert c["kernels"] == checks, "the check alone runs"
+            expected = loss((args[0] * 0.5).sigmoid(), target(args[1]))
+            assert out.cpu().allclose(expected, atol=1e-6)
     bad = t.to("tiny")
     bad[0] = 7  # pending in-place write
     with pytest.raises(IndexError, match="Target 7 is out of bounds"):
         F.cross_entropy(x.to("tiny") * 2, bad)
+
+
+def test_target_and_index_bounds_read_from_host_memory_or_computed():
+    """Class targets and indices are checked at the call from host memory where a copy to the device put them
+    (a strided view of one too), else computed on the device: both name the same offender, as the CPU does."""
+    x, t = logits_and_target()
+    w = rand(5, 3)
+    for realized in (True, False):
+
+        def on_tiny(v, realized=realized):
+            v = v.to("tiny")
+            return v if realized else v * 1
+
+        for bad in (-2, 9):
+            t2 = t.clone()
+            t2[3] = bad
+            with pytest.raises(IndexError, match=f"Target {bad} is out of bounds"):
+                F.cross_entropy(x.to("tiny"), on_tiny(t2))
+            wide = torch.stack([t, t2], 1)  # the bad target in column 1: a strided view's element
+            with pytest.raises(IndexError, match=f"Target {bad} is out of bounds"):
+                F.cross_entropy(x.to("tiny"), on_tiny(wide)[:, 1])
+            assert F.cross_entropy(x.to("tiny"), on_tiny(wide)[:, 0]).cpu().allclose(F.cross_entropy(x, t))
+            with pytest.raises(IndexError, match="index out of range in self"):
+                F.embedding(on_tiny(t2), w.to("tiny"))
+            with pytest.raises(RuntimeError, match=f"index {bad} is out of bounds for dimension 0 with size 5"):
+                torch.gather(w.to("tiny"), 0, on_tiny(t2.reshape(6, 1)))
+        ignored = torch.full((6,), -100)  # every target ignored: no bound to check, a NaN mean
+        assert F.cross_entropy(x.to("tiny"), on_tiny(ignored)).cpu().isnan()
+        ignored[2] = 5
+        with pytest.raises(IndexError, match="Target 5 is out of bounds"):
+            F.cross_entropy(x.to("tiny"), on_tiny(ignored))
+        small = torch.tensor([0, 3, 1], dtype=torch.int32)  # int32 indices
+        assert F.embedding(on_tiny(small), w.to("tiny")).cpu().equal(F.embedding(small, w))
+        counts = torch.tensor([1, 4, 4, 0], dtype=torch.uint8)
+        assert torch.bincount(on_tiny(counts)).cpu().equal(torch.bincount(counts))
+        with pytest.raises(RuntimeError, match="bincount only supports 1-d non-negative integral inputs"):
+            torch.bincount(on_tiny(torch.tensor([2, -1])))
 
 
 @pytest.mark.parametrize("reduction", REDUCTIONS)
