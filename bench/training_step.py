@@ -6,10 +6,11 @@ step is synchronized with its weight updates, not only the loss. `--model resnet
 the same way; `--model vit`: a small torchvision VisionTransformer (4 layers, width 128, 4 heads, patches of 4 x 4
 from 32 x 32 images: 65 tokens), batch 32. `--model dcgan`: a DCGAN generator
 (transposed convolutions, 100-dim noise to 64 x 64 RGB, batch norm, ReLU, tanh) fitting target images by mean
-squared error, batch 32.
+squared error, batch 32. `--model mlp`: an MNIST-sized MLP (784-512-512-10, ReLU), batch 64: small kernels, where
+recording each op counts.
 
-Run: .venv/bin/python bench/training_step.py [rounds] [--model demo|resnet18|dcgan|vit|shufflenet] [--batch-size N]
-     [--no-compile] [--cpu-time]
+Run: .venv/bin/python bench/training_step.py [rounds] [--model demo|resnet18|dcgan|vit|shufflenet|mlp]
+     [--batch-size N] [--no-compile] [--cpu-time]
 (--cpu-time: one thread each, its CPU time; bench/common.py)
 """
 
@@ -59,7 +60,7 @@ TORCHVISION = {
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("rounds", nargs="?", type=int, default=12)
-    parser.add_argument("--model", choices=("demo", "resnet18", "dcgan", "vit", "shufflenet"), default="demo")
+    parser.add_argument("--model", choices=("demo", "resnet18", "dcgan", "vit", "shufflenet", "mlp"), default="demo")
     parser.add_argument(
         "--batch-size",
         type=int,
@@ -73,6 +74,9 @@ def main():
     loss_fn = F.cross_entropy
     if args.model == "demo":
         model, batch, image, title = build_model(), args.batch_size or 128, (1, 28, 28), "demo CNN"
+    elif args.model == "mlp":
+        layers = [nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)]
+        model, batch, image, title = nn.Sequential(*layers), args.batch_size or 64, (1, 28, 28), "MLP 784-512-512-10"
     elif args.model in TORCHVISION:
         import torchvision
 
