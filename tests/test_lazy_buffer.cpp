@@ -2,6 +2,8 @@
 // recording them costs in graph nodes.
 #include "runtime/device.h"
 #include "runtime/lazy_buffer.h"
+#include <bit>
+#include <cstdint>
 #include <gtest/gtest.h>
 #include <numeric>
 #include <vector>
@@ -188,4 +190,35 @@ TEST(LazyBuffer, AValueHeldAcrossTheSyncThatUpdatesItsStorageReadsTheOldValues) 
       EXPECT_EQ(doubled[i], hold_the_update ? 2 * v * v : 2 * v) << hold_the_update << " " << i;
     }
   }
+}
+
+TEST(LazyBuffer, ARealizedStorageIsReadFromHostMemoryWithoutRunningAnything) {
+  LazyBuffer src(cpu_device(), 64 * 4), dst(cpu_device(), 64 * 4), never(cpu_device(), 64 * 4);
+  fill(src);
+  ASSERT_FALSE(src.pending());
+  const int64_t kernels = stats().kernels.load();
+  std::vector<float> t(64, -1.0f);
+  ASSERT_TRUE(src.read_host_if_realized({{16, 4}, {1, 16}, 0, DType::Float32}, t.data())); // transposed
+  for (int64_t i = 0; i < 16; i++)
+    for (int64_t j = 0; j < 4; j++)
+      EXPECT_EQ(t[i * 4 + j], static_cast<float>(j * 16 + i));
+  std::vector<float> w(6);
+  ASSERT_TRUE(src.read_host_if_realized({{2, 3}, {16, 1}, 17, DType::Float32}, w.data())); // a window
+  EXPECT_EQ(w, (std::vector<float>{17, 18, 19, 33, 34, 35}));
+  std::vector<int32_t> bits(2);
+  ASSERT_TRUE(src.read_host_if_realized({{2}, {1}, 1, DType::Int32}, bits.data())); // its bytes as another dtype
+  EXPECT_EQ(bits[0], std::bit_cast<int32_t>(1.0f));
+  EXPECT_EQ(stats().kernels.load(), kernels);
+  std::vector<int64_t> wide(2);
+  EXPECT_FALSE(src.read_host_if_realized({{2}, {1}, 0, DType::Int64}, wide.data())); // another element size
+  EXPECT_FALSE(never.read_host_if_realized(rows(4, 16), t.data()));                  // never written
+  // a pending result is not realized by it: false, and still pending
+  UOpPtr x = src.read(rows(4, 16));
+  dst.write(rows(4, 16), alu(Ops::ADD, x, x));
+  EXPECT_FALSE(dst.read_host_if_realized(rows(4, 16), t.data()));
+  EXPECT_TRUE(dst.pending());
+  EXPECT_EQ(stats().kernels.load(), kernels);
+  synchronize();
+  ASSERT_TRUE(dst.read_host_if_realized({{4}, {16}, 1, DType::Float32}, w.data())); // column 1
+  EXPECT_EQ(std::vector<float>(w.begin(), w.begin() + 4), (std::vector<float>{2, 34, 66, 98}));
 }
