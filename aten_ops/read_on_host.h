@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -64,11 +63,6 @@ std::vector<UOpPtr> run_step_loop(std::vector<UOpPtr> state, int64_t steps, bool
 // not there (pending, or on a GPU), or are more than kHostRangeElements: the caller computes them on the device.
 // nll_loss's check of 64 targets after a training step: 130 us as a kernel read back, now a copy of 512 bytes.
 constexpr int64_t kHostRangeElements = int64_t{1} << 20;
-template <class T> int64_t host_value(const char* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return static_cast<int64_t>(v);
-}
 struct IntRange {
   int64_t min = std::numeric_limits<int64_t>::max(), max = std::numeric_limits<int64_t>::min();
   bool any = false; // some element counted
@@ -78,30 +72,16 @@ inline std::optional<IntRange> int_range_on_host(const at::Tensor& t, std::optio
   if (t.device().type() != c10::DeviceType::PrivateUse1 || t.numel() > kHostRangeElements ||
       (st != at::kByte && st != at::kChar && st != at::kShort && st != at::kInt && st != at::kLong))
     return std::nullopt;
-  const auto n = static_cast<size_t>(t.numel()), size = static_cast<size_t>(t.element_size());
-  std::vector<char> bytes(n * size);
-  if (!lazy_buffer(t).read_host_if_realized(strided_view(t), bytes.data())) return std::nullopt;
-  auto element = [&](size_t i) -> int64_t {
-    const char* p = bytes.data() + i * size;
-    switch (st) {
-    case at::kByte:
-      return host_value<uint8_t>(p);
-    case at::kChar:
-      return host_value<int8_t>(p);
-    case at::kShort:
-      return host_value<int16_t>(p);
-    case at::kInt:
-      return host_value<int32_t>(p);
-    default:
-      return host_value<int64_t>(p);
-    }
-  };
+  at::Tensor host = at::empty({t.numel()}, at::TensorOptions().dtype(st));
+  if (!lazy_buffer(t).read_host_if_realized(strided_view(t), host.data_ptr())) return std::nullopt;
   IntRange r;
-  for (size_t i = 0; i < n; i++) {
-    const int64_t v = element(i);
-    if (skip && v == *skip) continue;
-    r.min = std::min(r.min, v), r.max = std::max(r.max, v), r.any = true;
-  }
+  AT_DISPATCH_INTEGRAL_TYPES(st, "int_range_on_host", [&] {
+    for (const scalar_t e : c10::ArrayRef<scalar_t>(host.const_data_ptr<scalar_t>(), t.numel())) {
+      const auto v = static_cast<int64_t>(e);
+      if (skip && v == *skip) continue;
+      r.min = std::min(r.min, v), r.max = std::max(r.max, v), r.any = true;
+    }
+  });
   return r;
 }
 
