@@ -787,7 +787,8 @@ public:
     // bool buffers are bytes: a byte other than 0 or 1 (written through another view) is no _Bool
     auto buffer_type = [&](size_t i) {
       DType dt = k_.buffers[i]->dtype;
-      return std::string(i == 0 ? "" : "const ") + (dt == DType::Bool ? "uint8_t" : info(dt).c_name.data()) + "*";
+      return std::string(static_cast<int64_t>(i) < k_.outputs ? "" : "const ") +
+             (dt == DType::Bool ? "uint8_t" : info(dt).c_name.data()) + "*";
     };
     // A layout copy's loops run in tiny_copy, whose buffers are restrict parameters: clang keeps restrict
     // on parameters only, and without it a transposing copy stays a loop of 2-byte moves (linear's 1024²
@@ -962,6 +963,8 @@ private:
     int64_t base;
   };
   std::optional<TrigStrip> trig_strips(const std::string& body) const {
+    // (a kernel of several outputs: the second run would store the others again, over inputs written in place)
+    if (k_.outputs > 1) return std::nullopt;
     const std::optional<int64_t> base = strip_store_base();
     if (!base) return std::nullopt;
     std::string fast = body;
@@ -997,7 +1000,9 @@ private:
 
   // Whether the kernel writes a buffer it also reads (schedule()'s in-place writes: only where it writes).
   bool in_place() const {
-    return std::find(k_.buffers.begin() + 1, k_.buffers.end(), k_.buffers[0]) != k_.buffers.end();
+    const auto inputs = k_.buffers.begin() + k_.outputs;
+    return std::any_of(k_.buffers.begin(), inputs,
+                       [&](const BufferRef& b) { return std::find(inputs, k_.buffers.end(), b) != k_.buffers.end(); });
   }
 
   // The pragmas of a loop whose body computes a polynomial of the prelude (see inner_loop_pragma).

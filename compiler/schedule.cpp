@@ -360,18 +360,214 @@ private:
   }
 };
 
+// ---- elementwise kernels merged into one ----
+
+// Kernels merged into one write this many buffers at most.
+constexpr int64_t kMaxMergedOutputs = 8;
+
+// The loop of a kernel that merge_elementwise may merge: elementwise and flat (one loop, no lanes, no reduction), its
+// one store unmasked at the loop's index, all of its output; null otherwise.
+const UOp* flat_elementwise_loop(const Kernel& k) {
+  if (k.outputs != 1 || k.loops.size() != 1 || k.lane_range >= 0 || k.tiles || k.winograd || k.stores_twice ||
+      k.prefetch_next || !k.must_realize.empty() || k.ast->src.size() != 1)
+    return nullptr;
+  const UOpPtr& st = k.ast->src[0];
+  if (st->op != Ops::STORE || st->src.size() != 3 || st->src[0]->op != Ops::PARAM ||
+      std::get<int64_t>(st->src[0]->arg) != 0)
+    return nullptr;
+  const UOp* loop = range_node(k, 0);
+  if (!loop || st->src[1].get() != loop || k.buffers[0]->numel != k.loops[0]) return nullptr;
+  // (sin, cos and tan keep the renderer's strips of their fast forms, see trig_strips in render_c.cpp)
+  for (const UOpPtr& n : toposort(st->src[2]))
+    if (n->op == Ops::REDUCE || n->op == Ops::STORE || n->op == Ops::SIN || n->op == Ops::COS || n->op == Ops::TAN ||
+        (n->op == Ops::RANGE && n.get() != loop))
+      return nullptr;
+  return loop;
+}
+
+// Elementwise kernels of one loop merged as they are met (see merge_elementwise): their stores over buffers numbered
+// by first appearance (PARAM ids), outputs in the order of the kernels.
+struct MergedKernel {
+  size_t at = 0;     // the position of its first kernel in the schedule
+  const UOp* loop{}; // the loop they share
+  Kernel first;      // the first kernel (names, launch)
+  std::vector<UOpPtr> stores;
+  std::vector<BufferRef> buffers; // by id
+  std::vector<int64_t> outputs;   // ids
+  std::vector<int64_t> ivars;
+  std::vector<double> fvars;
+  std::vector<UOpPtr> var_nodes;
+  int64_t work = 0;
+  std::unordered_map<int64_t, UOpPtr> values; // output id -> its value
+
+  int64_t id(const BufferRef& b) {
+    for (size_t i = 0; i < buffers.size(); i++)
+      if (buffers[i] == b) return static_cast<int64_t>(i);
+    buffers.push_back(b);
+    return static_cast<int64_t>(buffers.size()) - 1;
+  }
+  bool has(const BufferRef& b) const { return std::find(buffers.begin(), buffers.end(), b) != buffers.end(); }
+  // The value of the output b; null where b is not an output here.
+  UOpPtr value_of(const BufferRef& b) const {
+    for (int64_t o : outputs)
+      if (buffers[static_cast<size_t>(o)] == b) return values.at(o);
+    return nullptr;
+  }
+
+  // Adds kernel k's store: its PARAMs renumbered by id and its ARGs after the ones before; its loads of an output
+  // of the kernels before (at the loop's index, see can_take) read that output's value instead.
+  void add(const Kernel& k) {
+    const auto ints = static_cast<int64_t>(ivars.size()), floats = static_cast<int64_t>(fvars.size());
+    std::vector<int64_t> ids;
+    for (const BufferRef& b : k.buffers)
+      ids.push_back(id(b));
+    UOpPtr store = substitute(k.ast->src[0], [&](const UOpPtr& n) -> UOpPtr {
+      if (n->op == Ops::PARAM) return UOp::make(Ops::PARAM, n->dtype, {}, ids[std::get<int64_t>(n->arg)]);
+      if (n->op == Ops::ARG)
+        return UOp::make(Ops::ARG, n->dtype, {}, std::get<int64_t>(n->arg) + (is_float(n->dtype) ? floats : ints));
+      return nullptr;
+    });
+    UOpPtr value = substitute(store->src[2], [&](const UOpPtr& n) -> UOpPtr {
+      if (n->op != Ops::LOAD) return nullptr;
+      auto it = values.find(std::get<int64_t>(n->src[0]->arg));
+      return it == values.end() ? nullptr : it->second;
+    });
+    outputs.push_back(ids[0]);
+    values[ids[0]] = value;
+    stores.push_back(UOp::make(Ops::STORE, DType::Void, {store->src[0], store->src[1], value}));
+    ivars.insert(ivars.end(), k.ivars.begin(), k.ivars.end());
+    fvars.insert(fvars.end(), k.fvars.begin(), k.fvars.end());
+    var_nodes.insert(var_nodes.end(), k.var_nodes.begin(), k.var_nodes.end());
+    work += k.launch.work;
+  }
+
+  // Whether k (a later kernel, see flat_elementwise_loop) may join: the same loop, a buffer in common with the kernels
+  // here (an input they read, or an output of theirs it reads), and each output of theirs read at the loop's index
+  // only, as the value's own element.
+  bool can_take(const Kernel& k, const UOp* k_loop) const {
+    if (k_loop != loop || static_cast<int64_t>(outputs.size()) >= kMaxMergedOutputs) return false;
+    bool shared = false;
+    for (size_t slot = 1; slot < k.buffers.size(); slot++)
+      shared = shared || has(k.buffers[slot]);
+    if (!shared) return false;
+    for (const UOpPtr& n : toposort(k.ast)) {
+      if (n->op != Ops::LOAD) continue;
+      const UOpPtr v = value_of(k.buffers[static_cast<size_t>(std::get<int64_t>(n->src[0]->arg))]);
+      if (v && (n->src.size() != 2 || n->src[1].get() != loop || n->dtype != v->dtype)) return false;
+    }
+    return true;
+  }
+
+  // One kernel: the outputs' slots first, then the inputs' in the order they were met.
+  Kernel kernel() const {
+    std::vector<int64_t> slot(buffers.size(), -1);
+    Kernel k = first;
+    k.buffers.clear();
+    for (int64_t o : outputs) {
+      slot[o] = static_cast<int64_t>(k.buffers.size());
+      k.buffers.push_back(buffers[o]);
+    }
+    for (size_t i = 0; i < buffers.size(); i++)
+      if (slot[i] < 0) {
+        slot[i] = static_cast<int64_t>(k.buffers.size());
+        k.buffers.push_back(buffers[i]);
+      }
+    k.ast = substitute(UOp::make(Ops::SINK, DType::Void, stores), [&](const UOpPtr& n) -> UOpPtr {
+      if (n->op != Ops::PARAM) return nullptr;
+      return UOp::make(Ops::PARAM, n->dtype, {}, slot[std::get<int64_t>(n->arg)]);
+    });
+    k.outputs = static_cast<int64_t>(outputs.size());
+    k.name = first.name + "_o" + std::to_string(outputs.size());
+    k.ivars = ivars;
+    k.fvars = fvars;
+    k.var_nodes = var_nodes;
+    k.launch.work = work;
+    return k;
+  }
+};
+
+// Flat elementwise kernels of one loop that share a buffer are merged into one kernel that writes each of their
+// outputs (Kernel::outputs), placed where the first of them was: the later ones move up past kernels that write
+// nothing they read, each reads what a kernel before it computed as that value (not from its buffer), and what they
+// read in common is read once. Adam's update of a parameter, three kernels (exp_avg, exp_avg_sq, then the parameter
+// from both), each reading the gradient: one kernel reads the parameter, the gradient and the two states and writes
+// three. Each output is a buffer this schedule made and only its kernel writes (write_in_place may then move it into an
+// input). CPU targets (a GPU's kernels have grids).
+void merge_elementwise(Schedule& s) {
+  std::unordered_map<const BufferBase*, int> writers;
+  for (const Kernel& k : s.kernels)
+    for (int64_t o = 0; o < k.outputs; o++)
+      writers[k.buffers[static_cast<size_t>(o)].get()]++;
+  std::unordered_set<const BufferBase*> made;
+  for (const BufferRef& b : s.made)
+    made.insert(b.get());
+  std::vector<MergedKernel> merged;
+  std::vector<int64_t> group(s.kernels.size(), -1); // the merged kernel each kernel went into
+  std::vector<size_t> placed(s.kernels.size(), 0);  // where each kernel runs now (its position, or its group's)
+  auto writes = [](const Kernel& k, const BufferRef& b) {
+    return std::find(k.buffers.begin(), k.buffers.begin() + k.outputs, b) != k.buffers.begin() + k.outputs;
+  };
+  for (size_t j = 0; j < s.kernels.size(); j++) {
+    const Kernel& k = s.kernels[j];
+    placed[j] = j;
+    const UOp* loop = flat_elementwise_loop(k);
+    if (!loop || !made.count(k.buffers[0].get()) || writers[k.buffers[0].get()] != 1) continue;
+    for (size_t g = 0; g < merged.size() && group[j] < 0; g++) {
+      MergedKernel& m = merged[g];
+      if (!m.can_take(k, loop)) continue;
+      // nothing that runs between the merged kernel and k writes what k reads
+      bool moves = true;
+      for (size_t p = m.at + 1; p < j && moves; p++)
+        if (group[p] != static_cast<int64_t>(g) && placed[p] > m.at)
+          for (size_t slot = 1; slot < k.buffers.size() && moves; slot++)
+            moves = !writes(s.kernels[p], k.buffers[slot]);
+      if (!moves) continue;
+      m.add(k);
+      group[j] = static_cast<int64_t>(g);
+      placed[j] = m.at;
+    }
+    if (group[j] >= 0) continue;
+    MergedKernel m;
+    m.at = j;
+    m.loop = loop;
+    m.first = k;
+    m.add(k);
+    group[j] = static_cast<int64_t>(merged.size());
+    merged.push_back(std::move(m));
+  }
+  std::vector<Kernel> kernels;
+  for (size_t j = 0; j < s.kernels.size(); j++) {
+    if (group[j] < 0) {
+      kernels.push_back(std::move(s.kernels[j]));
+      continue;
+    }
+    const MergedKernel& m = merged[static_cast<size_t>(group[j])];
+    if (m.at != j) continue; // merged into a kernel before it
+    kernels.push_back(m.outputs.size() == 1 ? std::move(s.kernels[j]) : m.kernel());
+  }
+  s.kernels = std::move(kernels);
+}
+
 // Whether every load of the kernel's buffer `slot` reads the element the store it feeds writes: each STORE's
 // value loads it at that STORE's index only (written in place, each element is read before it is written,
-// and by nothing after).
-bool reads_only_where_it_writes(const Kernel& k, int64_t slot) {
+// and by nothing after), and, of a kernel of several outputs (merge_elementwise), each such load comes before the
+// store of `output` (the renderer emits the stores in order, each after the loads its value needs).
+bool reads_only_where_it_writes(const Kernel& k, int64_t slot, int64_t output) {
   if (k.stores_twice) return false; // an element written, then read for its second computation
   if (k.winograd) return false;     // it reads the windows around the elements it writes
+  auto loads_slot = [&](const UOpPtr& n) {
+    return n->op == Ops::LOAD && n->src[0]->op == Ops::PARAM && std::get<int64_t>(n->src[0]->arg) == slot;
+  };
   for (const UOpPtr& st : k.ast->src) {
     if (st->op != Ops::STORE) return false;
     for (const UOpPtr& n : toposort(st->src[2]))
-      if (n->op == Ops::LOAD && n->src[0]->op == Ops::PARAM && std::get<int64_t>(n->src[0]->arg) == slot &&
-          n->src[1] != st->src[1])
-        return false;
+      if (loads_slot(n) && n->src[1] != st->src[1]) return false;
+  }
+  if (k.outputs == 1) return true;
+  bool stored = false;
+  for (const UOpPtr& n : toposort(k.ast)) {
+    if (n->op == Ops::STORE && std::get<int64_t>(n->src[0]->arg) == output) stored = true;
+    if (stored && loads_slot(n)) return false;
   }
   return true;
 }
@@ -385,7 +581,8 @@ void write_in_place(Schedule& s, const std::vector<BufferRef>& reusable) {
   for (const BufferRef& b : reusable)
     free.push_back(b.get());
   auto reads = [](const Kernel& k, const BufferBase* b) {
-    return std::any_of(k.buffers.begin() + 1, k.buffers.end(), [&](const BufferRef& x) { return x.get() == b; });
+    return std::any_of(k.buffers.begin() + k.outputs, k.buffers.end(),
+                       [&](const BufferRef& x) { return x.get() == b; });
   };
   for (UOpPtr& r : s.results) {
     UOpPtr node = r->op == Ops::BUFFER ? r : is_reshape(r) && r->src[0]->op == Ops::BUFFER ? r->src[0] : nullptr;
@@ -394,17 +591,19 @@ void write_in_place(Schedule& s, const std::vector<BufferRef>& reusable) {
     auto made = std::find(s.made.begin(), s.made.end(), out);
     if (made == s.made.end()) continue;
     size_t writer = s.kernels.size(), writers = 0;
+    int64_t output = 0; // the writer's slot of out
     for (size_t i = 0; i < s.kernels.size(); i++)
-      if (s.kernels[i].buffers[0] == out) writer = i, writers++;
+      for (int64_t o = 0; o < s.kernels[i].outputs; o++)
+        if (s.kernels[i].buffers[static_cast<size_t>(o)] == out) writer = i, writers++, output = o;
     if (writers != 1) continue;
     Kernel& k = s.kernels[writer];
-    for (size_t slot = 1; slot < k.buffers.size(); slot++) {
+    for (auto slot = static_cast<size_t>(k.outputs); slot < k.buffers.size(); slot++) {
       const BufferRef in = k.buffers[slot];
       auto at = std::find(free.begin(), free.end(), in.get());
       if (at == free.end() || in->dtype != out->dtype || in->numel != out->numel) continue;
       if (std::any_of(s.kernels.begin() + static_cast<std::ptrdiff_t>(writer) + 1, s.kernels.end(),
                       [&](const Kernel& later) { return reads(later, in.get()); }) ||
-          !reads_only_where_it_writes(k, static_cast<int64_t>(slot)))
+          !reads_only_where_it_writes(k, static_cast<int64_t>(slot), output))
         continue;
       for (size_t i = writer; i < s.kernels.size(); i++)
         std::replace(s.kernels[i].buffers.begin(), s.kernels[i].buffers.end(), out, in);
@@ -426,6 +625,7 @@ void write_in_place(Schedule& s, const std::vector<BufferRef>& reusable) {
 Schedule schedule(const std::vector<UOpPtr>& roots, const Target& target, const NewBuffer& new_buffer,
                   const std::vector<BufferRef>& reusable) {
   Schedule s = Scheduler(target, new_buffer).run(roots);
+  if (!target.gpu()) merge_elementwise(s);
   if (!reusable.empty()) write_in_place(s, reusable);
   return s;
 }

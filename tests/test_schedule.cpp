@@ -444,7 +444,7 @@ TEST(Schedule, AReductionReadElementwiseByTwoValuesIsComputedOnce) {
         break;
       }
   EXPECT_EQ(reducing, 1);
-  EXPECT_EQ(s.kernels.size(), 3u);
+  EXPECT_EQ(s.kernels.size(), 2u); // the product, then next and mask (both read it) merged into one kernel
 
   auto x = input({64, 1024});
   auto mean = alu(Ops::MUL, reduce(x, Ops::ADD, {1}), full(1.0 / 1024, {64, 1}));
@@ -605,7 +605,7 @@ TEST(Schedule, AValueReadThroughOneViewBySeveralNodesCountsEachRead) {
   UOpPtr sum = reduce(flat, Ops::ADD, {0, 2});
   UOpPtr sum_sq = reduce(alu(Ops::MUL, flat, input({N, C, 4 * H * H})), Ops::ADD, {0, 2});
   UOpPtr dx = alu(Ops::EXP, flat);
-  EXPECT_EQ(kernels_of({sum, sum_sq, dx}), 4u); // g, then its three readers
+  EXPECT_EQ(kernels_of({sum, sum_sq, dx}), 3u); // g (with dx, which reads it elementwise: one kernel), the two sums
   EXPECT_EQ(kernels_of({sum, dx}), 2u);         // read twice it costs less than a buffer: inlined
 }
 
@@ -750,4 +750,80 @@ TEST(Schedule, ARootReadingADeadInputOnlyWhereItWritesIsWrittenIntoIt) {
   Schedule two = schedule({update, reduce(x, Ops::ADD, {0, 1})}, Target{}, placeholder, {b});
   for (const Kernel& k : two.kernels)
     EXPECT_NE(k.buffers[0], b) << k.name;
+}
+
+// Adam's update of a parameter: exp_avg and exp_avg_sq from the gradient, then the parameter from both. One kernel
+// writes all three (merge_elementwise), reading the gradient once and the new states as values, not from their
+// buffers; with the old storages dead, each result is written in place over its old buffer.
+TEST(Schedule, ElementwiseKernelsThatShareABufferAreMergedIntoOneOfSeveralOutputs) {
+  const int64_t n = 4096;
+  BufferRef p = placeholder(DType::Float32, n), g = placeholder(DType::Float32, n), m = placeholder(DType::Float32, n),
+            v = placeholder(DType::Float32, n);
+  auto c = [&](double x) { return expand(reshape(const_float(DType::Float32, x), {1}), {n}); };
+  UOpPtr grad = buffer(g);
+  UOpPtr avg = alu(Ops::ADD, alu(Ops::MUL, buffer(m), c(0.9)), alu(Ops::MUL, grad, c(0.1)));
+  UOpPtr sq = alu(Ops::ADD, alu(Ops::MUL, buffer(v), c(0.999)), alu(Ops::MUL, alu(Ops::MUL, grad, grad), c(0.001)));
+  UOpPtr param = alu(Ops::ADD, buffer(p),
+                     alu(Ops::FDIV, alu(Ops::MUL, avg, c(-0.01)), alu(Ops::ADD, alu(Ops::SQRT, sq), c(1e-8))));
+  Schedule s = schedule({avg, sq, param}, Target{}, placeholder);
+  ASSERT_EQ(s.kernels.size(), 1u);
+  const Kernel& k = s.kernels[0];
+  EXPECT_EQ(k.outputs, 3);
+  EXPECT_EQ(k.name, "E_4096_o3");
+  ASSERT_EQ(k.buffers.size(), 7u); // three outputs, then p, g, m, v each read once
+  for (size_t o = 0; o < 3; o++)
+    EXPECT_EQ(k.buffers[o], s.results[o]->buffer());
+  int64_t loads = 0, stores = 0;
+  for (const UOpPtr& x : toposort(k.ast)) {
+    loads += x->op == Ops::LOAD;
+    stores += x->op == Ops::STORE;
+    if (x->op == Ops::LOAD) {
+      EXPECT_GE(std::get<int64_t>(x->src[0]->arg), 3) << "a load of an output";
+    }
+  }
+  EXPECT_EQ(loads, 4);
+  EXPECT_EQ(stores, 3);
+  // the old storages dead (reusable): each result written over its own input, nothing made
+  Schedule in_place = schedule({avg, sq, param}, Target{}, placeholder, {p, m, v});
+  ASSERT_EQ(in_place.kernels.size(), 1u);
+  EXPECT_EQ(in_place.kernels[0].buffers[0], m);
+  EXPECT_EQ(in_place.kernels[0].buffers[1], v);
+  EXPECT_EQ(in_place.kernels[0].buffers[2], p);
+  EXPECT_TRUE(in_place.made.empty());
+}
+
+// Not merged: kernels that share no buffer (nothing to read once), a later one that reads an earlier one's output at
+// other elements (flipped), of another length, or whose inputs a kernel between them writes (it cannot move up).
+TEST(Schedule, ElementwiseKernelsAreNotMergedWhereTheyShareNothingOrCannotMove) {
+  const int64_t n = 4096;
+  UOpPtr a = buffer(placeholder(DType::Float32, n)), b = buffer(placeholder(DType::Float32, n));
+  UOpPtr x = alu(Ops::EXP, a);
+  EXPECT_EQ(schedule({x, alu(Ops::EXP, b)}, Target{}, placeholder).kernels.size(), 2u);
+  EXPECT_EQ(schedule({x, alu(Ops::EXP, a)}, Target{}, placeholder).kernels.size(), 1u); // one value, one root
+  EXPECT_EQ(schedule({x, alu(Ops::NEG, a)}, Target{}, placeholder).kernels.size(), 1u);
+  EXPECT_EQ(schedule({x, alu(Ops::ADD, b, flip(x, {true}))}, Target{}, placeholder).kernels.size(), 2u);
+  UOpPtr half = buffer(placeholder(DType::Float32, n / 2));
+  EXPECT_EQ(schedule({x, alu(Ops::ADD, half, shrink(x, {{0, n / 2}}))}, Target{}, placeholder).kernels.size(), 2u);
+  // b += 1 in place (an ASSIGN over b's buffer), between x and a value of a and b: it reads b as written
+  BufferRef bb = placeholder(DType::Float32, n);
+  UOpPtr written = assign(buffer(bb), alu(Ops::ADD, buffer(bb), alu(Ops::EXP, a)), View::contiguous({n}));
+  Schedule s = schedule({x, written, alu(Ops::ADD, a, written)}, Target{}, placeholder);
+  for (const Kernel& k : s.kernels)
+    EXPECT_EQ(k.outputs, 1) << k.name;
+}
+
+// Written in place, an output of a merged kernel goes over an input only where no store after its own reads that
+// input: the renderer emits the stores in order, and a later store would read the element already overwritten.
+TEST(Schedule, AMergedKernelWritesInPlaceOnlyOverInputsNoLaterStoreReads) {
+  const int64_t n = 4096;
+  BufferRef a = placeholder(DType::Float32, n), b = placeholder(DType::Float32, n);
+  UOpPtr first = alu(Ops::EXP, buffer(b));                            // stored first
+  UOpPtr second = alu(Ops::ADD, alu(Ops::NEG, buffer(b)), buffer(a)); // loads a after first's store
+  Schedule s = schedule({first, second}, Target{}, placeholder, {a}); // a dead, b held
+  ASSERT_EQ(s.kernels.size(), 1u);
+  const Kernel& k = s.kernels[0];
+  ASSERT_EQ(k.outputs, 2);
+  EXPECT_NE(k.buffers[0], a); // first's store would overwrite the elements of a that second's loads read after it
+  EXPECT_EQ(k.buffers[1], a); // second's own loads of a come before its store
+  EXPECT_EQ(s.made.size(), 1u);
 }

@@ -17,7 +17,7 @@ import torch_tiny
 
 # how tiny's lowering names a kernel: kind (W: a Winograd convolution), loop sizes, then vector lanes (CPU) or rows
 # per thread (GPU)
-KERNEL_NAME = re.compile(r"^[ERGSW](_\d+)+(_v\d+|_r\d+)?$")
+KERNEL_NAME = re.compile(r"^[ERGSW](_\d+)+(_v\d+|_r\d+|_o\d+)?$")
 
 
 def realized(*shapes, seed=0):
