@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import DEVICE, conv_block, counting
+from conftest import CPU_LOWERING, DEVICE, conv_block, counting
 from torch import nn
 
 REPO = Path(__file__).resolve().parents[1]
@@ -250,6 +250,44 @@ def test_memory_stays_flat_over_200_adam_steps(item_each_step):
     cpu_loss, cpu_params = cpu_adam_loop(steps)
     assert_losses_match([final_loss], [cpu_loss])
     assert_params_match(params, cpu_params, [n for n, _ in small_mlp().named_parameters()])
+
+
+OPTIMIZERS = {
+    "adam": lambda p: torch.optim.Adam(p, lr=1e-2),
+    "adamw": lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1),
+    "adam_fused": lambda p: torch.optim.Adam(p, lr=1e-2, fused=True),
+    "sgd_nesterov": lambda p: torch.optim.SGD(p, lr=1e-2, momentum=0.9, nesterov=True),
+    "rmsprop": lambda p: torch.optim.RMSprop(p, lr=1e-2, momentum=0.5),
+}
+
+
+@pytest.mark.skipif(not CPU_LOWERING, reason="the CPU lowering merges elementwise kernels (a GPU device's do not)")
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_an_optimizer_step_updates_each_parameter_and_its_state_in_one_kernel(name):
+    """Adam's exp_avg, exp_avg_sq and parameter (each a kernel reading the gradient) are one kernel of three outputs
+    (merge_elementwise, docs/design.md); so are SGD's momentum and RMSprop's. Two parameters of one size stay two
+    kernels (they share no buffer). The values are the CPU's, step after step."""
+    shapes = [(64, 32), (32,), (16, 32), (32,)]
+    g = torch.Generator().manual_seed(0)
+    cpu = [nn.Parameter(torch.randn(s, generator=g)) for s in shapes]
+    grads = [[torch.randn(s, generator=g) for s in shapes] for _ in range(4)]
+    tiny = [nn.Parameter(p.detach().to(DEVICE)) for p in cpu]
+    opt_cpu, opt_tiny = OPTIMIZERS[name](cpu), OPTIMIZERS[name](tiny)
+    for step, gs in enumerate(grads):
+        for p, q, gr in zip(cpu, tiny, gs, strict=True):
+            p.grad, q.grad = gr.clone(), gr.to(DEVICE)
+        opt_cpu.step()
+        torch.tiny.synchronize()
+        before = torch.tiny.stats()["kernels"]
+        opt_tiny.step()
+        torch.tiny.synchronize()
+        if step >= 1:  # (the first step creates the states; the fused step counts its steps on the device too)
+            assert torch.tiny.stats()["kernels"] - before == len(shapes) + (name == "adam_fused"), f"step {step}"
+        for p, q in zip(cpu, tiny, strict=True):
+            torch.testing.assert_close(q.detach().cpu(), p.detach(), rtol=1e-5, atol=1e-6)
+    for key in opt_cpu.state[cpu[0]]:
+        a, b = opt_cpu.state[cpu[0]][key], opt_tiny.state[tiny[0]][key]
+        torch.testing.assert_close(b.cpu() if torch.is_tensor(b) else b, a, rtol=1e-5, atol=1e-6)
 
 
 # ---------------------------------------------------------------------------------------------
