@@ -252,7 +252,7 @@ def test_memory_stays_flat_over_200_adam_steps(item_each_step):
     assert_params_match(params, cpu_params, [n for n, _ in small_mlp().named_parameters()])
 
 
-OPTIMIZERS = {
+ONE_KERNEL_OPTIMIZERS = {
     "adam": lambda p: torch.optim.Adam(p, lr=1e-2),
     "adamw": lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1),
     "adam_fused": lambda p: torch.optim.Adam(p, lr=1e-2, fused=True),
@@ -262,7 +262,7 @@ OPTIMIZERS = {
 
 
 @pytest.mark.skipif(not CPU_LOWERING, reason="the CPU lowering merges elementwise kernels (a GPU device's do not)")
-@pytest.mark.parametrize("name", OPTIMIZERS)
+@pytest.mark.parametrize("name", ONE_KERNEL_OPTIMIZERS)
 def test_an_optimizer_step_updates_each_parameter_and_its_state_in_one_kernel(name):
     """Adam's exp_avg, exp_avg_sq and parameter (each a kernel reading the gradient) are one kernel of three outputs
     (merge_elementwise, docs/design.md); so are SGD's momentum and RMSprop's. Two parameters of one size stay two
@@ -272,7 +272,7 @@ def test_an_optimizer_step_updates_each_parameter_and_its_state_in_one_kernel(na
     cpu = [nn.Parameter(torch.randn(s, generator=g)) for s in shapes]
     grads = [[torch.randn(s, generator=g) for s in shapes] for _ in range(4)]
     tiny = [nn.Parameter(p.detach().to(DEVICE)) for p in cpu]
-    opt_cpu, opt_tiny = OPTIMIZERS[name](cpu), OPTIMIZERS[name](tiny)
+    opt_cpu, opt_tiny = ONE_KERNEL_OPTIMIZERS[name](cpu), ONE_KERNEL_OPTIMIZERS[name](tiny)
     for step, gs in enumerate(grads):
         for p, q, gr in zip(cpu, tiny, gs, strict=True):
             p.grad, q.grad = gr.clone(), gr.to(DEVICE)
