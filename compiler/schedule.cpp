@@ -360,6 +360,15 @@ private:
   }
 };
 
+// Whether kernel k writes buffer b (slots [0, outputs)), or reads it (the other slots).
+bool kernel_writes(const Kernel& k, const BufferBase* b) {
+  return std::any_of(k.buffers.begin(), k.buffers.begin() + k.outputs,
+                     [&](const BufferRef& x) { return x.get() == b; });
+}
+bool kernel_reads(const Kernel& k, const BufferBase* b) {
+  return std::any_of(k.buffers.begin() + k.outputs, k.buffers.end(), [&](const BufferRef& x) { return x.get() == b; });
+}
+
 // ---- elementwise kernels merged into one ----
 
 // Kernels merged into one write this many buffers at most.
@@ -379,7 +388,7 @@ const UOp* flat_elementwise_loop(const Kernel& k) {
   if (!loop || st->src[1].get() != loop || k.buffers[0]->numel != k.loops[0]) return nullptr;
   // (sin, cos and tan keep the renderer's strips of their fast forms, see trig_strips in render_c.cpp)
   for (const UOpPtr& n : toposort(st->src[2]))
-    if (n->op == Ops::REDUCE || n->op == Ops::STORE || n->op == Ops::SIN || n->op == Ops::COS || n->op == Ops::TAN ||
+    if (n->op == Ops::REDUCE || n->op == Ops::SIN || n->op == Ops::COS || n->op == Ops::TAN ||
         (n->op == Ops::RANGE && n.get() != loop))
       return nullptr;
   return loop;
@@ -390,69 +399,67 @@ const UOp* flat_elementwise_loop(const Kernel& k) {
 struct MergedKernel {
   size_t at = 0;     // the position of its first kernel in the schedule
   const UOp* loop{}; // the loop they share
-  Kernel first;      // the first kernel (names, launch)
+  Kernel k;          // the first kernel, its runtime scalars and work those of all (buffers and ast: see kernel())
   std::vector<UOpPtr> stores;
-  std::vector<BufferRef> buffers; // by id
-  std::vector<int64_t> outputs;   // ids
-  std::vector<int64_t> ivars;
-  std::vector<double> fvars;
-  std::vector<UOpPtr> var_nodes;
-  int64_t work = 0;
-  std::unordered_map<int64_t, UOpPtr> values; // output id -> its value
+  std::vector<BufferRef> buffers;                  // by id
+  std::vector<std::pair<int64_t, UOpPtr>> outputs; // ids and their values
+
+  MergedKernel(size_t at, const UOp* loop, const Kernel& first) : at(at), loop(loop), k(first) {
+    k.ivars.clear(), k.fvars.clear(), k.var_nodes.clear(), k.launch.work = 0;
+    add(first);
+  }
 
   int64_t id(const BufferRef& b) {
-    for (size_t i = 0; i < buffers.size(); i++)
-      if (buffers[i] == b) return static_cast<int64_t>(i);
-    buffers.push_back(b);
-    return static_cast<int64_t>(buffers.size()) - 1;
+    auto it = std::find(buffers.begin(), buffers.end(), b);
+    if (it == buffers.end()) it = buffers.insert(it, b);
+    return it - buffers.begin();
   }
   bool has(const BufferRef& b) const { return std::find(buffers.begin(), buffers.end(), b) != buffers.end(); }
-  // The value of the output b; null where b is not an output here.
-  UOpPtr value_of(const BufferRef& b) const {
-    for (int64_t o : outputs)
-      if (buffers[static_cast<size_t>(o)] == b) return values.at(o);
+  // The value of the output with this id (or buffer); null where it is not an output here.
+  UOpPtr value_of(int64_t id) const {
+    for (const auto& [o, v] : outputs)
+      if (o == id) return v;
     return nullptr;
   }
+  UOpPtr value_of(const BufferRef& b) const {
+    auto it = std::find(buffers.begin(), buffers.end(), b);
+    return it == buffers.end() ? nullptr : value_of(it - buffers.begin());
+  }
 
-  // Adds kernel k's store: its PARAMs renumbered by id and its ARGs after the ones before; its loads of an output
+  // Adds a kernel's store: its PARAMs renumbered by id and its ARGs after the ones before; its loads of an output
   // of the kernels before (at the loop's index, see can_take) read that output's value instead.
-  void add(const Kernel& k) {
-    const auto ints = static_cast<int64_t>(ivars.size()), floats = static_cast<int64_t>(fvars.size());
+  void add(const Kernel& kernel) {
+    const auto ints = static_cast<int64_t>(k.ivars.size()), floats = static_cast<int64_t>(k.fvars.size());
     std::vector<int64_t> ids;
-    for (const BufferRef& b : k.buffers)
+    for (const BufferRef& b : kernel.buffers)
       ids.push_back(id(b));
-    UOpPtr store = substitute(k.ast->src[0], [&](const UOpPtr& n) -> UOpPtr {
+    UOpPtr store = substitute(kernel.ast->src[0], [&](const UOpPtr& n) -> UOpPtr {
       if (n->op == Ops::PARAM) return UOp::make(Ops::PARAM, n->dtype, {}, ids[std::get<int64_t>(n->arg)]);
       if (n->op == Ops::ARG)
         return UOp::make(Ops::ARG, n->dtype, {}, std::get<int64_t>(n->arg) + (is_float(n->dtype) ? floats : ints));
       return nullptr;
     });
     UOpPtr value = substitute(store->src[2], [&](const UOpPtr& n) -> UOpPtr {
-      if (n->op != Ops::LOAD) return nullptr;
-      auto it = values.find(std::get<int64_t>(n->src[0]->arg));
-      return it == values.end() ? nullptr : it->second;
+      return n->op == Ops::LOAD ? value_of(std::get<int64_t>(n->src[0]->arg)) : nullptr;
     });
-    outputs.push_back(ids[0]);
-    values[ids[0]] = value;
+    outputs.emplace_back(ids[0], value);
     stores.push_back(UOp::make(Ops::STORE, DType::Void, {store->src[0], store->src[1], value}));
-    ivars.insert(ivars.end(), k.ivars.begin(), k.ivars.end());
-    fvars.insert(fvars.end(), k.fvars.begin(), k.fvars.end());
-    var_nodes.insert(var_nodes.end(), k.var_nodes.begin(), k.var_nodes.end());
-    work += k.launch.work;
+    k.ivars.insert(k.ivars.end(), kernel.ivars.begin(), kernel.ivars.end());
+    k.fvars.insert(k.fvars.end(), kernel.fvars.begin(), kernel.fvars.end());
+    k.var_nodes.insert(k.var_nodes.end(), kernel.var_nodes.begin(), kernel.var_nodes.end());
+    k.launch.work += kernel.launch.work;
   }
 
-  // Whether k (a later kernel, see flat_elementwise_loop) may join: the same loop, a buffer in common with the kernels
+  // Whether a later kernel (see flat_elementwise_loop) may join: the same loop, a buffer in common with the kernels
   // here (an input they read, or an output of theirs it reads), and each output of theirs read at the loop's index
   // only, as the value's own element.
-  bool can_take(const Kernel& k, const UOp* k_loop) const {
-    if (k_loop != loop || static_cast<int64_t>(outputs.size()) >= kMaxMergedOutputs) return false;
-    bool shared = false;
-    for (size_t slot = 1; slot < k.buffers.size(); slot++)
-      shared = shared || has(k.buffers[slot]);
-    if (!shared) return false;
-    for (const UOpPtr& n : toposort(k.ast)) {
+  bool can_take(const Kernel& kernel, const UOp* kernel_loop) const {
+    if (kernel_loop != loop || static_cast<int64_t>(outputs.size()) >= kMaxMergedOutputs) return false;
+    if (std::none_of(kernel.buffers.begin() + 1, kernel.buffers.end(), [&](const BufferRef& b) { return has(b); }))
+      return false;
+    for (const UOpPtr& n : toposort(kernel.ast)) {
       if (n->op != Ops::LOAD) continue;
-      const UOpPtr v = value_of(k.buffers[static_cast<size_t>(std::get<int64_t>(n->src[0]->arg))]);
+      const UOpPtr v = value_of(kernel.buffers[static_cast<size_t>(std::get<int64_t>(n->src[0]->arg))]);
       if (v && (n->src.size() != 2 || n->src[1].get() != loop || n->dtype != v->dtype)) return false;
     }
     return true;
@@ -461,28 +468,24 @@ struct MergedKernel {
   // One kernel: the outputs' slots first, then the inputs' in the order they were met.
   Kernel kernel() const {
     std::vector<int64_t> slot(buffers.size(), -1);
-    Kernel k = first;
-    k.buffers.clear();
-    for (int64_t o : outputs) {
-      slot[o] = static_cast<int64_t>(k.buffers.size());
-      k.buffers.push_back(buffers[o]);
+    Kernel out = k;
+    out.buffers.clear();
+    for (const auto& [o, v] : outputs) {
+      slot[static_cast<size_t>(o)] = static_cast<int64_t>(out.buffers.size());
+      out.buffers.push_back(buffers[static_cast<size_t>(o)]);
     }
     for (size_t i = 0; i < buffers.size(); i++)
       if (slot[i] < 0) {
-        slot[i] = static_cast<int64_t>(k.buffers.size());
-        k.buffers.push_back(buffers[i]);
+        slot[i] = static_cast<int64_t>(out.buffers.size());
+        out.buffers.push_back(buffers[i]);
       }
-    k.ast = substitute(UOp::make(Ops::SINK, DType::Void, stores), [&](const UOpPtr& n) -> UOpPtr {
+    out.ast = substitute(UOp::make(Ops::SINK, DType::Void, stores), [&](const UOpPtr& n) -> UOpPtr {
       if (n->op != Ops::PARAM) return nullptr;
-      return UOp::make(Ops::PARAM, n->dtype, {}, slot[std::get<int64_t>(n->arg)]);
+      return UOp::make(Ops::PARAM, n->dtype, {}, slot[static_cast<size_t>(std::get<int64_t>(n->arg))]);
     });
-    k.outputs = static_cast<int64_t>(outputs.size());
-    k.name = first.name + "_o" + std::to_string(outputs.size());
-    k.ivars = ivars;
-    k.fvars = fvars;
-    k.var_nodes = var_nodes;
-    k.launch.work = work;
-    return k;
+    out.outputs = static_cast<int64_t>(outputs.size());
+    out.name = k.name + "_o" + std::to_string(outputs.size());
+    return out;
   }
 };
 
@@ -504,9 +507,6 @@ void merge_elementwise(Schedule& s) {
   std::vector<MergedKernel> merged;
   std::vector<int64_t> group(s.kernels.size(), -1); // the merged kernel each kernel went into
   std::vector<size_t> placed(s.kernels.size(), 0);  // where each kernel runs now (its position, or its group's)
-  auto writes = [](const Kernel& k, const BufferRef& b) {
-    return std::find(k.buffers.begin(), k.buffers.begin() + k.outputs, b) != k.buffers.begin() + k.outputs;
-  };
   for (size_t j = 0; j < s.kernels.size(); j++) {
     const Kernel& k = s.kernels[j];
     placed[j] = j;
@@ -520,20 +520,15 @@ void merge_elementwise(Schedule& s) {
       for (size_t p = m.at + 1; p < j && moves; p++)
         if (group[p] != static_cast<int64_t>(g) && placed[p] > m.at)
           for (size_t slot = 1; slot < k.buffers.size() && moves; slot++)
-            moves = !writes(s.kernels[p], k.buffers[slot]);
+            moves = !kernel_writes(s.kernels[p], k.buffers[slot].get());
       if (!moves) continue;
       m.add(k);
       group[j] = static_cast<int64_t>(g);
       placed[j] = m.at;
     }
     if (group[j] >= 0) continue;
-    MergedKernel m;
-    m.at = j;
-    m.loop = loop;
-    m.first = k;
-    m.add(k);
     group[j] = static_cast<int64_t>(merged.size());
-    merged.push_back(std::move(m));
+    merged.emplace_back(j, loop, k);
   }
   std::vector<Kernel> kernels;
   for (size_t j = 0; j < s.kernels.size(); j++) {
@@ -580,10 +575,6 @@ void write_in_place(Schedule& s, const std::vector<BufferRef>& reusable) {
   std::vector<const BufferBase*> free;
   for (const BufferRef& b : reusable)
     free.push_back(b.get());
-  auto reads = [](const Kernel& k, const BufferBase* b) {
-    return std::any_of(k.buffers.begin() + k.outputs, k.buffers.end(),
-                       [&](const BufferRef& x) { return x.get() == b; });
-  };
   for (UOpPtr& r : s.results) {
     UOpPtr node = r->op == Ops::BUFFER ? r : is_reshape(r) && r->src[0]->op == Ops::BUFFER ? r->src[0] : nullptr;
     if (!node) continue;
@@ -602,7 +593,7 @@ void write_in_place(Schedule& s, const std::vector<BufferRef>& reusable) {
       auto at = std::find(free.begin(), free.end(), in.get());
       if (at == free.end() || in->dtype != out->dtype || in->numel != out->numel) continue;
       if (std::any_of(s.kernels.begin() + static_cast<std::ptrdiff_t>(writer) + 1, s.kernels.end(),
-                      [&](const Kernel& later) { return reads(later, in.get()); }) ||
+                      [&](const Kernel& later) { return kernel_reads(later, in.get()); }) ||
           !reads_only_where_it_writes(k, static_cast<int64_t>(slot), output))
         continue;
       for (size_t i = writer; i < s.kernels.size(); i++)
