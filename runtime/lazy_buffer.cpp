@@ -251,6 +251,21 @@ UOpPtr elements(const UOpPtr& c, const StridedView& v) {
   return elements(unreshaped(c), c->shape[0], v, [&]() -> const UOpPtr& { return c; });
 }
 
+// Calls f(i, e) for each element i of the view, row-major, e its element in the storage.
+template <class F> void for_each_element(const StridedView& v, F&& f) {
+  std::vector<int64_t> at(v.sizes.size(), 0);
+  int64_t e = v.offset;
+  for (int64_t i = 0, n = prod(v.sizes); i < n; i++) {
+    f(i, e);
+    for (size_t d = at.size(); d-- > 0;) {
+      e += v.strides[d];
+      if (++at[d] < v.sizes[d]) break;
+      e -= v.strides[d] * v.sizes[d];
+      at[d] = 0;
+    }
+  }
+}
+
 } // namespace
 
 UOpPtr LazyBuffer::read(const StridedView& v) {
@@ -382,15 +397,9 @@ void LazyBuffer::write_host_bytes(const StridedView& v, const void* src) {
     std::memcpy(bytes.data() + begin, src, len);
   } else {
     // row-major over the view: element i of src goes to its strided place
-    Shape at(v.sizes.size(), 0);
-    for (int64_t i = 0, n = prod(v.sizes); i < n; i++) {
-      int64_t e = v.offset;
-      for (size_t d = 0; d < at.size(); d++)
-        e += at[d] * v.strides[d];
+    for_each_element(v, [&](int64_t i, int64_t e) {
       std::memcpy(bytes.data() + static_cast<size_t>(e) * item, static_cast<const char*>(src) + i * item, item);
-      for (size_t d = at.size(); d-- > 0 && ++at[d] == v.sizes[d];)
-        at[d] = 0;
-    }
+    });
   }
   auto buf = std::make_shared<Buffer>(device_, content_->dtype, content_->shape[0]);
   device_.allocator().copy_in(buf->ptr(), bytes.data(), buf->nbytes());
@@ -447,22 +456,12 @@ bool LazyBuffer::read_host_if_realized(const StridedView& v, void* dst) {
   if (device_.target().gpu() || whole_ || !content_ || content_->op != Ops::BUFFER ||
       itemsize(content_->dtype) != itemsize(v.dtype))
     return false;
-  const size_t size = itemsize(v.dtype), dims = v.sizes.size();
-  const int64_t n = prod(v.sizes);
-  if (n == 0) return true;
+  if (prod(v.sizes) == 0) return true;
+  const size_t size = itemsize(v.dtype);
   const auto* src = static_cast<const char*>(std::static_pointer_cast<Buffer>(content_->buffer())->ptr());
-  auto* out = static_cast<char*>(dst);
-  std::vector<int64_t> at(dims, 0); // v's coordinate of element i, row-major
-  int64_t pos = v.offset;           // its element in the storage
-  for (int64_t i = 0; i < n; i++) {
-    std::memcpy(out + static_cast<size_t>(i) * size, src + static_cast<size_t>(pos) * size, size);
-    for (size_t d = dims; d-- > 0;) {
-      pos += v.strides[d];
-      if (++at[d] < v.sizes[d]) break;
-      pos -= v.strides[d] * v.sizes[d];
-      at[d] = 0;
-    }
-  }
+  for_each_element(v, [&](int64_t i, int64_t e) {
+    std::memcpy(static_cast<char*>(dst) + static_cast<size_t>(i) * size, src + static_cast<size_t>(e) * size, size);
+  });
   return true;
 }
 
