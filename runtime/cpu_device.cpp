@@ -57,7 +57,8 @@ namespace fs = std::filesystem;
 // huge page the physical address is the virtual one, so blocks that all started on a boundary put the elements a
 // kernel reads and writes together (index i of each operand) in one L2 set (bits 6-16 of the address), and a kernel
 // of several such streams evicted its own prefetched lines. Adam's one kernel over a 2.36M-float parameter (four
-// streams read, three written, in place), two threads of a Sapphire Rapids-class core: 2.5 ms aligned, 0.92 colored.
+// streams read, three written, in place), two threads of a Sapphire Rapids-class core: 2.4-2.6 ms aligned, 0.89
+// colored (a C harness over plain 4 KiB pages: 0.92-0.96).
 class CpuAllocator : public Allocator {
 public:
   void copy_in(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
