@@ -2639,6 +2639,68 @@ std::vector<int64_t> source_order(const UOpPtr& x) {
 
 } // namespace
 
+namespace {
+
+// n's elements along the dims that all its reads broadcast, where n is an elementwise value of a float dtype that
+// computes a costly op (costly_op, or a division) from plain reads (single unmasked views of buffers, constants,
+// scalars) and holds 64 times fewer distinct values than elements, of 65536 elements or more (the work saved then
+// outweighs a kernel's launch): (N, C, H, W)'s per-channel factor of batch norm's gradient, gamma / sqrt(var + eps) /
+// count, read as (1, C, 1, 1). Null otherwise.
+UOpPtr broadcast_factor(const UOpPtr& n) {
+  if (!is_alu(n->op) || !is_float(n->dtype) || prod(n->shape) < 65536) return nullptr;
+  std::vector<bool> broadcast(n->shape.size(), true);
+  bool costly = false, reads = false;
+  for (const UOpPtr& m : toposort(n)) {
+    if (m->op == Ops::VIEW) {
+      if (m->src[0]->op == Ops::CONST || m->src[0]->op == Ops::DEFINE_VAR) continue;
+      if (m->src[0]->op != Ops::BUFFER || m->st().views.size() != 1 || m->shape.size() != n->shape.size())
+        return nullptr;
+      const View& v = m->st().views[0];
+      if (v.mask) return nullptr;
+      for (size_t e = 0; e < v.shape.size(); e++)
+        broadcast[e] = broadcast[e] && (v.strides[e] == 0 || v.shape[e] == 1);
+      reads = true;
+    } else if (is_alu(m->op) || m->op == Ops::CAST) {
+      costly = costly || costly_op(m->op) || m->op == Ops::FDIV;
+    } else if (m->op != Ops::BUFFER && m->op != Ops::CONST && m->op != Ops::DEFINE_VAR) {
+      return nullptr;
+    }
+  }
+  if (!costly || !reads) return nullptr;
+  std::vector<std::pair<int64_t, int64_t>> keep;
+  for (size_t e = 0; e < n->shape.size(); e++)
+    keep.push_back({0, broadcast[e] ? 1 : n->shape[e]});
+  UOpPtr base = shrink(n, keep);
+  return 64 * prod(base->shape) <= prod(n->shape) ? base : nullptr;
+}
+
+} // namespace
+
+UOpPtr realize_broadcast_factors(const UOpPtr& value, const Target& target) {
+  if (target.gpu()) return value;
+  std::unordered_map<const UOp*, UOpPtr> replace;
+  std::unordered_set<const UOp*> seen;
+  std::vector<UOpPtr> stack{value};
+  while (!stack.empty()) {
+    UOpPtr n = stack.back();
+    stack.pop_back();
+    if (!seen.insert(n.get()).second) continue;
+    if (UOpPtr base = broadcast_factor(n)) {
+      replace[n.get()] = expand(contiguous(base), n->shape);
+      continue;
+    }
+    // (through elementwise ops and views of them only: a reduction's reads are its own lowering's, see
+    // computed_broadcast_factor_copies)
+    if (is_alu(n->op) || n->op == Ops::CAST || n->op == Ops::BITCAST || n->op == Ops::VIEW)
+      stack.insert(stack.end(), n->src.begin(), n->src.end());
+  }
+  if (replace.empty()) return value;
+  return substitute(value, [&](const UOpPtr& n) -> UOpPtr {
+    auto it = replace.find(n.get());
+    return it == replace.end() ? nullptr : it->second;
+  });
+}
+
 UOpPtr realize_reused_values(const UOpPtr& value) {
   std::unordered_map<const UOp*, UOpPtr> replace;
   for (const UOpPtr& r : toposort(value)) {

@@ -153,6 +153,13 @@ UOpPtr unfolded_window(const UOpPtr& m, size_t d, int64_t work, int64_t reuse);
 // the leaves.
 UOpPtr realize_reused_values(const UOpPtr& value);
 
+// An elementwise value's costly factors (a division, a square root, an exponential...) that hold one value along most
+// of the kernel's elements, computed from plain reads of small buffers (batch norm's per-channel gamma / sqrt(var +
+// eps) in its (N, C, H, W) gradient kernel), are wrapped in CONTIGUOUS over their distinct elements: computed once
+// each (the scheduler realizes them first) instead of at every element. CPU targets. Runs on the graph after views
+// are pushed to the leaves.
+UOpPtr realize_broadcast_factors(const UOpPtr& value, const Target& target);
+
 // A reduction of many elements into few outputs would run on few threads (one thread, or one
 // work-group on a GPU, for a full reduction): it is split in two. Each output's elements, in `parts`
 // equal runs, are reduced in parallel into a buffer of partial results (a CONTIGUOUS node the scheduler

@@ -219,7 +219,8 @@ private:
   UOpPtr prepare(const UOpPtr& value) {
     UOpPtr v = realize_contiguous(realize_reused_values(
         split_long_reductions(graph_rewrite(realize_winograd(resolve(value)), hoist_factors), target_)));
-    return realize_contiguous(contiguous_reduce_layout(resolve(graph_rewrite(v, push_views)), target_));
+    v = realize_contiguous(realize_broadcast_factors(resolve(graph_rewrite(v, push_views)), target_));
+    return realize_contiguous(contiguous_reduce_layout(v, target_));
   }
 
   // The graph with its CONTIGUOUS nodes realized and read from their buffers.

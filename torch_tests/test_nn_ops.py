@@ -217,6 +217,22 @@ def test_batch_norm_training_forward_and_gradients(affine):
     check_grads(fn, x, w, b, rtol=1e-5, atol=1e-5)
 
 
+def test_batch_norm_over_a_large_batch_computes_its_per_channel_factors_once_and_matches_cpu():
+    # 131072 elements: the per-channel factors of the forward and backward kernels (w / sqrt(var + eps) and such) are
+    # computed once per channel in a kernel of their own (realize_broadcast_factors), not at every element
+    x = _seeded((32, 4, 32, 32), 16) * 3 + 2
+    w, b = _seeded((4,), 17) + 1, _seeded((4,), 18)
+    rm, rv = _seeded((4,), 19), _seeded((4,), 20).abs() + 0.5
+
+    def fn(x, w, b, train):
+        y = F.batch_norm(x, rm.to(x.device), rv.to(x.device), w, b, training=train, eps=1e-3)
+        return F.relu(y) / (rv.to(x.device).view(1, 4, 1, 1) + 0.25).sqrt()
+
+    # (the bias and weight gradients sum 32768 terms each, in another order than the CPU's)
+    for train in (True, False):
+        check_grads(lambda x, w, b, t=train: fn(x, w, b, t), x, w, b, rtol=1e-4, atol=1e-4)
+
+
 def test_batch_norm_eval_forward_and_gradients():
     x, w, b = bn_inputs()
     rm, rv = _seeded((3,), 13), _seeded((3,), 14).abs() + 0.5
