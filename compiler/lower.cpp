@@ -707,6 +707,25 @@ std::vector<UOpPtr> own_buffer_reads(const UOpPtr& r) {
   return reads;
 }
 
+} // namespace
+
+// (lower.h) A reduction whose reads all step by 0 or 1 along its innermost reduced axis steps its loop by vector lanes:
+// the demo's batch norm mean over its convolution's biased ReLU read the bias through two views and summed element by
+// element, 0.91 of its step's 1.6 ms in such kernels; in lanes 0.37.
+int64_t step_along(const ShapeTracker& st, size_t d) {
+  if (st.views.size() == 1) return st.views.back().strides[d];
+  const Shape shape = st.shape();
+  std::vector<UOpPtr> idx;
+  for (size_t e = 0; e < shape.size(); e++)
+    idx.push_back(UOp::make(Ops::RANGE, kIndex, {idx_const(shape[e])}, static_cast<int64_t>(e)));
+  auto [flat, valid] = view_index(st, idx);
+  auto step = lane_split(graph_rewrite(flat, symbolic), idx[d].get());
+  auto valid_step = lane_split(graph_rewrite(valid, symbolic), idx[d].get());
+  return step && valid_step && valid_step->second == 0 ? step->second : -1;
+}
+
+namespace {
+
 // Whether every buffer a reduction reads walks each of the reduced axes `axes` contiguously (or not at
 // all).
 bool reads_contiguously_along(const UOpPtr& r, const std::vector<int64_t>& axes) {
@@ -714,11 +733,9 @@ bool reads_contiguously_along(const UOpPtr& r, const std::vector<int64_t>& axes)
   for (const UOpPtr& m : own_buffer_reads(r)) {
     // A read of another rank (behind a gather's computed index, say) has no reduced axes to walk, and
     // indexing its strides by the reduction's axes would read past them.
-    if (m->st().views.size() != 1 || m->shape.size() != rank) return false;
-    for (int64_t a : axes) {
-      int64_t st = m->st().views.back().strides[a];
-      if (st != 0 && st != 1) return false;
-    }
+    if (m->shape.size() != rank) return false;
+    for (int64_t a : axes)
+      if (int64_t st = step_along(m->st(), static_cast<size_t>(a)); st != 0 && st != 1) return false;
   }
   return true;
 }

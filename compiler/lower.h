@@ -115,6 +115,12 @@ struct TileBlock {
 };
 std::optional<TileBlock> tile_block(const std::vector<UOpPtr>& reduces, const UOp* lane);
 
+// The step of a read's flat index along its dim d, where it moves by a fixed step there and its validity does not
+// move (-1 otherwise): the view's stride for one view (masked or not); for a stack of views that did not merge into one
+// (a per-channel bias broadcast over (N, C, H, W), then viewed as batch norm's split sum (C, parts, N / parts, H * W)),
+// what the index walks, found by evaluating it symbolically.
+int64_t step_along(const ShapeTracker& st, size_t d);
+
 // Whether the CPU the C kernels are compiled for has AVX-512 (vectors of 16 floats in one register).
 bool wide_vectors();
 

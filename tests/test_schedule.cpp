@@ -421,6 +421,24 @@ TEST(Schedule, APerChannelSumSplitsItsFirstReducedAxisAndIndexesWithoutDivisions
     EXPECT_TRUE(n->op != Ops::IDIV && n->op != Ops::MOD) << op_name(n->op);
 }
 
+// The step along each dim of a stack of views that does not merge (the demo's batch norm reads its convolution's bias,
+// broadcast over (N, C, H, W), as its split sum's (C, parts, N / parts, H * W)): 1 along the channels, 0 along the
+// reduced axes, so that the sum steps by vector lanes (reads_contiguously_along). A transposed read flattened steps
+// by no fixed amount.
+TEST(Schedule, TheStepOfAStackOfViewsAlongADimIsWhatItsIndexWalks) {
+  ShapeTracker bias;
+  bias.views = {View{{128, 32, 28, 28}, {0, 1, 0, 0}}, View{{32, 8, 16, 784}, {784, 401408, 25088, 1}}};
+  EXPECT_EQ(step_along(bias, 0), 1);
+  for (size_t d : {1, 2, 3})
+    EXPECT_EQ(step_along(bias, d), 0) << d;
+  ShapeTracker one = ShapeTracker::of(View{{32, 8, 16, 784}, {784, 401408, 25088, 1}});
+  EXPECT_EQ(step_along(one, 3), 1);
+  EXPECT_EQ(step_along(one, 1), 401408);
+  ShapeTracker flat_transpose;
+  flat_transpose.views = {View{{6, 4}, {1, 6}}, View{{24}, {1}}};
+  EXPECT_EQ(step_along(flat_transpose, 0), -1);
+}
+
 // A matmul's ReLU read elementwise by two values (the next layer and the ReLU's gradient mask): the
 // ReLU is realized once, not inlined into both kernels, each recomputing the whole matmul per element.
 // Read through a broadcast (a layer norm's mean), a reduction stays inline: lowering computes it once
