@@ -128,12 +128,7 @@ std::vector<UOpPtr> unflatten_given(const UOpPtr& flat, const Shape& shape, cons
   }
   if (to_narrow.empty()) return unflatten(UOp::make(Ops::WHERE, kIndex, {valid, flat, idx_const(0)}), shape);
   auto swap = [](const UOpPtr& x, const std::unordered_map<const UOp*, UOpPtr>& map) {
-    return graph_rewrite(substitute(x,
-                                    [&](const UOpPtr& n) -> UOpPtr {
-                                      auto it = map.find(n.get());
-                                      return it == map.end() ? nullptr : it->second;
-                                    }),
-                         symbolic);
+    return graph_rewrite(substitute(x, map), symbolic);
   };
   std::vector<UOpPtr> idx = unflatten(swap(flat, to_narrow), shape);
   for (size_t d = 0; d < idx.size(); d++) {
@@ -2216,6 +2211,35 @@ void widened_broadcast_copies(const UOpPtr& n, size_t d, int64_t work, const Tar
   }
 }
 
+// f's distinct elements (f shrunk to one element along each dim that all its reads broadcast), where f computes (an
+// ALU op or more) from plain reads only: single unmasked views of buffers at f's rank, constants, scalars. Null
+// otherwise.
+UOpPtr plain_broadcast_base(const UOpPtr& f) {
+  std::vector<bool> broadcast(f->shape.size(), true);
+  bool computed = false, reads = false;
+  for (const UOpPtr& m : toposort(f)) {
+    if (m->op == Ops::VIEW) {
+      if (m->src[0]->op == Ops::CONST || m->src[0]->op == Ops::DEFINE_VAR) continue;
+      if (m->src[0]->op != Ops::BUFFER || m->st().views.size() != 1 || m->shape.size() != f->shape.size())
+        return nullptr;
+      const View& v = m->st().views[0];
+      if (v.mask) return nullptr;
+      for (size_t e = 0; e < v.shape.size(); e++)
+        broadcast[e] = broadcast[e] && (v.strides[e] == 0 || v.shape[e] == 1);
+      reads = true;
+    } else if (is_alu(m->op)) {
+      computed = true;
+    } else if (m->op != Ops::CAST && m->op != Ops::BUFFER && m->op != Ops::CONST && m->op != Ops::DEFINE_VAR) {
+      return nullptr;
+    }
+  }
+  if (!computed || !reads) return nullptr;
+  std::vector<std::pair<int64_t, int64_t>> keep;
+  for (size_t e = 0; e < f->shape.size(); e++)
+    keep.push_back({0, broadcast[e] ? 1 : f->shape[e]});
+  return shrink(f, keep);
+}
+
 // A factor of a sum of products that the lanes broadcast (the same value in every lane) and that is computed from its
 // reads (sdpa's query scaled by the square root of the scale before q @ k.transpose(-2, -1)): in a register block each
 // row's factor is then a scalar op and a broadcast beside every multiply-add, recomputed for each block of lanes.
@@ -2229,29 +2253,8 @@ void computed_broadcast_factor_copies(const UOpPtr& n, size_t d, int64_t work,
   if (src->op != Ops::MUL) return;
   for (const UOpPtr& f : src->src) {
     if (replace.count(f.get())) continue;
-    std::vector<bool> broadcast(f->shape.size(), true);
-    bool computed = false, reads = false, plain = true;
-    for (const UOpPtr& m : toposort(f)) {
-      computed = computed || is_alu(m->op);
-      if (m->op == Ops::VIEW && m->src[0]->op == Ops::BUFFER) {
-        const View& v = m->st().views.back();
-        plain = plain && !v.mask && m->shape.size() == f->shape.size();
-        for (size_t e = 0; plain && e < v.shape.size(); e++)
-          broadcast[e] = broadcast[e] && (v.strides[e] == 0 || v.shape[e] == 1);
-        reads = true;
-      } else if (m->op == Ops::VIEW) {
-        plain = plain && (m->src[0]->op == Ops::CONST || m->src[0]->op == Ops::DEFINE_VAR);
-      } else {
-        plain = plain && (is_alu(m->op) || m->op == Ops::CAST || m->op == Ops::BUFFER || m->op == Ops::CONST ||
-                          m->op == Ops::DEFINE_VAR);
-      }
-    }
-    if (!computed || !reads || !plain || !broadcast[d]) continue;
-    std::vector<std::pair<int64_t, int64_t>> keep;
-    for (size_t e = 0; e < f->shape.size(); e++)
-      keep.push_back({0, broadcast[e] ? 1 : f->shape[e]});
-    UOpPtr base = shrink(f, keep);
-    if (work < 16 * prod(base->shape)) continue;
+    UOpPtr base = plain_broadcast_base(f);
+    if (!base || base->shape[d] != 1 || work < 16 * prod(base->shape)) continue;
     replace[f.get()] = expand(contiguous(base), f->shape);
   }
 }
@@ -2571,10 +2574,7 @@ UOpPtr contiguous_reduce_layout(const UOpPtr& value_in, const Target& target) {
     }
   }
   if (replace.empty()) return value_in;
-  return substitute(value, [&](const UOpPtr& n) -> UOpPtr {
-    auto it = replace.find(n.get());
-    return it == replace.end() ? nullptr : it->second;
-  });
+  return substitute(value, replace);
 }
 
 namespace {
@@ -2658,37 +2658,17 @@ std::vector<int64_t> source_order(const UOpPtr& x) {
 
 namespace {
 
-// n's elements along the dims that all its reads broadcast, where n is an elementwise value of a float dtype that
-// computes a costly op (costly_op, or a division) from plain reads (single unmasked views of buffers, constants,
-// scalars) and holds 64 times fewer distinct values than elements, of 65536 elements or more (the work saved then
-// outweighs a kernel's launch): (N, C, H, W)'s per-channel factor of batch norm's gradient, gamma / sqrt(var + eps) /
-// count, read as (1, C, 1, 1). Null otherwise.
+// n's distinct elements (plain_broadcast_base), where n is an elementwise value of a float dtype that computes a costly
+// op (costly_op, or a division) and holds 64 times fewer distinct values than elements, of 65536 elements or more (the
+// work saved then outweighs a kernel's launch): (N, C, H, W)'s per-channel factor of batch norm's gradient, gamma /
+// sqrt(var + eps) / count, read as (1, C, 1, 1). Null otherwise.
 UOpPtr broadcast_factor(const UOpPtr& n) {
   if (!is_alu(n->op) || !is_float(n->dtype) || prod(n->shape) < 65536) return nullptr;
-  std::vector<bool> broadcast(n->shape.size(), true);
-  bool costly = false, reads = false;
-  for (const UOpPtr& m : toposort(n)) {
-    if (m->op == Ops::VIEW) {
-      if (m->src[0]->op == Ops::CONST || m->src[0]->op == Ops::DEFINE_VAR) continue;
-      if (m->src[0]->op != Ops::BUFFER || m->st().views.size() != 1 || m->shape.size() != n->shape.size())
-        return nullptr;
-      const View& v = m->st().views[0];
-      if (v.mask) return nullptr;
-      for (size_t e = 0; e < v.shape.size(); e++)
-        broadcast[e] = broadcast[e] && (v.strides[e] == 0 || v.shape[e] == 1);
-      reads = true;
-    } else if (is_alu(m->op) || m->op == Ops::CAST) {
-      costly = costly || costly_op(m->op) || m->op == Ops::FDIV;
-    } else if (m->op != Ops::BUFFER && m->op != Ops::CONST && m->op != Ops::DEFINE_VAR) {
-      return nullptr;
-    }
-  }
-  if (!costly || !reads) return nullptr;
-  std::vector<std::pair<int64_t, int64_t>> keep;
-  for (size_t e = 0; e < n->shape.size(); e++)
-    keep.push_back({0, broadcast[e] ? 1 : n->shape[e]});
-  UOpPtr base = shrink(n, keep);
-  return 64 * prod(base->shape) <= prod(n->shape) ? base : nullptr;
+  const auto nodes = toposort(n);
+  if (std::ranges::none_of(nodes, [](const UOpPtr& m) { return costly_op(m->op) || m->op == Ops::FDIV; }))
+    return nullptr;
+  UOpPtr base = plain_broadcast_base(n);
+  return base && 64 * prod(base->shape) <= prod(n->shape) ? base : nullptr;
 }
 
 } // namespace
@@ -2712,10 +2692,7 @@ UOpPtr realize_broadcast_factors(const UOpPtr& value, const Target& target) {
       stack.insert(stack.end(), n->src.begin(), n->src.end());
   }
   if (replace.empty()) return value;
-  return substitute(value, [&](const UOpPtr& n) -> UOpPtr {
-    auto it = replace.find(n.get());
-    return it == replace.end() ? nullptr : it->second;
-  });
+  return substitute(value, replace);
 }
 
 UOpPtr realize_reused_values(const UOpPtr& value) {
@@ -2736,10 +2713,7 @@ UOpPtr realize_reused_values(const UOpPtr& value) {
     }
   }
   if (replace.empty()) return value;
-  return substitute(value, [&](const UOpPtr& n) -> UOpPtr {
-    auto it = replace.find(n.get());
-    return it == replace.end() ? nullptr : it->second;
-  });
+  return substitute(value, replace);
 }
 
 namespace {
@@ -3092,10 +3066,7 @@ public:
     for (const auto& g : groups)
       split(g, replaced);
     if (replaced.empty()) return ast;
-    return substitute(ast, [&](const UOpPtr& n) -> UOpPtr {
-      auto it = replaced.find(n.get());
-      return it == replaced.end() ? nullptr : it->second;
-    });
+    return substitute(ast, replaced);
   }
 
 private:
@@ -3201,10 +3172,7 @@ private:
     std::vector<UOpPtr> src{fill, load->src[0]};
     for (const UOpPtr& a : addr) {
       UOpPtr in_loop = substitute(a, [&](const UOpPtr& n) { return n == loops[0] ? r0 : nullptr; });
-      UOpPtr in_tile = substitute(in_loop, [&](const UOpPtr& n) -> UOpPtr {
-        auto it = digit.find(n.get());
-        return it == digit.end() ? nullptr : it->second;
-      });
+      UOpPtr in_tile = substitute(in_loop, digit);
       src.push_back(graph_rewrite(in_tile, symbolic));
     }
     UOpPtr tile = UOp::make(Ops::STAGE, load->dtype, std::move(src), size);

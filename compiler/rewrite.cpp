@@ -141,6 +141,13 @@ UOpPtr substitute(const UOpPtr& root, const std::function<UOpPtr(const UOpPtr&)>
   return done.at(root.get()).second;
 }
 
+UOpPtr substitute(const UOpPtr& root, const std::unordered_map<const UOp*, UOpPtr>& replace) {
+  return substitute(root, [&](const UOpPtr& n) -> UOpPtr {
+    auto it = replace.find(n.get());
+    return it == replace.end() ? nullptr : it->second;
+  });
+}
+
 // ---- symbolic ----
 
 namespace {

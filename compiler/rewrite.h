@@ -9,6 +9,7 @@
 #include <functional>
 #include <initializer_list>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "compiler/uop.h"
@@ -42,6 +43,8 @@ UOpPtr graph_rewrite(const UOpPtr& root, const PatternMatcher& pm);
 
 // Replaces nodes by the given map everywhere below root (sources rebuilt as needed).
 UOpPtr substitute(const UOpPtr& root, const std::function<UOpPtr(const UOpPtr&)>& lookup);
+// The same, the replacements a map from each node replaced.
+UOpPtr substitute(const UOpPtr& root, const std::unordered_map<const UOp*, UOpPtr>& replace);
 
 // Rebuilds `n` with new sources.
 UOpPtr with_src(const UOpPtr& n, std::vector<UOpPtr> src);

@@ -203,12 +203,7 @@ private:
   }
 
   // The graph with every realized point replaced by its buffer.
-  UOpPtr resolve(const UOpPtr& n) {
-    return substitute(n, [&](const UOpPtr& m) -> UOpPtr {
-      auto it = realized_.find(m.get());
-      return it == realized_.end() ? nullptr : it->second;
-    });
-  }
+  UOpPtr resolve(const UOpPtr& n) { return substitute(n, realized_); }
 
   // A kernel's value over buffers, with layout copies for its reductions realized first. Factors of sums of products
   // that hold one value everywhere multiply the sums instead (hoist_factors), before anything is chosen to be copied.

@@ -427,15 +427,16 @@ TEST(Schedule, APerChannelSumSplitsItsFirstReducedAxisAndIndexesWithoutDivisions
 // by no fixed amount.
 TEST(Schedule, TheStepOfAStackOfViewsAlongADimIsWhatItsIndexWalks) {
   ShapeTracker bias;
-  bias.views = {View{{128, 32, 28, 28}, {0, 1, 0, 0}}, View{{32, 8, 16, 784}, {784, 401408, 25088, 1}}};
+  bias.views = {View{{128, 32, 28, 28}, {0, 1, 0, 0}, 0, std::nullopt},
+                View{{32, 8, 16, 784}, {784, 401408, 25088, 1}, 0, std::nullopt}};
   EXPECT_EQ(step_along(bias, 0), 1);
   for (size_t d : {1, 2, 3})
     EXPECT_EQ(step_along(bias, d), 0) << d;
-  ShapeTracker one = ShapeTracker::of(View{{32, 8, 16, 784}, {784, 401408, 25088, 1}});
+  ShapeTracker one = ShapeTracker::of(View{{32, 8, 16, 784}, {784, 401408, 25088, 1}, 0, std::nullopt});
   EXPECT_EQ(step_along(one, 3), 1);
   EXPECT_EQ(step_along(one, 1), 401408);
   ShapeTracker flat_transpose;
-  flat_transpose.views = {View{{6, 4}, {1, 6}}, View{{24}, {1}}};
+  flat_transpose.views = {View{{6, 4}, {1, 6}, 0, std::nullopt}, View{{24}, {1}, 0, std::nullopt}};
   EXPECT_EQ(step_along(flat_transpose, 0), -1);
 }
 
