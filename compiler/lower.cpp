@@ -78,7 +78,9 @@ std::vector<UOpPtr> unflatten(const UOpPtr& flat, const Shape& shape) {
   return idx;
 }
 
-// The bounds [lo, hi] of each loop that `valid`'s clauses (lo <= a r + b, a r + b < hi, and-ed) narrow.
+// The bounds [lo, hi] that `valid`'s clauses (lo <= a x + b, a x + b < hi, and-ed) narrow, of each x that is a loop or
+// index math bounded on its own (a loop's remainder: a concatenation along a dim that a reshape merged, as a ViT's
+// class token before its patches, masks i % 65 >= 1).
 std::map<const UOp*, std::pair<int64_t, int64_t>> narrowed_ranges(const UOpPtr& valid) {
   std::map<const UOp*, std::pair<int64_t, int64_t>> bounds;
   std::vector<UOpPtr> stack{valid};
@@ -94,11 +96,11 @@ std::map<const UOp*, std::pair<int64_t, int64_t>> narrowed_ranges(const UOpPtr& 
     if (!le && !lt) continue;
     Sum sum; // a r + b for one loop r
     flatten_sum(n->src[le ? 1 : 0], 1, sum);
-    if (sum.terms.size() != 1 || sum.terms[0].first->op != Ops::RANGE || sum.terms[0].second == 0) continue;
+    if (sum.terms.size() != 1 || sum.terms[0].second == 0) continue;
     const UOp* r = sum.terms[0].first.get();
     const int64_t a = sum.terms[0].second, b = sum.constant;
-    if (r->src[0]->op != Ops::CONST) continue;
-    auto [it, fresh] = bounds.try_emplace(r, 0, r->src[0]->const_i() - 1);
+    if (r->op == Ops::RANGE ? r->src[0]->op != Ops::CONST : r->vmax - r->vmin >= (int64_t{1} << 40)) continue;
+    auto [it, fresh] = bounds.try_emplace(r, r->vmin, r->vmax);
     auto& [lo, hi] = it->second;
     // lo' <= a r + b: a r >= t; a r + b < hi': a r <= t
     int64_t t = le ? n->src[0]->const_i() - b : n->src[1]->const_i() - b - 1;
@@ -117,20 +119,23 @@ std::map<const UOp*, std::pair<int64_t, int64_t>> narrowed_ranges(const UOpPtr& 
 // (its kernels there 4 ms of 15 on one thread).
 std::vector<UOpPtr> unflatten_given(const UOpPtr& flat, const Shape& shape, const UOpPtr& valid) {
   std::unordered_map<const UOp*, UOpPtr> to_narrow, back;
-  for (const auto& [r, b] : narrowed_ranges(graph_rewrite(valid, symbolic))) {
+  int64_t fresh_id = int64_t{1} << 41; // a narrowed value that is no loop stands for a loop of its own while it is
+  const UOpPtr clauses = graph_rewrite(valid, symbolic); // holds the nodes narrowed_ranges names
+  for (const auto& [r, b] : narrowed_ranges(clauses)) {
     auto [lo, hi] = b;
     if (lo > hi) return std::vector<UOpPtr>(shape.size(), idx_const(0)); // never valid
-    if (lo == 0 && hi == r->src[0]->const_i() - 1) continue;
-    UOpPtr narrow =
-        UOp::make(Ops::RANGE, kIndex, {idx_const(hi - lo + 1)}, (int64_t{1} << 40) + std::get<int64_t>(r->arg));
+    if (lo == r->vmin && hi == r->vmax) continue;
+    const int64_t id = r->op == Ops::RANGE ? (int64_t{1} << 40) + std::get<int64_t>(r->arg) : fresh_id++;
+    UOpPtr narrow = UOp::make(Ops::RANGE, kIndex, {idx_const(hi - lo + 1)}, id);
     to_narrow[r] = narrow + idx_const(lo);
-    back[narrow.get()] = UOp::make(Ops::RANGE, kIndex, r->src, r->arg) + idx_const(-lo);
+    back[narrow.get()] = r->shared_from_this() + idx_const(-lo);
   }
   if (to_narrow.empty()) return unflatten(UOp::make(Ops::WHERE, kIndex, {valid, flat, idx_const(0)}), shape);
   auto swap = [](const UOpPtr& x, const std::unordered_map<const UOp*, UOpPtr>& map) {
     return graph_rewrite(substitute(x, map), symbolic);
   };
-  std::vector<UOpPtr> idx = unflatten(swap(flat, to_narrow), shape);
+  // simplified first, so that a narrowed value that is no loop appears in it as the valid clauses name it
+  std::vector<UOpPtr> idx = unflatten(swap(graph_rewrite(flat, symbolic), to_narrow), shape);
   for (size_t d = 0; d < idx.size(); d++) {
     idx[d] = swap(graph_rewrite(idx[d], symbolic), back);
     if (idx[d]->vmin < 0 || idx[d]->vmax >= shape[d])

@@ -740,6 +740,34 @@ TEST(Schedule, AConcatenatedHalfOfAChannelShuffleDividesOnlyItsChannelLoop) {
     }
 }
 
+// A ViT's tokens: a class token concatenated before its patches, the patches a convolution's (N, C, 8, 8) output
+// flattened and transposed, every token's row then read as one of N x 65 rows (a reshape merges the concatenation's
+// dim). The mask is on the merged row loop's remainder (r % 65 >= 1): with that remainder bounded as the mask
+// bounds it, the patch read divides the row loop alone, out of the channel loop (the clamped flat index was divided
+// by 8192, 128 and 64 at every element: the ViT's first layer norm 0.57 -> 0.08 ms).
+TEST(Schedule, AClassTokenBeforeTransposedPatchesDividesOnlyTheRowLoop) {
+  const int64_t N = 4, C = 48, P = 64;
+  UOpPtr conv = alu(Ops::MUL, input({N, C, 8, 8}), input({N, C, 8, 8}));
+  UOpPtr patches = permute(reshape(conv, {N, C, P}), {0, 2, 1});
+  UOpPtr tokens =
+      alu(Ops::ADD, pad(patches, {{0, 0}, {1, 0}, {0, 0}}), pad(input({N, 1, C}), {{0, 0}, {0, P}, {0, 0}}));
+  UOpPtr rows = alu(Ops::ADD, reshape(tokens, {N * (P + 1), C}), input({N * (P + 1), C}));
+  Schedule sched = schedule_of(reduce(rows, Ops::ADD, {1})); // a layer norm's sum over each row
+  ASSERT_EQ(sched.kernels.size(), 1u);
+  const Kernel& k = sched.kernels[0];
+  int divisions = 0;
+  for (const UOpPtr& n : toposort(k.ast)) {
+    if (n->op != Ops::IDIV && n->op != Ops::MOD) continue;
+    divisions++;
+    for (const UOpPtr& r : toposort(n->src[0])) {
+      if (r->op == Ops::RANGE) {
+        EXPECT_EQ(r->src[0]->const_i(), N * (P + 1)) << n->tree_str();
+      }
+    }
+  }
+  EXPECT_GT(divisions, 0);
+}
+
 // Each kernel tells the device its work, its outputs times the terms each sums: the CPU device runs a kernel of
 // little work on the calling thread alone (waking the pool cost more than sharing saved).
 TEST(Schedule, AKernelsWorkIsItsOutputsTimesTheTermsEachSums) {

@@ -425,3 +425,29 @@ def test_mnist_demo_short_run_prints_accuracy_writes_a_png_and_has_no_fallbacks(
     fallbacks = re.search(r"tiny: \d+ kernels, (\d+) fallbacks", out)
     assert fallbacks, f"no tiny stats line:\n{out[-3000:]}"
     assert fallbacks.group(1) == "0", f"the demo ran ops through the CPU fallback: {fallbacks.group(0)}..."
+
+
+def test_vit_tokens_class_token_before_transposed_patches_match_cpu():
+    """A torchvision ViT's token rows: the class token concatenated before the patch embedding's flattened and
+    transposed convolution output, the position embedding added, then a layer norm over each token (its reads
+    through the concatenation's mask index the patches by the token row alone); values and gradients as on the
+    CPU."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 3, 32, 32, generator=g)
+    conv_w, cls, pos = (
+        torch.randn(48, 3, 4, 4, generator=g),
+        torch.randn(1, 1, 48, generator=g),
+        torch.randn(1, 65, 48, generator=g),
+    )
+    ln_w, ln_b, gy = torch.randn(48, generator=g), torch.randn(48, generator=g), torch.randn(4, 65, 48, generator=g)
+
+    def tokens(device):
+        leaves = [t.to(device).requires_grad_() for t in (conv_w, cls, pos, ln_w, ln_b)]
+        w, c, p, lw, lb = leaves
+        patches = F.conv2d(x.to(device), w, stride=4).flatten(2).transpose(1, 2)
+        y = F.layer_norm(torch.cat([c.expand(4, -1, -1), patches], dim=1) + p, (48,), lw, lb)
+        grads = torch.autograd.grad(y, leaves, gy.to(device))
+        return [y.cpu(), *(t.cpu() for t in grads)]
+
+    for got, want in zip(tokens(DEVICE), tokens("cpu"), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
