@@ -119,13 +119,20 @@ std::map<const UOp*, std::pair<int64_t, int64_t>> narrowed_ranges(const UOpPtr& 
 // (its kernels there 4 ms of 15 on one thread).
 std::vector<UOpPtr> unflatten_given(const UOpPtr& flat, const Shape& shape, const UOpPtr& valid) {
   std::unordered_map<const UOp*, UOpPtr> to_narrow, back;
-  int64_t fresh_id = int64_t{1} << 41; // a narrowed value that is no loop stands for a loop of its own while it is
   const UOpPtr clauses = graph_rewrite(valid, symbolic); // holds the nodes narrowed_ranges names
-  for (const auto& [r, b] : narrowed_ranges(clauses)) {
+  const auto narrowed = narrowed_ranges(clauses);
+  // A narrowed value that is no loop stands for a loop of its own while the index is unflattened: ids past every
+  // loop's, in the order of the values' hashes (the same ids, so the same kernel source, in every run).
+  std::vector<const UOp*> values;
+  for (const auto& [r, b] : narrowed)
+    if (r->op != Ops::RANGE) values.push_back(r);
+  std::ranges::sort(values, {}, &UOp::hash);
+  for (const auto& [r, b] : narrowed) {
     auto [lo, hi] = b;
     if (lo > hi) return std::vector<UOpPtr>(shape.size(), idx_const(0)); // never valid
     if (lo == r->vmin && hi == r->vmax) continue;
-    const int64_t id = r->op == Ops::RANGE ? (int64_t{1} << 40) + std::get<int64_t>(r->arg) : fresh_id++;
+    const int64_t id = r->op == Ops::RANGE ? (int64_t{1} << 40) + std::get<int64_t>(r->arg)
+                                           : (int64_t{1} << 41) + (std::ranges::find(values, r) - values.begin());
     UOpPtr narrow = UOp::make(Ops::RANGE, kIndex, {idx_const(hi - lo + 1)}, id);
     to_narrow[r] = narrow + idx_const(lo);
     back[narrow.get()] = r->shared_from_this() + idx_const(-lo);
