@@ -94,7 +94,7 @@ std::map<const UOp*, std::pair<int64_t, int64_t>> narrowed_ranges(const UOpPtr& 
     bool le = n->op == Ops::CMPLE && n->src[0]->op == Ops::CONST,
          lt = n->op == Ops::CMPLT && n->src[1]->op == Ops::CONST;
     if (!le && !lt) continue;
-    Sum sum; // a r + b for one loop r
+    Sum sum; // a x + b for one x
     flatten_sum(n->src[le ? 1 : 0], 1, sum);
     if (sum.terms.size() != 1 || sum.terms[0].second == 0) continue;
     const UOp* r = sum.terms[0].first.get();
