@@ -28,10 +28,12 @@
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
+#include <variant>
 
 #include "aten_ops/bessel.h"
 #include "aten_ops/builders.h"
 #include "aten_ops/complex_math.h"
+#include "aten_ops/elementwise.h"
 #include "aten_ops/igamma.h"
 #include "aten_ops/polynomials.h"
 #include "aten_ops/special_math.h"
@@ -900,13 +902,22 @@ at::Scalar wrapped_integer(const at::Scalar& s, DType dt) {
   }
 }
 
-// A tensor operand as a UOp of the result shape in the compute dtype.
-UOpPtr operand(const at::Tensor& t, DType common, DType compute, const Shape& shape) {
+// A number among an op's operands as TensorIterator converts it: unchecked, so that a float32 tensor plus 1e39 is
+// inf, as on the CPU. A number the op keeps outside its iterator (pow's exponent, clamp's bounds, lerp's weight:
+// Layout::Tensors) or takes as a parameter (alpha) is converted with torch's overflow check instead.
+at::Scalar iterator_number(const at::Scalar& s, DType compute) {
+  return compute == DType::Float32 && s.isFloatingPoint() ? at::Scalar(static_cast<float>(s.toDouble())) : s;
+}
+
+// A tensor operand as a UOp of the result shape in the compute dtype; a CPU scalar (a wrapped number, or a 0-dim
+// tensor) converted by TensorIterator's rule where `iterated`.
+UOpPtr operand(const at::Tensor& t, DType common, DType compute, const Shape& shape, bool iterated = false) {
   if (!t.is_privateuseone()) {
     TORCH_CHECK(t.dim() == 0, "Expected all tensors to be on the same device, but found at least two devices, ",
                 t.device(), " and tiny:0!");
     at::Scalar s = host_scalar(t);
     if (is_int(common) && s.isIntegral(/*includeBool=*/true)) s = wrapped_integer(s, common);
+    if (iterated) s = iterator_number(s, compute);
     return scalar_constant(s, compute, shape);
   }
   // A broadcast operand is read as the one view of its storage it is (aten_ops/window_read.h).
@@ -1418,7 +1429,8 @@ c10::MaybeOwned<at::Tensor> record(const Op& op, Call& call, c10::MaybeOwned<at:
   for (size_t i = 0; i < call.tensors.size(); i++) {
     // where's condition stays bool; every other operand is read in the compute dtype
     DType dt = kind == Kind::Where && i == 0 ? DType::Bool : call.compute;
-    call.in.push_back(operand(call.tensors[i], dt == DType::Bool ? dt : call.common, dt, call.shape));
+    call.in.push_back(
+        operand(call.tensors[i], dt == DType::Bool ? dt : call.common, dt, call.shape, op.layout != Layout::Tensors));
   }
   if (result->numel() > 0) write(*result, cast(op.build(call), to_tiny_dtype(result->scalar_type())));
   if (inplace) return c10::MaybeOwned<at::Tensor>::borrowed(call.tensors.at(0));
@@ -1934,6 +1946,28 @@ std::tuple<at::Tensor&, at::Tensor&> frexp_out(const at::Tensor& self, at::Tenso
 }
 
 } // namespace
+
+UOpPtr aten_ops::uniform_elementwise(const c10::FunctionSchema& schema, const at::Tensor& like,
+                                     c10::ArrayRef<aten_ops::ElementwiseOperand> operands,
+                                     c10::ArrayRef<aten_ops::ElementwiseParam> params) {
+  const Op& op = *overload_of(schema).op;
+  Call call{schema, {}, {}, {}, DType::Float32, DType::Float32, {}};
+  call.common = to_tiny_dtype(like.scalar_type());
+  call.compute = opmath(call.common);
+  call.shape = to_shape(like.sizes());
+  for (const aten_ops::ElementwiseParam& p : params)
+    call.params.push_back(p);
+  for (const aten_ops::ElementwiseOperand& o : operands) {
+    if (const at::Scalar* s = std::get_if<at::Scalar>(&o)) {
+      call.in.push_back(call.constant(op.layout == Layout::Tensors ? *s : iterator_number(*s, call.compute)));
+      continue;
+    }
+    const at::Tensor& t = *std::get<const at::Tensor*>(o);
+    call.tensors.borrow(t);
+    call.in.push_back(operand(t, call.common, call.compute, call.shape));
+  }
+  return cast(op.build(call), call.common);
+}
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
   tiny::KernelLibrary m(library);
