@@ -98,6 +98,31 @@ def _copy_with_layout(t, device):
 # Comparing a tiny result with the CPU result
 
 
+def assert_optimizer_steps_match_cpu(make):
+    """Three training steps of a small MLP with the optimizer make(parameters) on the CPU and on tiny: the losses and
+    the final parameters agree."""
+    import copy
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+    x, y = torch.randn(6, 5), torch.randn(6, 2)
+    results = []
+    for dev in ("cpu", DEVICE):
+        m = copy.deepcopy(model).to(dev)
+        opt = make(m.parameters())
+        losses = []
+        for _ in range(3):
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(m(x.to(dev)), y.to(dev))
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        results.append((losses, [p.detach() for p in m.parameters()]))
+    torch.testing.assert_close(results[1][0], results[0][0], rtol=1e-5, atol=1e-6)
+    for a, e in zip(results[1][1], results[0][1], strict=True):
+        assert_same(a, e, rtol=1e-5, atol=1e-6)
+
+
 def assert_same(actual, expected, *, path="result", rtol=None, atol=None):
     """actual (from tiny) matches expected (from CPU): tensors by metadata and values, containers
     element by element, Python scalars by type and value."""

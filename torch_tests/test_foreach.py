@@ -3,12 +3,9 @@ lerp, sqrt and neg in place and functional, over every overload the optimizers u
 takes as they are record each update directly, the rest (other dtypes, aliasing, overlap) run torch's per-tensor slow
 path, with its results and errors. The optimizers' default (foreach) steps against the CPU's."""
 
-import copy
-
 import pytest
 import torch
-import torch.nn.functional as F
-from conftest import DEVICE, FLOAT_DTYPES, assert_same, dtype_name, rand, tol
+from conftest import DEVICE, FLOAT_DTYPES, assert_optimizer_steps_match_cpu, assert_same, dtype_name, rand, tol
 
 pytestmark = pytest.mark.usefixtures("native")
 
@@ -161,21 +158,4 @@ def test_a_number_past_float32s_range_is_inf_as_an_operand_as_on_the_cpu():
     ids=["adam", "adamw_amsgrad", "sgd_nesterov", "rmsprop", "adagrad"],
 )
 def test_default_foreach_optimizer_steps_match_cpu(make):
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
-    x, y = torch.randn(6, 5), torch.randn(6, 2)
-    results = []
-    for dev in ("cpu", DEVICE):
-        m = copy.deepcopy(model).to(dev)
-        opt = make(m.parameters())
-        losses = []
-        for _ in range(3):
-            opt.zero_grad()
-            loss = F.mse_loss(m(x.to(dev)), y.to(dev))
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-        results.append((losses, [p.detach() for p in m.parameters()]))
-    torch.testing.assert_close(results[1][0], results[0][0], rtol=1e-5, atol=1e-6)
-    for a, e in zip(results[1][1], results[0][1], strict=True):
-        assert_same(a, e, rtol=1e-5, atol=1e-6)
+    assert_optimizer_steps_match_cpu(make)

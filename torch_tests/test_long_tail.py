@@ -5,13 +5,12 @@ nan/inf, count_nonzero, cummax/cummin, logcumsumexp, median/nanmedian, index_red
 adaptive_max_pool2d/3d, im2col/col2im (F.unfold/F.fold), and the fused Adam/AdamW steps; with
 gradients where autograd reaches these ops."""
 
-import copy
 import functools
 
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import DEVICE, FLOAT_DTYPES, assert_same, by_dtype, check, rand, tol
+from conftest import DEVICE, FLOAT_DTYPES, assert_optimizer_steps_match_cpu, assert_same, by_dtype, check, rand, tol
 
 NAN, INF = float("nan"), float("inf")
 
@@ -313,26 +312,11 @@ def test_unfold_with_a_kernel_larger_than_the_padded_input_raises_like_cpu():
 @pytest.mark.parametrize("amsgrad", [False, True])
 @pytest.mark.parametrize("maximize", [False, True])
 def test_fused_adam_steps_match_the_cpu_fused_kernel(optimizer, amsgrad, maximize):
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
-    x, y = torch.randn(6, 5), torch.randn(6, 2)
-    results = []
-    for dev in ("cpu", DEVICE):
-        m = copy.deepcopy(model).to(dev)
-        opt = getattr(torch.optim, optimizer)(
-            m.parameters(), lr=0.01, weight_decay=0.1, amsgrad=amsgrad, maximize=maximize, fused=True
+    assert_optimizer_steps_match_cpu(
+        lambda params: getattr(torch.optim, optimizer)(
+            params, lr=0.01, weight_decay=0.1, amsgrad=amsgrad, maximize=maximize, fused=True
         )
-        losses = []
-        for _ in range(3):
-            opt.zero_grad()
-            loss = F.mse_loss(m(x.to(dev)), y.to(dev))
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-        results.append((losses, [p.detach() for p in m.parameters()]))
-    torch.testing.assert_close(results[1][0], results[0][0], rtol=1e-5, atol=1e-6)
-    for a, e in zip(results[1][1], results[0][1], strict=True):
-        assert_same(a, e, rtol=1e-5, atol=1e-6)
+    )
 
 
 def test_fused_adamw_skips_the_step_when_found_inf_and_unscales_gradients():
