@@ -147,12 +147,18 @@ using Build = std::function<UOpPtr(const Call&)>;
 // size-1 dim's included).
 enum class Layout { Operands, Tensors, Self };
 
+// What a number among the operands is to a float16 or bfloat16 computation: TensorIterator converts it to the
+// common dtype like any operand (x > 0.3 compares with bfloat16's 0.30078125), but the CPU's mul and true division read
+// the number as given (original_scalar_value) and lerp takes its weight outside the iterator.
+enum class Numbers { Rounded, Original };
+
 struct Op {
   Kind kind;
   Build build;
   std::function<void(const Call&)> check = nullptr; // torch's op-specific argument checks
   const char* bool_out_only = nullptr;              // the op's name, when out= must be bool
   Layout layout = Layout::Operands;                 // the functional result's layout
+  Numbers numbers = Numbers::Rounded;
 };
 
 // ---- value builders ----
@@ -588,9 +594,9 @@ const std::unordered_map<std::string, Op>& table() {
           at::native::sub_check(c.tensors.at(1), c.tensors.at(0));
           check_alpha(c);
         }}},
-      {"mul", {K::Binary, binary(Ops::MUL)}},
-      {"div", {K::BinaryFloat, divide, check_rounding_mode}},
-      {"floor_divide", {K::Binary, floor_divide}},
+      {"mul", {K::Binary, binary(Ops::MUL), nullptr, nullptr, Layout::Operands, Numbers::Original}},
+      {"div", {K::BinaryFloat, divide, check_rounding_mode, nullptr, Layout::Operands, Numbers::Original}},
+      {"floor_divide", {K::Binary, floor_divide, nullptr, nullptr, Layout::Operands, Numbers::Original}},
       {"remainder", {K::Binary, remainder}},
       {"fmod", {K::Binary, binary(Ops::MOD)}},
       {"pow",
@@ -739,7 +745,7 @@ const std::unordered_map<std::string, Op>& table() {
                       "addcdiv behavior is just the latter implementation: (input + value * tensor1 / tensor2), "
                       "for all dtypes.");
         }}},
-      {"lerp", {K::Binary, lerp, nullptr, nullptr, Layout::Tensors}},
+      {"lerp", {K::Binary, lerp, nullptr, nullptr, Layout::Tensors, Numbers::Original}},
       {"where", {K::Where, [](const Call& c) { return where(c.in.at(0), c.in.at(1), c.in.at(2)); }}},
       {"copysign",
        {K::BinaryFloat,
@@ -902,23 +908,28 @@ at::Scalar wrapped_integer(const at::Scalar& s, DType dt) {
   }
 }
 
-// A number among an op's operands as TensorIterator converts it: unchecked, so that a float32 tensor plus 1e39 is
-// inf, as on the CPU. A number the op keeps outside its iterator (pow's exponent, clamp's bounds, lerp's weight:
-// Layout::Tensors) or takes as a parameter (alpha) is converted with torch's overflow check instead.
-at::Scalar iterator_number(const at::Scalar& s, DType compute) {
-  return compute == DType::Float32 && s.isFloatingPoint() ? at::Scalar(static_cast<float>(s.toDouble())) : s;
+// A floating number among an op's operands as TensorIterator converts it: unchecked, so that a float32 tensor plus
+// 1e39 is inf, as on the CPU; to a float16 or bfloat16 common dtype first unless the op reads it as given (Numbers).
+// A number the op keeps outside its iterator (pow's exponent, clamp's bounds, lerp's weight: Layout::Tensors) or takes
+// as a parameter (alpha) is converted with torch's overflow check instead.
+at::Scalar iterator_number(const at::Scalar& s, const Op& op, DType common, DType compute) {
+  if (!s.isFloatingPoint() || compute != DType::Float32) return s;
+  if (op.layout == Layout::Tensors) (void)s.to<float>(); // torch's overflow error
+  auto f = static_cast<float>(s.toDouble());
+  if (op.numbers == Numbers::Rounded && common == DType::BFloat16) return static_cast<float>(c10::BFloat16(f));
+  if (op.numbers == Numbers::Rounded && common == DType::Float16) return static_cast<float>(c10::Half(f));
+  return f;
 }
 
 // A tensor operand as a UOp of the result shape in the compute dtype; a CPU scalar (a wrapped number, or a 0-dim
-// tensor) converted by TensorIterator's rule where `iterated`.
-UOpPtr operand(const at::Tensor& t, DType common, DType compute, const Shape& shape, bool iterated = false) {
+// tensor) converted as `op`'s CPU kernel converts it (iterator_number).
+UOpPtr operand(const at::Tensor& t, DType common, DType compute, const Shape& shape, const Op* op = nullptr) {
   if (!t.is_privateuseone()) {
     TORCH_CHECK(t.dim() == 0, "Expected all tensors to be on the same device, but found at least two devices, ",
                 t.device(), " and tiny:0!");
     at::Scalar s = host_scalar(t);
     if (is_int(common) && s.isIntegral(/*includeBool=*/true)) s = wrapped_integer(s, common);
-    if (iterated) s = iterator_number(s, compute);
-    return scalar_constant(s, compute, shape);
+    return scalar_constant(op ? iterator_number(s, *op, common, compute) : s, compute, shape);
   }
   // A broadcast operand is read as the one view of its storage it is (aten_ops/window_read.h).
   bool same_shape = c10::IntArrayRef(shape) == t.sizes();
@@ -1429,8 +1440,7 @@ c10::MaybeOwned<at::Tensor> record(const Op& op, Call& call, c10::MaybeOwned<at:
   for (size_t i = 0; i < call.tensors.size(); i++) {
     // where's condition stays bool; every other operand is read in the compute dtype
     DType dt = kind == Kind::Where && i == 0 ? DType::Bool : call.compute;
-    call.in.push_back(
-        operand(call.tensors[i], dt == DType::Bool ? dt : call.common, dt, call.shape, op.layout != Layout::Tensors));
+    call.in.push_back(operand(call.tensors[i], dt == DType::Bool ? dt : call.common, dt, call.shape, &op));
   }
   if (result->numel() > 0) write(*result, cast(op.build(call), to_tiny_dtype(result->scalar_type())));
   if (inplace) return c10::MaybeOwned<at::Tensor>::borrowed(call.tensors.at(0));
@@ -1959,12 +1969,12 @@ UOpPtr aten_ops::uniform_elementwise(const c10::FunctionSchema& schema, const at
     call.params.push_back(p);
   for (const aten_ops::ElementwiseOperand& o : operands) {
     if (const at::Scalar* s = std::get_if<at::Scalar>(&o)) {
-      call.in.push_back(call.constant(op.layout == Layout::Tensors ? *s : iterator_number(*s, call.compute)));
+      call.in.push_back(call.constant(iterator_number(*s, op, call.common, call.compute)));
       continue;
     }
     const at::Tensor& t = *std::get<const at::Tensor*>(o);
     call.tensors.borrow(t);
-    call.in.push_back(operand(t, call.common, call.compute, call.shape));
+    call.in.push_back(operand(t, call.common, call.compute, call.shape, &op));
   }
   return cast(op.build(call), call.common);
 }

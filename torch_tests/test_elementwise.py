@@ -822,3 +822,37 @@ def test_clamps_keep_a_negative_zero_input_as_the_cpu(n):
         torch.nn.functional.relu6,
     ):
         check(lambda t, f=f: f(t).view(torch.int32), x)
+
+
+NUMBER_OPS = {
+    "add": lambda t, s: t + s,
+    "rsub": lambda t, s: s - t,
+    "gt": lambda t, s: t > s,
+    "eq": lambda t, s: t == s,
+    "le": lambda t, s: t <= s,
+    "fmod": torch.fmod,
+    "remainder": torch.remainder,
+    "pow": lambda t, s: t.abs() ** s,
+    "rpow": lambda t, s: s**t,
+    "mul": lambda t, s: t * s,
+    "div": lambda t, s: t / s,
+    "floor_divide": torch.floor_divide,
+    "lerp": lambda t, s: t.lerp(t * 2, s),
+    "add_0dim": lambda t, s: t + torch.tensor(s),
+    "gt_0dim": lambda t, s: t > torch.tensor(s),
+    "atan2_0dim": lambda t, s: torch.atan2(t, torch.tensor(s)),
+}
+
+
+@pytest.mark.parametrize("op", NUMBER_OPS, ids=list(NUMBER_OPS))
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16), ids=dtype_name)
+def test_a_number_meets_a_half_precision_tensor_as_on_the_cpu(op, dtype):
+    # TensorIterator rounds a Python number (or a 0-dim CPU tensor) to the tensor's dtype first: bfloat16's 0.3 is
+    # 0.30078125, so x > 0.3 is False there; mul, div, floor_divide and lerp read the number as given
+    g = torch.Generator().manual_seed(0)
+    near = [0.3, 0.30078125, 0.29882812, 0.2998, 0.3003, 1.7, 1.6953125, -2.3, -2.296875]
+    x = torch.cat([torch.randn(500, generator=g) * 3, torch.tensor(near)]).to(dtype)
+    for s in (0.3, 1.7, -2.3):
+        expected = NUMBER_OPS[op](x, s)
+        actual = NUMBER_OPS[op](x.to("tiny"), s).cpu()
+        assert torch.equal(actual.nan_to_num(), expected.nan_to_num()), (s, (actual != expected).sum().item())
