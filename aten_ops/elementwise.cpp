@@ -148,8 +148,8 @@ using Build = std::function<UOpPtr(const Call&)>;
 enum class Layout { Operands, Tensors, Self };
 
 // What a number among the operands is to a float16 or bfloat16 computation: TensorIterator converts it to the
-// common dtype like any operand (x > 0.3 compares with bfloat16's 0.30078125), but the CPU's mul and true division read
-// the number as given (original_scalar_value) and lerp takes its weight outside the iterator.
+// common dtype like any operand (x > 0.3 compares with bfloat16's 0.30078125), but the CPU's mul, true and floor
+// division read the number as given (original_scalar_value) and lerp takes its weight outside the iterator.
 enum class Numbers { Rounded, Original };
 
 struct Op {
