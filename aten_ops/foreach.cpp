@@ -19,6 +19,7 @@
 #include <torch/library.h>
 
 #include <array>
+#include <type_traits>
 #include <vector>
 
 #include "aten_ops/elementwise.h"
@@ -110,241 +111,131 @@ template <class... Lists> bool same_lengths(at::TensorList self, const Lists&...
   return ((lists.size() == self.size()) && ...);
 }
 
-// The kernels of each signature, in place and functional: Op's formula where every call is plain, else Slow, torch's
-// slow kernel for the same overload (which also raises torch's errors for lists of different lengths).
+// The kernels of each signature, in place (InPlace: they return nothing) and functional (the results): Op's formula
+// where the lists' lengths agree (`fits`) and every call is plain, else `slow`, torch's slow kernel for the same
+// overload (which raises torch's errors for lists of different lengths).
+template <bool InPlace> using Returns = std::conditional_t<InPlace, void, std::vector<at::Tensor>>;
 using Operands1 = std::array<ElementwiseOperand, 1>;
 using Operands2 = std::array<ElementwiseOperand, 2>;
 using Operands3 = std::array<ElementwiseOperand, 3>;
 
-// self[i].op()
-template <const PerTensorOp& Op, auto Slow> void unary_(at::TensorList self) {
-  if (!record_each<Op>(
-          self, true, [&](size_t i) { return Operands1{&self[i]}; }, none))
-    Slow(self);
-}
-template <const PerTensorOp& Op, auto Slow> std::vector<at::Tensor> unary(at::TensorList self) {
+template <const PerTensorOp& Op, bool InPlace, class OperandsOf, class NamedOf, class Slow>
+Returns<InPlace> each(at::TensorList self, bool fits, const OperandsOf& operands_of, const NamedOf& named_of,
+                      const Slow& slow) {
   std::vector<at::Tensor> out;
-  if (!record_each<Op>(
-          self, false, [&](size_t i) { return Operands1{&self[i]}; }, none, &out))
-    return Slow(self);
-  return out;
+  if (!fits || !record_each<Op>(self, InPlace, operands_of, named_of, InPlace ? nullptr : &out)) return slow();
+  if constexpr (!InPlace) return out;
+}
+
+// self[i].op()
+template <const PerTensorOp& Op, auto Slow, bool InPlace> Returns<InPlace> unary(at::TensorList self) {
+  return each<Op, InPlace>(
+      self, true, [&](size_t i) { return Operands1{&self[i]}; }, none, [&] { return Slow(self); });
 }
 
 // self[i].op(scalar)
-template <const PerTensorOp& Op, auto Slow> void scalar_(at::TensorList self, const at::Scalar& s) {
-  if (!record_each<Op>(
-          self, true,
-          [&](size_t i) {
-            return Operands2{&self[i], s};
-          },
-          none))
-    Slow(self, s);
-}
-template <const PerTensorOp& Op, auto Slow> std::vector<at::Tensor> scalar(at::TensorList self, const at::Scalar& s) {
-  std::vector<at::Tensor> out;
-  if (!record_each<Op>(
-          self, false,
-          [&](size_t i) {
-            return Operands2{&self[i], s};
-          },
-          none, &out))
-    return Slow(self, s);
-  return out;
+template <const PerTensorOp& Op, auto Slow, bool InPlace>
+Returns<InPlace> scalar(at::TensorList self, const at::Scalar& s) {
+  return each<Op, InPlace>(
+      self, true,
+      [&](size_t i) {
+        return Operands2{&self[i], s};
+      },
+      none, [&] { return Slow(self, s); });
 }
 
 // self[i].op(scalars[i])
-template <const PerTensorOp& Op, auto Slow> void scalar_list_(at::TensorList self, at::ArrayRef<at::Scalar> s) {
-  if (s.size() != self.size() || !record_each<Op>(
-                                     self, true,
-                                     [&](size_t i) {
-                                       return Operands2{&self[i], s[i]};
-                                     },
-                                     none))
-    Slow(self, s);
-}
-template <const PerTensorOp& Op, auto Slow>
-std::vector<at::Tensor> scalar_list(at::TensorList self, at::ArrayRef<at::Scalar> s) {
-  std::vector<at::Tensor> out;
-  if (s.size() != self.size() || !record_each<Op>(
-                                     self, false,
-                                     [&](size_t i) {
-                                       return Operands2{&self[i], s[i]};
-                                     },
-                                     none, &out))
-    return Slow(self, s);
-  return out;
+template <const PerTensorOp& Op, auto Slow, bool InPlace>
+Returns<InPlace> scalar_list(at::TensorList self, at::ArrayRef<at::Scalar> s) {
+  return each<Op, InPlace>(
+      self, s.size() == self.size(),
+      [&](size_t i) {
+        return Operands2{&self[i], s[i]};
+      },
+      none, [&] { return Slow(self, s); });
 }
 
 // self[i].op(other[i])
-template <const PerTensorOp& Op, auto Slow> void list_(at::TensorList self, at::TensorList other) {
-  if (!same_lengths(self, other) || !record_each<Op>(
-                                        self, true,
-                                        [&](size_t i) {
-                                          return Operands2{&self[i], &other[i]};
-                                        },
-                                        none))
-    Slow(self, other);
-}
-template <const PerTensorOp& Op, auto Slow> std::vector<at::Tensor> list(at::TensorList self, at::TensorList other) {
-  std::vector<at::Tensor> out;
-  if (!same_lengths(self, other) || !record_each<Op>(
-                                        self, false,
-                                        [&](size_t i) {
-                                          return Operands2{&self[i], &other[i]};
-                                        },
-                                        none, &out))
-    return Slow(self, other);
-  return out;
+template <const PerTensorOp& Op, auto Slow, bool InPlace>
+Returns<InPlace> list(at::TensorList self, at::TensorList other) {
+  return each<Op, InPlace>(
+      self, same_lengths(self, other),
+      [&](size_t i) {
+        return Operands2{&self[i], &other[i]};
+      },
+      none, [&] { return Slow(self, other); });
 }
 
 // self[i].op(other[i], alpha=alpha)
-template <const PerTensorOp& Op, auto Slow>
-void list_alpha_(at::TensorList self, at::TensorList other, const at::Scalar& alpha) {
-  auto alpha_of = [&](size_t) { return Named{"alpha", alpha}; };
-  if (!same_lengths(self, other) || !record_each<Op>(
-                                        self, true,
-                                        [&](size_t i) {
-                                          return Operands2{&self[i], &other[i]};
-                                        },
-                                        alpha_of))
-    Slow(self, other, alpha);
-}
-template <const PerTensorOp& Op, auto Slow>
-std::vector<at::Tensor> list_alpha(at::TensorList self, at::TensorList other, const at::Scalar& alpha) {
-  auto alpha_of = [&](size_t) { return Named{"alpha", alpha}; };
-  std::vector<at::Tensor> out;
-  if (!same_lengths(self, other) || !record_each<Op>(
-                                        self, false,
-                                        [&](size_t i) {
-                                          return Operands2{&self[i], &other[i]};
-                                        },
-                                        alpha_of, &out))
-    return Slow(self, other, alpha);
-  return out;
+template <const PerTensorOp& Op, auto Slow, bool InPlace>
+Returns<InPlace> list_alpha(at::TensorList self, at::TensorList other, const at::Scalar& alpha) {
+  return each<Op, InPlace>(
+      self, same_lengths(self, other),
+      [&](size_t i) {
+        return Operands2{&self[i], &other[i]};
+      },
+      [&](size_t) {
+        return Named{"alpha", alpha};
+      },
+      [&] { return Slow(self, other, alpha); });
 }
 
 // self[i].op(a[i], b[i]): lerp with a list of weights
-template <const PerTensorOp& Op, auto Slow> void lists_(at::TensorList self, at::TensorList a, at::TensorList b) {
-  if (!same_lengths(self, a, b) || !record_each<Op>(
-                                       self, true,
-                                       [&](size_t i) {
-                                         return Operands3{&self[i], &a[i], &b[i]};
-                                       },
-                                       none))
-    Slow(self, a, b);
-}
-template <const PerTensorOp& Op, auto Slow>
-std::vector<at::Tensor> lists(at::TensorList self, at::TensorList a, at::TensorList b) {
-  std::vector<at::Tensor> out;
-  if (!same_lengths(self, a, b) || !record_each<Op>(
-                                       self, false,
-                                       [&](size_t i) {
-                                         return Operands3{&self[i], &a[i], &b[i]};
-                                       },
-                                       none, &out))
-    return Slow(self, a, b);
-  return out;
+template <const PerTensorOp& Op, auto Slow, bool InPlace>
+Returns<InPlace> lists(at::TensorList self, at::TensorList a, at::TensorList b) {
+  return each<Op, InPlace>(
+      self, same_lengths(self, a, b),
+      [&](size_t i) {
+        return Operands3{&self[i], &a[i], &b[i]};
+      },
+      none, [&] { return Slow(self, a, b); });
 }
 
 // self[i].op(end[i], weight), and with weights[i]: lerp
-template <const PerTensorOp& Op, auto Slow>
-void list_scalar_(at::TensorList self, at::TensorList end, const at::Scalar& w) {
-  if (!same_lengths(self, end) || !record_each<Op>(
-                                      self, true,
-                                      [&](size_t i) {
-                                        return Operands3{&self[i], &end[i], w};
-                                      },
-                                      none))
-    Slow(self, end, w);
+template <const PerTensorOp& Op, auto Slow, bool InPlace>
+Returns<InPlace> list_scalar(at::TensorList self, at::TensorList end, const at::Scalar& w) {
+  return each<Op, InPlace>(
+      self, same_lengths(self, end),
+      [&](size_t i) {
+        return Operands3{&self[i], &end[i], w};
+      },
+      none, [&] { return Slow(self, end, w); });
 }
-template <const PerTensorOp& Op, auto Slow>
-std::vector<at::Tensor> list_scalar(at::TensorList self, at::TensorList end, const at::Scalar& w) {
-  std::vector<at::Tensor> out;
-  if (!same_lengths(self, end) || !record_each<Op>(
-                                      self, false,
-                                      [&](size_t i) {
-                                        return Operands3{&self[i], &end[i], w};
-                                      },
-                                      none, &out))
-    return Slow(self, end, w);
-  return out;
-}
-template <const PerTensorOp& Op, auto Slow>
-void list_scalar_list_(at::TensorList self, at::TensorList end, at::ArrayRef<at::Scalar> w) {
-  if (!same_lengths(self, end) || w.size() != self.size() ||
-      !record_each<Op>(
-          self, true,
-          [&](size_t i) {
-            return Operands3{&self[i], &end[i], w[i]};
-          },
-          none))
-    Slow(self, end, w);
-}
-template <const PerTensorOp& Op, auto Slow>
-std::vector<at::Tensor> list_scalar_list(at::TensorList self, at::TensorList end, at::ArrayRef<at::Scalar> w) {
-  std::vector<at::Tensor> out;
-  if (!same_lengths(self, end) || w.size() != self.size() ||
-      !record_each<Op>(
-          self, false,
-          [&](size_t i) {
-            return Operands3{&self[i], &end[i], w[i]};
-          },
-          none, &out))
-    return Slow(self, end, w);
-  return out;
+template <const PerTensorOp& Op, auto Slow, bool InPlace>
+Returns<InPlace> list_scalar_list(at::TensorList self, at::TensorList end, at::ArrayRef<at::Scalar> w) {
+  return each<Op, InPlace>(
+      self, same_lengths(self, end) && w.size() == self.size(),
+      [&](size_t i) {
+        return Operands3{&self[i], &end[i], w[i]};
+      },
+      none, [&] { return Slow(self, end, w); });
 }
 
 // self[i].op(tensor1[i], tensor2[i], value=value), and value=scalars[i]: addcmul, addcdiv
-template <const PerTensorOp& Op, auto Slow>
-void pointwise_(at::TensorList self, at::TensorList t1, at::TensorList t2, const at::Scalar& value) {
-  auto value_of = [&](size_t) { return Named{"value", value}; };
-  if (!same_lengths(self, t1, t2) || !record_each<Op>(
-                                         self, true,
-                                         [&](size_t i) {
-                                           return Operands3{&self[i], &t1[i], &t2[i]};
-                                         },
-                                         value_of))
-    Slow(self, t1, t2, value);
+template <const PerTensorOp& Op, auto Slow, bool InPlace>
+Returns<InPlace> pointwise(at::TensorList self, at::TensorList t1, at::TensorList t2, const at::Scalar& value) {
+  return each<Op, InPlace>(
+      self, same_lengths(self, t1, t2),
+      [&](size_t i) {
+        return Operands3{&self[i], &t1[i], &t2[i]};
+      },
+      [&](size_t) {
+        return Named{"value", value};
+      },
+      [&] { return Slow(self, t1, t2, value); });
 }
-template <const PerTensorOp& Op, auto Slow>
-std::vector<at::Tensor> pointwise(at::TensorList self, at::TensorList t1, at::TensorList t2, const at::Scalar& value) {
-  auto value_of = [&](size_t) { return Named{"value", value}; };
-  std::vector<at::Tensor> out;
-  if (!same_lengths(self, t1, t2) || !record_each<Op>(
-                                         self, false,
-                                         [&](size_t i) {
-                                           return Operands3{&self[i], &t1[i], &t2[i]};
-                                         },
-                                         value_of, &out))
-    return Slow(self, t1, t2, value);
-  return out;
-}
-template <const PerTensorOp& Op, auto Slow>
-void pointwise_list_(at::TensorList self, at::TensorList t1, at::TensorList t2, at::ArrayRef<at::Scalar> values) {
-  auto value_of = [&](size_t i) { return Named{"value", values[i]}; };
-  if (!same_lengths(self, t1, t2) || values.size() != self.size() ||
-      !record_each<Op>(
-          self, true,
-          [&](size_t i) {
-            return Operands3{&self[i], &t1[i], &t2[i]};
-          },
-          value_of))
-    Slow(self, t1, t2, values);
-}
-template <const PerTensorOp& Op, auto Slow>
-std::vector<at::Tensor> pointwise_list(at::TensorList self, at::TensorList t1, at::TensorList t2,
-                                       at::ArrayRef<at::Scalar> values) {
-  auto value_of = [&](size_t i) { return Named{"value", values[i]}; };
-  std::vector<at::Tensor> out;
-  if (!same_lengths(self, t1, t2) || values.size() != self.size() ||
-      !record_each<Op>(
-          self, false,
-          [&](size_t i) {
-            return Operands3{&self[i], &t1[i], &t2[i]};
-          },
-          value_of, &out))
-    return Slow(self, t1, t2, values);
-  return out;
+template <const PerTensorOp& Op, auto Slow, bool InPlace>
+Returns<InPlace> pointwise_list(at::TensorList self, at::TensorList t1, at::TensorList t2,
+                                at::ArrayRef<at::Scalar> values) {
+  return each<Op, InPlace>(
+      self, same_lengths(self, t1, t2) && values.size() == self.size(),
+      [&](size_t i) {
+        return Operands3{&self[i], &t1[i], &t2[i]};
+      },
+      [&](size_t i) {
+        return Named{"value", values[i]};
+      },
+      [&] { return Slow(self, t1, t2, values); });
 }
 
 } // namespace
@@ -354,63 +245,71 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, library) {
   KernelLibrary m(library);
   // tensors of any dtype reach the per-tensor kernels through the slow path, which meet uint16/32/64 as they do
   constexpr auto any = UnsignedPolicy::Native;
-  m.impl("_foreach_add_.Scalar", TORCH_FN((scalar_<kAdd, n::foreach_tensor_add_scalar_kernel_slow_>)), any);
-  m.impl("_foreach_add.Scalar", TORCH_FN((scalar<kAdd, n::foreach_tensor_add_scalar_kernel_slow>)), any);
-  m.impl("_foreach_sub_.Scalar", TORCH_FN((scalar_<kSub, n::foreach_tensor_sub_scalar_kernel_slow_>)), any);
-  m.impl("_foreach_sub.Scalar", TORCH_FN((scalar<kSub, n::foreach_tensor_sub_scalar_kernel_slow>)), any);
-  m.impl("_foreach_mul_.Scalar", TORCH_FN((scalar_<kMul, n::foreach_tensor_mul_scalar_kernel_slow_>)), any);
-  m.impl("_foreach_mul.Scalar", TORCH_FN((scalar<kMul, n::foreach_tensor_mul_scalar_kernel_slow>)), any);
-  m.impl("_foreach_div_.Scalar", TORCH_FN((scalar_<kDiv, n::foreach_tensor_div_scalar_kernel_slow_>)), any);
-  m.impl("_foreach_div.Scalar", TORCH_FN((scalar<kDiv, n::foreach_tensor_div_scalar_kernel_slow>)), any);
+  m.impl("_foreach_add_.Scalar", TORCH_FN((scalar<kAdd, n::foreach_tensor_add_scalar_kernel_slow_, true>)), any);
+  m.impl("_foreach_add.Scalar", TORCH_FN((scalar<kAdd, n::foreach_tensor_add_scalar_kernel_slow, false>)), any);
+  m.impl("_foreach_sub_.Scalar", TORCH_FN((scalar<kSub, n::foreach_tensor_sub_scalar_kernel_slow_, true>)), any);
+  m.impl("_foreach_sub.Scalar", TORCH_FN((scalar<kSub, n::foreach_tensor_sub_scalar_kernel_slow, false>)), any);
+  m.impl("_foreach_mul_.Scalar", TORCH_FN((scalar<kMul, n::foreach_tensor_mul_scalar_kernel_slow_, true>)), any);
+  m.impl("_foreach_mul.Scalar", TORCH_FN((scalar<kMul, n::foreach_tensor_mul_scalar_kernel_slow, false>)), any);
+  m.impl("_foreach_div_.Scalar", TORCH_FN((scalar<kDiv, n::foreach_tensor_div_scalar_kernel_slow_, true>)), any);
+  m.impl("_foreach_div.Scalar", TORCH_FN((scalar<kDiv, n::foreach_tensor_div_scalar_kernel_slow, false>)), any);
 
-  m.impl("_foreach_add_.ScalarList", TORCH_FN((scalar_list_<kAdd, n::foreach_tensor_add_scalarlist_kernel_slow_>)),
+  m.impl("_foreach_add_.ScalarList", TORCH_FN((scalar_list<kAdd, n::foreach_tensor_add_scalarlist_kernel_slow_, true>)),
          any);
-  m.impl("_foreach_add.ScalarList", TORCH_FN((scalar_list<kAdd, n::foreach_tensor_add_scalarlist_kernel_slow>)), any);
-  m.impl("_foreach_sub_.ScalarList", TORCH_FN((scalar_list_<kSub, n::foreach_tensor_sub_scalarlist_kernel_slow_>)),
+  m.impl("_foreach_add.ScalarList", TORCH_FN((scalar_list<kAdd, n::foreach_tensor_add_scalarlist_kernel_slow, false>)),
          any);
-  m.impl("_foreach_sub.ScalarList", TORCH_FN((scalar_list<kSub, n::foreach_tensor_sub_scalarlist_kernel_slow>)), any);
-  m.impl("_foreach_mul_.ScalarList", TORCH_FN((scalar_list_<kMul, n::foreach_tensor_mul_scalarlist_kernel_slow_>)),
+  m.impl("_foreach_sub_.ScalarList", TORCH_FN((scalar_list<kSub, n::foreach_tensor_sub_scalarlist_kernel_slow_, true>)),
          any);
-  m.impl("_foreach_mul.ScalarList", TORCH_FN((scalar_list<kMul, n::foreach_tensor_mul_scalarlist_kernel_slow>)), any);
-  m.impl("_foreach_div_.ScalarList", TORCH_FN((scalar_list_<kDiv, n::foreach_tensor_div_scalarlist_kernel_slow_>)),
+  m.impl("_foreach_sub.ScalarList", TORCH_FN((scalar_list<kSub, n::foreach_tensor_sub_scalarlist_kernel_slow, false>)),
          any);
-  m.impl("_foreach_div.ScalarList", TORCH_FN((scalar_list<kDiv, n::foreach_tensor_div_scalarlist_kernel_slow>)), any);
+  m.impl("_foreach_mul_.ScalarList", TORCH_FN((scalar_list<kMul, n::foreach_tensor_mul_scalarlist_kernel_slow_, true>)),
+         any);
+  m.impl("_foreach_mul.ScalarList", TORCH_FN((scalar_list<kMul, n::foreach_tensor_mul_scalarlist_kernel_slow, false>)),
+         any);
+  m.impl("_foreach_div_.ScalarList", TORCH_FN((scalar_list<kDiv, n::foreach_tensor_div_scalarlist_kernel_slow_, true>)),
+         any);
+  m.impl("_foreach_div.ScalarList", TORCH_FN((scalar_list<kDiv, n::foreach_tensor_div_scalarlist_kernel_slow, false>)),
+         any);
 
-  m.impl("_foreach_add_.List", TORCH_FN((list_alpha_<kAdd, n::foreach_tensor_add_list_kernel_slow_>)), any);
-  m.impl("_foreach_add.List", TORCH_FN((list_alpha<kAdd, n::foreach_tensor_add_list_kernel_slow>)), any);
-  m.impl("_foreach_sub_.List", TORCH_FN((list_alpha_<kSub, n::foreach_tensor_sub_list_kernel_slow_>)), any);
-  m.impl("_foreach_sub.List", TORCH_FN((list_alpha<kSub, n::foreach_tensor_sub_list_kernel_slow>)), any);
-  m.impl("_foreach_mul_.List", TORCH_FN((list_<kMul, n::foreach_tensor_mul_list_kernel_slow_>)), any);
-  m.impl("_foreach_mul.List", TORCH_FN((list<kMul, n::foreach_tensor_mul_list_kernel_slow>)), any);
-  m.impl("_foreach_div_.List", TORCH_FN((list_<kDiv, n::foreach_tensor_div_list_kernel_slow_>)), any);
-  m.impl("_foreach_div.List", TORCH_FN((list<kDiv, n::foreach_tensor_div_list_kernel_slow>)), any);
+  m.impl("_foreach_add_.List", TORCH_FN((list_alpha<kAdd, n::foreach_tensor_add_list_kernel_slow_, true>)), any);
+  m.impl("_foreach_add.List", TORCH_FN((list_alpha<kAdd, n::foreach_tensor_add_list_kernel_slow, false>)), any);
+  m.impl("_foreach_sub_.List", TORCH_FN((list_alpha<kSub, n::foreach_tensor_sub_list_kernel_slow_, true>)), any);
+  m.impl("_foreach_sub.List", TORCH_FN((list_alpha<kSub, n::foreach_tensor_sub_list_kernel_slow, false>)), any);
+  m.impl("_foreach_mul_.List", TORCH_FN((list<kMul, n::foreach_tensor_mul_list_kernel_slow_, true>)), any);
+  m.impl("_foreach_mul.List", TORCH_FN((list<kMul, n::foreach_tensor_mul_list_kernel_slow, false>)), any);
+  m.impl("_foreach_div_.List", TORCH_FN((list<kDiv, n::foreach_tensor_div_list_kernel_slow_, true>)), any);
+  m.impl("_foreach_div.List", TORCH_FN((list<kDiv, n::foreach_tensor_div_list_kernel_slow, false>)), any);
 
-  m.impl("_foreach_addcmul_.Scalar", TORCH_FN((pointwise_<kAddcmul, n::foreach_tensor_addcmul_scalar_slow_>)), any);
-  m.impl("_foreach_addcmul.Scalar", TORCH_FN((pointwise<kAddcmul, n::foreach_tensor_addcmul_scalar_slow>)), any);
-  m.impl("_foreach_addcdiv_.Scalar", TORCH_FN((pointwise_<kAddcdiv, n::foreach_tensor_addcdiv_scalar_slow_>)), any);
-  m.impl("_foreach_addcdiv.Scalar", TORCH_FN((pointwise<kAddcdiv, n::foreach_tensor_addcdiv_scalar_slow>)), any);
+  m.impl("_foreach_addcmul_.Scalar", TORCH_FN((pointwise<kAddcmul, n::foreach_tensor_addcmul_scalar_slow_, true>)),
+         any);
+  m.impl("_foreach_addcmul.Scalar", TORCH_FN((pointwise<kAddcmul, n::foreach_tensor_addcmul_scalar_slow, false>)), any);
+  m.impl("_foreach_addcdiv_.Scalar", TORCH_FN((pointwise<kAddcdiv, n::foreach_tensor_addcdiv_scalar_slow_, true>)),
+         any);
+  m.impl("_foreach_addcdiv.Scalar", TORCH_FN((pointwise<kAddcdiv, n::foreach_tensor_addcdiv_scalar_slow, false>)), any);
   m.impl("_foreach_addcmul_.ScalarList",
-         TORCH_FN((pointwise_list_<kAddcmul, n::foreach_tensor_addcmul_scalarlist_slow_>)), any);
-  m.impl("_foreach_addcmul.ScalarList", TORCH_FN((pointwise_list<kAddcmul, n::foreach_tensor_addcmul_scalarlist_slow>)),
-         any);
+         TORCH_FN((pointwise_list<kAddcmul, n::foreach_tensor_addcmul_scalarlist_slow_, true>)), any);
+  m.impl("_foreach_addcmul.ScalarList",
+         TORCH_FN((pointwise_list<kAddcmul, n::foreach_tensor_addcmul_scalarlist_slow, false>)), any);
   m.impl("_foreach_addcdiv_.ScalarList",
-         TORCH_FN((pointwise_list_<kAddcdiv, n::foreach_tensor_addcdiv_scalarlist_slow_>)), any);
-  m.impl("_foreach_addcdiv.ScalarList", TORCH_FN((pointwise_list<kAddcdiv, n::foreach_tensor_addcdiv_scalarlist_slow>)),
+         TORCH_FN((pointwise_list<kAddcdiv, n::foreach_tensor_addcdiv_scalarlist_slow_, true>)), any);
+  m.impl("_foreach_addcdiv.ScalarList",
+         TORCH_FN((pointwise_list<kAddcdiv, n::foreach_tensor_addcdiv_scalarlist_slow, false>)), any);
+
+  m.impl("_foreach_lerp_.Scalar", TORCH_FN((list_scalar<kLerpScalar, n::foreach_tensor_lerp_list_kernel_slow_, true>)),
          any);
-
-  m.impl("_foreach_lerp_.Scalar", TORCH_FN((list_scalar_<kLerpScalar, n::foreach_tensor_lerp_list_kernel_slow_>)), any);
-  m.impl("_foreach_lerp.Scalar", TORCH_FN((list_scalar<kLerpScalar, n::foreach_tensor_lerp_list_kernel_slow>)), any);
+  m.impl("_foreach_lerp.Scalar", TORCH_FN((list_scalar<kLerpScalar, n::foreach_tensor_lerp_list_kernel_slow, false>)),
+         any);
   m.impl("_foreach_lerp_.ScalarList",
-         TORCH_FN((list_scalar_list_<kLerpScalar, n::foreach_tensor_lerp_scalarlist_kernel_slow_>)), any);
+         TORCH_FN((list_scalar_list<kLerpScalar, n::foreach_tensor_lerp_scalarlist_kernel_slow_, true>)), any);
   m.impl("_foreach_lerp.ScalarList",
-         TORCH_FN((list_scalar_list<kLerpScalar, n::foreach_tensor_lerp_scalarlist_kernel_slow>)), any);
-  m.impl("_foreach_lerp_.List", TORCH_FN((lists_<kLerpTensor, n::foreach_tensor_ternary_lerp_slow_>)), any);
-  m.impl("_foreach_lerp.List", TORCH_FN((lists<kLerpTensor, n::foreach_tensor_ternary_lerp_slow>)), any);
+         TORCH_FN((list_scalar_list<kLerpScalar, n::foreach_tensor_lerp_scalarlist_kernel_slow, false>)), any);
+  m.impl("_foreach_lerp_.List", TORCH_FN((lists<kLerpTensor, n::foreach_tensor_ternary_lerp_slow_, true>)), any);
+  m.impl("_foreach_lerp.List", TORCH_FN((lists<kLerpTensor, n::foreach_tensor_ternary_lerp_slow, false>)), any);
 
-  m.impl("_foreach_sqrt_", TORCH_FN((unary_<kSqrt, n::foreach_tensor_sqrt_slow_>)), any);
-  m.impl("_foreach_sqrt", TORCH_FN((unary<kSqrt, n::foreach_tensor_sqrt_slow>)), any);
-  m.impl("_foreach_neg_", TORCH_FN((unary_<kNeg, n::foreach_tensor_neg_slow_>)), any);
-  m.impl("_foreach_neg", TORCH_FN((unary<kNeg, n::foreach_tensor_neg_slow>)), any);
+  m.impl("_foreach_sqrt_", TORCH_FN((unary<kSqrt, n::foreach_tensor_sqrt_slow_, true>)), any);
+  m.impl("_foreach_sqrt", TORCH_FN((unary<kSqrt, n::foreach_tensor_sqrt_slow, false>)), any);
+  m.impl("_foreach_neg_", TORCH_FN((unary<kNeg, n::foreach_tensor_neg_slow_, true>)), any);
+  m.impl("_foreach_neg", TORCH_FN((unary<kNeg, n::foreach_tensor_neg_slow, false>)), any);
 }
 
 } // namespace tiny::aten_ops
