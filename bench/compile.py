@@ -22,8 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from mnist import build_model  # noqa: E402
 
 
-def make_step(model, device, compile_kwargs=None, loss_fn=F.cross_entropy):
-    """A closure running one training step on device; compile_kwargs: torch.compile's, or None for eager."""
+def make_step(model, device, compile_kwargs=None, loss_fn=F.cross_entropy, item=True):
+    """A closure running one training step on device; compile_kwargs: torch.compile's, or None for eager. It returns
+    the loss's value (`loss.item()`, a sync point), or with item=False the loss tensor, read by nobody."""
     model = copy.deepcopy(model).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     run = model if compile_kwargs is None else torch.compile(model, **compile_kwargs)
@@ -33,7 +34,7 @@ def make_step(model, device, compile_kwargs=None, loss_fn=F.cross_entropy):
         opt.zero_grad()
         loss.backward()
         opt.step()
-        return loss.item()
+        return loss.item() if item else loss
 
     return step
 

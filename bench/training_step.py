@@ -10,7 +10,7 @@ squared error, batch 32. `--model mlp`: an MNIST-sized MLP (784-512-512-10, ReLU
 recording each op counts.
 
 Run: .venv/bin/python bench/training_step.py [rounds] [--model demo|resnet18|dcgan|vit|shufflenet|mlp]
-     [--batch-size N] [--no-compile] [--cpu-time]
+     [--batch-size N] [--no-compile] [--cpu-time] [--steps K]
 (--cpu-time: one thread each, its CPU time; bench/common.py)
 """
 
@@ -69,6 +69,13 @@ def main():
     )
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--cpu-time", action="store_true", help="one thread each, its CPU time (bench/common.py)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=1,
+        help="steps per timed run, tiny synchronized after the last only (as a loop that reads no value each step: "
+        "each step's kernels run while the next is recorded); the time per step is reported",
+    )
     args = parser.parse_args()
     torch.manual_seed(0)
     loss_fn = F.cross_entropy
@@ -87,15 +94,24 @@ def main():
         loss_fn = F.mse_loss
     x = torch.randn(batch, *image)
     y = torch.randn(batch, 3, 64, 64) if args.model == "dcgan" else torch.randint(0, 10, (batch,))
+    item = args.steps == 1  # (several steps a run: no step reads its loss; the run's sync waits for the last)
     steps = {
-        "tiny": (make_step(model, "tiny", None, loss_fn), x.to("tiny"), y.to("tiny")),
-        "eager": (make_step(model, "cpu", None, loss_fn), x, y),
+        "tiny": (make_step(model, "tiny", None, loss_fn, item), x.to("tiny"), y.to("tiny")),
+        "eager": (make_step(model, "cpu", None, loss_fn, item), x, y),
     }
     if not args.no_compile:
-        steps["torch.compile"] = (make_step(model, "cpu", {}, loss_fn), x, y)
-    contenders = {name: (lambda s=s, a=a, b=b: s(a, b)) for name, (s, a, b) in steps.items()}
+        steps["torch.compile"] = (make_step(model, "cpu", {}, loss_fn, item), x, y)
+
+    def run(step, a, b):
+        for _ in range(args.steps - 1):
+            step(a, b)
+        return step(a, b)
+
+    contenders = {name: (lambda s=s, a=a, b=b: run(s, a, b)) for name, (s, a, b) in steps.items()}
     times = interleaved(contenders, args.rounds, clock=CLOCK)
-    report(f"training step, {title}, batch {batch}, Adam", times)
+    times = {name: [t / args.steps for t in ts] for name, ts in times.items()}
+    per = f", {args.steps} steps a run" if args.steps > 1 else ""
+    report(f"training step, {title}, batch {batch}, Adam{per}", times)
 
 
 if __name__ == "__main__":

@@ -59,6 +59,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   // (The kernels run on tiny's own pool, not torch's OpenMP team: on it, whose end-of-region barrier waits
   // for every thread, the demo's step ran 762 ms against the pool's 257 on a machine loaded by builds.)
   if (!std::getenv("TINY_THREADS")) tiny::runtime::ThreadPool::set_limit([] { return at::get_num_threads(); });
+  // The CPU devices run their kernels on queue threads of their own (runtime/device.h), unless TINY_ASYNC=0.
+  if (const char* v = std::getenv("TINY_ASYNC"); !v || std::string(v) != "0") tiny::runtime::set_cpu_queues(true);
 
   m.def("device_count", [] { return static_cast<int>(tiny::device_count()); });
   // What runs `tiny:index` (torch.tiny.get_device_name): "CPU (clang)", "CL: <device> (<platform>)". Opens
@@ -81,6 +83,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def(
       "synchronize", [] { tiny::runtime::synchronize(); }, py::call_guard<py::gil_scoped_release>(),
       "Runs every pending computation on every tiny device.");
+  m.def(
+      "_flush", [] { tiny::runtime::flush(); }, py::call_guard<py::gil_scoped_release>(),
+      "Starts every pending computation on every tiny device, without waiting for it (the end of an optimizer "
+      "step).");
 
   // Memory: torch.tiny.memory_stats and friends, from the same counters torch.accelerator reads.
   m.def("memory_stats", [](int index) {
@@ -161,6 +167,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
 
   m.def("_drain_autograd_device_threads", &drain_autograd_device_threads);
+  m.def(
+      "_wait_for_queues",
+      [] {
+        for (int i = 0; i < tiny::device_count(); i++)
+          tiny::runtime::device(i).synchronize();
+      },
+      py::call_guard<py::gil_scoped_release>(), "Waits for the kernels the devices' queues hold (at exit).");
 
   m.def("manual_seed", [](uint64_t seed) {
     at::Generator gen = tiny::default_generator(-1); // a handle sharing the default generator

@@ -14,11 +14,15 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <exception>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -48,6 +52,63 @@ constexpr int64_t kSerialWork = 8192;
 
 namespace fs = std::filesystem;
 
+// A CPU device's in-order queue (set_cpu_queues): one thread runs the work pushed to it, oldest first (a kernel
+// on that thread, or shared with the thread pool; a copy into device memory). A sync point waits for it to drain
+// while the launching thread goes on recording. An exception that escapes a task is rethrown by the next wait.
+class Queue {
+public:
+  ~Queue() = delete; // never destroyed: its thread runs until the process ends
+  Queue() : thread_([this] { run(); }) { thread_.detach(); }
+  void push(std::function<void()> task) {
+    {
+      std::lock_guard lock(mu_);
+      tasks_.push_back(std::move(task));
+      unfinished_++;
+    }
+    ready_.notify_one();
+  }
+  bool idle() {
+    std::lock_guard lock(mu_);
+    return unfinished_ == 0;
+  }
+  void wait() {
+    std::unique_lock lock(mu_);
+    drained_.wait(lock, [&] { return unfinished_ == 0; });
+    if (std::exception_ptr e = std::exchange(error_, nullptr)) std::rethrow_exception(e);
+  }
+
+private:
+  void run() {
+    for (;;) {
+      std::function<void()> task;
+      {
+        std::unique_lock lock(mu_);
+        ready_.wait(lock, [&] { return !tasks_.empty(); });
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      std::exception_ptr error;
+      try {
+        task();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      task = nullptr; // what it holds (a program) dies before the wait returns
+      std::lock_guard lock(mu_);
+      if (error && !error_) error_ = error;
+      if (--unfinished_ == 0) drained_.notify_all();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable ready_, drained_;
+  std::deque<std::function<void()>> tasks_;
+  int64_t unfinished_ = 0; // pushed and not yet finished
+  std::exception_ptr error_;
+  std::thread thread_;
+};
+
+std::atomic<bool> queues_on{false};
+
 // Host memory, 64-byte aligned for vector loads; the base class caches freed blocks. A block of 2 MiB or more is
 // mapped on its own and advised to use transparent huge pages (THP's "madvise" mode, a common default, gives them to
 // no other memory): a kernel streaming through it misses the TLB once per 2 MiB instead of once per 4 KiB page, and
@@ -59,10 +120,23 @@ namespace fs = std::filesystem;
 // of several such streams evicted its own prefetched lines. Adam's one kernel over a 2.36M-float parameter (four
 // streams read, three written, in place), two threads of a Sapphire Rapids-class core: 2.4-2.6 ms aligned, 0.89
 // colored (a C harness over plain 4 KiB pages: 0.92-0.96).
+// With queues on (set_cpu_queues), the host reads a block after the device's queue has drained, and writes one
+// behind the work queued before (a block freed by a buffer whose kernels are still queued may be that buffer's); a
+// block goes back to the system only when nothing queued can use it.
 class CpuAllocator : public Allocator {
 public:
-  void copy_in(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+  explicit CpuAllocator(Queue& queue) : queue_(queue) {}
+  void copy_in(void* dst, const void* src, size_t n) override {
+    if (!queues_on.load(std::memory_order_relaxed) || queue_.idle()) {
+      std::memcpy(dst, src, n);
+      return;
+    }
+    std::shared_ptr<char[]> staged(new char[n]); // src may change or die once this returns
+    std::memcpy(staged.get(), src, n);
+    queue_.push([dst, staged, n] { std::memcpy(dst, staged.get(), n); });
+  }
   void copy_out(void* dst, const void* src, size_t offset, size_t n) override {
+    queue_.wait();
     std::memcpy(dst, static_cast<const char*>(src) + offset, n);
   }
 
@@ -81,6 +155,7 @@ protected:
     return reinterpret_cast<void*>(start + color);
   }
   void system_free(void* ptr, size_t nbytes) override {
+    queue_.wait(); // (the queue's tasks never take the allocator's lock, held here)
     if (nbytes < kHugePage) {
       std::free(ptr);
       return;
@@ -92,6 +167,7 @@ protected:
 private:
   static constexpr size_t kHugePage = size_t{2} << 20, kColorStep = 4096, kColors = 32;
   size_t next_color_ = 0; // (system_alloc runs under the base class's lock)
+  Queue& queue_;
 };
 
 // Whether `name` is an executable file (not a directory) in a directory of PATH.
@@ -205,11 +281,12 @@ using KernelFn = void (*)(void* const*, const int64_t*, const double*, int64_t, 
 
 std::atomic<int64_t> live_programs{0};
 
-class CpuProgram : public Program {
+class CpuProgram : public Program, public std::enable_shared_from_this<CpuProgram> {
 public:
   // The kernel `symbol` of the library `so`, whose zero-division flag is `errors` (a library of
-  // several kernels has one per kernel).
-  CpuProgram(const std::string& so, const std::string& symbol, const std::string& errors = "tiny_errors") {
+  // several kernels has one per kernel), launched on `queue` while queues are on.
+  CpuProgram(Queue& queue, const std::string& so, const std::string& symbol, const std::string& errors = "tiny_errors")
+      : queue_(queue) {
     handle_ = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!handle_) throw std::runtime_error(std::string("tiny: cannot load kernel: ") + dlerror());
     fn_ = reinterpret_cast<KernelFn>(dlsym(handle_, symbol.c_str()));
@@ -226,6 +303,18 @@ public:
   }
   void launch(std::span<void* const> bufs, std::span<const int64_t> ivars, std::span<const double> fvars,
               const Launch& launch) override {
+    const int threads = ThreadPool::get().size(); // (torch.set_num_threads on this thread sizes it)
+    if (!queues_on.load(std::memory_order_relaxed)) return run(bufs, ivars, fvars, launch, threads);
+    // the arguments copied, the program held until the kernel ran
+    queue_.push([program = shared_from_this(), b = std::vector<void*>(bufs.begin(), bufs.end()),
+                 iv = std::vector<int64_t>(ivars.begin(), ivars.end()),
+                 fv = std::vector<double>(fvars.begin(), fvars.end()), launch,
+                 threads] { program->run(b, iv, fv, launch, threads); });
+  }
+
+private:
+  void run(std::span<void* const> bufs, std::span<const int64_t> ivars, std::span<const double> fvars,
+           const Launch& launch, int threads) {
     int64_t global = launch.global[0];
     KernelFn fn = fn_;
     void* const* b = bufs.data();
@@ -236,19 +325,14 @@ public:
     if (launch.work > 0 && launch.work < kSerialWork)
       fn(b, iv, fv, 0, global);
     else
-      ThreadPool::get().parallel_for(global, [&](int64_t begin, int64_t end) { fn(b, iv, fv, begin, end); });
+      ThreadPool::get().parallel_for(
+          global, [&](int64_t begin, int64_t end) { fn(b, iv, fv, begin, end); }, threads);
     check_errors();
   }
-  void launch_serial(std::span<void* const> bufs, std::span<const int64_t> ivars, std::span<const double> fvars,
-                     int64_t global) {
-    fn_(bufs.data(), ivars.data(), fvars.data(), 0, global);
-    check_errors();
-  }
-
-private:
   void check_errors() {
     if (errors_ && __atomic_exchange_n(errors_, 0, __ATOMIC_RELAXED)) report_zero_division();
   }
+  Queue& queue_;
   int* errors_ = nullptr; // the kernel library's tiny_errors flag
   void* handle_ = nullptr;
   KernelFn fn_ = nullptr;
@@ -351,7 +435,7 @@ bool winograd_kernels() {
 
 class CpuDevice : public Device {
 public:
-  CpuDevice() {
+  CpuDevice() : queue_(*new Queue()), allocator_(queue_) {
     allocator_.set_device_name(name());
     static const bool tiles = amx_tiles();
     target_.amx_bf16 = tiles;
@@ -446,7 +530,7 @@ public:
         precompiled_.insert(compiler_.so_path(todo[i].first).string());
       }
   }
-  void synchronize() override {}
+  void synchronize() override { queue_.wait(); }
 
 private:
   // A program not loaded yet: from the disk cache (its own library, or its entry in a library of
@@ -466,18 +550,19 @@ private:
         stats().disk_hits++;
       }
       try {
-        if (entry) return std::make_shared<CpuProgram>(entry->library.string(), entry->symbol, entry->errors);
-        return std::make_shared<CpuProgram>(so.string(), fn_name);
+        if (entry) return std::make_shared<CpuProgram>(queue_, entry->library.string(), entry->symbol, entry->errors);
+        return std::make_shared<CpuProgram>(queue_, so.string(), fn_name);
       } catch (const std::runtime_error&) {
         fs::remove(entry ? entry_at : so);
       }
     }
     so = compiler_.compile(src, fn_name);
     stats().compiles++;
-    return std::make_shared<CpuProgram>(so.string(), fn_name);
+    return std::make_shared<CpuProgram>(queue_, so.string(), fn_name);
   }
 
   Target target_; // C
+  Queue& queue_;  // never destroyed (see Queue)
   CpuAllocator allocator_;
   ClangCompiler compiler_;
   ProgramCache programs_;
@@ -487,8 +572,8 @@ private:
 
 } // namespace
 
-// The default marker: the queue is drained first, so the host clock is when it passed the marker (the
-// CPU device's queue runs its kernels as they are launched).
+// The default marker: the queue is drained first (the CPU device's, see Queue), so the host clock is when it
+// passed the marker.
 std::unique_ptr<Event> Device::record_event(bool timing) {
   synchronize();
   return std::make_unique<HostEvent>(*this, timing);
@@ -525,6 +610,15 @@ Device& cpu_device(int index) {
                             std::to_string(cpu_device_count()) + " CPU devices, TINY_CPU_DEVICES)");
   return *devices[static_cast<size_t>(index)];
 }
+
+void set_cpu_queues(bool on) {
+  if (!on) // what the queues hold runs first
+    for (int i = 0; i < cpu_device_count(); i++)
+      cpu_device(i).synchronize();
+  queues_on.store(on);
+}
+
+bool cpu_queues() { return queues_on.load(); }
 
 int64_t loaded_programs() { return live_programs.load(); }
 

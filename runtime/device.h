@@ -201,7 +201,13 @@ int device_count();
 Device& backend_device(const std::string& backend);
 Device& cpu_device(int index = 0); // index < cpu_device_count()
 int cpu_device_count();            // TINY_CPU_DEVICES, default 1
-Device& cl_device();               // TINY_CL_DEVICE=N picks the N-th OpenCL device (all platforms, in order)
+// Whether the CPU devices run their kernels on a queue thread of their own (asynchronously, in order, as a GPU's
+// stream does) rather than on the launching thread. Off unless set: the torch extension turns it on (TINY_ASYNC=0
+// keeps it off), so that a sync point that need not wait (flush()) leaves the kernels running while Python records
+// the next step. Host reads of a device's memory (copy_out) wait for its queue; host writes (copy_in) join it.
+void set_cpu_queues(bool on);
+bool cpu_queues();
+Device& cl_device(); // TINY_CL_DEVICE=N picks the N-th OpenCL device (all platforms, in order)
 // The C compiler the CPU device runs: TINY_CC, else the newest `clang-N` on PATH, else clang, cc or gcc; throws
 // a runtime_error when there is none.
 std::string cpu_c_compiler();

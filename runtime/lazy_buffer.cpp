@@ -457,6 +457,7 @@ bool LazyBuffer::read_host_if_realized(const StridedView& v, void* dst) {
       itemsize(content_->dtype) != itemsize(v.dtype))
     return false;
   if (prod(v.sizes) == 0) return true;
+  device_.synchronize(); // the kernel that wrote it may still be on the device's queue
   const size_t size = itemsize(v.dtype);
   const auto* src = static_cast<const char*>(std::static_pointer_cast<Buffer>(content_->buffer())->ptr());
   for_each_element(v, [&](int64_t i, int64_t e) {
@@ -465,7 +466,12 @@ bool LazyBuffer::read_host_if_realized(const StridedView& v, void* dst) {
   return true;
 }
 
-void LazyBuffer::realize_pending(Device* only) {
+namespace {
+// The devices whose queues flush() left running: the next synchronize() waits for them too.
+std::vector<Device*> unwaited;
+} // namespace
+
+void LazyBuffer::realize_pending(Device* only, bool wait) {
   std::lock_guard lock(graph_mutex());
   // One graph never mixes devices (a copy between devices goes through the host): each device's pending
   // storages realize together, as one schedule on that device.
@@ -490,14 +496,21 @@ void LazyBuffer::realize_pending(Device* only) {
       list[i]->leave_pending();
     }
   }
-  // A sync point waits for what it enqueued (GPU launches are asynchronous).
-  for (Device* d : devices)
-    d->synchronize();
   uops_made_at_last_sync = uops_made();
+  // A sync point waits for what it enqueued (GPU launches and the CPU devices' queues are asynchronous), and for
+  // what flushes before it left running; a flush waits for nothing (its kernels' errors reach a later sync).
+  for (Device* d : devices)
+    if (std::find(unwaited.begin(), unwaited.end(), d) == unwaited.end()) unwaited.push_back(d);
+  if (!wait) return;
+  for (Device* d : unwaited)
+    if (!only || d == only) d->synchronize();
+  std::erase_if(unwaited, [&](Device* d) { return !only || d == only; });
   raise_kernel_errors();
 }
 
 void synchronize() { LazyBuffer::realize_pending(nullptr); }
+
+void flush() { LazyBuffer::realize_pending(nullptr, false); }
 
 void synchronize(Device& device) {
   LazyBuffer::realize_pending(&device);

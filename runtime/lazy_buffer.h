@@ -64,8 +64,9 @@ public:
 
 private:
   friend void synchronize();
+  friend void flush();
   friend void synchronize(Device& device);
-  static void realize_pending(Device* only);
+  static void realize_pending(Device* only, bool wait = true);
   UOpPtr content_locked(DType dtype); // content as `dtype`, created empty on first use
   const UOpPtr& content();            // content_, built from whole_ first where it is deferred (may be null)
   void set_content(UOpPtr c);         // a new content (whole_ dropped)
@@ -100,8 +101,12 @@ private:
 };
 
 // Realizes every pending LazyBuffer (one schedule per device, in the order the devices' storages first
-// became pending) and waits for the queues of the devices it ran on.
+// became pending) and waits for the queues of the devices it ran on and of those flush() left running.
 void synchronize();
+// Realizes every pending LazyBuffer as synchronize() does, without waiting for the kernels it enqueues (on the CPU
+// device's queue, see set_cpu_queues; on a GPU's stream): the end of an optimizer step, so that Python records the
+// next step while they run. A later sync point, or a host read of their results, waits for them.
+void flush();
 // The same for the pending LazyBuffers of one device (an event's record, torch.tiny.synchronize(device)).
 void synchronize(Device& device);
 

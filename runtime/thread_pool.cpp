@@ -130,7 +130,11 @@ void ThreadPool::work(int id) {
 }
 
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
-  int parts = size();
+  parallel_for(n, fn, size());
+}
+
+void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int threads) {
+  const int parts = std::clamp(threads, 1, threads_);
   if (parts < 2 || n < 2) {
     if (n > 0) fn(0, n);
     return;

@@ -25,6 +25,9 @@ public:
   // others', so a thread the machine deschedules (another process, another library's spinning
   // threads) delays the call by at most a chunk. The caller returns once every chunk has run.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
+  // The same on `threads` threads (at most the pool's): a kernel's, sized when it was launched (a CPU device's
+  // queue runs it later, on a thread of its own, where the limit is not the launching thread's).
+  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int threads);
   static ThreadPool& get(); // sized by TINY_THREADS, default the hardware's
 
 private:

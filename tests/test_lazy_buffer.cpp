@@ -2,9 +2,12 @@
 // recording them costs in graph nodes.
 #include "runtime/device.h"
 #include "runtime/lazy_buffer.h"
+#include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <gtest/gtest.h>
+#include <memory>
 #include <numeric>
 #include <vector>
 
@@ -221,4 +224,63 @@ TEST(LazyBuffer, ARealizedStorageIsReadFromHostMemoryWithoutRunningAnything) {
   synchronize();
   ASSERT_TRUE(dst.read_host_if_realized({{4}, {16}, 1, DType::Float32}, w.data())); // column 1
   EXPECT_EQ(std::vector<float>(w.begin(), w.begin() + 4), (std::vector<float>{2, 34, 66, 98}));
+}
+
+// The CPU device's queue (set_cpu_queues): kernels run on a thread of their own while the host goes on.
+namespace {
+struct CpuQueues : ::testing::Test {
+  void SetUp() override { set_cpu_queues(true); }
+  void TearDown() override { set_cpu_queues(false); }
+};
+
+// sqrt(x * x + x) eight times over: a kernel of some milliseconds over 4M floats
+UOpPtr slow(UOpPtr v) {
+  for (int i = 0; i < 8; i++)
+    v = alu(Ops::SQRT, alu(Ops::ADD, alu(Ops::MUL, v, v), v));
+  return v;
+}
+
+float slow(float x) {
+  for (int i = 0; i < 8; i++)
+    x = std::sqrt(x * x + x);
+  return x;
+}
+} // namespace
+
+TEST_F(CpuQueues, AHostWriteIntoABlockFreedWhileItsKernelIsQueuedLandsAfterThatKernel) {
+  constexpr int64_t n = int64_t{1} << 22;
+  const StridedView all{{n}, {1}, 0, DType::Float32};
+  std::vector<float> ones(n, 1.0f), twos(n, 2.0f), out(n);
+  auto x = std::make_unique<LazyBuffer>(cpu_device(), n * 4);
+  x->write_host(all, ones.data());
+  LazyBuffer y(cpu_device(), n * 4), z(cpu_device(), n * 4);
+  y.write(all, slow(x->read(all)));
+  flush();   // y's kernel on the queue, reading x's block
+  x.reset(); // x's block back in the allocator's cache: z's write below takes it, behind y's kernel
+  z.write_host(all, twos.data());
+  y.read_host(all, out.data());
+  const float expected = slow(1.0f); // (slow(2.0f) is larger by ~1)
+  EXPECT_EQ(std::count_if(out.begin(), out.end(), [&](float v) { return std::abs(v - expected) < 1e-5f; }), n);
+  z.read_host(all, out.data());
+  EXPECT_EQ(std::count(out.begin(), out.end(), 2.0f), n);
+}
+
+TEST_F(CpuQueues, ResultsOfFlushedStepsReadBackAsSyncedOnes) {
+  constexpr int64_t n = 4096;
+  const StridedView all{{n}, {1}, 0, DType::Float32};
+  std::vector<float> host_x(n), out(n);
+  std::iota(host_x.begin(), host_x.end(), 0.0f);
+  LazyBuffer x(cpu_device(), n * 4);
+  x.write_host(all, host_x.data());
+  for (int step = 0; step < 20; step++) { // in place, as an optimizer's update: each step reads the last one's
+    UOpPtr v = x.read(all), half = expand(reshape(const_like(v, 0.5), {1}), {n});
+    x.write(all, alu(Ops::ADD, v, alu(Ops::MUL, v, half)));
+    flush();
+    for (float& v : host_x)
+      v = v + v * 0.5f;
+  }
+  x.read_host(all, out.data());
+  EXPECT_EQ(out, host_x);
+  synchronize(); // nothing pending: it waits for the queue, and returns
+  EXPECT_FALSE(x.pending());
 }

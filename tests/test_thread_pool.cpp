@@ -3,8 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -70,4 +73,31 @@ TEST(ThreadPool, ALimitSizesEachCallAndEveryIndexStillRunsOnce) {
   }
   ThreadPool::set_limit({});
   EXPECT_EQ(pool.size(), 3);
+}
+
+TEST(ThreadPool, ACallSizedByItsCallerRunsOnThatManyThreadsAtMost) {
+  ThreadPool pool(3);
+  for (int threads : {1, 2, 3, 8, 0}) { // at least one, at most the pool's
+    std::mutex mu;
+    std::set<std::thread::id> ran_on;
+    std::vector<std::atomic<int>> counts(64);
+    pool.parallel_for(
+        64,
+        [&](int64_t b, int64_t e) {
+          {
+            std::lock_guard lock(mu);
+            ran_on.insert(std::this_thread::get_id());
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(1)); // long enough for every thread to join
+          for (int64_t i = b; i < e; i++)
+            counts[static_cast<size_t>(i)]++;
+        },
+        threads);
+    EXPECT_LE(ran_on.size(), static_cast<size_t>(std::clamp(threads, 1, 3))) << threads << " threads";
+    if (threads <= 1) {
+      EXPECT_EQ(*ran_on.begin(), std::this_thread::get_id());
+    }
+    for (const auto& c : counts)
+      EXPECT_EQ(c.load(), 1);
+  }
 }

@@ -252,6 +252,23 @@ def test_memory_stays_flat_over_200_adam_steps(item_each_step):
     assert_params_match(params, cpu_params, [n for n, _ in small_mlp().named_parameters()])
 
 
+def test_batches_moved_to_the_device_while_the_last_steps_kernels_run_train_like_cpu():
+    """Each optimizer step's end starts its kernels without waiting (the CPU device's queue, as a GPU's stream);
+    the next batch's copy to the device lands in memory that the queued kernels may still use (blocks freed
+    meanwhile), so it must run after them. Fifty steps, nothing read until the end: the CPU's weights."""
+    model = initial_model(small_mlp)
+    batches = mlp_batches(50, batch=256)
+    weights = {}
+    for device in ("cpu", DEVICE):
+        m = copy.deepcopy(model).to(device)
+        opt = torch.optim.Adam(m.parameters(), lr=1e-3)
+        for x, y in batches:
+            loss = mse_step(m, opt, x.to(device), y.to(device))
+        weights[device] = ([p.detach().cpu() for p in m.parameters()], loss.item())
+    assert_params_match(weights[DEVICE][0], weights["cpu"][0], [n for n, _ in model.named_parameters()])
+    assert_losses_match([weights[DEVICE][1]], [weights["cpu"][1]])
+
+
 ONE_KERNEL_OPTIMIZERS = {
     "adam": lambda p: torch.optim.Adam(p, lr=1e-2),
     "adamw": lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1),

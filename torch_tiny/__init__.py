@@ -37,18 +37,19 @@ def _register() -> None:
     _serve_distributed()
     # before the interpreter finalizes, torch's autograd thread for tiny lets go of its last graph (csrc/module.cpp)
     atexit.register(_C._drain_autograd_device_threads)
+    # and the kernels an optimizer step's flush left on the devices' queues finish first
+    atexit.register(_C._wait_for_queues)
 
 
 def _sync_after_optimizer_steps() -> None:
     # A training loop that never calls .item() would otherwise grow one lazy graph without bound: the
-    # end of each optimizer step on tiny parameters realizes the step's work (torch's global hook).
+    # end of each optimizer step on tiny parameters realizes the step's work (torch's global hook). It starts the
+    # kernels without waiting for them (flush): Python records the next step while they run.
     from torch.optim.optimizer import register_optimizer_step_post_hook
-
-    from torch_tiny import device
 
     def hook(optimizer, args, kwargs):
         if any(p.device.type == "tiny" for group in optimizer.param_groups for p in group["params"]):
-            device.synchronize()
+            _C._flush()  # the kernels run while Python records the next step; a read of their results waits
 
     register_optimizer_step_post_hook(hook)
 
