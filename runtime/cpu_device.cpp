@@ -618,8 +618,6 @@ void set_cpu_queues(bool on) {
   queues_on.store(on);
 }
 
-bool cpu_queues() { return queues_on.load(); }
-
 int64_t loaded_programs() { return live_programs.load(); }
 
 int64_t env_limit(const char* name, int64_t fallback) {

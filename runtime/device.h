@@ -206,7 +206,6 @@ int cpu_device_count();            // TINY_CPU_DEVICES, default 1
 // keeps it off), so that a sync point that need not wait (flush()) leaves the kernels running while Python records
 // the next step. Host reads of a device's memory (copy_out) wait for its queue; host writes (copy_in) join it.
 void set_cpu_queues(bool on);
-bool cpu_queues();
 Device& cl_device(); // TINY_CL_DEVICE=N picks the N-th OpenCL device (all platforms, in order)
 // The C compiler the CPU device runs: TINY_CC, else the newest `clang-N` on PATH, else clang, cc or gcc; throws
 // a runtime_error when there is none.
