@@ -10,7 +10,7 @@ squared error, batch 32. `--model mlp`: an MNIST-sized MLP (784-512-512-10, ReLU
 recording each op counts.
 
 Run: .venv/bin/python bench/training_step.py [rounds] [--model demo|resnet18|dcgan|vit|shufflenet|mlp]
-     [--batch-size N] [--no-compile] [--cpu-time] [--steps K]
+     [--batch-size N] [--no-compile] [--cpu-time] [--steps K [--item]]
 (--cpu-time: one thread each, its CPU time; bench/common.py)
 """
 
@@ -76,6 +76,12 @@ def main():
         help="steps per timed run, tiny synchronized after the last only (as a loop that reads no value each step: "
         "each step's kernels run while the next is recorded); the time per step is reported",
     )
+    parser.add_argument(
+        "--item",
+        action="store_true",
+        help="with --steps: each step reads its loss (loss.item(), as a loop that logs it), which waits for the "
+        "kernel computing the loss only; the rest of the step runs while the next is recorded",
+    )
     args = parser.parse_args()
     torch.manual_seed(0)
     loss_fn = F.cross_entropy
@@ -94,7 +100,7 @@ def main():
         loss_fn = F.mse_loss
     x = torch.randn(batch, *image)
     y = torch.randn(batch, 3, 64, 64) if args.model == "dcgan" else torch.randint(0, 10, (batch,))
-    item = args.steps == 1  # (several steps a run: no step reads its loss; the run's sync waits for the last)
+    item = args.steps == 1 or args.item  # (else no step reads its loss; the run's sync waits for the last)
     steps = {
         "tiny": (make_step(model, "tiny", None, loss_fn, item), x.to("tiny"), y.to("tiny")),
         "eager": (make_step(model, "cpu", None, loss_fn, item), x, y),
@@ -110,7 +116,7 @@ def main():
     contenders = {name: (lambda s=s, a=a, b=b: run(s, a, b)) for name, (s, a, b) in steps.items()}
     times = interleaved(contenders, args.rounds, clock=CLOCK)
     times = {name: [t / args.steps for t in ts] for name, ts in times.items()}
-    per = f", {args.steps} steps a run" if args.steps > 1 else ""
+    per = f", {args.steps} steps a run{', loss read each step' if args.item else ''}" if args.steps > 1 else ""
     report(f"training step, {title}, batch {batch}, Adam{per}", times)
 
 

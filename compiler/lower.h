@@ -33,7 +33,7 @@ struct WinogradShape {
 struct Kernel {
   std::string name;
   UOpPtr ast;                     // SINK(STORE(PARAM, index, value)...)
-  std::vector<BufferRef> buffers; // PARAM slot -> buffer; slots [0, outputs) are the ones it writes
+  std::vector<BufferRef> buffers; // PARAM slot -> buffer; slots [0, launch.outputs) are the ones it writes
   Shape loops;                    // loop extents, outermost first (the outermost is split across threads)
   std::vector<int64_t> ivars;     // ARG values: integer and bool runtime scalars
   std::vector<double> fvars;      // ARG values: float runtime scalars
@@ -64,9 +64,6 @@ struct Kernel {
   // CPU: a WINOGRAD node's kernel, named W_N_C_K_H_W and rendered by render_winograd (its ast has no stores; buffers:
   // out, x, u).
   std::optional<WinogradShape> winograd{};
-  // The buffers it writes, slots [0, outputs): 1, or several for elementwise kernels merged into one (see
-  // merge_elementwise in compiler/schedule.cpp: Adam's three updates of a parameter), a store to each.
-  int64_t outputs = 1;
 };
 
 // GPU kernels: RANGE ids [kGroupRange, +3) are work-group ids and [kLocalRange, +3) thread ids within

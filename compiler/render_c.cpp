@@ -787,7 +787,7 @@ public:
     // bool buffers are bytes: a byte other than 0 or 1 (written through another view) is no _Bool
     auto buffer_type = [&](size_t i) {
       DType dt = k_.buffers[i]->dtype;
-      return std::string(static_cast<int64_t>(i) < k_.outputs ? "" : "const ") +
+      return std::string(static_cast<int64_t>(i) < k_.launch.outputs ? "" : "const ") +
              (dt == DType::Bool ? "uint8_t" : info(dt).c_name.data()) + "*";
     };
     // A layout copy's loops run in tiny_copy, whose buffers are restrict parameters: clang keeps restrict
@@ -964,7 +964,7 @@ private:
   };
   std::optional<TrigStrip> trig_strips(const std::string& body) const {
     // (a kernel of several outputs: the second run would store the others again, over inputs written in place)
-    if (k_.outputs > 1) return std::nullopt;
+    if (k_.launch.outputs > 1) return std::nullopt;
     const std::optional<int64_t> base = strip_store_base();
     if (!base) return std::nullopt;
     std::string fast = body;
@@ -1000,7 +1000,7 @@ private:
 
   // Whether the kernel writes a buffer it also reads (schedule()'s in-place writes: only where it writes).
   bool in_place() const {
-    const auto inputs = k_.buffers.begin() + k_.outputs;
+    const auto inputs = k_.buffers.begin() + k_.launch.outputs;
     return std::any_of(k_.buffers.begin(), inputs,
                        [&](const BufferRef& b) { return std::find(inputs, k_.buffers.end(), b) != k_.buffers.end(); });
   }

@@ -354,7 +354,7 @@ public:
     kernel = replace_all(kernel, "{n}", std::to_string(l[0] * l[1] * l[2]));
     os << kernel << " " << fn << "(";
     for (size_t i = 0; i < k_.buffers.size(); i++)
-      os << (i ? ", " : "") << d_.global << (static_cast<int64_t>(i) < k_.outputs ? "" : "const ")
+      os << (i ? ", " : "") << d_.global << (static_cast<int64_t>(i) < k_.launch.outputs ? "" : "const ")
          << storage(k_.buffers[i]->dtype) << "* " << d_.restrict_ << " b" << i;
     std::string sep = k_.buffers.empty() ? "" : ", ";
     for (size_t i = 0; i < k_.ivars.size(); i++, sep = ", ")

@@ -356,13 +356,14 @@ private:
   }
 };
 
-// Whether kernel k writes buffer b (slots [0, outputs)), or reads it (the other slots).
+// Whether kernel k writes buffer b (slots [0, launch.outputs)), or reads it (the other slots).
 bool kernel_writes(const Kernel& k, const BufferBase* b) {
-  return std::any_of(k.buffers.begin(), k.buffers.begin() + k.outputs,
+  return std::any_of(k.buffers.begin(), k.buffers.begin() + k.launch.outputs,
                      [&](const BufferRef& x) { return x.get() == b; });
 }
 bool kernel_reads(const Kernel& k, const BufferBase* b) {
-  return std::any_of(k.buffers.begin() + k.outputs, k.buffers.end(), [&](const BufferRef& x) { return x.get() == b; });
+  return std::any_of(k.buffers.begin() + k.launch.outputs, k.buffers.end(),
+                     [&](const BufferRef& x) { return x.get() == b; });
 }
 
 // ---- elementwise kernels merged into one ----
@@ -373,7 +374,7 @@ constexpr int64_t kMaxMergedOutputs = 8;
 // The loop of a kernel that merge_elementwise may merge: elementwise and flat (one loop, no lanes, no reduction), its
 // one store unmasked at the loop's index, all of its output; null otherwise.
 const UOp* flat_elementwise_loop(const Kernel& k) {
-  if (k.outputs != 1 || k.loops.size() != 1 || k.lane_range >= 0 || k.tiles || k.winograd || k.stores_twice ||
+  if (k.launch.outputs != 1 || k.loops.size() != 1 || k.lane_range >= 0 || k.tiles || k.winograd || k.stores_twice ||
       k.prefetch_next || !k.must_realize.empty() || k.ast->src.size() != 1)
     return nullptr;
   const UOpPtr& st = k.ast->src[0];
@@ -479,14 +480,14 @@ struct MergedKernel {
       if (n->op != Ops::PARAM) return nullptr;
       return UOp::make(Ops::PARAM, n->dtype, {}, slot[static_cast<size_t>(std::get<int64_t>(n->arg))]);
     });
-    out.outputs = static_cast<int64_t>(outputs.size());
+    out.launch.outputs = static_cast<int64_t>(outputs.size());
     out.name = k.name + "_o" + std::to_string(outputs.size());
     return out;
   }
 };
 
 // Flat elementwise kernels of one loop that share a buffer are merged into one kernel that writes each of their
-// outputs (Kernel::outputs), placed where the first of them was: the later ones move up past kernels that write
+// outputs (Launch::outputs), placed where the first of them was: the later ones move up past kernels that write
 // nothing they read, each reads what a kernel before it computed as that value (not from its buffer), and what they
 // read in common is read once. Adam's update of a parameter, three kernels (exp_avg, exp_avg_sq, then the parameter
 // from both), each reading the gradient: one kernel reads the parameter, the gradient and the two states and writes
@@ -495,7 +496,7 @@ struct MergedKernel {
 void merge_elementwise(Schedule& s) {
   std::unordered_map<const BufferBase*, int> writers;
   for (const Kernel& k : s.kernels)
-    for (int64_t o = 0; o < k.outputs; o++)
+    for (int64_t o = 0; o < k.launch.outputs; o++)
       writers[k.buffers[static_cast<size_t>(o)].get()]++;
   std::unordered_set<const BufferBase*> made;
   for (const BufferRef& b : s.made)
@@ -554,7 +555,7 @@ bool reads_only_where_it_writes(const Kernel& k, int64_t slot, int64_t output) {
     for (const UOpPtr& n : toposort(st->src[2]))
       if (loads_slot(n) && n->src[1] != st->src[1]) return false;
   }
-  if (k.outputs == 1) return true;
+  if (k.launch.outputs == 1) return true;
   bool stored = false;
   for (const UOpPtr& n : toposort(k.ast)) {
     if (n->op == Ops::STORE && std::get<int64_t>(n->src[0]->arg) == output) stored = true;
@@ -580,11 +581,11 @@ void write_in_place(Schedule& s, const std::vector<BufferRef>& reusable) {
     size_t writer = s.kernels.size(), writers = 0;
     int64_t output = 0; // the writer's slot of out
     for (size_t i = 0; i < s.kernels.size(); i++)
-      for (int64_t o = 0; o < s.kernels[i].outputs; o++)
+      for (int64_t o = 0; o < s.kernels[i].launch.outputs; o++)
         if (s.kernels[i].buffers[static_cast<size_t>(o)] == out) writer = i, writers++, output = o;
     if (writers != 1) continue;
     Kernel& k = s.kernels[writer];
-    for (auto slot = static_cast<size_t>(k.outputs); slot < k.buffers.size(); slot++) {
+    for (auto slot = static_cast<size_t>(k.launch.outputs); slot < k.buffers.size(); slot++) {
       const BufferRef in = k.buffers[slot];
       auto at = std::find(free.begin(), free.end(), in.get());
       if (at == free.end() || in->dtype != out->dtype || in->numel != out->numel) continue;

@@ -47,6 +47,10 @@ struct Launch {
   // CPU: the kernel's work, its outputs times the terms each one sums (0: unknown). The CPU device runs a kernel of
   // little work on the calling thread alone (see CpuProgram::launch).
   int64_t work = 0;
+  // The buffers the kernel writes, its buffer arguments [0, outputs): 1, or several for elementwise kernels merged
+  // into one (see merge_elementwise in compiler/schedule.cpp: Adam's three updates of a parameter), a store to each.
+  // The rest it only reads (a device's queue orders the host's reads and writes of a buffer by them).
+  int64_t outputs = 1;
 };
 
 } // namespace tiny

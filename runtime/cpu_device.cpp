@@ -39,6 +39,7 @@
 #include "runtime/disk_cache.h"
 #include "runtime/lazy_buffer.h"
 #include "runtime/program_cache.h"
+#include "runtime/queue.h"
 #include "runtime/thread_pool.h"
 
 namespace tiny::runtime {
@@ -51,61 +52,6 @@ namespace {
 constexpr int64_t kSerialWork = 8192;
 
 namespace fs = std::filesystem;
-
-// A CPU device's in-order queue (set_cpu_queues): one thread runs the work pushed to it, oldest first (a kernel
-// on that thread, or shared with the thread pool; a copy into device memory). A sync point waits for it to drain
-// while the launching thread goes on recording. An exception that escapes a task is rethrown by the next wait.
-class Queue {
-public:
-  ~Queue() = delete; // never destroyed: its thread runs until the process ends
-  Queue() : thread_([this] { run(); }) { thread_.detach(); }
-  void push(std::function<void()> task) {
-    {
-      std::lock_guard lock(mu_);
-      tasks_.push_back(std::move(task));
-      unfinished_++;
-    }
-    ready_.notify_one();
-  }
-  bool idle() {
-    std::lock_guard lock(mu_);
-    return unfinished_ == 0;
-  }
-  void wait() {
-    std::unique_lock lock(mu_);
-    drained_.wait(lock, [&] { return unfinished_ == 0; });
-    if (std::exception_ptr e = std::exchange(error_, nullptr)) std::rethrow_exception(e);
-  }
-
-private:
-  void run() {
-    for (;;) {
-      std::function<void()> task;
-      {
-        std::unique_lock lock(mu_);
-        ready_.wait(lock, [&] { return !tasks_.empty(); });
-        task = std::move(tasks_.front());
-        tasks_.pop_front();
-      }
-      std::exception_ptr error;
-      try {
-        task();
-      } catch (...) {
-        error = std::current_exception();
-      }
-      task = nullptr; // what it holds (a program) dies before the wait returns
-      std::lock_guard lock(mu_);
-      if (error && !error_) error_ = error;
-      if (--unfinished_ == 0) drained_.notify_all();
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable ready_, drained_;
-  std::deque<std::function<void()>> tasks_;
-  int64_t unfinished_ = 0; // pushed and not yet finished
-  std::exception_ptr error_;
-  std::thread thread_;
-};
 
 std::atomic<bool> queues_on{false};
 
@@ -120,23 +66,24 @@ std::atomic<bool> queues_on{false};
 // of several such streams evicted its own prefetched lines. Adam's one kernel over a 2.36M-float parameter (four
 // streams read, three written, in place), two threads of a Sapphire Rapids-class core: 2.4-2.6 ms aligned, 0.89
 // colored (a C harness over plain 4 KiB pages: 0.92-0.96).
-// With queues on (set_cpu_queues), the host reads a block after the device's queue has drained, and writes one
-// behind the work queued before (a block freed by a buffer whose kernels are still queued may be that buffer's); a
-// block goes back to the system only when nothing queued can use it.
+// With queues on (set_cpu_queues), the host reads a block once the work queued that writes it has run, and writes one
+// at once where nothing queued uses it, else behind that work (a block freed by a buffer whose kernels are still
+// queued may be that buffer's); a block goes back to the system only when nothing queued can use it.
 class CpuAllocator : public Allocator {
 public:
   explicit CpuAllocator(Queue& queue) : queue_(queue) {}
   void copy_in(void* dst, const void* src, size_t n) override {
-    if (!queues_on.load(std::memory_order_relaxed) || queue_.idle()) {
+    if (!queues_on.load(std::memory_order_relaxed) || !queue_.uses(dst)) {
       std::memcpy(dst, src, n);
       return;
     }
     std::shared_ptr<char[]> staged(new char[n]); // src may change or die once this returns
     std::memcpy(staged.get(), src, n);
-    queue_.push([dst, staged, n] { std::memcpy(dst, staged.get(), n); });
+    void* const block[] = {dst};
+    queue_.push([dst, staged, n] { std::memcpy(dst, staged.get(), n); }, block);
   }
   void copy_out(void* dst, const void* src, size_t offset, size_t n) override {
-    queue_.wait();
+    queue_.wait_for_writes(src);
     std::memcpy(dst, static_cast<const char*>(src) + offset, n);
   }
 
@@ -306,10 +253,12 @@ public:
     const int threads = ThreadPool::get().size(); // (torch.set_num_threads on this thread sizes it)
     if (!queues_on.load(std::memory_order_relaxed)) return run(bufs, ivars, fvars, launch, threads);
     // the arguments copied, the program held until the kernel ran
+    const auto writes = static_cast<size_t>(launch.outputs);
     queue_.push([program = shared_from_this(), b = std::vector<void*>(bufs.begin(), bufs.end()),
                  iv = std::vector<int64_t>(ivars.begin(), ivars.end()),
                  fv = std::vector<double>(fvars.begin(), fvars.end()), launch,
-                 threads] { program->run(b, iv, fv, launch, threads); });
+                 threads] { program->run(b, iv, fv, launch, threads); },
+                bufs.first(writes), bufs.subspan(writes));
   }
 
 private:
@@ -531,6 +480,7 @@ public:
       }
   }
   void synchronize() override { queue_.wait(); }
+  void wait_for_writes(const void* block) override { queue_.wait_for_writes(block); }
 
 private:
   // A program not loaded yet: from the disk cache (its own library, or its entry in a library of
@@ -562,7 +512,7 @@ private:
   }
 
   Target target_; // C
-  Queue& queue_;  // never destroyed (see Queue)
+  Queue& queue_;  // never destroyed: its thread runs until the process ends
   CpuAllocator allocator_;
   ClangCompiler compiler_;
   ProgramCache programs_;

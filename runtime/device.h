@@ -167,6 +167,12 @@ public:
   virtual void precompile(const std::vector<std::pair<std::string, std::string>>& sources) { (void)sources; }
   // Waits until everything enqueued has run.
   virtual void synchronize() = 0;
+  // Waits until what is enqueued so far that writes `block` (a block of its allocator) has run, so that the host
+  // may read it. The default waits for everything (synchronize()); the CPU device's queue knows each task's writes.
+  virtual void wait_for_writes(const void* block) {
+    (void)block;
+    synchronize();
+  }
   // A marker enqueued now on the device's queue (timing: elapsed_ms may measure from or to it). The
   // default, for a queue that runs its work as it is enqueued (the CPU device), synchronizes and stamps
   // the host clock: the marker is done when recorded.
@@ -204,7 +210,8 @@ int cpu_device_count();            // TINY_CPU_DEVICES, default 1
 // Whether the CPU devices run their kernels on a queue thread of their own (asynchronously, in order, as a GPU's
 // stream does) rather than on the launching thread. Off unless set: the torch extension turns it on (TINY_ASYNC=0
 // keeps it off), so that a sync point that need not wait (flush()) leaves the kernels running while Python records
-// the next step. Host reads of a device's memory (copy_out) wait for its queue; host writes (copy_in) join it.
+// the next step. A host read of a block of a device's memory (copy_out) waits for the queued work that writes it; a
+// host write (copy_in) into a block that queued work uses joins the queue behind it (see runtime/queue.h).
 void set_cpu_queues(bool on);
 Device& cl_device(); // TINY_CL_DEVICE=N picks the N-th OpenCL device (all platforms, in order)
 // The C compiler the CPU device runs: TINY_CC, else the newest `clang-N` on PATH, else clang, cc or gcc; throws

@@ -114,6 +114,15 @@ void realize_if_graphs_are_large() {
     synchronize();
 }
 
+// Bytes [offset, offset + nbytes) of a realized buffer of `device` to dst. A read waits for the kernels that write
+// what it reads, not for all the work a sync enqueued (a CPU device's queue runs the rest on: a training step's
+// backward pass and weight updates behind its loss, read by .item()).
+void copy_to_host(Device& device, Buffer& buf, size_t offset, size_t nbytes, void* dst) {
+  device.wait_for_writes(buf.ptr());
+  device.allocator().copy_out(dst, buf.ptr(), offset, nbytes);
+  raise_kernel_errors();
+}
+
 // The value a flat content or a whole write is the row-major flattening of: below a reshape, the reshaped value.
 const UOpPtr& unreshaped(const UOpPtr& n) { return is_reshape(n) ? n->src[0] : n; }
 
@@ -408,9 +417,9 @@ void LazyBuffer::write_host_bytes(const StridedView& v, const void* src) {
 }
 
 void LazyBuffer::copy_out_bytes(void* dst) {
-  synchronize();
+  flush();
   auto buf = std::static_pointer_cast<Buffer>(content_->buffer());
-  device_.allocator().copy_out(dst, buf->ptr(), 0, buf->nbytes());
+  copy_to_host(device_, *buf, 0, buf->nbytes(), dst);
 }
 
 void LazyBuffer::read_host(const StridedView& v, void* dst) {
@@ -427,28 +436,20 @@ void LazyBuffer::read_host(const StridedView& v, void* dst) {
     std::memcpy(dst, bytes.data() + begin, len);
     return;
   }
-  synchronize();
+  flush();
   UOpPtr r = read(v);
   if (r->op == Ops::BITCAST) r = r->src[0];
   size_t nbytes = static_cast<size_t>(prod(v.sizes)) * itemsize(v.dtype);
   // A contiguous window of a realized buffer copies out directly.
-  if (r->op == Ops::BUFFER) {
-    auto buf = std::static_pointer_cast<Buffer>(r->buffer());
-    device_.allocator().copy_out(dst, buf->ptr(), 0, nbytes);
-    return;
-  }
+  if (r->op == Ops::BUFFER) return copy_to_host(device_, static_cast<Buffer&>(*r->buffer()), 0, nbytes, dst);
   if (r->op == Ops::VIEW && r->src[0]->op == Ops::BUFFER && r->st().views.size() == 1) {
     const View& w = r->st().views[0];
     if (!w.mask && View{w.shape, w.strides, 0, std::nullopt}.is_contiguous()) {
-      auto buf = std::static_pointer_cast<Buffer>(r->src[0]->buffer());
-      device_.allocator().copy_out(dst, buf->ptr(), w.offset * itemsize(buf->dtype), nbytes);
-      return;
+      auto& buf = static_cast<Buffer&>(*r->src[0]->buffer());
+      return copy_to_host(device_, buf, w.offset * itemsize(buf.dtype), nbytes, dst);
     }
   }
-  BufferRef out = realize_value(r, &device_);
-  device_.allocator().copy_out(dst, std::static_pointer_cast<Buffer>(out)->ptr(), 0, nbytes);
-  device_.synchronize(); // a GPU device learns of its kernels' errors there
-  raise_kernel_errors();
+  copy_to_host(device_, static_cast<Buffer&>(*realize_value(r, &device_)), 0, nbytes, dst);
 }
 
 bool LazyBuffer::read_host_if_realized(const StridedView& v, void* dst) {
@@ -457,9 +458,9 @@ bool LazyBuffer::read_host_if_realized(const StridedView& v, void* dst) {
       itemsize(content_->dtype) != itemsize(v.dtype))
     return false;
   if (prod(v.sizes) == 0) return true;
-  device_.synchronize(); // the kernel that wrote it may still be on the device's queue
-  const size_t size = itemsize(v.dtype);
   const auto* src = static_cast<const char*>(std::static_pointer_cast<Buffer>(content_->buffer())->ptr());
+  device_.wait_for_writes(src); // the kernel that wrote it may still be on the device's queue
+  const size_t size = itemsize(v.dtype);
   for_each_element(v, [&](int64_t i, int64_t e) {
     std::memcpy(static_cast<char*>(dst) + static_cast<size_t>(i) * size, src + static_cast<size_t>(e) * size, size);
   });

@@ -469,8 +469,8 @@ void evaluate_to_host(const UOpPtr& value, void* dst, Device& on) {
   if (!evaluable_alone(value)) throw std::logic_error("evaluate_to_host: the graph writes a storage in place");
   BufferRef out = realize_value(value, &on);
   auto& buf = static_cast<Buffer&>(*out);
+  on.wait_for_writes(buf.ptr()); // (a GPU device learns of its kernels' errors there)
   on.allocator().copy_out(dst, buf.ptr(), 0, buf.nbytes());
-  on.synchronize(); // a GPU device learns of its kernels' errors there
   raise_kernel_errors();
 }
 

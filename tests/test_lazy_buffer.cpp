@@ -265,6 +265,22 @@ TEST_F(CpuQueues, AHostWriteIntoABlockFreedWhileItsKernelIsQueuedLandsAfterThatK
   EXPECT_EQ(std::count(out.begin(), out.end(), 2.0f), n);
 }
 
+TEST_F(CpuQueues, AReadWaitsForTheLastKernelThatWritesItsBuffer) {
+  constexpr int64_t n = int64_t{1} << 22;
+  const StridedView all{{n}, {1}, 0, DType::Float32};
+  std::vector<float> ones(n, 1.0f), out(n);
+  LazyBuffer x(cpu_device(), n * 4), small(cpu_device(), 64 * 4);
+  x.write_host(all, ones.data());
+  small.write(rows(4, 16), expand(reshape(const_like(x.read(all), 3.0f), {1, 1}), {4, 16}));
+  flush(); // small's kernel first
+  x.write(all, slow(x.read(all)));
+  flush(); // then the slow kernel, rewriting x's block in place
+  EXPECT_EQ(host(small, rows(4, 16)), std::vector<float>(64, 3.0f)); // without waiting for x's kernel
+  x.read_host(all, out.data());
+  const float expected = slow(1.0f);
+  EXPECT_EQ(std::count_if(out.begin(), out.end(), [&](float v) { return std::abs(v - expected) < 1e-5f; }), n);
+}
+
 TEST_F(CpuQueues, ResultsOfFlushedStepsReadBackAsSyncedOnes) {
   constexpr int64_t n = 4096;
   const StridedView all{{n}, {1}, 0, DType::Float32};

@@ -815,7 +815,7 @@ TEST(Schedule, ElementwiseKernelsThatShareABufferAreMergedIntoOneOfSeveralOutput
   Schedule s = schedule({avg, sq, param}, Target{}, placeholder);
   ASSERT_EQ(s.kernels.size(), 1u);
   const Kernel& k = s.kernels[0];
-  EXPECT_EQ(k.outputs, 3);
+  EXPECT_EQ(k.launch.outputs, 3);
   EXPECT_EQ(k.name, "E_4096_o3");
   ASSERT_EQ(k.buffers.size(), 7u); // three outputs, then p, g, m, v each read once
   for (size_t o = 0; o < 3; o++)
@@ -856,7 +856,7 @@ TEST(Schedule, ElementwiseKernelsAreNotMergedWhereTheyShareNothingOrCannotMove) 
   UOpPtr written = assign(buffer(bb), alu(Ops::ADD, buffer(bb), alu(Ops::EXP, a)), View::contiguous({n}));
   Schedule s = schedule({x, written, alu(Ops::ADD, a, written)}, Target{}, placeholder);
   for (const Kernel& k : s.kernels)
-    EXPECT_EQ(k.outputs, 1) << k.name;
+    EXPECT_EQ(k.launch.outputs, 1) << k.name;
 }
 
 // Written in place, an output of a merged kernel goes over an input only where no store after its own reads that
@@ -869,7 +869,7 @@ TEST(Schedule, AMergedKernelWritesInPlaceOnlyOverInputsNoLaterStoreReads) {
   Schedule s = schedule({first, second}, Target{}, placeholder, {a}); // a dead, b held
   ASSERT_EQ(s.kernels.size(), 1u);
   const Kernel& k = s.kernels[0];
-  ASSERT_EQ(k.outputs, 2);
+  ASSERT_EQ(k.launch.outputs, 2);
   EXPECT_NE(k.buffers[0], a); // first's store would overwrite the elements of a that second's loads read after it
   EXPECT_EQ(k.buffers[1], a); // second's own loads of a come before its store
   EXPECT_EQ(s.made.size(), 1u);

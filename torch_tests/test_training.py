@@ -269,6 +269,47 @@ def test_batches_moved_to_the_device_while_the_last_steps_kernels_run_train_like
     assert_losses_match([weights[DEVICE][1]], [weights["cpu"][1]])
 
 
+def test_values_read_each_step_while_the_rest_of_the_step_runs_match_cpu():
+    """A read waits for the kernels that write what it reads, not for the whole queue: the loss read each step
+    returns while that step's backward pass and weight updates may still run, and a parameter or Adam's state read
+    every tenth step waits for the one kernel that writes the parameter and both states. The CPU's values."""
+    model = initial_model(small_mlp)
+    batches = mlp_batches(30, batch=256)
+    seen = {}
+    for device in ("cpu", DEVICE):
+        m = copy.deepcopy(model).to(device)
+        opt = torch.optim.Adam(m.parameters(), lr=1e-3)
+        losses, reads = [], []
+        for step, (x, y) in enumerate(batches):
+            losses.append(mse_step(m, opt, x.to(device), y.to(device)).item())
+            if step % 10 == 9:
+                for p in m.parameters():
+                    state = opt.state[p]
+                    reads += [t.detach().to("cpu", copy=True) for t in (p, state["exp_avg"], state["exp_avg_sq"])]
+        seen[device] = (losses, reads)
+    assert_losses_match(seen[DEVICE][0], seen["cpu"][0])
+    assert_params_match(seen[DEVICE][1], seen["cpu"][1], [f"read {i}" for i in range(len(seen["cpu"][1]))])
+
+
+def test_a_large_parameter_read_right_after_its_step_holds_the_steps_value():
+    """An optimizer step ends with a flush: its kernels are queued and the call returns. A read of a parameter of 4M
+    floats right after waits for the kernel that writes it (on the CPU lowering one kernel writes Adam's two states
+    and the parameter), and so does a read of a state. The CPU's values, step after step."""
+    g = torch.Generator().manual_seed(0)
+    cpu = nn.Parameter(torch.randn(1 << 22, generator=g))
+    tiny = nn.Parameter(cpu.detach().to(DEVICE))
+    opts = [torch.optim.Adam([p], lr=1e-2) for p in (cpu, tiny)]
+    for _ in range(3):
+        grad = torch.randn(cpu.shape, generator=g)
+        cpu.grad, tiny.grad = grad.clone(), grad.to(DEVICE)
+        for opt in opts:
+            opt.step()
+        torch.testing.assert_close(tiny.detach().cpu(), cpu.detach(), **PARAM_TOL)
+        for name in ("exp_avg", "exp_avg_sq"):
+            state = opts[1].state[tiny][name].cpu()
+            torch.testing.assert_close(state, opts[0].state[cpu][name], **PARAM_TOL, msg=lambda m, n=name: f"{n}: {m}")
+
+
 ONE_KERNEL_OPTIMIZERS = {
     "adam": lambda p: torch.optim.Adam(p, lr=1e-2),
     "adamw": lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1),
