@@ -180,6 +180,12 @@ public:
   UOp(const UOp&) = delete;
   UOp& operator=(const UOp&) = delete;
 
+  // Scratch of one graph walk at a time (the schedule cache's key, runtime/realize.cpp, under its own lock): the
+  // number of the last walk that reached this node and its position in that walk. A field read in place, where a
+  // map from nodes to positions cost a hash probe per edge (ShuffleNet's step walks some 20k nodes).
+  mutable uint64_t walk = 0;
+  mutable uint32_t walk_pos = 0;
+
 private:
   // Finds or builds the node: the public makes' lists, read in place (the node copies them only when it is new).
   static UOpPtr intern(Ops op, DType dtype, std::span<const UOpPtr> src, Arg&& arg);

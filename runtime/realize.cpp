@@ -78,39 +78,48 @@ struct GraphKey {
     if (device) tokens.push_back(reinterpret_cast<uintptr_t>(device)); // schedules are per device
     // Each node's position in a walk of the roots in order, sources first (toposort's order): a node is entered
     // (position kEntered) when first reached and numbered when its sources are. Walked here, not by toposort(r, seen):
-    // one map serves as the visited set and the positions (ShuffleNet's step, one thread: the key 1.6-1.9 ms through
-    // toposort, 1.2-1.4 walked here); the nodes are listed by position for the dead buffers' check below.
-    constexpr uint64_t kEntered = ~uint64_t{0};
-    NodeMap<uint64_t> pos;
-    uint64_t numbered = 0;
+    // the nodes' walk marks (UOp::walk, walk_pos, one walk at a time) serve as the visited set and the positions
+    // (ShuffleNet's step, one thread: the key 1.6-1.9 ms through toposort, 1.2-1.4 walked here with a map from nodes
+    // to positions); the nodes are listed by position for the dead buffers' check below.
+    static std::mutex walking;
+    static uint64_t walks = 0;
+    std::lock_guard walk_lock(walking);
+    const uint64_t walk = ++walks;
+    constexpr uint32_t kEntered = ~uint32_t{0};
+    auto enter = [&](const UOp* n) {
+      if (n->walk == walk) return false;
+      n->walk = walk, n->walk_pos = kEntered;
+      return true;
+    };
+    uint32_t numbered = 0;
     std::vector<const UOp*> order;   // the nodes by position (sources first)
     std::vector<int64_t> graph_refs; // by position: the graph's references to the node
     std::vector<std::pair<const UOp*, size_t>> stack;
     for (const UOpPtr& r : roots) {
-      if (pos.try_emplace(r.get(), kEntered).second) stack.emplace_back(r.get(), 0);
+      if (enter(r.get())) stack.emplace_back(r.get(), 0);
       while (!stack.empty()) {
         auto& [n, i] = stack.back();
         if (i < n->src.size()) {
           const UOp* s = n->src[i++].get();
-          if (pos.try_emplace(s, kEntered).second) stack.emplace_back(s, 0);
+          if (enter(s)) stack.emplace_back(s, 0);
           continue;
         }
         const UOp* done = n;
         stack.pop_back();
-        *pos.find(done) = numbered++;
+        done->walk_pos = numbered++;
         order.push_back(done);
         graph_refs.push_back(0);
         tokens.push_back(static_cast<uint64_t>(done->op) << 8 | static_cast<uint64_t>(done->dtype));
         tokens.push_back(done->src.size());
         for (const UOpPtr& s : done->src) {
-          uint64_t at = *pos.find(s.get());
+          uint32_t at = s->walk_pos;
           tokens.push_back(at);
           graph_refs[at]++;
         }
         add_arg(*done);
       }
       tokens.push_back(~uint64_t{0});
-      tokens.push_back(*pos.find(r.get()));
+      tokens.push_back(r->walk_pos);
     }
     // held: a node something outside the graph and the pending storages holds, or one under such a node.
     // Consumers come before their sources walking the positions down. The storages' references are counted
@@ -127,11 +136,11 @@ struct GraphKey {
       held[at] = held[at] || n->weak_from_this().use_count() > graph_refs[at] + (by_storages ? *by_storages : 0);
       if (held[at])
         for (const UOpPtr& s : n->src)
-          held[*pos.find(s.get())] = 1;
+          held[s->walk_pos] = 1;
     }
     std::vector<char> dead(buffers.size());
     for (const auto& [node, i] : buffer_index) {
-      uint64_t at = *pos.find(node);
+      uint32_t at = node->walk_pos;
       dead[i] = !held[at] && node->weak_from_this().use_count() == graph_refs[at];
     }
     for (size_t i = 0; i < buffers.size(); i++) {
