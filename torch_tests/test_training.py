@@ -252,6 +252,18 @@ def test_memory_stays_flat_over_200_adam_steps(item_each_step):
     assert_params_match(params, cpu_params, [n for n, _ in small_mlp().named_parameters()])
 
 
+def adam_mlp_steps(model, batches, device, after_step=None):
+    """A copy of model on device trained by Adam, a step per batch (moved to the device at its step), after_step(step,
+    model, optimizer, loss) called after each; the model, the optimizer and the last loss."""
+    m = copy.deepcopy(model).to(device)
+    opt = torch.optim.Adam(m.parameters(), lr=1e-3)
+    for step, (x, y) in enumerate(batches):
+        loss = mse_step(m, opt, x.to(device), y.to(device))
+        if after_step:
+            after_step(step, m, opt, loss)
+    return m, opt, loss
+
+
 def test_batches_moved_to_the_device_while_the_last_steps_kernels_run_train_like_cpu():
     """Each optimizer step's end starts its kernels without waiting (the CPU device's queue, as a GPU's stream);
     the next batch's copy to the device lands in memory that the queued kernels may still use (blocks freed
@@ -260,10 +272,7 @@ def test_batches_moved_to_the_device_while_the_last_steps_kernels_run_train_like
     batches = mlp_batches(50, batch=256)
     weights = {}
     for device in ("cpu", DEVICE):
-        m = copy.deepcopy(model).to(device)
-        opt = torch.optim.Adam(m.parameters(), lr=1e-3)
-        for x, y in batches:
-            loss = mse_step(m, opt, x.to(device), y.to(device))
+        m, _, loss = adam_mlp_steps(model, batches, device)
         weights[device] = ([p.detach().cpu() for p in m.parameters()], loss.item())
     assert_params_match(weights[DEVICE][0], weights["cpu"][0], [n for n, _ in model.named_parameters()])
     assert_losses_match([weights[DEVICE][1]], [weights["cpu"][1]])
@@ -277,15 +286,16 @@ def test_values_read_each_step_while_the_rest_of_the_step_runs_match_cpu():
     batches = mlp_batches(30, batch=256)
     seen = {}
     for device in ("cpu", DEVICE):
-        m = copy.deepcopy(model).to(device)
-        opt = torch.optim.Adam(m.parameters(), lr=1e-3)
         losses, reads = [], []
-        for step, (x, y) in enumerate(batches):
-            losses.append(mse_step(m, opt, x.to(device), y.to(device)).item())
+
+        def read(step, m, opt, loss, losses=losses, reads=reads):
+            losses.append(loss.item())
             if step % 10 == 9:
                 for p in m.parameters():
                     state = opt.state[p]
                     reads += [t.detach().to("cpu", copy=True) for t in (p, state["exp_avg"], state["exp_avg_sq"])]
+
+        adam_mlp_steps(model, batches, device, read)
         seen[device] = (losses, reads)
     assert_losses_match(seen[DEVICE][0], seen["cpu"][0])
     assert_params_match(seen[DEVICE][1], seen["cpu"][1], [f"read {i}" for i in range(len(seen["cpu"][1]))])
