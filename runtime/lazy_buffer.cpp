@@ -114,15 +114,6 @@ void realize_if_graphs_are_large() {
     synchronize();
 }
 
-// Bytes [offset, offset + nbytes) of a realized buffer of `device` to dst. A read waits for the kernels that write
-// what it reads, not for all the work a sync enqueued (a CPU device's queue runs the rest on: a training step's
-// backward pass and weight updates behind its loss, read by .item()).
-void copy_to_host(Device& device, Buffer& buf, size_t offset, size_t nbytes, void* dst) {
-  device.wait_for_writes(buf.ptr());
-  device.allocator().copy_out(dst, buf.ptr(), offset, nbytes);
-  raise_kernel_errors();
-}
-
 // The value a flat content or a whole write is the row-major flattening of: below a reshape, the reshaped value.
 const UOpPtr& unreshaped(const UOpPtr& n) { return is_reshape(n) ? n->src[0] : n; }
 

@@ -478,8 +478,12 @@ void evaluate_to_host(const UOpPtr& value, void* dst, Device& on) {
   if (!evaluable_alone(value)) throw std::logic_error("evaluate_to_host: the graph writes a storage in place");
   BufferRef out = realize_value(value, &on);
   auto& buf = static_cast<Buffer&>(*out);
-  on.wait_for_writes(buf.ptr()); // (a GPU device learns of its kernels' errors there)
-  on.allocator().copy_out(dst, buf.ptr(), 0, buf.nbytes());
+  copy_to_host(on, buf, 0, buf.nbytes(), dst);
+}
+
+void copy_to_host(Device& device, Buffer& buf, size_t offset, size_t nbytes, void* dst) {
+  device.wait_for_writes(buf.ptr()); // (a GPU device learns of its kernels' errors there)
+  device.allocator().copy_out(dst, buf.ptr(), offset, nbytes);
   raise_kernel_errors();
 }
 

@@ -2,6 +2,7 @@
 // The realize engine: schedules lazy graphs into kernels (compiler/schedule.h), renders, compiles and
 // runs them on their device's queue, and replays a schedule seen before (the schedule cache).
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 
 namespace tiny::runtime {
 
+class Buffer;
 class Device;
 
 // Realizes the contents of pending storages together: each root becomes a BUFFER node holding
@@ -31,6 +33,11 @@ BufferRef realize_value(const UOpPtr& value, Device* on = nullptr);
 // (no ASSIGN or SCATTER: those realize at a sync): evaluable_alone() says.
 bool evaluable_alone(const UOpPtr& value);
 void evaluate_to_host(const UOpPtr& value, void* dst, Device& on);
+
+// Bytes [offset, offset + nbytes) of a realized buffer of `device` to dst, once the kernels enqueued that write it
+// have run (Device::wait_for_writes: not all the work a sync enqueued, which a CPU device's queue runs on, a training
+// step's backward pass and weight updates behind its loss read by .item()); raises their kernels' errors.
+void copy_to_host(Device& device, Buffer& buf, size_t offset, size_t nbytes, void* dst);
 
 // The realize engine's work as a profiler sees it: each sync, the scheduling and compiling it did, and
 // every kernel it ran, with its times. csrc/profiler.cpp installs a tracer while torch.profiler records
